@@ -1,0 +1,1 @@
+"""Validation package: runs on the GPU instance as `python3 -m validate`."""
