@@ -1,0 +1,198 @@
+"""Command-line glue between `tasks.py` and the control side.
+
+Each function takes the options as the user gave them, checks everything that can be checked
+before contacting a host (inventory, selection, recipe, templates, options), runs, prints, and
+returns the exit status: 0 every selected host succeeded, 1 a host failed or was unreachable,
+2 bad input (one line on stderr naming the file and line), 130 interrupted.
+"""
+from __future__ import annotations
+
+import getpass
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Iterable, Optional
+
+from .errors import InputError
+from .inventory import load_inventory
+from .recap import Reporter
+from .recipe import check_names, load_recipe
+from .runlog import Redactor, new_run_id
+from .runner import Run, RunInterrupted, RunOptions, write_json
+
+EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+BECOME_PASSWORD_ENV = "GPUPROV_BECOME_PASSWORD"
+RESERVED = ("host", "facts", "vars")
+
+
+def fail_input(exc: InputError) -> int:
+    print(f"error: {exc}", file=sys.stderr)
+    return EXIT_INPUT
+
+
+def parse_vars(pairs: Optional[Iterable[str]]) -> dict:
+    """`--var k=v` pairs as a dict (values stay strings, as typed)."""
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise InputError(f"--var {pair!r} must look like NAME=VALUE")
+        if not key.isidentifier():
+            raise InputError(f"--var {pair!r}: {key!r} is not a valid variable name")
+        out[key] = value
+    return out
+
+
+def parse_tags(text: Optional[str]) -> Optional[set]:
+    tags = {t.strip() for t in (text or "").split(",") if t.strip()}
+    return tags or None
+
+
+def check_forks(forks) -> int:
+    try:
+        value = int(forks)
+    except (TypeError, ValueError):
+        raise InputError(f"--forks must be a whole number, not {forks!r}") from None
+    if value < 1:
+        raise InputError("--forks must be 1 or more")
+    return value
+
+
+def become_password(ask: bool) -> Optional[str]:
+    if ask:
+        return getpass.getpass("become (sudo) password: ")
+    return os.environ.get(BECOME_PASSWORD_ENV)
+
+
+def load_and_check(inventory_path: str, selection: str, recipe_path: Optional[str],
+                   extra_vars: dict):
+    """Inventory, selected hosts and recipe, all checked; raises `InputError`."""
+    inventory = load_inventory(inventory_path)
+    hosts = inventory.select(selection)
+    recipe = load_recipe(recipe_path) if recipe_path else None
+    if recipe is not None:
+        checked = set()
+        for host in hosts:
+            known = set(recipe.vars) | set(extra_vars)
+            for layer, _ in inventory.layered_vars(host):
+                known |= set(layer)
+            for name in RESERVED:
+                if name in known:
+                    raise InputError(f"'{name}' is a reserved name and cannot be a variable",
+                                     inventory.path)
+            key = frozenset(known)
+            if key not in checked:
+                check_names(recipe, known, host.name)
+                checked.add(key)
+    return inventory, hosts, recipe
+
+
+def provision(host: str, recipe: str, inventory: str, check: bool = False, tags: str = "",
+              var: Optional[list] = None, forks=16, json_path: Optional[str] = None,
+              ask_become_pass: bool = False, logs_dir: str = "logs", after_steps=None,
+              extra_column: Optional[str] = None) -> int:
+    """`invoke provision`: run a recipe on the selected hosts."""
+    try:
+        extra_vars = parse_vars(var)
+        forks_n = check_forks(forks)
+        inv, hosts, rec = load_and_check(inventory, host, recipe, extra_vars)
+    except InputError as exc:
+        return fail_input(exc)
+    password = become_password(ask_become_pass)
+    redact = Redactor([password] if password else [])
+    for name in inv.secrets:
+        if name in extra_vars:
+            redact.add(extra_vars[name])
+    reporter = Reporter(redact, check=check)
+    reporter.set_hosts([h.name for h in hosts])
+    options = RunOptions(check=check, tags=parse_tags(tags), extra_vars=extra_vars, forks=forks_n,
+                         become_password=password, logs_dir=Path(logs_dir), run_id=new_run_id())
+    run = Run(inv, rec, hosts, options, reporter, redact, after_steps=after_steps)
+    mode = "check (nothing will change)" if check else "apply"
+    reporter.note(f"{rec.name}: {len(hosts)} host(s), {mode}, run {options.run_id}")
+    status = EXIT_OK
+    with _sigterm_as_interrupt():
+        try:
+            results = run.execute()
+        except RunInterrupted as exc:
+            results, status = exc.results, EXIT_INTERRUPTED
+            reporter.note("interrupted: stopped the hosts; what they did so far is kept")
+    reporter.recap(results, extra_column=extra_column)
+    if json_path:
+        write_json(Path(json_path), results, redact)
+    if status == EXIT_OK and not all(r.ok for r in results.values()):
+        status = EXIT_FAILED
+    return status
+
+
+class _sigterm_as_interrupt:
+    """Treat SIGTERM like Ctrl-C during a run, so both stop hosts and keep the recap."""
+
+    def __enter__(self):
+        self.previous = signal.getsignal(signal.SIGTERM)
+        try:
+            signal.signal(signal.SIGTERM, self._raise)
+        except ValueError:  # not the main thread (tests calling in): leave it as it is
+            self.previous = None
+        return self
+
+    @staticmethod
+    def _raise(signum, frame):
+        raise KeyboardInterrupt()
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+        return False
+
+
+def facts(host: str, inventory: str, json_path: Optional[str] = None) -> int:
+    """`invoke facts`: gather and print facts of the selected hosts."""
+    import json
+
+    from .facts import FACTS
+    from .runner import write_atomic
+
+    try:
+        inv, hosts, _ = load_and_check(inventory, host, None, {})
+    except InputError as exc:
+        return fail_input(exc)
+    redact = Redactor()
+    reporter = Reporter(redact)
+    reporter.set_hosts([h.name for h in hosts])
+    options = RunOptions(run_id=new_run_id(), logs_dir=None)
+
+    def gather(hr):
+        hr.result.facts = hr.facts  # facts were gathered before any step
+
+    from .recipe import Recipe
+
+    empty = Recipe(path=Path("<facts>"), name="facts", vars={}, vars_where={}, steps=[],
+                   handlers={})
+    run = Run(inv, empty, hosts, options, reporter, redact, after_steps=gather)
+    results = run.execute()
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False)
+    table.add_column("fact")
+    for name in results:
+        table.add_column(name)
+    for fact in FACTS:
+        row = [fact]
+        for result in results.values():
+            value = (result.facts or {}).get(fact, "")
+            row.append(", ".join(value) if isinstance(value, list) else str(value))
+        table.add_row(*row)
+    reporter.console.print(table)
+    for name, result in results.items():
+        if result.unreachable:
+            reporter.unreachable(name, result.message)
+    if json_path:
+        data = {"hosts": {name: ({"facts": r.facts} if r.facts is not None else
+                                 {"unreachable": True, "message": r.message})
+                          for name, r in results.items()}}
+        write_atomic(Path(json_path), json.dumps(data, indent=2) + "\n")
+    return EXIT_OK if all(r.facts is not None for r in results.values()) else EXIT_FAILED
+

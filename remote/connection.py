@@ -1,0 +1,403 @@
+"""Connections to hosts: one per host, reused for the whole run.
+
+`SSHConnection` opens a Fabric `Connection` (jump hosts, ssh_config) with host keys checked by
+`hostkeys.KnownHosts`, connect/banner/auth timeouts and keepalives, then runs each command on its
+own channel of the one transport. `LocalConnection` runs the same commands with /bin/sh here.
+
+Every command is POSIX sh, wrapped the same way for both:
+  [sudo -H -S -p TOKEN --] [timeout -k 5 N] /bin/sh -c SCRIPT
+The remote `timeout` kills the command's whole process group when a step overruns; the client
+side has its own deadline too, so a dead link cannot hang the run. A sudo password is sent on
+stdin only when sudo prints our prompt token, and never appears in a command line or a log.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import select
+import shlex
+import signal
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import paramiko
+
+from .hostkeys import HostKeyError, KnownHosts, lookup_name
+from .inventory import Host, Timeouts
+
+OutputCallback = Callable[[str, str], None]  # (stream name "stdout"|"stderr", text)
+
+KILL_GRACE_S = 5  # after SIGTERM, `timeout -k` sends SIGKILL this much later
+CLIENT_GRACE_S = KILL_GRACE_S + 5  # the client waits this long past the remote timeout
+
+
+class Unreachable(Exception):
+    """The host could not be connected to or logged into; the message says why."""
+
+
+class CommandTimeout(Exception):
+    """A command ran past its timeout (and was killed on the host)."""
+
+
+class ConnectionLost(Exception):
+    """The SSH session died while a command ran."""
+
+
+class BecomeError(Exception):
+    """sudo refused: no password given where one is needed, or a wrong one."""
+
+
+@dataclass
+class CommandResult:
+    rc: int
+    stdout: bytes
+    stderr: bytes
+    elapsed_s: float
+
+    @property
+    def out(self) -> str:
+        return self.stdout.decode("utf-8", "replace")
+
+    @property
+    def err(self) -> str:
+        return self.stderr.decode("utf-8", "replace")
+
+
+def wrap_command(script: str, *, become: bool, is_root: bool, timeout: Optional[float],
+                 prompt: str, ready: str, password: Optional[str],
+                 shell: str = "/bin/sh") -> str:
+    """The command line that runs `script`, with sudo and a remote timeout as asked."""
+    inner = f"{shell} -c {shlex.quote(script)}"
+    if timeout:
+        inner = f"timeout -k {KILL_GRACE_S} {max(1, int(round(timeout)))} {inner}"
+    if not become or is_root:
+        return inner
+    # The ready marker tells the client sudo is satisfied, so stdin now belongs to the command.
+    announce = f"printf '%s\\n' {shlex.quote(ready)} >&2; exec {inner}"
+    mode = f"-S -p {shlex.quote(prompt)}" if password is not None else "-n"
+    return f"sudo -H {mode} -- /bin/sh -c {shlex.quote(announce)}"
+
+
+class _Exchange:
+    """Collects a command's output and handles the sudo prompt / ready markers on stderr."""
+
+    def __init__(self, prompt: str, ready: str, password: Optional[str], stdin: Optional[bytes],
+                 wait_ready: bool, on_output: Optional[OutputCallback]):
+        self.prompt = prompt.encode()
+        self.ready = ready.encode() + b"\n"
+        self.password = password
+        self.stdin = stdin
+        self.waiting = wait_ready
+        self.on_output = on_output
+        self.stdout = bytearray()
+        self.stderr = bytearray()
+        self._pending_err = bytearray()
+        self.to_send: list = []
+        self.close_stdin = False
+        self.wrong_password = False
+        self.prompts = 0
+        if not wait_ready:
+            self._release_stdin()
+
+    def _release_stdin(self) -> None:
+        if self.stdin:
+            self.to_send.append(self.stdin)
+        self.close_stdin = True
+
+    def feed_stdout(self, data: bytes) -> None:
+        self.stdout += data
+        if self.on_output:
+            self.on_output("stdout", data.decode("utf-8", "replace"))
+
+    def feed_stderr(self, data: bytes) -> None:
+        if not self.waiting:
+            self._emit_err(data)
+            return
+        self._pending_err += data
+        if self.prompt in self._pending_err:
+            self.prompts += 1
+            self._pending_err = self._pending_err.replace(self.prompt, b"", 1)
+            if self.prompts > 1 or self.password is None:
+                self.wrong_password = True
+                self.close_stdin = True
+            else:
+                self.to_send.append(self.password.encode() + b"\n")
+        if self.ready in self._pending_err:
+            before, _, after = bytes(self._pending_err).partition(self.ready)
+            self._pending_err = bytearray()
+            self.waiting = False
+            self._release_stdin()
+            if before.strip():
+                self._emit_err(before)
+            if after:
+                self._emit_err(after)
+
+    def finish(self) -> None:
+        if self._pending_err:
+            self._emit_err(bytes(self._pending_err))
+            self._pending_err = bytearray()
+
+    def _emit_err(self, data: bytes) -> None:
+        self.stderr += data
+        if self.on_output:
+            self.on_output("stderr", data.decode("utf-8", "replace"))
+
+
+class BaseConnection:
+    """What the runner needs of a connection; subclasses implement `_execute`."""
+
+    host: Host
+    is_root: bool = False
+
+    def __init__(self, host: Host, timeouts: Timeouts, become_password: Optional[str] = None):
+        self.host = host
+        self.timeouts = timeouts
+        self.become_password = become_password
+
+    def run(self, script: str, *, become: bool = False, timeout: Optional[float] = None,
+            stdin: Optional[bytes] = None, on_output: Optional[OutputCallback] = None,
+            shell: str = "/bin/sh") -> CommandResult:
+        """Run a POSIX sh script on the host; return its exit status and output."""
+        token = secrets.token_hex(8)
+        prompt, ready = f"[gpuprov-sudo-{token}]", f"[gpuprov-ready-{token}]"
+        use_sudo = become and not self.is_root
+        command = wrap_command(script, become=become, is_root=self.is_root, timeout=timeout,
+                               prompt=prompt, ready=ready, password=self.become_password,
+                               shell=shell)
+        exchange = _Exchange(prompt, ready, self.become_password if use_sudo else None, stdin,
+                             use_sudo, on_output)
+        started = time.monotonic()
+        deadline = started + timeout + CLIENT_GRACE_S if timeout else None
+        rc = self._execute(command, exchange, deadline, timeout)
+        exchange.finish()
+        if use_sudo and exchange.waiting:
+            if exchange.wrong_password:
+                raise BecomeError(f"sudo on {self.host.name} rejected the become password")
+            if self.become_password is None and b"password is required" in exchange.stderr:
+                raise BecomeError(
+                    f"sudo on {self.host.name} needs a password: set GPUPROV_BECOME_PASSWORD or "
+                    "pass --ask-become-pass")
+            raise BecomeError(f"sudo failed on {self.host.name}: "
+                              f"{exchange.stderr.decode('utf-8', 'replace').strip()[:300]}")
+        return CommandResult(rc, bytes(exchange.stdout), bytes(exchange.stderr),
+                             time.monotonic() - started)
+
+    def _execute(self, command: str, exchange: _Exchange, deadline: Optional[float],
+                 timeout: Optional[float]) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class SSHConnection(BaseConnection):
+    """A host reached over SSH through Fabric, with our host key checks."""
+
+    def __init__(self, host: Host, timeouts: Timeouts, known_hosts: KnownHosts,
+                 become_password: Optional[str] = None, gateway: "SSHConnection | None" = None):
+        super().__init__(host, timeouts, become_password)
+        self.known_hosts = known_hosts
+        self.gateway = gateway
+        self.fabric = None
+        self.is_root = host.user == "root"
+
+    def open(self) -> "SSHConnection":
+        """Connect and authenticate, or raise `Unreachable` with the reason."""
+        from fabric import Connection  # imported here: it is the slowest import of a run
+
+        connect_kwargs = {"banner_timeout": self.timeouts.banner,
+                          "auth_timeout": self.timeouts.auth,
+                          "channel_timeout": self.timeouts.auth}
+        if self.host.identity_file:
+            connect_kwargs["key_filename"] = os.path.expanduser(self.host.identity_file)
+        where = f"{self.host.address}:{self.host.port}"
+        if self.gateway is not None:
+            self.gateway.open()
+        self.fabric = Connection(self.host.address, user=self.host.user, port=self.host.port,
+                                 connect_timeout=int(max(1, self.timeouts.connect)),
+                                 connect_kwargs=connect_kwargs,
+                                 gateway=self.gateway.fabric if self.gateway else None)
+        self.known_hosts.install(self.fabric.client, self.host.name)
+        try:
+            self.fabric.open()
+        except HostKeyError as exc:
+            raise Unreachable(str(exc)) from None
+        except paramiko.BadHostKeyException as exc:
+            name = lookup_name(self.host.address, self.host.port)
+            raise Unreachable(self.known_hosts.changed_message(self.host.name, name, exc)) from None
+        except paramiko.AuthenticationException as exc:
+            raise Unreachable(f"login as {self.fabric.user} on {where} failed: {exc}. Check the "
+                              "user and identity_file in the inventory") from None
+        except paramiko.ssh_exception.NoValidConnectionsError:
+            raise Unreachable(f"connection to {where} refused (is sshd running there, "
+                              "and the port right?)") from None
+        except socket.timeout:
+            raise Unreachable(f"no answer from {where} within {self.timeouts.connect:g} s "
+                              "(connect timeout)") from None
+        except paramiko.SSHException as exc:
+            text = str(exc)
+            if "banner" in text.lower():
+                text = (f"{where} accepted TCP but sent no SSH banner within "
+                        f"{self.timeouts.banner:g} s")
+            raise Unreachable(f"SSH to {where} failed: {text}") from None
+        except OSError as exc:
+            raise Unreachable(f"cannot connect to {where}: {exc.strerror or exc}") from None
+        self.fabric.transport.set_keepalive(max(1, int(self.timeouts.keepalive)))
+        return self
+
+    def _execute(self, command, exchange, deadline, timeout) -> int:
+        transport = self.fabric.transport
+        try:
+            channel = transport.open_session(timeout=self.timeouts.auth)
+            channel.exec_command(command)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise ConnectionLost(f"SSH session to {self.host.name} lost: {exc}") from None
+        try:
+            return self._pump(channel, exchange, deadline, timeout)
+        finally:
+            channel.close()
+
+    def _pump(self, channel, exchange, deadline, timeout) -> int:
+        stdin_closed = False
+        liveness = _Liveness(self.fabric.transport, self.timeouts.keepalive)
+        while True:
+            while exchange.to_send:
+                channel.sendall(exchange.to_send.pop(0))
+            if exchange.close_stdin and not stdin_closed:
+                channel.shutdown_write()
+                stdin_closed = True
+            now = time.monotonic()
+            if deadline and now > deadline:
+                raise CommandTimeout(f"timed out after {timeout:g} s")
+            wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - now))
+            select.select([channel], [], [], wait)
+            got = False
+            while channel.recv_ready():
+                exchange.feed_stdout(channel.recv(65536))
+                got = True
+            while channel.recv_stderr_ready():
+                exchange.feed_stderr(channel.recv_stderr(65536))
+                got = True
+            if channel.exit_status_ready() and not channel.recv_ready() \
+                    and not channel.recv_stderr_ready() and (channel.eof_received or channel.closed):
+                return channel.recv_exit_status()
+            if not self.fabric.transport.is_active():
+                raise ConnectionLost(f"SSH session to {self.host.name} closed while a command ran")
+            if not liveness.alive(heard=got):
+                self.fabric.transport.close()
+                raise ConnectionLost(
+                    f"{self.host.name} stopped answering (no reply to SSH keepalive within "
+                    f"{liveness.limit:g} s): link down or host gone")
+
+    def close(self) -> None:
+        if self.fabric is not None:
+            self.fabric.close()
+        if self.gateway is not None:
+            self.gateway.close()
+
+
+class LocalConnection(BaseConnection):
+    """This machine, through /bin/sh; used for `connection: local` hosts."""
+
+    def __init__(self, host: Host, timeouts: Timeouts, become_password: Optional[str] = None):
+        super().__init__(host, timeouts, become_password)
+        self.is_root = os.geteuid() == 0
+
+    def open(self) -> "LocalConnection":
+        return self
+
+    def _execute(self, command, exchange, deadline, timeout) -> int:
+        proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        streams = {proc.stdout.fileno(): exchange.feed_stdout,
+                   proc.stderr.fileno(): exchange.feed_stderr}
+        stdin_closed = False
+        try:
+            while streams:
+                while exchange.to_send:
+                    try:
+                        proc.stdin.write(exchange.to_send.pop(0))
+                        proc.stdin.flush()
+                    except BrokenPipeError:
+                        exchange.to_send.clear()
+                if exchange.close_stdin and not stdin_closed:
+                    proc.stdin.close()
+                    stdin_closed = True
+                now = time.monotonic()
+                if deadline and now > deadline:
+                    raise CommandTimeout(f"timed out after {timeout:g} s")
+                wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - now))
+                readable, _, _ = select.select(list(streams), [], [], wait)
+                for fd in readable:
+                    data = os.read(fd, 65536)
+                    if data:
+                        streams[fd](data)
+                    else:
+                        del streams[fd]
+            return proc.wait()
+        finally:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe and not pipe.closed:
+                    pipe.close()
+
+
+class _Liveness:
+    """Notices a dead link while a command is silent.
+
+    paramiko's own keepalives ask for no reply, so they cannot tell a dead peer from a quiet one;
+    after `interval` seconds of silence this sends a global request that the server must answer
+    (OpenSSH replies even to unknown requests) and declares the link dead when no answer comes
+    within `limit` seconds.
+    """
+
+    def __init__(self, transport: paramiko.Transport, interval: float):
+        self.transport = transport
+        self.interval = max(1.0, interval)
+        self.limit = max(2 * self.interval, 10.0)
+        self.last_heard = time.monotonic()
+        self.ping_sent: Optional[float] = None
+        self.ping_done = threading.Event()
+
+    def alive(self, heard: bool) -> bool:
+        now = time.monotonic()
+        if heard or self.ping_done.is_set():
+            self.last_heard = now
+            if self.ping_done.is_set():
+                self.ping_sent = None
+                self.ping_done.clear()
+        if self.ping_sent is None:
+            if now - self.last_heard >= self.interval:
+                self.ping_sent = now
+                threading.Thread(target=self._ping, daemon=True).start()
+            return True
+        return now - self.ping_sent < self.limit
+
+    def _ping(self) -> None:
+        try:
+            self.transport.global_request("keepalive@openssh.com", wait=True)
+        except Exception:  # noqa: BLE001 - a failed ping is judged by its missing answer
+            return
+        if self.transport.is_active():
+            self.ping_done.set()
+
+
+def connect(host: Host, hosts: dict, timeouts: Timeouts, known_hosts: KnownHosts,
+            become_password: Optional[str] = None) -> BaseConnection:
+    """Open the right connection for `host` (jump hosts chained through the inventory)."""
+    if host.is_local:
+        return LocalConnection(host, timeouts, become_password).open()
+    gateway = None
+    if host.jump:
+        gateway = SSHConnection(hosts[host.jump], timeouts, known_hosts)
+    return SSHConnection(host, timeouts, known_hosts, become_password, gateway).open()

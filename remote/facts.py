@@ -1,0 +1,141 @@
+"""Facts: what a host is, gathered in one round trip by one read-only sh script.
+
+A fact is a line ``name=value`` printed by `SCRIPT` and typed by `parse`. Missing tools give
+empty values (0 GPUs, "" versions), never errors, so a bare minimal image reports cleanly.
+Templates read them as ``facts.NAME``; `FACTS` documents every name.
+"""
+from __future__ import annotations
+
+import shlex
+
+# name -> (type, what it is). Types: str, int, float, bool, list (repeated lines).
+FACTS = {
+    "hostname": (str, "uname -n"),
+    "arch": (str, "machine architecture (x86_64, aarch64)"),
+    "kernel": (str, "running kernel release"),
+    "distro_id": (str, "ID from /etc/os-release (ubuntu, debian)"),
+    "distro_version": (str, "VERSION_ID (22.04, 12)"),
+    "distro_codename": (str, "VERSION_CODENAME (jammy, bookworm)"),
+    "distro_like": (str, "ID_LIKE"),
+    "user": (str, "login user"),
+    "uid": (int, "login user's uid"),
+    "is_root": (bool, "the login user is root"),
+    "python": (str, "version of the inventory's python (empty if missing)"),
+    "cpus": (int, "online CPUs"),
+    "memory_mib": (int, "total memory, MiB"),
+    "disk_free_gib": (float, "free space on /, GiB"),
+    "gpu_count": (int, "NVIDIA GPUs on the PCI bus (vendor 10de, display class)"),
+    "gpus": (list, "their names as lspci gives them"),
+    "driver_version": (str, "loaded NVIDIA kernel module version (empty if none)"),
+    "nvidia_smi": (bool, "nvidia-smi is on PATH"),
+    "nvcc_version": (str, "CUDA compiler release (empty if none)"),
+    "cudnn_version": (str, "cuDNN version from its header (empty if none)"),
+    "secure_boot": (str, "enabled | disabled | unknown"),
+    "boot_id": (str, "changes at every boot"),
+    "pkg_manager": (str, "apt | dnf | yum | empty"),
+}
+FACT_NAMES = frozenset(FACTS)
+
+_SCRIPT = r"""
+p() { printf '%s=%s\n' "$1" "$2"; }
+p hostname "$(uname -n)"; p arch "$(uname -m)"; p kernel "$(uname -r)"
+if [ -r /etc/os-release ]; then
+  ( . /etc/os-release; p distro_id "$ID"; p distro_version "$VERSION_ID"
+    p distro_codename "${VERSION_CODENAME:-$UBUNTU_CODENAME}"; p distro_like "$ID_LIKE" )
+fi
+p uid "$(id -u)"; p user "$(id -un 2>/dev/null)"
+p python "$(__PYTHON__ --version 2>&1 | sed -n 's/^Python //p')"
+p cpus "$(getconf _NPROCESSORS_ONLN 2>/dev/null || nproc 2>/dev/null)"
+p memory_kib "$(sed -n 's/^MemTotal: *\([0-9]*\).*/\1/p' /proc/meminfo 2>/dev/null)"
+p disk_free_kib "$(df -Pk / 2>/dev/null | awk 'NR==2 {print $4}')"
+p boot_id "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"
+if command -v lspci >/dev/null 2>&1; then
+  lspci -nn -d 10de: 2>/dev/null | grep -E '\[030[02]\]' | sed -e 's/^[^:]*:[^:]*: *//' -e 's/^/gpu=/'
+else
+  for d in /sys/bus/pci/devices/*; do
+    [ -r "$d/vendor" ] || continue
+    [ "$(cat "$d/vendor")" = 0x10de ] || continue
+    case "$(cat "$d/class")" in 0x0300*|0x0302*) p gpu "NVIDIA device $(cat "$d/device")";; esac
+  done
+fi
+p driver_version "$(sed -n 's/.*Kernel Module[^0-9]*\([0-9][0-9.]*\).*/\1/p' /proc/driver/nvidia/version 2>/dev/null | head -n1)"
+command -v nvidia-smi >/dev/null 2>&1 && p nvidia_smi 1
+for n in nvcc /usr/local/cuda/bin/nvcc; do
+  if command -v "$n" >/dev/null 2>&1; then
+    p nvcc_version "$("$n" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"; break
+  fi
+done
+for h in /usr/include/cudnn_version.h /usr/include/*-linux-gnu/cudnn_version_v*.h \
+         /usr/local/cuda/include/cudnn_version.h /usr/include/cudnn.h; do
+  [ -r "$h" ] || continue
+  v=$(awk '/#define CUDNN_MAJOR /{a=$3} /#define CUDNN_MINOR /{b=$3} /#define CUDNN_PATCHLEVEL /{c=$3}
+           END {if (a != "") print a "." b "." c}' "$h")
+  [ -n "$v" ] && { p cudnn_version "$v"; break; }
+done
+if command -v mokutil >/dev/null 2>&1; then
+  p secure_boot "$(mokutil --sb-state 2>/dev/null | sed -n 's/^SecureBoot \(enabled\|disabled\).*/\1/p')"
+elif [ -d /sys/firmware/efi ]; then
+  f=$(ls /sys/firmware/efi/efivars/SecureBoot-* 2>/dev/null | head -n1)
+  if [ -n "$f" ]; then
+    b=$(od -An -t u1 "$f" 2>/dev/null | awk '{print $NF}')
+    [ "$b" = 1 ] && p secure_boot enabled || p secure_boot disabled
+  fi
+else
+  p secure_boot disabled
+fi
+for m in apt-get dnf yum; do command -v $m >/dev/null 2>&1 && { p pkg_manager "${m%-get}"; break; }; done
+"""
+
+
+def script(python: str = "python3") -> str:
+    """The facts script for a host whose python is `python`."""
+    return _SCRIPT.replace("__PYTHON__", shlex.quote(python))
+
+
+def parse(output: str) -> dict:
+    """Typed facts from the script's output; every name in `FACTS` is present."""
+    raw: dict = {}
+    gpus = []
+    for line in output.splitlines():
+        name, sep, value = line.partition("=")
+        if not sep:
+            continue
+        if name == "gpu":
+            gpus.append(_gpu_name(value.strip()))
+        else:
+            raw[name] = value.strip()
+    facts = {name: _empty(kind) for name, (kind, _) in FACTS.items()}
+    for name in ("hostname", "arch", "kernel", "distro_id", "distro_version", "distro_codename",
+                 "distro_like", "user", "python", "driver_version", "nvcc_version",
+                 "cudnn_version", "boot_id", "pkg_manager"):
+        facts[name] = raw.get(name, "")
+    facts["uid"] = _int(raw.get("uid"), -1)
+    facts["is_root"] = facts["uid"] == 0
+    facts["cpus"] = _int(raw.get("cpus"), 0)
+    facts["memory_mib"] = _int(raw.get("memory_kib"), 0) // 1024
+    facts["disk_free_gib"] = round(_int(raw.get("disk_free_kib"), 0) / 1024 / 1024, 1)
+    facts["gpus"] = gpus
+    facts["gpu_count"] = len(gpus)
+    facts["nvidia_smi"] = raw.get("nvidia_smi") == "1"
+    facts["secure_boot"] = raw.get("secure_boot") or "unknown"
+    return facts
+
+
+def _gpu_name(lspci_text: str) -> str:
+    # "NVIDIA Corporation GH100 [H100 SXM5 80GB HBM3] [10de:2330] (rev a1)" -> the bracketed
+    # marketing name when present, else the text without the ids.
+    text = lspci_text.split(" [10de:")[0]
+    if "[" in text and text.endswith("]"):
+        return "NVIDIA " + text[text.rindex("[") + 1:-1]
+    return text
+
+
+def _int(value, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _empty(kind):
+    return {str: "", int: 0, float: 0.0, bool: False, list: []}[kind]

@@ -1,0 +1,291 @@
+"""The inventory: which hosts exist, how to reach them, their groups and variables.
+
+Format (see DESIGN.md): top-level `vars`, `hosts`, `groups` (with `hosts`, `children`, `vars`),
+`host_key_policy` (strict | accept-new), `known_hosts` (extra files of trusted keys), `timeouts`
+and `secrets` (names of vars whose values are never shown). Variable precedence, low to high:
+inventory vars, group vars (parents before children), host vars; recipe vars sit below all of
+them and `--var` above.
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import InputError, Where
+from .schema import check_keys, expect, expect_str_list
+from .yamlfile import YamlMap, load_yaml
+
+NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+HOST_KEYS = {"address", "user", "port", "identity_file", "python", "become", "jump",
+             "connection", "vars"}
+GROUP_KEYS = {"hosts", "children", "vars"}
+TOP_KEYS = {"vars", "hosts", "groups", "host_key_policy", "known_hosts", "timeouts", "secrets"}
+TIMEOUT_KEYS = {"connect", "banner", "auth", "keepalive", "command"}
+POLICIES = ("strict", "accept-new")
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds. `keepalive` is the interval of SSH keepalives; `command` the default step bound."""
+
+    connect: float = 10.0
+    banner: float = 15.0
+    auth: float = 15.0
+    keepalive: float = 5.0
+    command: float = 3600.0
+
+
+@dataclass
+class Host:
+    name: str
+    address: str
+    where: Where
+    user: str | None = None
+    port: int = 22
+    identity_file: str | None = None
+    python: str = "python3"
+    become: bool = False
+    jump: str | None = None
+    connection: str = "ssh"
+    vars: dict = field(default_factory=dict)
+
+    @property
+    def is_local(self) -> bool:
+        return self.connection == "local"
+
+
+@dataclass
+class Group:
+    name: str
+    where: Where
+    hosts: list = field(default_factory=list)
+    children: list = field(default_factory=list)
+    vars: dict = field(default_factory=dict)
+
+
+@dataclass
+class Inventory:
+    path: Path
+    hosts: dict
+    groups: dict
+    vars: dict
+    vars_where: dict
+    host_key_policy: str = "strict"
+    known_hosts: list = field(default_factory=list)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    secrets: set = field(default_factory=set)
+
+    def select(self, selection: str) -> list:
+        """Hosts matching SEL: names, groups, `all`, globs, comma-separated; inventory order."""
+        items = [item.strip() for item in (selection or "").split(",")]
+        if not any(items):
+            raise InputError("--host needs a host, group, glob or 'all'", self.path)
+        chosen: set = set()
+        for item in items:
+            if not item:
+                continue
+            matched = self._match(item)
+            if not matched:
+                raise InputError(
+                    f"--host '{item}' matches no host or group (hosts: {_list(self.hosts)}; "
+                    f"groups: {_list(self.groups) or 'none'})", self.path)
+            chosen |= matched
+        return [host for name, host in self.hosts.items() if name in chosen]
+
+    def _match(self, item: str) -> set:
+        if item == "all":
+            return set(self.hosts)
+        if item in self.hosts:
+            return {item}
+        if item in self.groups:
+            return self.group_members(item)
+        if any(ch in item for ch in "*?["):
+            found = set(fnmatch.filter(self.hosts, item))
+            for group in fnmatch.filter(self.groups, item):
+                found |= self.group_members(group)
+            return found
+        return set()
+
+    def group_members(self, group: str) -> set:
+        members = set(self.groups[group].hosts)
+        for child in self.groups[group].children:
+            members |= self.group_members(child)
+        return members
+
+    def groups_of(self, host: str) -> list:
+        """Groups holding `host` directly or through children, parents before children."""
+        depth: dict = {}
+
+        def walk(name: str, level: int) -> None:
+            depth[name] = max(depth.get(name, 0), level)
+            for child in self.groups[name].children:
+                walk(child, level + 1)
+
+        for root in self._roots():
+            walk(root, 0)
+        mine = [g for g in self.groups if host in self.group_members(g)]
+        return sorted(mine, key=lambda g: (depth.get(g, 0), g))
+
+    def _roots(self) -> list:
+        children = {c for g in self.groups.values() for c in g.children}
+        return [g for g in self.groups if g not in children]
+
+    def layered_vars(self, host: Host) -> list:
+        """The inventory's variable layers for `host`, low to high precedence, with positions."""
+        layers = [(self.vars, self.vars_where)]
+        for group in self.groups_of(host.name):
+            g = self.groups[group]
+            layers.append((g.vars, getattr(g.vars, "key_where", {})))
+        layers.append((host.vars, getattr(host.vars, "key_where", {})))
+        return layers
+
+
+def _list(names) -> str:
+    names = list(names)
+    shown = ", ".join(names[:12])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    """Read and check an inventory file completely; raise `InputError` at the first flaw."""
+    path = Path(path)
+    data = load_yaml(path, "inventory")
+    if not isinstance(data, YamlMap):
+        raise InputError("an inventory must be a mapping with 'hosts:'", path, getattr(data, "where", Where(str(path), 1)).line)
+    check_keys(data, TOP_KEYS, "inventory")
+    hosts_raw = data.get("hosts")
+    if not hosts_raw:
+        raise data.at("hosts").error("the inventory defines no hosts (add a 'hosts:' mapping)")
+    expect(hosts_raw, dict, data.at("hosts"), "'hosts'")
+    top_vars = data.get("vars") or YamlMap()
+    expect(top_vars, dict, data.at("vars"), "'vars'")
+
+    hosts = {}
+    for name, spec in hosts_raw.items():
+        hosts[name] = _load_host(name, spec, hosts_raw.at(name))
+    groups = {}
+    for name, spec in (data.get("groups") or {}).items():
+        groups[name] = _load_group(name, spec, data["groups"].at(name), hosts)
+    for name in groups:
+        if name in hosts:
+            raise groups[name].where.error(f"'{name}' is both a host and a group")
+    _check_children(groups)
+    for host in hosts.values():
+        if host.jump is not None:
+            if host.jump not in hosts:
+                raise host.where.error(f"host '{host.name}': jump host '{host.jump}' is not in the inventory")
+            if host.jump == host.name:
+                raise host.where.error(f"host '{host.name}' cannot be its own jump host")
+
+    policy = data.get("host_key_policy", "strict")
+    if policy not in POLICIES:
+        raise data.at("host_key_policy").error(
+            f"host_key_policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+    known = data.get("known_hosts") or []
+    if isinstance(known, str):
+        known = [known]
+    expect_str_list(known, data.at("known_hosts"), "'known_hosts'")
+    known_paths = [_resolve_path(p, path) for p in known]
+    secrets = data.get("secrets") or []
+    expect_str_list(secrets, data.at("secrets"), "'secrets'")
+
+    return Inventory(path=path, hosts=hosts, groups=groups, vars=top_vars,
+                     vars_where=getattr(top_vars, "key_where", {}), host_key_policy=policy,
+                     known_hosts=known_paths, timeouts=_load_timeouts(data),
+                     secrets=set(secrets))
+
+
+def _resolve_path(value: str, inventory_path: Path) -> Path:
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else (inventory_path.parent / p)
+
+
+def _load_timeouts(data: YamlMap) -> Timeouts:
+    spec = data.get("timeouts")
+    if spec is None:
+        return Timeouts()
+    expect(spec, dict, data.at("timeouts"), "'timeouts'")
+    check_keys(spec, TIMEOUT_KEYS, "timeouts")
+    values = {}
+    for key, value in spec.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise spec.at(key).error(f"timeouts.{key} must be a positive number of seconds")
+        values[key] = float(value)
+    return Timeouts(**values)
+
+
+def _load_host(name: str, spec, where: Where) -> Host:
+    if not NAME.match(name):
+        raise where.error(f"host name '{name}' may hold only letters, digits, '.', '_' and '-'")
+    if spec is None:
+        spec = YamlMap()
+        spec.where, spec.key_where = where, {}
+    expect(spec, dict, where, f"host '{name}'")
+    check_keys(spec, HOST_KEYS, f"host '{name}'")
+    connection = spec.get("connection", "ssh")
+    if connection not in ("ssh", "local"):
+        raise spec.at("connection").error(f"connection must be 'ssh' or 'local', not {connection!r}")
+    host = Host(name=name, address=str(spec.get("address", name)), where=where,
+                connection=connection)
+    for key, kind in (("user", str), ("identity_file", str), ("python", str), ("jump", str)):
+        if key in spec:
+            setattr(host, key, expect(spec[key], kind, spec.at(key), f"host '{name}': {key}"))
+    if "port" in spec:
+        port = spec["port"]
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise spec.at("port").error(f"host '{name}': port must be a number from 1 to 65535")
+        host.port = port
+    if "become" in spec:
+        host.become = expect(spec["become"], bool, spec.at("become"), f"host '{name}': become")
+    host_vars = spec.get("vars") or YamlMap()
+    host.vars = expect(host_vars, dict, spec.at("vars"), f"host '{name}': vars")
+    return host
+
+
+def _load_group(name: str, spec, where: Where, hosts: dict) -> Group:
+    if not NAME.match(name):
+        raise where.error(f"group name '{name}' may hold only letters, digits, '.', '_' and '-'")
+    if name == "all":
+        raise where.error("'all' is reserved: it already means every host")
+    spec = spec or YamlMap()
+    expect(spec, dict, where, f"group '{name}'")
+    if spec:
+        check_keys(spec, GROUP_KEYS, f"group '{name}'")
+    group = Group(name=name, where=where)
+    for key in ("hosts", "children"):
+        value = spec.get(key) or []
+        expect_str_list(value, spec.at(key) if spec else where, f"group '{name}': {key}")
+        setattr(group, key, list(value))
+    for index, member in enumerate(group.hosts):
+        if member not in hosts:
+            at = spec["hosts"].at(index) if hasattr(spec["hosts"], "at") else where
+            raise at.error(f"group '{name}' lists host '{member}', which is not under hosts:")
+    group.vars = expect(spec.get("vars") or YamlMap(), dict, spec.at("vars") if spec else where,
+                        f"group '{name}': vars")
+    return group
+
+
+def _check_children(groups: dict) -> None:
+    for group in groups.values():
+        for child in group.children:
+            if child not in groups:
+                raise group.where.error(f"group '{group.name}' has unknown child group '{child}'")
+
+    state: dict = {}
+
+    def visit(name: str, path: list) -> None:
+        if state.get(name) == "done":
+            return
+        if state.get(name) == "open":
+            cycle = " -> ".join(path[path.index(name):] + [name])
+            raise groups[name].where.error(f"group children form a cycle: {cycle}")
+        state[name] = "open"
+        for child in groups[name].children:
+            visit(child, path + [name])
+        state[name] = "done"
+
+    for name in groups:
+        visit(name, [])

@@ -1,0 +1,276 @@
+"""Recipes: YAML files of steps and handlers, loaded and checked whole before any host is contacted.
+
+A recipe is a mapping: `name`, `description`, `vars` (defaults, lowest precedence), `steps` (a
+list), `handlers` (a mapping of name -> step). A step has exactly one kind key (see
+`steps.KINDS`, plus `include`) and the common keys in `COMMON`. `include: other.yaml` inlines
+another recipe's steps (path relative to the including file), adding its own `when`, `tags` and
+`become` to theirs. Every template's syntax is checked at load; `check_names` then checks every
+name a template reads against what each selected host defines.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from .errors import InputError, Where
+from .facts import FACT_NAMES
+from .schema import check_keys, expect, expect_str_list, suggest
+from .steps import KINDS, Kind
+from .templating import RESULT_NAMES, check_template, parse
+from .yamlfile import YamlMap, load_yaml
+
+COMMON = {"name", "when", "become", "tags", "notify", "retries", "delay", "timeout",
+          "changed_when", "failed_when", "creates", "unless"}
+TOP_KEYS = {"name", "description", "vars", "steps", "handlers"}
+INCLUDE_KEYS = {"include", "name", "when", "tags", "become"}
+MAX_INCLUDE_DEPTH = 20
+
+
+@dataclass
+class Step:
+    name: str
+    kind: Kind
+    args: dict
+    where: Where
+    when: list = field(default_factory=list)
+    become: Optional[bool] = None
+    tags: frozenset = frozenset()
+    notify: list = field(default_factory=list)
+    retries: int = 0
+    delay: float = 1.0
+    timeout: Optional[float] = None
+    changed_when: Any = None
+    failed_when: Any = None
+    creates: Optional[str] = None
+    unless: Optional[str] = None
+
+
+@dataclass
+class Recipe:
+    path: Path
+    name: str
+    vars: dict
+    vars_where: dict
+    steps: list
+    handlers: dict
+    files: list = field(default_factory=list)
+
+    def select(self, tags: Optional[set]) -> list:
+        """Steps to run for `--tags` (all when None); steps tagged `always` always run."""
+        if not tags:
+            return list(self.steps)
+        return [s for s in self.steps if s.tags & tags or "always" in s.tags]
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Load a recipe and everything it includes; raise `InputError` at the first flaw."""
+    loader = _Loader()
+    root = Path(path)
+    steps = loader.load_file(root, [], [], frozenset(), None, Where(str(root), 1))
+    for step in steps + list(loader.handlers.values()):
+        for name in step.notify:
+            if name not in loader.handlers:
+                raise step.where.error(f"notify: no handler named '{name}'"
+                                       f"{suggest(name, loader.handlers)}")
+    return Recipe(path=root, name=loader.root_name or root.stem, vars=loader.vars,
+                  vars_where=loader.vars_where, steps=steps, handlers=loader.handlers,
+                  files=loader.files)
+
+
+class _Loader:
+    def __init__(self):
+        self.vars: dict = {}
+        self.vars_where: dict = {}
+        self.handlers: dict = {}
+        self.files: list = []
+        self.root_name: Optional[str] = None
+
+    def load_file(self, path: Path, stack: list, when: list, tags: frozenset,
+                  become: Optional[bool], included_at: Where) -> list:
+        resolved = path.resolve()
+        if resolved in stack:
+            chain = " -> ".join(p.name for p in stack[stack.index(resolved):] + [resolved])
+            raise included_at.error(f"include cycle: {chain}")
+        if len(stack) >= MAX_INCLUDE_DEPTH:
+            raise included_at.error(f"includes nested deeper than {MAX_INCLUDE_DEPTH}")
+        if stack and not path.exists():
+            raise included_at.error(f"included recipe {path} not found")
+        data = load_yaml(path, "recipe")
+        if not isinstance(data, YamlMap):
+            raise InputError("a recipe must be a mapping with 'steps:'", path,
+                             getattr(data, "where", Where(str(path), 1)).line)
+        check_keys(data, TOP_KEYS, "recipe")
+        self.files.append(path)
+        if not stack:
+            self.root_name = str(data["name"]) if data.get("name") else None
+        file_vars = data.get("vars") or {}
+        expect(file_vars, dict, data.at("vars"), "'vars'")
+        for name, value in file_vars.items():
+            # The including recipe's defaults win over those of the recipe it includes.
+            if name not in self.vars:
+                self.vars[name] = value
+                self.vars_where[name] = file_vars.at(name)
+        steps_raw = data.get("steps")
+        if steps_raw is None:
+            raise data.where.error("a recipe needs 'steps:' (a list of steps)")
+        expect(steps_raw, list, data.at("steps"), "'steps'")
+        stack = stack + [resolved]
+        steps = []
+        for index, raw in enumerate(steps_raw):
+            at = steps_raw.at(index)
+            expect(raw, dict, at, f"step {index + 1}")
+            if "include" in raw:
+                steps += self._include(raw, path, stack, when, tags, become)
+            else:
+                steps.append(self._step(raw, path.parent, when, tags, become))
+        handlers_raw = data.get("handlers") or {}
+        expect(handlers_raw, dict, data.at("handlers"), "'handlers'")
+        for name, raw in handlers_raw.items():
+            at = handlers_raw.at(name)
+            if name in self.handlers:
+                raise at.error(f"handler '{name}' is defined twice (first at "
+                               f"{self.handlers[name].where})")
+            expect(raw, dict, at, f"handler '{name}'")
+            if "include" in raw:
+                raise at.error("a handler cannot be an include")
+            handler = self._step(raw, path.parent, [], frozenset(), become)
+            if "name" not in raw:
+                handler.name = name
+            self.handlers[name] = handler
+        return steps
+
+    def _include(self, raw: YamlMap, path: Path, stack, when, tags, become) -> list:
+        check_keys(raw, INCLUDE_KEYS, "include")
+        target = expect(raw["include"], str, raw.at("include"), "'include'")
+        inc_when = when + _when_list(raw)
+        inc_tags = tags | frozenset(_tags(raw))
+        inc_become = raw.get("become", become)
+        return self.load_file(path.parent / target, stack, inc_when, inc_tags, inc_become,
+                              raw.at("include"))
+
+    def _step(self, raw: YamlMap, base_dir: Path, when, tags, become) -> Step:
+        kinds = [k for k in raw if k not in COMMON]
+        if not kinds:
+            raise raw.where.error("step has no kind: add one of "
+                                  + ", ".join(sorted(list(KINDS) + ["include"])))
+        for key in kinds:
+            if key not in KINDS:
+                raise raw.at(key).error(
+                    f"unknown step kind or key '{key}'{suggest(key, list(KINDS) + sorted(COMMON))}")
+        if len(kinds) > 1:
+            raise raw.at(kinds[1]).error(f"a step has exactly one kind; this one has "
+                                         f"{' and '.join(kinds)}")
+        kind = KINDS[kinds[0]]
+        where = raw.at(kinds[0])
+        args = kind.load(raw[kinds[0]], where, base_dir)
+        step = Step(name=str(raw.get("name") or _default_name(kind, args)), kind=kind,
+                    args=args, where=raw.where, when=when + _when_list(raw),
+                    become=raw.get("become", become), tags=tags | frozenset(_tags(raw)))
+        if step.become is not None:
+            expect(step.become, bool, raw.at("become"), "'become'")
+        notify = raw.get("notify") or []
+        step.notify = [notify] if isinstance(notify, str) else \
+            list(expect_str_list(notify, raw.at("notify"), "'notify'"))
+        for key in ("retries",):
+            if key in raw:
+                value = raw[key]
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise raw.at(key).error(f"'{key}' must be a whole number of 0 or more")
+                setattr(step, key, value)
+        for key in ("delay", "timeout"):
+            if key in raw:
+                value = raw[key]
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                    raise raw.at(key).error(f"'{key}' must be a positive number of seconds")
+                setattr(step, key, float(value))
+        for key in ("changed_when", "failed_when"):
+            if key in raw:
+                value = raw[key]
+                if not isinstance(value, (bool, str)):
+                    raise raw.at(key).error(f"'{key}' must be true, false or an expression")
+                if isinstance(value, str):
+                    parse(value, raw.at(key), expression=True)
+                setattr(step, key, value)
+        for key in ("creates", "unless"):
+            if key in raw:
+                setattr(step, key, expect(raw[key], str, raw.at(key), f"'{key}'"))
+        if not kind.remote and (step.creates or step.unless):
+            raise raw.where.error(f"'{kind.name}' runs on the control side: creates/unless do "
+                                  "not apply")
+        for expr_where, expr in [(raw.at("when"), e) for e in _when_list(raw)]:
+            if isinstance(expr, str):
+                parse(expr, expr_where, expression=True)
+        for value, _ in kind.templates(args):
+            if isinstance(value, str):
+                parse(value, where)
+        return step
+
+
+def _when_list(raw: YamlMap) -> list:
+    if "when" not in raw:
+        return []
+    value = raw["when"]
+    values = value if isinstance(value, list) else [value]
+    for item in values:
+        if not isinstance(item, (str, bool)):
+            raise raw.at("when").error("'when' must be an expression, true/false, or a list")
+    return list(values)
+
+
+def _tags(raw: YamlMap) -> list:
+    value = raw.get("tags") or []
+    if isinstance(value, str):
+        value = [t.strip() for t in value.split(",") if t.strip()]
+    return expect_str_list(value, raw.at("tags"), "'tags'")
+
+
+def _default_name(kind: Kind, args: dict) -> str:
+    for key in ("cmd", "path", "dest", "packages", "that"):
+        if key in args:
+            value = args[key]
+            text = " ".join(map(str, value)) if isinstance(value, list) else str(value)
+            text = " ".join(text.split())
+            return f"{kind.name}: {text[:50]}{'...' if len(text) > 50 else ''}"
+    return kind.name
+
+
+def check_names(recipe: Recipe, known: set, host_label: str) -> None:
+    """Check every template and expression of `recipe` against the names one host defines."""
+    def where_for(step: Step) -> Where:
+        return step.where
+
+    suffix = f" for host {host_label}" if host_label else ""
+    for step in recipe.steps + list(recipe.handlers.values()):
+        try:
+            check_template(step.name, step.where, known, FACT_NAMES)
+            for expr in step.when:
+                check_template(expr, step.where, known, FACT_NAMES, expression=True)
+            for key in ("changed_when", "failed_when"):
+                value = getattr(step, key)
+                if isinstance(value, str):
+                    check_template(value, step.where, set(known) | RESULT_NAMES, FACT_NAMES,
+                                   expression=True)
+            for key, is_shell in (("creates", False), ("unless", True)):
+                value = getattr(step, key)
+                if value:
+                    check_template(value, step.where, known, FACT_NAMES, shell=is_shell)
+            for value, is_shell in step.kind.templates(step.args):
+                _check_nested(value, where_for(step), known, is_shell)
+            for expr in step.kind.expressions(step.args):
+                check_template(expr, step.where, known, FACT_NAMES, expression=True)
+        except InputError as exc:
+            if suffix and "undefined variable" in exc.message:
+                exc.message += suffix
+            raise
+
+
+def _check_nested(value: Any, where: Where, known: set, shell: bool) -> None:
+    if isinstance(value, str):
+        check_template(value, where, known, FACT_NAMES, shell=shell)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _check_nested(item, where, known, shell)
+    elif isinstance(value, list):
+        for item in value:
+            _check_nested(item, where, known, shell)

@@ -1,0 +1,468 @@
+"""The runner: a recipe applied to many hosts at once, each host on its own connection.
+
+Per host, in order: connect; gather facts (one round trip); resolve vars; evaluate `when` and
+render every selected step; send all their probes as one script (one round trip); then walk
+the steps: a step whose probe shows its target state reports `ok` and sends nothing, others run
+only the commands their kind planned. After a change the probes of the steps that follow are
+stale, so they are sent again (one round trip) before the next step that needs them. Notified
+handlers run once at the end. A converged host therefore costs: connect + 2 round trips.
+
+Hosts run in a thread pool bounded by `forks`; one host failing never stops the others.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import facts as facts_mod
+from .connection import (BecomeError, CommandTimeout, ConnectionLost, Unreachable, connect)
+from .hostkeys import KnownHosts
+from .inventory import Host, Inventory
+from .probes import batch_script, parse_batch
+from .recap import Reporter
+from .recipe import Recipe, Step
+from .runlog import Redactor, RunLog
+from .steps import PlanError, Probe
+from .templating import TemplateError, evaluate, render_shell, render_text, resolve_vars
+
+PROBE_SLOTS = ("kind", "creates", "unless")
+
+
+@dataclass
+class StepResult:
+    name: str
+    status: str  # ok | changed | skipped | failed
+    elapsed_s: float = 0.0
+    message: str = ""
+    commands: list = field(default_factory=list)
+
+    def to_json(self, redact) -> dict:
+        return {"name": redact(self.name), "status": self.status,
+                "elapsed_s": round(self.elapsed_s, 4), "message": redact(self.message)}
+
+
+@dataclass
+class HostResult:
+    name: str
+    steps: list = field(default_factory=list)
+    unreachable: bool = False
+    message: str = ""
+    elapsed_s: float = 0.0
+    facts: Optional[dict] = None
+    validation: Optional[str] = None
+    validation_ok: Optional[bool] = None
+    interrupted: bool = False
+
+    def counts(self) -> dict:
+        counts = {"ok": 0, "changed": 0, "skipped": 0, "failed": 0}
+        for step in self.steps:
+            counts[step.status] += 1
+        return counts
+
+    @property
+    def ok(self) -> bool:
+        return (not self.unreachable and not self.interrupted
+                and not any(s.status == "failed" for s in self.steps)
+                and self.validation_ok is not False)
+
+    def to_json(self, redact) -> dict:
+        data = dict(self.counts())
+        data.update(unreachable=self.unreachable, elapsed_s=round(self.elapsed_s, 3),
+                    steps=[s.to_json(redact) for s in self.steps])
+        if self.message:
+            data["message"] = redact(self.message)
+        if self.validation is not None:
+            data["validation"] = redact(self.validation)
+        if self.interrupted:
+            data["interrupted"] = True
+        return data
+
+
+@dataclass
+class RunOptions:
+    check: bool = False
+    tags: Optional[set] = None
+    extra_vars: dict = field(default_factory=dict)
+    forks: int = 16
+    become_password: Optional[str] = None
+    logs_dir: Optional[Path] = Path("logs")  # None: keep no provision.log
+    run_id: str = ""
+
+
+@dataclass
+class _Prepared:
+    step: Step
+    become: bool = False
+    timeout: float = 0.0
+    args: dict = field(default_factory=dict)
+    skip: str = ""
+    error: str = ""
+    probes: dict = field(default_factory=dict)   # slot -> snippet
+    answers: dict = field(default_factory=dict)  # slot -> Probe
+    stale: bool = False
+
+
+class HostRun:
+    """One host's run. `after_steps` (if given) runs with the open connection at the end."""
+
+    def __init__(self, run: "Run", host: Host):
+        self.run = run
+        self.host = host
+        self.result = HostResult(host.name)
+        logs = run.options.logs_dir
+        self.log = RunLog(logs / host.name / run.options.run_id / "provision.log"
+                          if logs is not None else None, run.redact)
+        self.conn = None
+        self.facts: dict = {}
+        self.context: dict = {}
+        self.notified: list = []
+
+    # ------------------------------------------------------------------ entry point
+    def __call__(self) -> HostResult:
+        started = time.monotonic()
+        reporter = self.run.reporter
+        self.log.event(f"run {self.run.options.run_id} on {self.host.name} "
+                       f"({'check' if self.run.options.check else 'apply'})")
+        try:
+            self.conn = self.run.connect(self.host)
+            self.facts = self.gather_facts()
+            self.result.facts = self.facts
+            self.context = self.build_context()
+            steps = self.run.recipe.select(self.run.options.tags)
+            if self.run_steps(steps) and self.notified:
+                handlers = [h for name, h in self.run.recipe.handlers.items()
+                            if name in self.notified]
+                self.run_steps(handlers)
+            if self.run.after_steps and self.result.ok:
+                self.run.after_steps(self)
+        except Unreachable as exc:
+            self.result.unreachable = True
+            self.result.message = str(exc)
+            reporter.unreachable(self.host.name, str(exc))
+            self.log.event(f"unreachable: {exc}")
+        except ConnectionLost as exc:
+            self.result.unreachable = True
+            self.result.message = str(exc)
+            reporter.unreachable(self.host.name, str(exc))
+            self.log.event(f"connection lost: {exc}")
+        except _Interrupted:
+            self.result.interrupted = True
+            self.result.message = "interrupted"
+            self.log.event("interrupted")
+        except Exception as exc:  # noqa: BLE001 - a bug must fail this host, not the run
+            self.result.steps.append(StepResult("internal error", "failed",
+                                                message=f"{type(exc).__name__}: {exc}"))
+            reporter.step(self.host.name, self.result.steps[-1])
+            self.log.event(f"internal error: {type(exc).__name__}: {exc}")
+        finally:
+            if self.conn is not None:
+                self.conn.close()
+            self.result.elapsed_s = time.monotonic() - started
+            self.log.event(f"done in {self.result.elapsed_s:.2f}s: {self.result.counts()}"
+                           f"{' unreachable' if self.result.unreachable else ''}")
+            self.log.close()
+        return self.result
+
+    # ------------------------------------------------------------------ facts and vars
+    def gather_facts(self) -> dict:
+        result = self.conn.run(facts_mod.script(self.host.python), timeout=60)
+        self.log.command("facts", "gather facts", result.rc, result.elapsed_s, "", result.err)
+        facts = facts_mod.parse(result.out)
+        if facts["uid"] == 0:
+            self.conn.is_root = True
+        return facts
+
+    def build_context(self) -> dict:
+        recipe, inventory = self.run.recipe, self.run.inventory
+        raw, where = dict(recipe.vars), dict(recipe.vars_where)
+        for layer, layer_where in inventory.layered_vars(self.host):
+            raw.update(layer)
+            where.update(layer_where)
+        raw.update(self.run.options.extra_vars)
+        base = {"host": self.host.name, "facts": self.facts}
+        values = resolve_vars(raw, base, where)
+        for name in inventory.secrets:
+            if name in values:
+                self.run.redact.add(str(values[name]))
+        context = dict(values)
+        context.update(base, vars=values)
+        return context
+
+    # ------------------------------------------------------------------ steps
+    def run_steps(self, steps: list) -> bool:
+        """Run `steps` in order; False when one failed (the host stops there)."""
+        prepared = [self.prepare(step) for step in steps]
+        self.probe(prepared)
+        for index, item in enumerate(prepared):
+            if self.run.cancel.is_set():
+                raise _Interrupted()
+            if item.stale and item.probes:
+                self.probe(prepared[index:])
+            result = self.execute(item)
+            self.result.steps.append(result)
+            self.run.reporter.step(self.host.name, result)
+            if result.status == "changed":
+                for name in item.step.notify:
+                    if name not in self.notified:
+                        self.notified.append(name)
+                for later in prepared[index + 1:]:
+                    later.stale = True
+            if result.status == "failed":
+                return False
+        return True
+
+    def prepare(self, step: Step) -> _Prepared:
+        item = _Prepared(step=step,
+                         become=step.become if step.become is not None else self.host.become,
+                         timeout=step.timeout or self.run.inventory.timeouts.command)
+        try:
+            for expr in step.when:
+                if not evaluate(expr, self.context):
+                    item.skip = f"when: {expr}"
+                    return item
+            item.args = step.kind.render(step.args, self.context)
+            if step.kind.remote:
+                snippet = step.kind.probe(item.args)
+                if snippet:
+                    item.probes["kind"] = snippet
+                if step.creates:
+                    path = render_text(step.creates, self.context)
+                    item.probes["creates"] = f"test -e {_q(path)}"
+                if step.unless:
+                    item.probes["unless"] = render_shell(step.unless, self.context)
+        except (TemplateError, PlanError) as exc:
+            item.error = str(exc)
+        return item
+
+    def probe(self, items: list) -> None:
+        """Send the probes of `items` as one script per privilege level; store the answers."""
+        groups: dict = {False: [], True: []}
+        for n, item in enumerate(items):
+            if item.skip or item.error:
+                continue
+            item.stale = False
+            item.answers = {}
+            for slot, snippet in item.probes.items():
+                groups[item.become].append((n * len(PROBE_SLOTS) + PROBE_SLOTS.index(slot),
+                                            snippet))
+        for become, probes in groups.items():
+            if not probes:
+                continue
+            script, token = batch_script(probes)
+            try:
+                result = self.conn.run(script, become=become,
+                                       timeout=self.run.inventory.timeouts.command)
+            except BecomeError as exc:
+                for item in items:
+                    if item.become == become and item.probes:
+                        item.error = str(exc)
+                continue
+            except CommandTimeout as exc:
+                for item in items:
+                    if item.become == become and item.probes:
+                        item.error = f"probes {exc}"
+                continue
+            self.log.command("probe", f"{len(probes)} probes{' (become)' if become else ''}",
+                             result.rc, result.elapsed_s, result.out, result.err)
+            answers = parse_batch(result.out, token)
+            for key, answer in answers.items():
+                n, slot = divmod(key, len(PROBE_SLOTS))
+                items[n].answers[PROBE_SLOTS[slot]] = answer
+
+    def execute(self, item: _Prepared) -> StepResult:
+        step = item.step
+        started = time.monotonic()
+        result = StepResult(step.name, "ok")
+        try:
+            if item.skip:
+                result.status, result.message = "skipped", item.skip
+            elif item.error:
+                result.status, result.message = "failed", item.error
+            elif not step.kind.remote:
+                ok, message = step.kind.run_local(item.args, self.context)
+                result.status, result.message = ("ok", "") if ok else ("failed", message)
+            else:
+                self._execute_remote(item, result)
+        except TemplateError as exc:
+            result.status, result.message = "failed", str(exc)
+        result.elapsed_s = time.monotonic() - started
+        return result
+
+    def _execute_remote(self, item: _Prepared, result: StepResult) -> None:
+        step = item.step
+        missing = [slot for slot in item.probes if slot not in item.answers]
+        if missing:
+            result.status = "failed"
+            result.message = f"no answer from the {missing[0]} probe (host stopped responding?)"
+            return
+        if "creates" in item.answers and item.answers["creates"].rc == 0:
+            result.message = f"creates: {render_text(step.creates, self.context)} exists"
+            return
+        if "unless" in item.answers and item.answers["unless"].rc == 0:
+            result.message = "unless: command succeeded"
+            return
+        try:
+            commands = step.kind.plan(item.args, item.answers.get("kind"))
+        except PlanError as exc:
+            result.status, result.message = "failed", str(exc)
+            return
+        if not commands:
+            return
+        result.commands = [c.shown() for c in commands]
+        if self.run.options.check:
+            result.status = "changed"
+            result.message = "would run: " + "; ".join(c.shown().splitlines()[0] for c in commands)
+            return
+        self.run.reporter.running(self.host.name, step.name)
+        last = None
+        for command in commands:
+            last = self._run_command(item, command)
+            if last is None:
+                result.status = "failed"
+                result.message = f"timed out after {item.timeout:g} s"
+                return
+            failed = last.rc != 0
+            if step.failed_when is not None:
+                failed = bool(evaluate(step.failed_when, self._result_context(last)))
+            if failed:
+                result.status = "failed"
+                result.message = _failure_text(last)
+                return
+        changed = True
+        if step.changed_when is not None and last is not None:
+            changed = bool(evaluate(step.changed_when, self._result_context(last)))
+        result.status = "changed" if changed else "ok"
+
+    def _run_command(self, item: _Prepared, command):
+        """Run one command with the step's retries; None when it timed out."""
+        step = item.step
+        attempts = step.retries + 1
+        for attempt in range(attempts):
+            try:
+                res = self.conn.run(command.script, become=item.become, timeout=item.timeout,
+                                    stdin=command.stdin, shell=command.shell)
+            except CommandTimeout:
+                self.log.command(step.name, command.shown(), None, item.timeout)
+                return None
+            except BecomeError as exc:
+                self.log.event(f"{step.name}: {exc}")
+                from .connection import CommandResult
+                return CommandResult(1, b"", str(exc).encode(), 0.0)
+            self.log.command(step.name, command.shown(), res.rc, res.elapsed_s, res.out, res.err)
+            failed = res.rc != 0
+            if step.failed_when is not None:
+                failed = bool(evaluate(step.failed_when, self._result_context(res)))
+            if not failed or attempt == attempts - 1:
+                return res
+            wait = min(step.delay * (2 ** attempt), 60.0)
+            self.log.event(f"{step.name}: attempt {attempt + 1}/{attempts} failed "
+                           f"(rc={res.rc}); retrying in {wait:g}s")
+            if self.run.cancel.wait(wait):
+                raise _Interrupted()
+        return res
+
+    def _result_context(self, res) -> dict:
+        context = dict(self.context)
+        context.update(rc=res.rc, stdout=res.out, stderr=res.err)
+        return context
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _q(text: str) -> str:
+    import shlex
+    return shlex.quote(text)
+
+
+def _failure_text(res) -> str:
+    text = (res.err.strip() or res.out.strip()).splitlines()
+    tail = " | ".join(text[-3:])
+    if len(tail) > 400:
+        tail = "..." + tail[-400:]
+    return f"rc={res.rc}" + (f": {tail}" if tail else "")
+
+
+class Run:
+    """A recipe applied to hosts in parallel."""
+
+    def __init__(self, inventory: Inventory, recipe: Recipe, hosts: list, options: RunOptions,
+                 reporter: Reporter, redact: Redactor,
+                 after_steps: Optional[Callable[[HostRun], None]] = None):
+        self.inventory = inventory
+        self.recipe = recipe
+        self.hosts = hosts
+        self.options = options
+        self.reporter = reporter
+        self.redact = redact
+        self.after_steps = after_steps
+        self.cancel = threading.Event()
+        self.known_hosts = KnownHosts(inventory.known_hosts, inventory.host_key_policy)
+
+    def connect(self, host: Host):
+        return connect(host, self.inventory.hosts, self.inventory.timeouts, self.known_hosts,
+                       self.options.become_password)
+
+    def execute(self) -> dict:
+        """Run every host; return {name: HostResult} in inventory order."""
+        results: dict = {}
+        workers = max(1, min(self.options.forks, len(self.hosts)))
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="host")
+        futures = {h.name: pool.submit(HostRun(self, h)) for h in self.hosts}
+        try:
+            for name, future in futures.items():
+                results[name] = future.result()
+        except KeyboardInterrupt:
+            self.cancel.set()
+            for name, future in futures.items():
+                if future.cancel():
+                    results[name] = HostResult(name, interrupted=True, message="interrupted")
+            for name, future in futures.items():
+                if name not in results:
+                    results[name] = future.result()
+            raise RunInterrupted(results) from None
+        finally:
+            pool.shutdown(wait=True)
+        return results
+
+
+class RunInterrupted(Exception):
+    """Ctrl-C or SIGTERM: `results` holds what every host got to."""
+
+    def __init__(self, results: dict):
+        super().__init__("interrupted")
+        self.results = results
+
+
+def write_json(path: Path, results: dict, redact) -> None:
+    """Write the DESIGN.md result document atomically."""
+    data = {"hosts": {name: r.to_json(redact) for name, r in results.items()}}
+    write_atomic(Path(path), json.dumps(data, indent=2) + "\n")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

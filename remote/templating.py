@@ -1,0 +1,218 @@
+"""Jinja2 templating for recipes: strict about undefined names, safe in shell commands.
+
+Three renderings share one environment setup:
+- `render_text`: plain text (vars, file contents, template files).
+- `render_shell`: a shell command line; every ``{{ value }}`` is shell-quoted, so a var holding
+  ``hello; echo INJECTED`` arrives as that literal text. Lists become several quoted words.
+  ``{{ value | verbatim }}`` opts out (for a var that deliberately holds shell syntax).
+- `evaluate`: a Jinja expression (``when``, ``changed_when``, ``assert``).
+`check_template` finds syntax errors and undefined names statically, before any host is contacted.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any, Iterable
+
+import jinja2
+from jinja2 import meta, nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .errors import Where
+
+
+class TemplateError(Exception):
+    """A template failed to render for one host (undefined name, bad filter use...)."""
+
+
+class Verbatim(str):
+    """A string the shell renderer inserts without quoting."""
+
+
+def _quote_for_shell(value: Any) -> str:
+    if isinstance(value, Verbatim):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return " ".join(shlex.quote(str(item)) for item in value)
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    return shlex.quote(str(value))
+
+
+def _make_env(finalize=None) -> jinja2.Environment:
+    # Sandboxed: templates see host facts, which a compromised host controls.
+    env = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, finalize=finalize,
+                                        keep_trailing_newline=True, autoescape=False)
+    env.filters["quote"] = shlex.quote
+    env.filters["verbatim"] = Verbatim
+    return env
+
+
+_TEXT = _make_env()
+_SHELL = _make_env(finalize=_quote_for_shell)
+
+# Names every template may use besides vars: see `context_for`.
+BUILTIN_NAMES = frozenset({"host", "facts", "vars"})
+# Extra names visible only in `changed_when`/`failed_when`.
+RESULT_NAMES = frozenset({"rc", "stdout", "stderr"})
+
+_SELF_QUOTED = re.compile(r"""(['"])\{\{(?:(?!\}\}).)*\}\}\1""")
+
+
+def is_template(value: Any) -> bool:
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
+def render_text(source: str, context: dict) -> str:
+    return _render(_TEXT, source, context)
+
+
+def render_shell(source: str, context: dict) -> str:
+    return _render(_SHELL, source, context)
+
+
+def _render(env: jinja2.Environment, source: str, context: dict) -> str:
+    if not is_template(source):
+        return source
+    try:
+        return env.from_string(source).render(context)
+    except jinja2.UndefinedError as exc:
+        raise TemplateError(f"undefined name in '{_short(source)}': {exc.message}") from None
+    except jinja2.TemplateError as exc:
+        raise TemplateError(f"cannot render '{_short(source)}': {exc}") from None
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        raise TemplateError(f"cannot render '{_short(source)}': {exc}") from None
+
+
+def render_value(value: Any, context: dict) -> Any:
+    """Render every string inside a loaded YAML value (dicts and lists recursively)."""
+    if isinstance(value, str):
+        return render_text(value, context)
+    if isinstance(value, dict):
+        return {k: render_value(v, context) for k, v in value.items()}
+    if isinstance(value, list):
+        return [render_value(v, context) for v in value]
+    return value
+
+
+def evaluate(expression: Any, context: dict) -> Any:
+    """Evaluate a Jinja expression; YAML booleans and numbers pass through unchanged."""
+    if not isinstance(expression, str):
+        return expression
+    try:
+        return _TEXT.compile_expression(_strip_braces(expression), undefined_to_none=False)(context)
+    except jinja2.UndefinedError as exc:
+        raise TemplateError(f"undefined name in '{_short(expression)}': {exc.message}") from None
+    except jinja2.TemplateError as exc:
+        raise TemplateError(f"cannot evaluate '{_short(expression)}': {exc}") from None
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        raise TemplateError(f"cannot evaluate '{_short(expression)}': {exc}") from None
+
+
+def _strip_braces(expression: str) -> str:
+    text = expression.strip()
+    if text.startswith("{{") and text.endswith("}}"):
+        return text[2:-2]
+    return text
+
+
+def _short(text: str, limit: int = 60) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def parse(source: str, where: Where, expression: bool = False) -> nodes.Template:
+    """Parse a template (or an expression) and raise `InputError` at `where` on bad syntax."""
+    text = "{{ " + _strip_braces(source) + " }}" if expression else source
+    try:
+        return _TEXT.parse(text)
+    except jinja2.TemplateSyntaxError as exc:
+        raise where.error(f"template syntax error in '{_short(source)}': {exc.message}") from None
+
+
+def referenced_names(ast: nodes.Template) -> set:
+    """Top-level names a template reads (its own loop variables and Jinja globals excluded)."""
+    return set(meta.find_undeclared_variables(ast)) - set(_TEXT.globals)
+
+
+def referenced_facts(ast: nodes.Template) -> set:
+    """Names read as ``facts.NAME`` or ``facts['NAME']``."""
+    found = set()
+    for node in ast.find_all((nodes.Getattr, nodes.Getitem)):
+        if isinstance(node.node, nodes.Name) and node.node.name == "facts":
+            if isinstance(node, nodes.Getattr):
+                found.add(node.attr)
+            elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):
+                found.add(node.arg.value)
+    return found
+
+
+def check_template(source: Any, where: Where, known: Iterable[str], fact_names: Iterable[str],
+                   expression: bool = False, shell: bool = False) -> set:
+    """Statically check one template: syntax, names, fact names; return the names it reads.
+
+    `known` are the names defined for the host(s) in question; unknown names are an error here,
+    not a surprise on the 40th host.
+    """
+    if not isinstance(source, str) or (not expression and not is_template(source)):
+        return set()
+    if shell and _SELF_QUOTED.search(source):
+        raise where.error(
+            f"do not put quotes around {{{{ }}}} in '{_short(source)}': values in shell commands "
+            "are quoted for you")
+    ast = parse(source, where, expression)
+    names = referenced_names(ast)
+    missing = sorted(names - set(known) - BUILTIN_NAMES)
+    if missing:
+        raise where.error(f"undefined variable '{missing[0]}' in '{_short(source)}' "
+                          "(define it under vars: in the recipe or inventory, or pass --var)")
+    unknown_facts = sorted(referenced_facts(ast) - set(fact_names))
+    if unknown_facts:
+        raise where.error(f"unknown fact 'facts.{unknown_facts[0]}' in '{_short(source)}' "
+                          f"(facts: {', '.join(sorted(fact_names))})")
+    return names
+
+
+def resolve_vars(raw: dict, context: dict, where_of_var: dict) -> dict:
+    """Render vars that refer to other vars, in dependency order; cycles are input errors.
+
+    `context` holds `host` and `facts`; the result maps every name to its rendered value.
+    """
+    deps = {}
+    for name, value in raw.items():
+        deps[name] = _names_in_value(value, where_of_var.get(name)) & set(raw)
+    resolved: dict = {}
+    visiting: list = []
+
+    def visit(name: str) -> None:
+        if name in resolved:
+            return
+        if name in visiting:
+            cycle = " -> ".join(visiting[visiting.index(name):] + [name])
+            where = where_of_var.get(name)
+            message = f"variables refer to each other in a cycle: {cycle}"
+            raise where.error(message) if where else TemplateError(message)
+        visiting.append(name)
+        for dep in sorted(deps[name]):
+            visit(dep)
+        visiting.pop()
+        ctx = dict(context)
+        ctx.update(resolved)
+        ctx["vars"] = resolved
+        resolved[name] = render_value(raw[name], ctx)
+
+    for name in raw:
+        visit(name)
+    return resolved
+
+
+def _names_in_value(value: Any, where: Where | None) -> set:
+    if isinstance(value, str):
+        if not is_template(value):
+            return set()
+        return referenced_names(parse(value, where or Where("<vars>", 0)))
+    if isinstance(value, dict):
+        return set().union(*(_names_in_value(v, where) for v in value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*(_names_in_value(v, where) for v in value)) if value else set()
+    return set()

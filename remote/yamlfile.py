@@ -1,0 +1,145 @@
+"""Strict YAML loading that keeps positions.
+
+Inventories and recipes are read through `load_yaml`, which returns plain dicts and lists
+(`YamlMap`, `YamlList`) that remember the file and line of every value, so any later check can
+say exactly where a mistake is. It refuses what PyYAML silently accepts or cannot bound:
+duplicate keys, anchors/aliases (alias bombs), absurd nesting, binary or non-UTF-8 files.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.events import AliasEvent
+from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+from .errors import InputError, Where
+
+MAX_DEPTH = 50  # deeper nesting is never a real recipe; PyYAML would recurse until it crashes
+MAX_BYTES = 4 * 1024 * 1024
+
+
+class YamlMap(dict):
+    """A mapping that remembers where it and each of its keys were written."""
+
+    where: Where
+    key_where: dict
+
+    def at(self, key: str) -> Where:
+        """The position of `key` (or of the mapping itself when the key is absent)."""
+        return self.key_where.get(key, self.where)
+
+
+class YamlList(list):
+    """A sequence that remembers where it and each item were written."""
+
+    where: Where
+    item_where: list
+
+    def at(self, index: int) -> Where:
+        return self.item_where[index] if index < len(self.item_where) else self.where
+
+
+def where_of(value: Any, default: Where) -> Where:
+    """The position of a loaded container, or `default` for scalars."""
+    return getattr(value, "where", default)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    def __init__(self, stream: str, name: str):
+        super().__init__(stream)
+        self.name = name
+        self._depth = 0
+
+    def compose_node(self, parent, index):  # noqa: D102 - PyYAML hook
+        if self.check_event(AliasEvent):
+            event = self.peek_event()
+            raise InputError(
+                f"YAML alias '*{event.anchor}' is not supported: write the value out "
+                "(anchors and aliases are refused so a file cannot expand without bound)",
+                self.name, event.start_mark.line + 1)
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            event = self.peek_event()
+            raise InputError(f"nesting deeper than {MAX_DEPTH} levels", self.name,
+                             event.start_mark.line + 1)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _convert(loader: _StrictLoader, node) -> Any:
+    where = Where(loader.name, node.start_mark.line + 1)
+    if isinstance(node, ScalarNode):
+        return loader.construct_object(node, deep=True)
+    if isinstance(node, SequenceNode):
+        out = YamlList(_convert(loader, item) for item in node.value)
+        out.where = where
+        out.item_where = [Where(loader.name, item.start_mark.line + 1) for item in node.value]
+        return out
+    if isinstance(node, MappingNode):
+        out = YamlMap()
+        out.where = where
+        out.key_where = {}
+        for key_node, value_node in node.value:
+            key_line = key_node.start_mark.line + 1
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise InputError("YAML merge keys ('<<') are not supported", loader.name, key_line)
+            key = _convert(loader, key_node)
+            if not isinstance(key, (str, int, float, bool)) or key is None:
+                raise InputError("a mapping key must be a plain value", loader.name, key_line)
+            key = str(key)
+            if key in out:
+                first = out.key_where[key].line
+                raise InputError(f"duplicate key '{key}' (first written on line {first})",
+                                 loader.name, key_line)
+            out[key] = _convert(loader, value_node)
+            out.key_where[key] = Where(loader.name, key_line)
+        return out
+    raise InputError(f"unsupported YAML node {node.tag}", loader.name, where.line)
+
+
+def load_yaml(path: str | Path, what: str = "file") -> Any:
+    """Load one YAML document from `path` with positions kept; raise `InputError` on any flaw.
+
+    `what` names the kind of file in messages ("inventory", "recipe").
+    """
+    name = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{what} not found", name) from None
+    except OSError as exc:
+        raise InputError(f"cannot read {what}: {exc.strerror}", name) from None
+    if len(raw) > MAX_BYTES:
+        raise InputError(f"{what} is larger than {MAX_BYTES // 1024 // 1024} MiB", name)
+    if b"\0" in raw:
+        raise InputError(f"{what} is a binary file, not YAML", name)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise InputError(f"{what} is not UTF-8 text", name, line) from None
+    if not text.strip():
+        raise InputError(f"{what} is empty", name)
+    loader = _StrictLoader(text, name)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise InputError(f"{what} has no content (only comments?)", name)
+        return _convert(loader, node)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = exc.problem or exc.context or "invalid YAML"
+        if "\t" in problem or "'\\t'" in problem:
+            problem = "a tab character; YAML indentation must use spaces"
+        line = mark.line + 1 if mark else None
+        raise InputError(f"invalid YAML: {problem}", name, line) from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"invalid YAML: {exc}", name) from None
+    except RecursionError:
+        raise InputError("nesting too deep", name) from None
+    finally:
+        loader.dispose()
