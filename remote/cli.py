@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from .errors import InputError
+from .facts import FACT_NAMES
+from .templating import check_vars
 from .inventory import load_inventory
 from .recap import Reporter
 from .recipe import check_names, load_recipe
@@ -75,16 +77,19 @@ def load_and_check(inventory_path: str, selection: str, recipe_path: Optional[st
     if recipe is not None:
         checked = set()
         for host in hosts:
-            known = set(recipe.vars) | set(extra_vars)
-            for layer, _ in inventory.layered_vars(host):
-                known |= set(layer)
+            raw, where = dict(recipe.vars), dict(recipe.vars_where)
+            for layer, layer_where in inventory.layered_vars(host):
+                raw.update(layer)
+                where.update(layer_where)
+            raw.update(extra_vars)
             for name in RESERVED:
-                if name in known:
+                if name in raw:
                     raise InputError(f"'{name}' is a reserved name and cannot be a variable",
                                      inventory.path)
-            key = frozenset(known)
+            key = frozenset(raw)
             if key not in checked:
-                check_names(recipe, known, host.name)
+                check_vars(raw, where, FACT_NAMES)
+                check_names(recipe, set(raw), host.name)
                 checked.add(key)
     return inventory, hosts, recipe
 

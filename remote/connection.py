@@ -33,6 +33,8 @@ OutputCallback = Callable[[str, str], None]  # (stream name "stdout"|"stderr", t
 
 KILL_GRACE_S = 5  # after SIGTERM, `timeout -k` sends SIGKILL this much later
 CLIENT_GRACE_S = KILL_GRACE_S + 5  # the client waits this long past the remote timeout
+# What coreutils `timeout` exits with when it stopped the command (TERM, then KILL after grace).
+TIMEOUT_EXIT_CODES = (124, 137)
 
 
 class Unreachable(Exception):
@@ -174,6 +176,8 @@ class BaseConnection:
         deadline = started + timeout + CLIENT_GRACE_S if timeout else None
         rc = self._execute(command, exchange, deadline, timeout)
         exchange.finish()
+        if timeout and rc in TIMEOUT_EXIT_CODES:
+            raise CommandTimeout(f"timed out after {timeout:g} s")
         if use_sudo and exchange.waiting:
             if exchange.wrong_password:
                 raise BecomeError(f"sudo on {self.host.name} rejected the become password")

@@ -21,7 +21,8 @@ class InputError(Exception):
         where = ""
         if self.file:
             where = f"{self.file}:{self.line}: " if self.line else f"{self.file}: "
-        return f"{where}{self.message}"
+        # Always one line: messages from libraries (YAML, packaging) may span several.
+        return where + " ".join(self.message.split())
 
 
 class Where:

@@ -44,6 +44,7 @@ class Step:
     failed_when: Any = None
     creates: Optional[str] = None
     unless: Optional[str] = None
+    named: bool = False  # the name was written by the user (and may be a template)
 
 
 @dataclass
@@ -136,7 +137,7 @@ class _Loader:
                 raise at.error("a handler cannot be an include")
             handler = self._step(raw, path.parent, [], frozenset(), become)
             if "name" not in raw:
-                handler.name = name
+                handler.name, handler.named = name, False
             self.handlers[name] = handler
         return steps
 
@@ -166,7 +167,8 @@ class _Loader:
         args = kind.load(raw[kinds[0]], where, base_dir)
         step = Step(name=str(raw.get("name") or _default_name(kind, args)), kind=kind,
                     args=args, where=raw.where, when=when + _when_list(raw),
-                    become=raw.get("become", become), tags=tags | frozenset(_tags(raw)))
+                    become=raw.get("become", become), tags=tags | frozenset(_tags(raw)),
+                    named="name" in raw)
         if step.become is not None:
             expect(step.become, bool, raw.at("become"), "'become'")
         notify = raw.get("notify") or []
@@ -243,7 +245,8 @@ def check_names(recipe: Recipe, known: set, host_label: str) -> None:
     suffix = f" for host {host_label}" if host_label else ""
     for step in recipe.steps + list(recipe.handlers.values()):
         try:
-            check_template(step.name, step.where, known, FACT_NAMES)
+            if step.named:
+                check_template(step.name, step.where, known, FACT_NAMES)
             for expr in step.when:
                 check_template(expr, step.where, known, FACT_NAMES, expression=True)
             for key in ("changed_when", "failed_when"):

@@ -279,7 +279,7 @@ class HostRun:
     def execute(self, item: _Prepared) -> StepResult:
         step = item.step
         started = time.monotonic()
-        result = StepResult(step.name, "ok")
+        result = StepResult(self._name(step), "ok")
         try:
             if item.skip:
                 result.status, result.message = "skipped", item.skip
@@ -320,23 +320,33 @@ class HostRun:
             result.status = "changed"
             result.message = "would run: " + "; ".join(c.shown().splitlines()[0] for c in commands)
             return
-        self.run.reporter.running(self.host.name, step.name)
-        last = None
-        for command in commands:
-            last = self._run_command(item, command)
-            if last is None:
-                result.status = "failed"
-                result.message = f"timed out after {item.timeout:g} s"
-                return
-            failed = last.rc != 0
-            if step.failed_when is not None:
-                failed = bool(evaluate(step.failed_when, self._result_context(last)))
-            if failed:
-                result.status = "failed"
-                result.message = _failure_text(last)
-                return
+        # Announce a step only when it is still running after a second: quick ones stay quiet.
+        announce = threading.Timer(1.0, self.run.reporter.running, (self.host.name, step.name))
+        announce.daemon = True
+        announce.start()
+        try:
+            last = None
+            for command in commands:
+                last = self._run_command(item, command)
+                if last is None or self._failed(step, last):
+                    break
+        finally:
+            announce.cancel()
+        self._judge(item, result, last)
+
+    def _judge(self, item: _Prepared, result: StepResult, last) -> None:
+        """Status of a step from its last command: failed, changed, or ok (changed_when)."""
+        step = item.step
+        if last is None:
+            result.status = "failed"
+            result.message = f"timed out after {item.timeout:g} s"
+            return
+        if self._failed(step, last):
+            result.status = "failed"
+            result.message = _failure_text(last)
+            return
         changed = True
-        if step.changed_when is not None and last is not None:
+        if step.changed_when is not None:
             changed = bool(evaluate(step.changed_when, self._result_context(last)))
         result.status = "changed" if changed else "ok"
 
@@ -356,10 +366,7 @@ class HostRun:
                 from .connection import CommandResult
                 return CommandResult(1, b"", str(exc).encode(), 0.0)
             self.log.command(step.name, command.shown(), res.rc, res.elapsed_s, res.out, res.err)
-            failed = res.rc != 0
-            if step.failed_when is not None:
-                failed = bool(evaluate(step.failed_when, self._result_context(res)))
-            if not failed or attempt == attempts - 1:
+            if not self._failed(step, res) or attempt == attempts - 1:
                 return res
             wait = min(step.delay * (2 ** attempt), 60.0)
             self.log.event(f"{step.name}: attempt {attempt + 1}/{attempts} failed "
@@ -367,6 +374,19 @@ class HostRun:
             if self.run.cancel.wait(wait):
                 raise _Interrupted()
         return res
+
+    def _name(self, step: Step) -> str:
+        if not step.named:
+            return step.name
+        try:
+            return render_text(step.name, self.context)
+        except TemplateError:
+            return step.name
+
+    def _failed(self, step: Step, res) -> bool:
+        if step.failed_when is None:
+            return res.rc != 0
+        return bool(evaluate(step.failed_when, self._result_context(res)))
 
     def _result_context(self, res) -> dict:
         context = dict(self.context)

@@ -173,37 +173,63 @@ def check_template(source: Any, where: Where, known: Iterable[str], fact_names: 
     return names
 
 
-def resolve_vars(raw: dict, context: dict, where_of_var: dict) -> dict:
-    """Render vars that refer to other vars, in dependency order; cycles are input errors.
-
-    `context` holds `host` and `facts`; the result maps every name to its rendered value.
-    """
-    deps = {}
-    for name, value in raw.items():
-        deps[name] = _names_in_value(value, where_of_var.get(name)) & set(raw)
-    resolved: dict = {}
+def var_order(raw: dict, where_of_var: dict) -> list:
+    """Var names in an order where each comes after the vars it refers to; a cycle is an
+    input error at the var's position."""
+    deps = {name: _names_in_value(value, where_of_var.get(name)) & set(raw)
+            for name, value in raw.items()}
+    order: list = []
     visiting: list = []
 
     def visit(name: str) -> None:
-        if name in resolved:
+        if name in order:
             return
         if name in visiting:
             cycle = " -> ".join(visiting[visiting.index(name):] + [name])
-            where = where_of_var.get(name)
-            message = f"variables refer to each other in a cycle: {cycle}"
-            raise where.error(message) if where else TemplateError(message)
+            where = where_of_var.get(name) or Where("<vars>", 0)
+            raise where.error(f"variables refer to each other in a cycle: {cycle}")
         visiting.append(name)
         for dep in sorted(deps[name]):
             visit(dep)
         visiting.pop()
+        order.append(name)
+
+    for name in raw:
+        visit(name)
+    return order
+
+
+def check_vars(raw: dict, where_of_var: dict, fact_names: Iterable[str]) -> None:
+    """Static check of one host's vars: syntax, undefined names, cycles."""
+    var_order(raw, where_of_var)
+    for name, value in raw.items():
+        where = where_of_var.get(name) or Where("<vars>", 0)
+        _check_value(value, where, set(raw), fact_names)
+
+
+def _check_value(value: Any, where: Where, known: set, fact_names) -> None:
+    if isinstance(value, str):
+        check_template(value, where, known, fact_names)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _check_value(item, where, known, fact_names)
+    elif isinstance(value, list):
+        for item in value:
+            _check_value(item, where, known, fact_names)
+
+
+def resolve_vars(raw: dict, context: dict, where_of_var: dict) -> dict:
+    """Render vars that refer to other vars, in dependency order.
+
+    `context` holds `host` and `facts`; the result maps every name to its rendered value.
+    """
+    resolved: dict = {}
+    for name in var_order(raw, where_of_var):
         ctx = dict(context)
         ctx.update(resolved)
         ctx["vars"] = resolved
         resolved[name] = render_value(raw[name], ctx)
-
-    for name in raw:
-        visit(name)
-    return resolved
+    return {name: resolved[name] for name in raw}
 
 
 def _names_in_value(value: Any, where: Where | None) -> set:

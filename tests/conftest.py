@@ -1,0 +1,92 @@
+"""Shared fixtures: real sshd servers on loopback, scratch folders, and a way to run commands."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.sshd import SshdFarm, shared_tmp
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def farm():
+    """Four real sshd servers on 127.0.0.2-5 (one port), a login user, keys and known_hosts."""
+    if os.geteuid() != 0:
+        pytest.fail("the SSH tests start sshd for a dedicated user and must run as root")
+    farm = SshdFarm(4)
+    yield farm
+    farm.close()
+
+
+@pytest.fixture
+def work():
+    """A scratch folder that both the tests and the SSH login user can write to."""
+    path = shared_tmp()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def write_yaml(path: Path, data) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def inventory(farm, work):
+    """Writes an inventory of the farm's hosts (h1..h4) plus `extra` top-level keys."""
+    def make(hosts=None, **top) -> Path:
+        data = {"known_hosts": [str(farm.known_hosts)]}
+        data.update(top)
+        if hosts is None:
+            hosts = {f"h{i + 1}": farm.host_entry(a) for i, a in enumerate(farm.addresses)}
+        data["hosts"] = hosts
+        return write_yaml(work / "inventory.yaml", data)
+    return make
+
+
+class Result:
+    def __init__(self, rc, out, err, json_data=None):
+        self.rc, self.out, self.err, self.json = rc, out, err, json_data
+
+    def host(self, name):
+        return self.json["hosts"][name]
+
+    def statuses(self, name):
+        return [s["status"] for s in self.host(name)["steps"]]
+
+
+def invoke(*args, cwd=None, env=None, timeout=300, input_text=None) -> Result:
+    """Run `invoke ARGS` as a user would, in a subprocess, from the repository."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    full_env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), *args],
+                          cwd=cwd or REPO, env=full_env, capture_output=True, text=True,
+                          timeout=timeout, input=input_text)
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def provision(work, capsys):
+    """Run `cli.provision` in this process and return its exit code, output and JSON."""
+    from remote import cli
+
+    def run(host="all", recipe=None, inventory=None, **kwargs) -> Result:
+        json_path = work / "result.json"
+        if json_path.exists():
+            json_path.unlink()
+        kwargs.setdefault("logs_dir", str(work / "logs"))
+        rc = cli.provision(host=host, recipe=str(recipe), inventory=str(inventory),
+                           json_path=str(json_path), **kwargs)
+        captured = capsys.readouterr()
+        data = json.loads(json_path.read_text()) if json_path.exists() else None
+        return Result(rc, captured.out, captured.err, data)
+    return run

@@ -1,0 +1,279 @@
+"""The provisioning engine against real OpenSSH servers on loopback."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import write_yaml
+
+
+def recipe(work: Path, steps, name="r.yaml", **top) -> Path:
+    data = {"name": "test recipe"}
+    data.update(top)
+    data["steps"] = steps
+    return write_yaml(work / name, data)
+
+
+def ten_steps(work: Path) -> list:
+    """A 10-step recipe touching files, templates, creates/unless, a handler and an assert."""
+    (work / "motd.j2").write_text("host={{ host }} cpus={{ facts.cpus }} v={{ version }}\n")
+    steps = []
+    for i in range(4):
+        steps.append({"name": f"file {i}",
+                      "file": {"path": f"{work}/{{{{ host }}}}-f{i}", "content": f"line {i}\n",
+                               "mode": "0640"}})
+    steps += [
+        {"name": "dir", "file": {"path": f"{work}/{{{{ host }}}}-d", "state": "directory"}},
+        {"name": "template", "template": {"src": "motd.j2", "dest": f"{work}/{{{{ host }}}}-motd"},
+         "notify": "restart"},
+        {"name": "marker", "shell": f"date > {work}/{{{{ host }}}}-marker",
+         "creates": f"{work}/{{{{ host }}}}-marker"},
+        {"name": "unless", "shell": f"echo x >> {work}/{{{{ host }}}}-unless",
+         "unless": f"test -s {work}/{{{{ host }}}}-unless"},
+        {"name": "probe", "shell": "uname -r", "changed_when": False},
+        {"name": "assert", "assert": {"that": ["facts.cpus > 0"], "msg": "no CPUs?"}},
+    ]
+    return steps
+
+
+def test_converge_then_rerun_changes_nothing(farm, work, inventory, provision):
+    rec = recipe(work, ten_steps(work), vars={"version": "1"},
+                 handlers={"restart": {"shell": f"echo restarted >> {work}/{{{{ host }}}}-handler"}})
+    inv = inventory()
+    first = provision("all", rec, inv)
+    assert first.rc == 0, first.out
+    for name in ("h1", "h2", "h3", "h4"):
+        host = first.host(name)
+        assert host["unreachable"] is False
+        assert host["changed"] == 9, first.out  # 8 changing steps + the handler
+        assert host["ok"] == 2  # changed_when: false, and the assert
+        assert host["failed"] == 0
+        assert (work / f"{name}-motd").read_text().startswith(f"host={name} cpus=")
+        assert (work / f"{name}-handler").read_text() == "restarted\n"
+        assert oct(os.stat(work / f"{name}-f0").st_mode & 0o777) == "0o640"
+    second = provision("all", rec, inv)
+    assert second.rc == 0
+    for name in ("h1", "h2", "h3", "h4"):
+        host = second.host(name)
+        assert host["changed"] == 0, second.out
+        assert host["ok"] == 10
+        # the handler was not notified by an unchanged template, so it did not run again
+        assert (work / f"{name}-handler").read_text() == "restarted\n"
+        assert (work / f"{name}-unless").read_text() == "x\n"
+    assert "RECAP" in second.out
+    logs = list((work / "logs" / "h1").iterdir())
+    assert len(logs) == 2, "each run writes its own logs/<host>/<run-id>/"
+    text = (sorted(logs)[0] / "provision.log").read_text()
+    assert "rc=0" in text and "motd" in text
+
+
+def test_check_mode_changes_nothing_and_lists_commands(farm, work, inventory, provision):
+    rec = recipe(work, [
+        {"name": "write", "file": {"path": f"{work}/checked", "content": "hi\n"}},
+        {"name": "run", "shell": f"touch {work}/touched", "creates": f"{work}/touched"},
+    ])
+    result = provision("h1", rec, inventory(), check=True)
+    assert result.rc == 0
+    assert result.statuses("h1") == ["changed", "changed"]
+    assert not (work / "checked").exists() and not (work / "touched").exists()
+    assert "would change" in result.out
+    assert f"touch {work}/touched" in result.out
+    assert f"write {work}/checked (3 bytes" in result.out
+
+
+def test_when_creates_unless_changed_when(farm, work, inventory, provision):
+    (work / "exists").write_text("")
+    rec = recipe(work, [
+        {"name": "skipped", "shell": "exit 1", "when": "facts.gpu_count > 0"},
+        {"name": "runs", "shell": "true", "when": "facts.cpus >= 1"},
+        {"name": "created", "shell": "exit 1", "creates": f"{work}/exists"},
+        {"name": "unless ok", "shell": "exit 1", "unless": "true"},
+        {"name": "quiet", "shell": "echo hi", "changed_when": False},
+        {"name": "by output", "shell": "echo CHANGED", "changed_when": "'CHANGED' in stdout"},
+        {"name": "failed_when", "shell": "echo fine; exit 3", "failed_when": "rc not in [0, 3]"},
+    ])
+    result = provision("h1", rec, inventory())
+    assert result.rc == 0, result.out
+    assert result.statuses("h1") == ["skipped", "changed", "ok", "ok", "ok", "changed", "changed"]
+
+
+def test_failure_stops_that_host_and_reports_output(farm, work, inventory, provision):
+    rec = recipe(work, [
+        {"name": "boom", "shell": "echo something broke >&2; exit 7",
+         "when": "host == 'h2'"},
+        {"name": "after", "shell": f"touch {work}/{{{{ host }}}}-after"},
+    ])
+    result = provision("h1,h2", rec, inventory())
+    assert result.rc == 1
+    assert result.statuses("h1") == ["skipped", "changed"]
+    assert result.statuses("h2") == ["failed"]
+    assert "rc=7: something broke" in result.host("h2")["steps"][0]["message"]
+    assert not (work / "h2-after").exists() and (work / "h1-after").exists()
+
+
+def test_handlers_run_once_and_only_when_notified(farm, work, inventory, provision):
+    rec = recipe(work, [
+        {"name": "a", "file": {"path": f"{work}/a", "content": "a"}, "notify": "count"},
+        {"name": "b", "file": {"path": f"{work}/b", "content": "b"}, "notify": "count"},
+        {"name": "c", "shell": "true", "changed_when": False, "notify": "never"},
+    ], handlers={"count": {"shell": f"echo x >> {work}/count"},
+                 "never": {"shell": f"echo x >> {work}/never"}})
+    assert provision("h1", rec, inventory()).rc == 0
+    assert (work / "count").read_text() == "x\n"
+    assert not (work / "never").exists()
+    assert provision("h1", rec, inventory()).rc == 0
+    assert (work / "count").read_text() == "x\n"
+
+
+def test_tags_select_steps(farm, work, inventory, provision):
+    rec = recipe(work, [
+        {"name": "cuda", "shell": f"touch {work}/cuda", "tags": ["cuda"]},
+        {"name": "torch", "shell": f"touch {work}/torch", "tags": "torch"},
+        {"name": "always", "shell": f"touch {work}/always", "tags": ["always"]},
+    ])
+    result = provision("h1", rec, inventory(), tags="torch")
+    assert [s["name"] for s in result.host("h1")["steps"]] == ["torch", "always"]
+    assert (work / "torch").exists() and not (work / "cuda").exists()
+
+
+def test_include_and_its_when(farm, work, inventory, provision):
+    write_yaml(work / "inc.yaml", {"vars": {"inner": "from-include", "shared": "inner"},
+                                   "steps": [{"name": "inc", "shell": f"echo {{{{ inner }}}} {{{{ shared }}}} > {work}/inc"}]})
+    rec = recipe(work, [
+        {"include": "inc.yaml"},
+        {"include": "inc.yaml", "when": False, "name": "never"},
+    ], vars={"shared": "outer"})
+    result = provision("h1", rec, inventory())
+    assert result.rc == 0
+    assert result.statuses("h1") == ["changed", "skipped"]
+    assert (work / "inc").read_text() == "from-include outer\n"
+
+
+def test_var_precedence(farm, work, inventory, provision):
+    """recipe < inventory < parent group < child group < host < --var"""
+    inv = inventory(
+        hosts={"h1": farm.host_entry(farm.addresses[0], vars={"d": "host", "e": "host"})},
+        vars={"a": "inventory", "b": "inventory", "c": "inventory", "d": "inventory",
+              "e": "inventory"},
+        groups={"parent": {"children": ["child"],
+                           "vars": {"b": "parent", "c": "parent", "d": "parent", "e": "parent"}},
+                "child": {"hosts": ["h1"], "vars": {"c": "child", "d": "child", "e": "child"}}})
+    rec = recipe(work, [{"shell": "echo {{ r }} {{ a }} {{ b }} {{ c }} {{ d }} {{ e }} > "
+                                  f"{work}/vars"}],
+                 vars={"r": "recipe", "a": "recipe", "b": "recipe"})
+    result = provision("h1", rec, inv, var=["e=cli"])
+    assert result.rc == 0, result.err
+    assert (work / "vars").read_text() == "recipe inventory parent child host cli\n"
+
+
+def test_values_are_quoted_in_shell_commands(farm, work, inventory, provision):
+    pwned = Path("/tmp/gpuprov-pwned")
+    pwned.unlink(missing_ok=True)
+    rec = recipe(work, [
+        {"shell": f"printf '%s\\n' {{{{ a }}}} {{{{ b }}}} > {work}/quoted"},
+        {"shell": f"echo {{{{ host_note }}}} >> {work}/quoted"},
+    ], vars={"a": "hello; echo INJECTED", "b": "$(touch /tmp/gpuprov-pwned)"})
+    inv = inventory(vars={"host_note": "`id` && rm -rf x"})
+    assert provision("h1", rec, inv).rc == 0
+    assert (work / "quoted").read_text() == \
+        "hello; echo INJECTED\n$(touch /tmp/gpuprov-pwned)\n`id` && rm -rf x\n"
+    assert not pwned.exists()
+
+
+def test_one_host_unreachable_others_converge(farm, work, inventory, provision):
+    hosts = {"up": farm.host_entry(farm.addresses[0]),
+             "down": farm.host_entry("127.0.0.99")}
+    inv = inventory(hosts=hosts)
+    rec = recipe(work, [{"shell": f"touch {work}/{{{{ host }}}}"}])
+    started = time.monotonic()
+    result = provision("all", rec, inv)
+    assert time.monotonic() - started < 30
+    assert result.rc == 1
+    assert result.host("down")["unreachable"] is True
+    assert "refused" in result.host("down")["message"]
+    assert result.host("up")["changed"] == 1 and (work / "up").exists()
+    assert "UNREACHABLE" in result.out.upper()
+
+
+def test_jump_host(farm, work, inventory, provision):
+    closed = "127.0.0.30"
+    if closed not in farm.procs:
+        farm.add_server(closed, AllowTcpForwarding="no")
+    hosts = {"bastion": farm.host_entry(farm.addresses[0]),
+             "inner": farm.host_entry(farm.addresses[1], jump="bastion"),
+             "closed-bastion": farm.host_entry(closed),
+             "behind-closed": farm.host_entry(farm.addresses[1], jump="closed-bastion")}
+    rec = recipe(work, [{"shell": f"echo ok > {work}/{{{{ host }}}}"}])
+    result = provision("inner,behind-closed", rec, inventory(hosts=hosts))
+    assert result.host("inner")["changed"] == 1 and (work / "inner").exists()
+    # The same server behind a bastion that refuses forwarding is unreachable: proof that the
+    # connection really goes through the jump host.
+    assert result.host("behind-closed")["unreachable"] is True
+    assert not (work / "behind-closed").exists()
+    assert result.rc == 1
+
+
+def test_step_timeout_kills_remote_process(farm, work, inventory, provision):
+    rec = recipe(work, [{"name": "hang", "shell": f"echo $$ > {work}/pid; exec sleep 300",
+                         "timeout": 2}])
+    started = time.monotonic()
+    result = provision("h1", rec, inventory())
+    assert time.monotonic() - started < 20
+    assert result.rc == 1
+    assert result.host("h1")["steps"][0]["message"] == "timed out after 2 s"
+    pid = int((work / "pid").read_text())
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{pid}").exists(), "the remote sleep was left running"
+
+
+def test_retries_until_success(farm, work, inventory, provision):
+    script = (f"n=$(cat {work}/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > {work}/n; "
+              f"[ $n -ge 3 ]")
+    rec = recipe(work, [{"name": "flaky", "shell": script, "retries": 3, "delay": 0.1}])
+    result = provision("h1", rec, inventory())
+    assert result.rc == 0
+    assert (work / "n").read_text() == "3\n"
+    rec2 = recipe(work, [{"name": "never", "shell": "exit 1", "retries": 1, "delay": 0.1}], "r2.yaml")
+    assert provision("h1", rec2, inventory()).rc == 1
+
+
+def test_file_changes_only_what_differs(farm, work, inventory, provision):
+    target = work / "conf"
+    rec = recipe(work, [{"file": {"path": str(target), "content": "a=1\n", "mode": "0600"}}])
+    assert provision("h1", rec, inventory()).statuses("h1") == ["changed"]
+    inode = target.stat().st_ino
+    os.chmod(target, 0o644)
+    result = provision("h1", rec, inventory())
+    assert result.statuses("h1") == ["changed"]
+    assert target.stat().st_ino == inode, "a mode change must not rewrite the file"
+    assert oct(target.stat().st_mode & 0o777) == "0o600"
+    assert provision("h1", rec, inventory()).statuses("h1") == ["ok"]
+
+
+def test_local_connection(work, provision):
+    inv = write_yaml(work / "inv.yaml", {"hosts": {"localhost": {"connection": "local"}}})
+    rec = recipe(work, [{"shell": f"echo $(id -u) > {work}/local", "creates": f"{work}/local"}])
+    assert provision("localhost", rec, inv).rc == 0
+    assert (work / "local").read_text() == f"{os.getuid()}\n"
+    assert provision("localhost", rec, inv).statuses("localhost") == ["ok"]
+
+
+def test_facts_over_ssh(farm, work, inventory):
+    from tests.conftest import invoke
+    import json
+
+    out = work / "facts.json"
+    result = invoke("facts", "--host", "h1", "--inventory", str(inventory()), "--json", str(out))
+    assert result.rc == 0, result.err
+    facts = json.loads(out.read_text())["hosts"]["h1"]["facts"]
+    assert facts["user"] == farm.user and facts["uid"] > 0 and not facts["is_root"]
+    assert facts["cpus"] == os.cpu_count()
+    assert facts["distro_id"] == "debian" and facts["arch"] == os.uname().machine
+    assert facts["gpu_count"] == 0 and facts["gpus"] == [] and facts["driver_version"] == ""
+    assert facts["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert "gpu_count" in result.out and "h1" in result.out
