@@ -25,15 +25,18 @@ def _exit(status: int) -> None:
         "forks": "how many hosts to work on at once (default 16)",
         "json": "also write per-host results as JSON to this file",
         "ask-become-pass": "prompt for the sudo password (else $GPUPROV_BECOME_PASSWORD)",
+        "validate": "after the recipe, push validate/ and run it (default; --no-validate skips)",
+        "suite": "validation suite: quick (default) or full",
     },
 )
 def provision(c, host, recipe=RECIPE, inventory=INVENTORY, check=False, tags="", var=None,
-              forks=16, json=None, ask_become_pass=False):
-    """Apply a recipe to hosts over SSH, idempotently and in parallel, with a recap."""
+              forks=16, json=None, ask_become_pass=False, validate=True, suite="quick"):
+    """Apply a recipe to hosts over SSH, idempotently and in parallel, then validate them."""
     from remote import cli
 
     _exit(cli.provision(host=host, recipe=recipe, inventory=inventory, check=check, tags=tags,
-                        var=var, forks=forks, json_path=json, ask_become_pass=ask_become_pass))
+                        var=var, forks=forks, json_path=json, ask_become_pass=ask_become_pass,
+                        validate=validate, suite=suite))
 
 
 @task(help={"host": "hosts to query: a name, a group, a comma list, a glob, or 'all'",
@@ -44,3 +47,28 @@ def facts(c, host, inventory=INVENTORY, json=None):
     from remote import cli
 
     _exit(cli.facts(host=host, inventory=inventory, json_path=json))
+
+
+@task(
+    iterable=["var"],
+    help={"host": "hosts to validate: a name, a group, a comma list, a glob, or 'all'",
+          "inventory": f"inventory file (default {INVENTORY})",
+          "suite": "quick (system, cuDNN, torch, a few models) or full (every check)",
+          "json": "also write per-host results as JSON to this file",
+          "var": "set a variable, NAME=VALUE (e.g. validate_python=/opt/venv/bin/python)",
+          "forks": "how many hosts at once (default 16)"},
+)
+def validate(c, host, inventory=INVENTORY, suite="quick", json=None, var=None, forks=16):
+    """Push validate/ to hosts, run it there, pull the results into logs/<host>/<run>/."""
+    from remote import cli
+
+    _exit(cli.validate(host=host, inventory=inventory, suite=suite, json_path=json, var=var,
+                       forks=forks))
+
+
+@task(help={"host": "hosts to fetch from", "inventory": f"inventory file (default {INVENTORY})"})
+def logs(c, host, inventory=INVENTORY):
+    """Pull what the last validation left on hosts into logs/<host>/<run>/."""
+    from remote import cli
+
+    _exit(cli.logs(host=host, inventory=inventory))

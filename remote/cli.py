@@ -96,15 +96,84 @@ def load_and_check(inventory_path: str, selection: str, recipe_path: Optional[st
 
 def provision(host: str, recipe: str, inventory: str, check: bool = False, tags: str = "",
               var: Optional[list] = None, forks=16, json_path: Optional[str] = None,
-              ask_become_pass: bool = False, logs_dir: str = "logs", after_steps=None,
-              extra_column: Optional[str] = None) -> int:
-    """`invoke provision`: run a recipe on the selected hosts."""
+              ask_become_pass: bool = False, logs_dir: str = "logs", validate: bool = True,
+              suite: str = "quick") -> int:
+    """`invoke provision`: run a recipe on the selected hosts, then validate them."""
     try:
         extra_vars = parse_vars(var)
         forks_n = check_forks(forks)
+        suite = check_suite(suite)
         inv, hosts, rec = load_and_check(inventory, host, recipe, extra_vars)
     except InputError as exc:
         return fail_input(exc)
+    after = None
+    if validate and not check:
+        from .validation import Validator
+        after = Validator(suite)
+    return _execute(inv, hosts, rec, extra_vars, forks_n, json_path, ask_become_pass, logs_dir,
+                    check=check, tags=parse_tags(tags), after_steps=after)
+
+
+def validate(host: str, inventory: str, suite: str = "quick", json_path: Optional[str] = None,
+             var: Optional[list] = None, forks=16, logs_dir: str = "logs") -> int:
+    """`invoke validate`: push validate/, run it on the selected hosts, pull the results."""
+    from .validation import Validator
+
+    try:
+        extra_vars = parse_vars(var)
+        forks_n = check_forks(forks)
+        suite = check_suite(suite)
+        inv, hosts, _ = load_and_check(inventory, host, None, extra_vars)
+    except InputError as exc:
+        return fail_input(exc)
+    return _execute(inv, hosts, _empty_recipe("validate"), extra_vars, forks_n, json_path, False,
+                    logs_dir, after_steps=Validator(suite))
+
+
+def logs(host: str, inventory: str, logs_dir: str = "logs") -> int:
+    """`invoke logs`: pull what the last validation left on each selected host."""
+    from .validation import latest_run_id, pull_results
+
+    try:
+        inv, hosts, _ = load_and_check(inventory, host, None, {})
+    except InputError as exc:
+        return fail_input(exc)
+
+    def pull(host_run) -> None:
+        run_id = latest_run_id(host_run.conn, host_run.host.name)
+        if run_id is None:
+            host_run.result.validation = "no validation run found on the host"
+            host_run.result.validation_ok = False
+            return
+        dest = Path(logs_dir) / host_run.host.name / run_id
+        text, ok = pull_results(host_run, run_id, 0, dest)
+        host_run.result.validation = f"{run_id}: {text}"
+        host_run.result.validation_ok = ok or text.startswith("failed")
+        host_run.run.reporter.note(f"{host_run.host.name}: logs of run {run_id} in "
+                                   f"{dest}")
+
+    return _execute(inv, hosts, _empty_recipe("logs"), {}, 16, None, False, logs_dir,
+                    after_steps=pull, write_logs=False)
+
+
+def check_suite(suite: str) -> str:
+    from .validation import SUITES
+
+    if suite not in SUITES:
+        raise InputError(f"--suite must be one of {', '.join(SUITES)}, not {suite!r}")
+    return suite
+
+
+def _empty_recipe(name: str):
+    from .recipe import Recipe
+
+    return Recipe(path=Path(f"<{name}>"), name=name, vars={}, vars_where={}, steps=[],
+                  handlers={})
+
+
+def _execute(inv, hosts, rec, extra_vars: dict, forks: int, json_path, ask_become_pass: bool,
+             logs_dir: str, check: bool = False, tags=None, after_steps=None,
+             write_logs: bool = True) -> int:
     password = become_password(ask_become_pass)
     redact = Redactor([password] if password else [])
     for name in inv.secrets:
@@ -112,8 +181,9 @@ def provision(host: str, recipe: str, inventory: str, check: bool = False, tags:
             redact.add(extra_vars[name])
     reporter = Reporter(redact, check=check)
     reporter.set_hosts([h.name for h in hosts])
-    options = RunOptions(check=check, tags=parse_tags(tags), extra_vars=extra_vars, forks=forks_n,
-                         become_password=password, logs_dir=Path(logs_dir), run_id=new_run_id())
+    options = RunOptions(check=check, tags=tags, extra_vars=extra_vars, forks=forks,
+                         become_password=password,
+                         logs_dir=Path(logs_dir) if write_logs else None, run_id=new_run_id())
     run = Run(inv, rec, hosts, options, reporter, redact, after_steps=after_steps)
     mode = "check (nothing will change)" if check else "apply"
     reporter.note(f"{rec.name}: {len(hosts)} host(s), {mode}, run {options.run_id}")
@@ -124,7 +194,7 @@ def provision(host: str, recipe: str, inventory: str, check: bool = False, tags:
         except RunInterrupted as exc:
             results, status = exc.results, EXIT_INTERRUPTED
             reporter.note("interrupted: stopped the hosts; what they did so far is kept")
-    reporter.recap(results, extra_column=extra_column)
+    reporter.recap(results, extra_column="validation" if after_steps else None)
     if json_path:
         write_json(Path(json_path), results, redact)
     if status == EXIT_OK and not all(r.ok for r in results.values()):
@@ -172,11 +242,7 @@ def facts(host: str, inventory: str, json_path: Optional[str] = None) -> int:
     def gather(hr):
         hr.result.facts = hr.facts  # facts were gathered before any step
 
-    from .recipe import Recipe
-
-    empty = Recipe(path=Path("<facts>"), name="facts", vars={}, vars_where={}, steps=[],
-                   handlers={})
-    run = Run(inv, empty, hosts, options, reporter, redact, after_steps=gather)
+    run = Run(inv, _empty_recipe("facts"), hosts, options, reporter, redact, after_steps=gather)
     results = run.execute()
     from rich.table import Table
 

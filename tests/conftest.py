@@ -84,6 +84,7 @@ def provision(work, capsys):
         if json_path.exists():
             json_path.unlink()
         kwargs.setdefault("logs_dir", str(work / "logs"))
+        kwargs.setdefault("validate", False)
         rc = cli.provision(host=host, recipe=str(recipe), inventory=str(inventory),
                            json_path=str(json_path), **kwargs)
         captured = capsys.readouterr()
