@@ -19,6 +19,7 @@ FACTS = {
     "distro_like": (str, "ID_LIKE"),
     "user": (str, "login user"),
     "uid": (int, "login user's uid"),
+    "home": (str, "login user's home folder"),
     "is_root": (bool, "the login user is root"),
     "python": (str, "version of the inventory's python (empty if missing)"),
     "cpus": (int, "online CPUs"),
@@ -43,7 +44,7 @@ if [ -r /etc/os-release ]; then
   ( . /etc/os-release; p distro_id "$ID"; p distro_version "$VERSION_ID"
     p distro_codename "${VERSION_CODENAME:-$UBUNTU_CODENAME}"; p distro_like "$ID_LIKE" )
 fi
-p uid "$(id -u)"; p user "$(id -un 2>/dev/null)"
+p uid "$(id -u)"; p user "$(id -un 2>/dev/null)"; p home "$HOME"
 p python "$(__PYTHON__ --version 2>&1 | sed -n 's/^Python //p')"
 p cpus "$(getconf _NPROCESSORS_ONLN 2>/dev/null || nproc 2>/dev/null)"
 p memory_kib "$(sed -n 's/^MemTotal: *\([0-9]*\).*/\1/p' /proc/meminfo 2>/dev/null)"
@@ -106,7 +107,7 @@ def parse(output: str) -> dict:
             raw[name] = value.strip()
     facts = {name: _empty(kind) for name, (kind, _) in FACTS.items()}
     for name in ("hostname", "arch", "kernel", "distro_id", "distro_version", "distro_codename",
-                 "distro_like", "user", "python", "driver_version", "nvcc_version",
+                 "distro_like", "user", "home", "python", "driver_version", "nvcc_version",
                  "cudnn_version", "boot_id", "pkg_manager"):
         facts[name] = raw.get(name, "")
     facts["uid"] = _int(raw.get("uid"), -1)

@@ -85,6 +85,7 @@ class _Loader:
         self.vars_where: dict = {}
         self.handlers: dict = {}
         self.files: list = []
+        self.included: set = set()
         self.root_name: Optional[str] = None
 
     def load_file(self, path: Path, stack: list, when: list, tags: frozenset,
@@ -97,6 +98,12 @@ class _Loader:
             raise included_at.error(f"includes nested deeper than {MAX_INCLUDE_DEPTH}")
         if stack and not path.exists():
             raise included_at.error(f"included recipe {path} not found")
+        # A file included again under the same conditions adds nothing (stack.yaml and
+        # nvidia-repo.yaml are shared by many recipes); under other conditions it comes in again.
+        context = (resolved, tuple(map(str, when)), tags, become)
+        if stack and context in self.included:
+            return []
+        self.included.add(context)
         data = load_yaml(path, "recipe")
         if not isinstance(data, YamlMap):
             raise InputError("a recipe must be a mapping with 'steps:'", path,

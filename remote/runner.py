@@ -320,6 +320,9 @@ class HostRun:
             result.status = "changed"
             result.message = "would run: " + "; ".join(c.shown().splitlines()[0] for c in commands)
             return
+        if hasattr(step.kind, "run_on_host"):
+            result.status, result.message = step.kind.run_on_host(self, item.args)
+            return
         # Announce a step only when it is still running after a second: quick ones stay quiet.
         announce = threading.Timer(1.0, self.run.reporter.running, (self.host.name, step.name))
         announce.daemon = True
@@ -374,6 +377,42 @@ class HostRun:
             if self.run.cancel.wait(wait):
                 raise _Interrupted()
         return res
+
+    def reboot(self, timeout: float) -> tuple:
+        """Reboot the host, reconnect, and wait for a new boot_id: (status, message)."""
+        if self.host.is_local:
+            return "failed", ("refusing to reboot: this host is the control machine "
+                              "(connection: local)")
+        before = self.conn.run("cat /proc/sys/kernel/random/boot_id", timeout=30).out.strip()
+        self.run.reporter.running(self.host.name, f"rebooting (waiting up to {timeout:g} s)")
+        self.log.event(f"reboot: boot_id before {before}")
+        try:
+            # Detached, so the command returns before sshd goes down with the host.
+            self.conn.run("nohup sh -c 'sleep 1; reboot || shutdown -r now' >/dev/null 2>&1 &",
+                          become=True, timeout=30)
+        except (ConnectionLost, CommandTimeout):
+            pass
+        self.conn.close()
+        deadline = time.monotonic() + timeout
+        last = "no answer yet"
+        time.sleep(2)
+        while time.monotonic() < deadline:
+            if self.run.cancel.is_set():
+                raise _Interrupted()
+            try:
+                self.conn = self.run.connect(self.host)
+                after = self.conn.run("cat /proc/sys/kernel/random/boot_id", timeout=30).out.strip()
+                if after and after != before:
+                    self.facts["boot_id"] = after
+                    self.log.event(f"reboot: back with boot_id {after}")
+                    return "changed", f"rebooted in {timeout - (deadline - time.monotonic()):.0f} s"
+                last = "still the same boot_id (reboot not started?)"
+                self.conn.close()
+            except (Unreachable, ConnectionLost, CommandTimeout) as exc:
+                last = str(exc)
+            time.sleep(2)
+        raise Unreachable(f"did not come back with a new boot_id within {timeout:g} s after "
+                          f"reboot ({last})")
 
     def _name(self, step: Step) -> str:
         if not step.named:

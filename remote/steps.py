@@ -110,6 +110,13 @@ class Kind:
         raise NotImplementedError
 
 
+def _listed(value: Any) -> list:
+    """A packages field as a list: a rendered template may give a list or a spaced string."""
+    if isinstance(value, str):
+        return [] if "{{" in value else value.split()
+    return list(value)
+
+
 def _is(value: Any, kind: type) -> bool:
     if kind in (int, float) and isinstance(value, bool):
         return False
@@ -308,9 +315,9 @@ class Pip(Kind):
     def check(self, args, where, base_dir):
         from packaging.requirements import InvalidRequirement, Requirement
 
-        if isinstance(args["packages"], str):
+        if isinstance(args["packages"], str) and "{{" not in args["packages"]:
             args["packages"] = args["packages"].split()
-        for spec in args["packages"]:
+        for spec in _listed(args["packages"]):
             if "{{" in str(spec):
                 continue
             try:
@@ -331,13 +338,13 @@ class Pip(Kind):
     def probe(self, args):
         from packaging.requirements import Requirement
 
-        names = " ".join(q(Requirement(str(s)).name) for s in args["packages"])
+        names = " ".join(q(Requirement(str(s)).name) for s in _listed(args["packages"]))
         return _PIP_PROBE.format(python=q(self._python(args)), names=names)
 
     def plan(self, args, probe):
         from packaging.requirements import Requirement
 
-        reqs = [Requirement(str(s)) for s in args["packages"]]
+        reqs = [Requirement(str(s)) for s in _listed(args["packages"])]
         missing_env = probe.out.strip() == "@missing"
         installed = {}
         for line in probe.out.splitlines():
@@ -403,9 +410,9 @@ class Apt(Kind):
     required = ("packages",)
 
     def check(self, args, where, base_dir):
-        if isinstance(args["packages"], str):
+        if isinstance(args["packages"], str) and "{{" not in args["packages"]:
             args["packages"] = args["packages"].split()
-        for spec in args["packages"]:
+        for spec in _listed(args["packages"]):
             if "{{" not in str(spec) and not APT_SPEC.match(str(spec)):
                 raise where.error(f"apt: {spec!r} is not a package name (pin as name=version)")
         if args.get("state", "present") not in ("present", "absent"):
@@ -414,7 +421,7 @@ class Apt(Kind):
     @staticmethod
     def _specs(args) -> list:
         specs = []
-        for spec in args["packages"]:
+        for spec in _listed(args["packages"]):
             match = APT_SPEC.match(str(spec))
             if not match:
                 raise PlanError(f"apt: {spec!r} is not a package name")
@@ -428,8 +435,10 @@ class Apt(Kind):
                 'echo "@now $(date +%s)"\n'
                 f"s=0; for f in /var/lib/apt/periodic/update-success-stamp {APT_STAMP}; do "
                 '[ -e "$f" ] && t=$(stat -c %Y "$f") && [ "$t" -gt "$s" ] && s=$t; done\n'
-                'echo "@updated $s"\n'
-                "apt-mark showhold 2>/dev/null | sed 's/^/@held /'")
+                'echo "@updated $s"'
+                # apt-mark is slow (it loads the cache): ask only when holds matter.
+                + ("\napt-mark showhold 2>/dev/null | sed 's/^/@held /'"
+                   if args.get("hold") or args.get("state") == "absent" else ""))
 
     def plan(self, args, probe):
         installed, held, now, updated = {}, set(), 0, 0
@@ -496,6 +505,71 @@ class Apt(Kind):
             f"{n}={p}" if p else n for n, p in todo))
 
 
+# --------------------------------------------------------------------------- deb
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class Deb(Kind):
+    """A .deb downloaded from `url`, verified against `sha256`, installed with dpkg; satisfied
+    when package `name` is installed (at `version`, when given)."""
+
+    name = "deb"
+    fields = {"name": str, "url": str, "sha256": str, "version": str}
+    required = ("name", "url", "sha256")
+
+    def check(self, args, where, base_dir):
+        sha = args["sha256"]
+        if "{{" not in sha and not SHA256.match(sha):
+            raise where.error("deb.sha256 must be 64 lowercase hex digits")
+
+    def probe(self, args):
+        return (f"dpkg-query -W -f='${{db:Status-Abbrev}}\t${{Version}}\n' -- {q(args['name'])} "
+                "2>/dev/null")
+
+    def plan(self, args, probe):
+        status, _, version = probe.out.partition("\t")
+        if status.startswith("ii") and (not args.get("version") or version.strip() == args["version"]):
+            return []
+        if not SHA256.match(args["sha256"]):
+            raise PlanError(f"deb {args['name']}: sha256 {args['sha256']!r} is not 64 hex digits")
+        url = q(args["url"])
+        script = (
+            't=$(mktemp --suffix=.deb) || exit 1\ntrap \'rm -f "$t"\' EXIT\n'
+            f'if command -v curl >/dev/null 2>&1; then curl -fsSL --retry 3 -o "$t" {url}\n'
+            f'elif command -v wget >/dev/null 2>&1; then wget -q -O "$t" {url}\n'
+            'else echo "neither curl nor wget is installed" >&2; exit 1; fi || exit 1\n'
+            f'echo "{args["sha256"]}  $t" | sha256sum -c --quiet - >/dev/null 2>&1 || '
+            f'{{ echo "checksum mismatch for {args["url"]}: got $(sha256sum "$t" | cut -c1-64)" >&2; exit 1; }}\n'
+            'DEBIAN_FRONTEND=noninteractive dpkg -i "$t"')
+        return [Command(script, display=f"download {args['url']}, verify sha256 "
+                                        f"{args['sha256'][:12]}..., dpkg -i")]
+
+
+# --------------------------------------------------------------------------- reboot
+class Reboot(Kind):
+    """Reboot the host and wait until it is back with a new boot_id (refused on the local
+    connection: that would reboot the control machine)."""
+
+    name = "reboot"
+    fields = {"timeout": (int, float, str), "msg": str}
+    scalar_field = "msg"
+
+    def plan(self, args, probe):
+        return [Command("reboot", display=f"reboot and wait up to {self.timeout(args):g} s for a "
+                                          "new boot_id")]
+
+    @staticmethod
+    def timeout(args) -> float:
+        try:
+            return float(args.get("timeout", 900))
+        except (TypeError, ValueError):
+            raise PlanError(f"reboot.timeout {args.get('timeout')!r} is not a number") from None
+
+    def run_on_host(self, host_run, args) -> tuple:
+        """(status, message). Called by the runner instead of running the plan's command."""
+        return host_run.reboot(self.timeout(args))
+
+
 # --------------------------------------------------------------------------- assert
 class Assert(Kind):
     """Conditions over facts and vars, checked on the control side; fails with `msg`."""
@@ -530,4 +604,5 @@ class Assert(Kind):
         return True, ""
 
 
-KINDS = {kind.name: kind for kind in (Shell(), File(), Template(), Pip(), Apt(), Assert())}
+KINDS = {kind.name: kind for kind in (Shell(), File(), Template(), Pip(), Apt(), Deb(), Reboot(),
+                                      Assert())}

@@ -10,6 +10,7 @@ Three renderings share one environment setup:
 """
 from __future__ import annotations
 
+import posixpath
 import re
 import shlex
 from typing import Any, Iterable
@@ -45,6 +46,8 @@ def _make_env(finalize=None) -> jinja2.Environment:
                                         keep_trailing_newline=True, autoescape=False)
     env.filters["quote"] = shlex.quote
     env.filters["verbatim"] = Verbatim
+    env.filters["dirname"] = posixpath.dirname
+    env.filters["basename"] = posixpath.basename
     return env
 
 
@@ -84,9 +87,22 @@ def _render(env: jinja2.Environment, source: str, context: dict) -> str:
         raise TemplateError(f"cannot render '{_short(source)}': {exc}") from None
 
 
+_ONE_EXPRESSION = re.compile(r"^\{\{((?:(?!\}\}|\{\{).)*)\}\}$", re.S)
+
+
 def render_value(value: Any, context: dict) -> Any:
-    """Render every string inside a loaded YAML value (dicts and lists recursively)."""
+    """Render every string inside a loaded YAML value (dicts and lists recursively).
+
+    A string that is exactly one ``{{ expression }}`` keeps the expression's type, so
+    ``packages: "{{ compat[v].wheels }}"`` gives a list, as in Ansible.
+    """
     if isinstance(value, str):
+        match = _ONE_EXPRESSION.match(value.strip())
+        if match:
+            result = evaluate(match.group(1), context)
+            if isinstance(result, (list, dict, bool, int, float)) or result is None:
+                return result
+            return str(result)
         return render_text(value, context)
     if isinstance(value, dict):
         return {k: render_value(v, context) for k, v in value.items()}
