@@ -224,8 +224,8 @@ host; red cell: regression vs the earlier run. Also in merged.csv.</p>
 {% endfor %}</tbody></table>{% endif %}
 
 {% if r.health %}<h2 id="health">Health (latest results.json per host)</h2>
-<table><thead><tr><th>host</th><th>run</th><th>result</th><th>device / GPU</th><th>versions</th>
-<th>passed</th><th style="min-width:200px">failed</th><th style="min-width:200px">skipped</th><th>matmul vs spec</th><th>bandwidth vs spec</th>
+<div class="scroll"><table><thead><tr><th>host</th><th>run</th><th>result</th><th>device / GPU</th><th>versions</th>
+<th>passed</th><th style="min-width:150px">failed</th><th style="min-width:150px">skipped</th><th>matmul TFLOPS<br>measured / spec</th><th>bandwidth GB/s<br>measured / spec</th>
 </tr></thead><tbody>
 {% for h in r.health %}<tr><td class="nowrap">{{ h.host }}</td><td>{{ h.run_id }}</td>
 <td>{% if h.ok %}<span class="ok">ok</span>{% elif h.ok is sameas false %}<span class="fail">FAIL</span>{% else %}?{% endif %}</td>
@@ -236,7 +236,7 @@ host; red cell: regression vs the earlier run. Also in merged.csv.</p>
 <td>{% for c in h.skipped %}<div>{{ c.name }}{% if c.required %} <b>(required: not validated)</b>{% endif %}</div><div class="small">{{ c.reason }}</div>{% else %}-{% endfor %}</td>
 <td class="nowrap">{% for f in h.matmul %}{{ spec(f) }}{% if not loop.last %}<br>{% endif %}{% else %}-{% endfor %}</td>
 <td class="nowrap">{% for f in h.bandwidth %}{{ spec(f) }}{% if not loop.last %}<br>{% endif %}{% else %}-{% endfor %}</td></tr>
-{% endfor %}</tbody></table>{% endif %}
+{% endfor %}</tbody></table></div>{% endif %}
 
 {% if r.notes %}<h2 id="notes">Notes</h2><ul class="small">
 {% for n in r.notes %}<li>{{ n }}</li>
@@ -246,14 +246,11 @@ host; red cell: regression vs the earlier run. Also in merged.csv.</p>
 
 
 def _spec(f) -> str:
-    unit = "TFLOPS" if f.name.endswith("tflops") else "GB/s"
+    """'bf16 231 / 312 (74%)': measured / spec (ratio); the unit is in the column head."""
     name = f.name.rsplit("_", 1)[0]
-    value = MISSING if f.value is None else f"{f.value:.4g}"
-    text = f"{name} {value}"
+    text = f"{name} {MISSING if f.value is None else f'{f.value:.4g}'}"
     if f.spec is not None:
-        text += f" / {f.spec:.4g} {unit}"
-    else:
-        text += f" {unit}"
+        text += f" / {f.spec:.4g}"
     if f.ratio is not None:
         text += f" ({f.ratio * 100:.0f}%)"
     return text
