@@ -50,7 +50,8 @@ Definitions:
 - Regressions: each host's latest run vs its previous run with values (or the baseline);
   models slower by more than ``regression_pct`` percent are listed. ``baseline`` may be a
   run id (each host's run of that id), a host name (that host's latest run, for every other
-  host) or ``HOST/RUN`` (that one run, for every host).
+  host) or ``HOST/RUN`` (that one run, for every host); a host name wins over a run id
+  spelt the same.
 - Columns are matched between runs by head label; two runs with one column each are compared
   whatever their labels are (a label may carry a version string).
 
@@ -821,14 +822,14 @@ def render(report: Report, console) -> None:
     from rich.table import Table as RTable
     from rich.text import Text
 
-    console.rule(f"gpuprov report: {report.logs_dir}")
-    console.print(
+    # every string from the logs goes in as Text: a name like "RTX 3080 [LHR]" is not markup
+    console.rule(Text(f"gpuprov report: {report.logs_dir}"))
+    console.print(Text(
         f"{len(report.runs)} runs on {len({r.host for r in report.runs})} hosts; "
         f"slow host: > {report.outlier_pct:g}% vs GPU-group peers; regression: > "
         f"{report.regression_pct:g}% vs "
-        + (f"baseline {report.baseline}" if report.baseline else "previous run"),
-        highlight=False,
-    )
+        + (f"baseline {report.baseline}" if report.baseline else "previous run")
+    ))
     console.print()
     flags = report.flag_lines()
     if flags:
@@ -858,9 +859,10 @@ def render(report: Report, console) -> None:
         for h in report.fleet:
             worst = h.worst
             t.add_row(
-                h.host, h.gpu, h.run_id, str(len(h.peers)), str(len(h.ratios)),
+                Text(h.host), Text(h.gpu), Text(h.run_id), str(len(h.peers)),
+                str(len(h.ratios)),
                 MISSING if h.typical_pct is None else f"{h.typical_pct:+.1f}%",
-                f"{worst.model} {worst.pct:+.1f}%" if worst else MISSING,
+                Text(f"{worst.name} {worst.pct:+.1f}%") if worst else MISSING,
                 Text("SLOW", style="bold red") if h.slow else "",
             )
         console.print(t)
@@ -877,10 +879,10 @@ def render(report: Report, console) -> None:
             counts.append(str(len(h.failed)), style="bold red" if h.failed else "")
             counts.append(f"/{len(h.skipped)}", style="yellow" if h.skipped else "")
             t.add_row(
-                h.host, h.run_id,
+                Text(h.host), Text(h.run_id),
                 Text("ok" if h.ok else ("FAIL" if h.ok is False else "?"),
                      style="green" if h.ok else "bold red"),
-                _device_text(h), counts,
+                Text(_device_text(h)), counts,
                 _spec_text(h.matmul, _SPEC_KEYS["matmul"]),
                 _spec_text(h.bandwidth, _SPEC_KEYS["bandwidth"]),
             )
@@ -936,7 +938,7 @@ def latency_tables(report: Report, width: int) -> list:
                 bad = (col.host, col.run_id, col.label, model) in regressed
                 cells.append(Text(fmt_ms(table.cell(model, col)),
                                   style="bold red" if bad else ""))
-            t.add_row(model, *cells)
+            t.add_row(Text(model), *cells)
         out.append(t)
     return out
 
@@ -981,6 +983,7 @@ def run_report(
 ) -> int:
     """Build, print and write the report; return the exit status (see module docstring)."""
     from rich.console import Console
+    from rich.text import Text
 
     console = console or Console()
     try:
@@ -1001,6 +1004,6 @@ def run_report(
 
     render(report, console)
     console.print()
-    console.print(f"Wrote {out_dir}/: " + ", ".join(p.name for p in paths.values()),
-                  highlight=False, soft_wrap=True)
+    console.print(Text(f"Wrote {out_dir}/: " + ", ".join(p.name for p in paths.values())),
+                  soft_wrap=True)
     return 1 if fail_on_outlier and report.flagged else 0
