@@ -76,6 +76,7 @@ BENCH_LOG = "bench_torch.log"
 RESULTS = "results.json"
 UNKNOWN_GPU = "unknown GPU"
 MISSING = "-"
+MAX_REGRESSION_LINES = 5  # more regressions than this on one host: one line for the host
 
 # ---------------------------------------------------------------------------------------
 # data
@@ -272,11 +273,21 @@ class Report:
     def flag_lines(self) -> list[str]:
         """One line per flag, slow hosts first: what an operator reads first."""
         lines = [f"SLOW HOST {h.describe()}" for h in self.outliers]
-        for comp, r in self.regressions:
-            lines.append(
-                f"REGRESSION {comp.host} {r.name}: {fmt_ms(r.reference)} -> "
-                f"{fmt_ms(r.value)} ms ({r.pct:+.1f}%), run {comp.run_id} vs {comp.base_key}"
-            )
+        for comp in self.comparisons:
+            regs = comp.regressions
+            if len(regs) > MAX_REGRESSION_LINES:  # one line for the host, worst first
+                lines.append(
+                    f"REGRESSION {comp.host}: {len(regs)} of {len(comp.changes)} models slower "
+                    f"by more than {self.regression_pct:g}%: "
+                    + ", ".join(f"{r.name} {r.pct:+.1f}%" for r in regs)
+                    + f"; run {comp.run_id} vs {comp.base_key}"
+                )
+                continue
+            for r in regs:
+                lines.append(
+                    f"REGRESSION {comp.host} {r.name}: {fmt_ms(r.reference)} -> "
+                    f"{fmt_ms(r.value)} ms ({r.pct:+.1f}%), run {comp.run_id} vs {comp.base_key}"
+                )
         return lines
 
 

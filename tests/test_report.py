@@ -124,6 +124,17 @@ def test_regression_threshold_and_latest_vs_previous_run(tmp_path):
     assert build_report(logs, regression_pct=15).regressions == []
 
 
+def test_many_regressions_on_one_host_make_one_flag_line(tmp_path):
+    logs = tmp_path / "logs"
+    models = {f"model{i:02d}": 1.0 + i for i in range(8)}
+    write_run(logs, "g", "r1", seed_log(models))
+    write_run(logs, "g", "r2", seed_log({m: v * 1.5 for m, v in models.items()}))
+    rc, text, out = report_of(logs, tmp_path)
+    flag_block = text.split("FLAGS (1)", 1)[1].split("\n\n", 1)[0]
+    assert "REGRESSION g: 8 of 8 models slower by more than 10%: model00 +50.0%" in flag_block
+    assert len(json.loads((out / "flags.json").read_text())["regressions"]) == 8
+
+
 def test_baseline_run_id_host_or_host_run(tmp_path):
     logs = fleet_copy(tmp_path)
     # a run id: each host that has it compares its latest run with it
