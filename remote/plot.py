@@ -177,7 +177,7 @@ img { max-width: 100%; border: 1px solid #ddd; margin: 6px 0; }
 </style></head><body>
 <h1>gpuprov benchmark report</h1>
 <div class="meta">{{ r.generated }} &middot; logs: {{ r.logs_dir }} &middot;
-{{ r.runs|length }} runs on {{ hosts }} hosts &middot; slow host: &gt; {{ '%g' % r.outlier_pct }}%
+{{ r.runs|length }} run{{ '' if r.runs|length == 1 else 's' }} on {{ hosts }} host{{ '' if hosts == 1 else 's' }} &middot; slow host: &gt; {{ '%g' % r.outlier_pct }}%
 vs GPU-group peers &middot; regression: &gt; {{ '%g' % r.regression_pct }}% vs
 {{ ('baseline ' ~ r.baseline) if r.baseline else 'previous run' }}</div>
 
@@ -233,7 +233,7 @@ host; red cell: regression vs the earlier run. Also in merged.csv.</p>
 <td class="small nowrap">{% for k, v in h.versions.items() %}{{ k }} {{ v }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td>
 <td class="num">{{ h.passed|length }}</td>
 <td>{% for c in h.failed %}<div class="fail">{{ c.name }}{% if not c.required %} (optional){% endif %}</div><div class="small">{{ c.reason }}</div>{% else %}-{% endfor %}</td>
-<td>{% for c in h.skipped %}<div>{{ c.name }}{% if c.required %} <b>(required: not validated)</b>{% endif %}</div><div class="small">{{ c.reason }}</div>{% else %}-{% endfor %}</td>
+<td>{% for req, reason, names in h.skipped_groups() %}<div>{{ names|join(', ') }}{% if req %} <b>(required: not validated)</b>{% endif %}</div><div class="small">{{ reason }}</div>{% else %}-{% endfor %}</td>
 <td class="nowrap">{% for f in h.matmul %}{{ spec(f) }}{% if not loop.last %}<br>{% endif %}{% else %}-{% endfor %}</td>
 <td class="nowrap">{% for f in h.bandwidth %}{{ spec(f) }}{% if not loop.last %}<br>{% endif %}{% else %}-{% endfor %}</td></tr>
 {% endfor %}</tbody></table></div>{% endif %}

@@ -41,8 +41,9 @@ directory), files:
 
 Definitions:
 
-- Fleet outliers: hosts are grouped by ``host.gpu_name`` from results.json (no GPU name ->
-  one "unknown GPU" group). Each host's latest run with latency values is compared, model
+- Fleet outliers: hosts are grouped by ``host.gpu_name`` from results.json (a CPU run,
+  ``host.device == "cpu"``, groups as "CPU only (<host.cpu>)"; no results.json saying either
+  -> one "unknown GPU" group). Each host's latest run with latency values is compared, model
   by model, with the median of its *peers* (the other hosts in the group, their latest runs);
   the host's typical ratio is the median over its models. Slow when that is more than
   ``outlier_pct`` percent above 1. The peers' median (the host itself left out) keeps one slow
@@ -114,6 +115,18 @@ class Run:
         host = (self.results or {}).get("host")
         name = host.get("gpu_name") if isinstance(host, dict) else None
         return name.strip() if isinstance(name, str) and name.strip() else None
+
+    @property
+    def group(self) -> str | None:
+        """Fleet group: the GPU model; for a run on CPU (device "cpu", no GPU name)
+        "CPU only" plus the CPU model when known; None when results.json does not say."""
+        if self.gpu_name:
+            return self.gpu_name
+        host = (self.results or {}).get("host")
+        if isinstance(host, dict) and host.get("device") == "cpu":
+            cpu = host.get("cpu")
+            return f"CPU only ({cpu.strip()})" if isinstance(cpu, str) and cpu.strip() else "CPU only"
+        return None
 
     def column_name(self, label: str | None) -> str:
         if len(self.latency) > 1:
@@ -236,6 +249,15 @@ class HostHealth:
     @property
     def skipped(self) -> list[CheckRow]:
         return [c for c in self.checks if c.status == "skip"]
+
+    def skipped_groups(self) -> list[tuple[bool, str, list[str]]]:
+        """Skipped checks grouped by (required, reason): [(required, reason, names)],
+        required first, so eleven "not selected" skips read as one line."""
+        groups: dict[tuple[bool, str], list[str]] = {}
+        for c in self.skipped:
+            groups.setdefault((c.required, c.reason), []).append(c.name)
+        return [(req, reason, names) for (req, reason), names in
+                sorted(groups.items(), key=lambda kv: not kv[0][0])]
 
     @property
     def passed(self) -> list[CheckRow]:
@@ -521,12 +543,13 @@ def _latest_with_values(runs: list[Run]) -> dict[str, Run]:
 
 
 def host_gpus(runs: list[Run]) -> dict[str, str]:
-    """Host -> GPU model from its latest results.json naming one (else UNKNOWN_GPU)."""
+    """Host -> its group from its latest results.json that names one: the GPU model, or
+    "CPU only (...)" for a CPU run; UNKNOWN_GPU when no results.json says."""
     gpus: dict[str, str] = {}
     for run in runs:
         gpus.setdefault(run.host, UNKNOWN_GPU)
-        if run.gpu_name:
-            gpus[run.host] = run.gpu_name
+        if run.group:
+            gpus[run.host] = run.group
     return gpus
 
 
@@ -696,7 +719,8 @@ def build_report(
         notes.append(f"no runs found under {logs_dir}/<host>/<run>/")
     for gpu, hosts in groups.items():
         if len(hosts) == 1:
-            notes.append(f"{hosts[0]} is the only host with {gpu}: no fleet comparison")
+            notes.append(f"{hosts[0]} is the only host in its GPU group ({gpu}): "
+                         "no fleet comparison")
     with_values = {r.host for r in runs if r.latency}
     uncompared = sorted(with_values - {c.host for c in comparisons})
     if uncompared:
@@ -835,8 +859,9 @@ def render(report: Report, console) -> None:
 
     # every string from the logs goes in as Text: a name like "RTX 3080 [LHR]" is not markup
     console.rule(Text(f"gpuprov report: {report.logs_dir}"))
+    n_hosts = len({r.host for r in report.runs})
     console.print(Text(
-        f"{len(report.runs)} runs on {len({r.host for r in report.runs})} hosts; "
+        f"{_plural(len(report.runs), 'run')} on {_plural(n_hosts, 'host')}; "
         f"slow host: > {report.outlier_pct:g}% vs GPU-group peers; regression: > "
         f"{report.regression_pct:g}% vs "
         + (f"baseline {report.baseline}" if report.baseline else "previous run")
@@ -902,12 +927,16 @@ def render(report: Report, console) -> None:
             for c in h.failed:
                 console.print(Text(f"  {h.host}: FAILED {_check_text(c)}", style="red"),
                               soft_wrap=True)
-            for c in h.skipped:
-                console.print(Text(f"  {h.host}: SKIPPED {_check_text(c)}",
-                                   style="yellow" if c.required else ""), soft_wrap=True)
+            for required, reason, names in h.skipped_groups():
+                what = " (required: not validated)" if required else " (optional)"
+                console.print(Text(f"  {h.host}: SKIPPED {', '.join(names)}{what}"
+                                   + (f": {reason}" if reason else ""),
+                                   style="yellow" if required else ""), soft_wrap=True)
 
     console.print()
     for t in latency_tables(report, console.width):
+        console.print(Text(t.title), highlight=False)  # above the table, never wrapped
+        t.title = None
         console.print(t)
     console.print(Text("red column: slow host; red value: regression", style="dim"))
 
@@ -956,6 +985,10 @@ def latency_tables(report: Report, width: int) -> list:
 
 def _column_width(col: Column) -> int:
     return max(len(col.host), len(col.run_id), len(col.label or "") if has_label(col) else 0, 7)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _check_text(c: CheckRow) -> str:

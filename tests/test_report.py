@@ -66,7 +66,8 @@ def test_fixture_fleet_flags_the_new_slow_instance_only(tmp_path):
     # the only H100 has no peers, so it is neither compared nor flagged
     h100 = next(h for h in report.fleet if h.host == "h100-1")
     assert h100.peers == [] and h100.typical_pct is None and not h100.slow
-    assert any("h100-1 is the only host with NVIDIA H100" in n for n in report.notes)
+    assert "h100-1 is the only host in its GPU group (NVIDIA H100 80GB HBM3): no fleet " \
+        "comparison" in report.notes
 
 
 def test_hosts_are_compared_only_within_their_gpu_model(tmp_path):

@@ -66,8 +66,8 @@ def test_report_reads_a_real_cpu_validation_run(cpu_logs, tmp_path):
     assert value == pytest.approx(median, rel=0.01)
     if (run_dir / "bench_torch.log").exists():
         assert run.source == "bench_torch.log"
-    # a CPU run has no GPU name: it falls in the unknown-GPU group
-    assert report.fleet[0].gpu == "unknown GPU"
+    # a CPU run is not an unknown GPU: it has a group of its own
+    assert report.fleet[0].gpu.startswith("CPU only")
     # health: the checks the package ran, with their statuses
     (health,) = report.health
     assert {c.name: c.status for c in health.checks} == {
@@ -75,17 +75,18 @@ def test_report_reads_a_real_cpu_validation_run(cpu_logs, tmp_path):
     assert health.ok is results["ok"]
     assert health.device == "cpu"
     assert "resnet18" in text and f"cpu-a/{RUN_ID}" in (tmp_path / "out" / "merged.csv").read_text()
+    # skipped checks are listed once per (required, reason), not once per check
+    skipped = {(c["required"], c["reason"]) for c in results["checks"] if c["status"] == "skip"}
+    assert text.count("cpu-a: SKIPPED") == len(skipped)
 
 
 def test_real_runs_merge_with_seed_logs_and_compare(cpu_logs, tmp_path):
-    """A second host with the same real run (a peer) and a third with an article-style log
-    merge into one table; a copy made 40% slower is flagged against its peers' median."""
+    """Copies of the real run as peers and article-style GPU logs merge into one table; a
+    copy made 40% slower is flagged against its CPU peers' median."""
     logs, _proc = cpu_logs
     merged = tmp_path / "logs"
     shutil.copytree(logs, merged)
     shutil.copytree(merged / "cpu-a" / RUN_ID, merged / "cpu-b" / RUN_ID)
-    report = build_report(merged)
-    median = report.table.cell("resnet18", report.table.columns[0])
     shutil.copytree(merged / "cpu-a" / RUN_ID, merged / "cpu-c" / RUN_ID)
     slow_dir = merged / "cpu-c" / RUN_ID
     (slow_dir / "bench_torch.log").unlink(missing_ok=True)
@@ -94,9 +95,14 @@ def test_real_runs_merge_with_seed_logs_and_compare(cpu_logs, tmp_path):
         if check["name"] == "bench":
             check["figures"]["models"]["resnet18"]["latency_ms"]["median"] *= 1.4
     (slow_dir / "results.json").write_text(json.dumps(data))
-    write_run(merged, "article", "20220110T090000Z", seed_log({"resnet18": median * 1.01}))
+    # article-style logs of GPU hosts (no results.json): the unknown-GPU group, never peers
+    # of CPU runs, however much faster they are
+    write_run(merged, "article", "20220110T090000Z", seed_log({"resnet18": 2.47}))
+    write_run(merged, "article2", "20220110T090000Z", seed_log({"resnet18": 2.50}))
 
     report = build_report(merged)
-    assert [c.host for c in report.table.columns] == ["article", "cpu-a", "cpu-b", "cpu-c"]
+    assert [c.host for c in report.table.columns] == [
+        "article", "article2", "cpu-a", "cpu-b", "cpu-c"]
     assert [h.host for h in report.outliers] == ["cpu-c"]
     assert report.outliers[0].typical_pct == pytest.approx(40.0, abs=1.5)
+    assert sorted(report.outliers[0].peers) == ["cpu-a", "cpu-b"]
