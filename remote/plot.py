@@ -214,13 +214,13 @@ host; red cell: regression vs the earlier run. Also in merged.csv.</p>
 {% endfor %}
 
 {% if r.fleet %}<h2 id="fleet">Fleet: latest run vs GPU-group peers</h2>
-<table><thead><tr><th>host</th><th>GPU</th><th>run</th><th>peers</th><th>models</th>
+<table><thead><tr><th>host</th><th>GPU group</th><th>run</th><th>peers</th><th>models</th>
 <th>typical vs peers</th><th>worst model</th></tr></thead><tbody>
 {% for h in r.fleet %}<tr><td>{{ h.host }}{% if h.slow %} <span class="tag">SLOW</span>{% endif %}</td>
 <td>{{ h.gpu }}</td><td>{{ h.run_id }}</td><td class="num">{{ h.peers|length }}</td>
 <td class="num">{{ h.ratios|length }}</td>
 <td class="num{{ ' bad' if h.slow else '' }}">{{ missing if h.typical_pct is none else '%+.1f%%' % h.typical_pct }}</td>
-<td>{% if h.worst %}{{ h.worst.model }} {{ '%+.1f%%' % h.worst.pct }}{% else %}{{ missing }}{% endif %}</td></tr>
+<td>{% if h.worst %}{{ h.worst.name }} {{ '%+.1f%%' % h.worst.pct }}{% else %}{{ missing }}{% endif %}</td></tr>
 {% endfor %}</tbody></table>{% endif %}
 
 {% if r.health %}<h2 id="health">Health (latest results.json per host)</h2>

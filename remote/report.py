@@ -888,18 +888,24 @@ def render(report: Report, console) -> None:
         console.print()
         t = RTable(title="Fleet: latest run vs GPU-group peers", title_justify="left",
                    box=None, pad_edge=False)
-        for name, just in (("host", "left"), ("GPU", "left"), ("run", "left"),
-                           ("peers", "right"), ("models", "right"), ("typical", "right"),
-                           ("worst model", "left"), ("", "left")):
-            t.add_column(name, justify=just, no_wrap=True)
+        host_w = max(len(h.host) + (5 if h.slow else 0) for h in report.fleet)
+        t.add_column("host", no_wrap=True, min_width=host_w)
+        t.add_column("GPU group", no_wrap=True, overflow="ellipsis")
+        t.add_column("run", no_wrap=True, min_width=max(len(h.run_id) for h in report.fleet))
+        t.add_column("peers", justify="right", no_wrap=True, min_width=5)
+        t.add_column("models", justify="right", no_wrap=True, min_width=6)
+        t.add_column("typical", justify="right", no_wrap=True, min_width=7)
+        t.add_column("worst model", no_wrap=True, overflow="ellipsis")
         for h in report.fleet:
             worst = h.worst
+            host = Text(h.host)
+            if h.slow:
+                host.append(" SLOW", style="bold red")
             t.add_row(
-                Text(h.host), Text(h.gpu), Text(h.run_id), str(len(h.peers)),
-                str(len(h.ratios)),
-                MISSING if h.typical_pct is None else f"{h.typical_pct:+.1f}%",
+                host, Text(h.gpu), Text(h.run_id), str(len(h.peers)), str(len(h.ratios)),
+                Text(MISSING if h.typical_pct is None else f"{h.typical_pct:+.1f}%",
+                     style="bold red" if h.slow else ""),
                 Text(f"{worst.name} {worst.pct:+.1f}%") if worst else MISSING,
-                Text("SLOW", style="bold red") if h.slow else "",
             )
         console.print(t)
 
@@ -907,9 +913,13 @@ def render(report: Report, console) -> None:
         console.print()
         t = RTable(title="Health (latest results.json per host)", title_justify="left",
                    box=None, pad_edge=False)
-        for name in ("host", "run", "result", "GPU", "checks\npass/fail/skip",
-                     "matmul, % of spec\nfp32/tf32/bf16", "bandwidth, % of spec\nd2d/h2d/d2h"):
-            t.add_column(name, no_wrap=True)
+        t.add_column("host", no_wrap=True, min_width=max(len(h.host) for h in report.health))
+        t.add_column("run", no_wrap=True, min_width=max(len(h.run_id) for h in report.health))
+        t.add_column("result", no_wrap=True, min_width=6)
+        t.add_column("GPU", no_wrap=True, overflow="ellipsis")
+        t.add_column("checks\npass/fail/skip", no_wrap=True, min_width=14)
+        t.add_column("matmul %spec\nfp32/tf32/bf16", no_wrap=True, min_width=14)
+        t.add_column("bandwidth %spec\nd2d/h2d/d2h", no_wrap=True, min_width=15)
         for h in report.health:
             counts = Text(f"{len(h.passed)}/")
             counts.append(str(len(h.failed)), style="bold red" if h.failed else "")
