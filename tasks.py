@@ -72,3 +72,17 @@ def logs(c, host, inventory=INVENTORY):
     from remote import cli
 
     _exit(cli.logs(host=host, inventory=inventory))
+
+
+@task(help={"logs": "folder of logs/<host>/<run>/ to read (default logs)",
+            "out": "where to write the report (default reports/<time>/)",
+            "baseline": "compare with this run id, host, or HOST/RUN instead of each host's previous run",
+            "threshold": "percent slower that counts as an outlier or a regression "
+                         "(default: 15 for outliers, 10 for regressions)",
+            "fail-on-outlier": "exit 1 when a slow host or a regression is flagged"})
+def report(c, logs="logs", out=None, baseline=None, threshold=None, fail_on_outlier=False):
+    """Compare benchmark logs across hosts and runs: merged table, slow hosts, regressions, HTML."""
+    from remote import cli
+
+    _exit(cli.report(logs=logs, out=out, baseline=baseline, threshold=threshold,
+                     fail_on_outlier=fail_on_outlier))

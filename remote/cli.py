@@ -156,6 +156,24 @@ def logs(host: str, inventory: str, logs_dir: str = "logs") -> int:
                     after_steps=pull, write_logs=False)
 
 
+def report(logs: str = "logs", out: Optional[str] = None, baseline: Optional[str] = None,
+           threshold=None, fail_on_outlier: bool = False) -> int:
+    """`invoke report`: merged table, slow hosts, regressions, pictures, HTML."""
+    from .report import run_report
+
+    kwargs = {}
+    if threshold is not None:
+        try:
+            value = float(threshold)
+        except ValueError:
+            return fail_input(InputError(f"--threshold must be a number of percent, not {threshold!r}"))
+        if value <= 0:
+            return fail_input(InputError("--threshold must be more than 0"))
+        kwargs.update(outlier_pct=value, regression_pct=value)
+    return run_report(logs_dir=Path(logs), out_dir=Path(out) if out else None, baseline=baseline,
+                      fail_on_outlier=fail_on_outlier, **kwargs)
+
+
 def check_suite(suite: str) -> str:
     from .validation import SUITES
 
