@@ -94,6 +94,8 @@ class RunOptions:
     become_password: Optional[str] = None
     logs_dir: Optional[Path] = Path("logs")  # None: keep no provision.log
     run_id: str = ""
+    # Facts to use instead of the gathered ones (plans for another distro in check mode).
+    facts_override: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -175,6 +177,7 @@ class HostRun:
         result = self.conn.run(facts_mod.script(self.host.python), timeout=60)
         self.log.command("facts", "gather facts", result.rc, result.elapsed_s, "", result.err)
         facts = facts_mod.parse(result.out)
+        facts.update(self.run.options.facts_override)
         if facts["uid"] == 0:
             self.conn.is_root = True
         return facts
@@ -212,8 +215,9 @@ class HostRun:
                 for name in item.step.notify:
                     if name not in self.notified:
                         self.notified.append(name)
-                for later in prepared[index + 1:]:
-                    later.stale = True
+                if not self.run.options.check:  # in check mode nothing really changed
+                    for later in prepared[index + 1:]:
+                        later.stale = True
             if result.status == "failed":
                 return False
         return True

@@ -1,0 +1,122 @@
+"""The GPU-stack recipes: exact command plans per distro, and the checks that guard them.
+
+Plans are made in check mode on the local connection (read-only probes of this machine's dpkg)
+with the facts of the target distro put in place of this machine's, and a GPU on the bus.
+"""
+from __future__ import annotations
+
+import pytest
+
+from remote.cli import load_and_check
+from remote.recap import Reporter
+from remote.runlog import Redactor
+from remote.runner import Run, RunOptions
+from tests.conftest import REPO, write_yaml
+
+DISTROS = {
+    "ubuntu2004-x86_64": {"distro_id": "ubuntu", "distro_version": "20.04", "arch": "x86_64"},
+    "ubuntu2204-x86_64": {"distro_id": "ubuntu", "distro_version": "22.04", "arch": "x86_64"},
+    "ubuntu2404-x86_64": {"distro_id": "ubuntu", "distro_version": "24.04", "arch": "x86_64"},
+    "ubuntu2404-sbsa": {"distro_id": "ubuntu", "distro_version": "24.04", "arch": "aarch64"},
+    "debian12-x86_64": {"distro_id": "debian", "distro_version": "12", "arch": "x86_64"},
+}
+KNOWN_SUMS = {
+    "ubuntu2204-x86_64": "7c0a531d0662",
+    "ubuntu2404-x86_64": "d2a6b11c0963",
+    "ubuntu2404-sbsa": "6ea7d2737648",
+}
+
+
+def plan(work, recipe, facts, extra_vars=None):
+    inv = write_yaml(work / "inv.yaml", {"hosts": {"localhost": {"connection": "local"}}})
+    inventory, hosts, rec = load_and_check(str(inv), "localhost", str(REPO / "playbooks" / recipe),
+                                           extra_vars or {})
+    options = RunOptions(check=True, logs_dir=None, run_id="plan", extra_vars=extra_vars or {},
+                         facts_override=dict(facts, gpu_count=1, gpus=["NVIDIA H100"],
+                                             kernel="6.8.0-1012-aws", secure_boot="disabled",
+                                             driver_version=""))
+    reporter = Reporter(Redactor())
+    reporter.set_hosts(["localhost"])
+    result = Run(inventory, rec, hosts, options, reporter, Redactor()).execute()["localhost"]
+    return {s.name: s for s in result.steps}
+
+
+@pytest.mark.parametrize("distro", sorted(DISTROS))
+def test_driver_plan_per_distro(work, distro):
+    repo = distro.replace("-", "/")
+    steps = plan(work, "nvidia-driver.yaml", DISTROS[distro])
+    checksum = steps[f"The keyring's checksum for {repo} is known"]
+    if distro not in KNOWN_SUMS:
+        assert checksum.status == "failed"
+        assert f"{repo}/Packages" in checksum.message and "--var cuda_keyring_sha256" in checksum.message
+        return
+    assert checksum.status == "ok"
+    keyring = steps["NVIDIA repository keyring"]
+    assert keyring.status == "changed"
+    assert keyring.commands == [
+        f"download https://developer.download.nvidia.com/compute/cuda/repos/{repo}/"
+        f"cuda-keyring_1.1-1_all.deb, verify sha256 {KNOWN_SUMS[distro]}..., dpkg -i"]
+    assert "apt-get install linux-headers-6.8.0-1012-aws" in \
+        " ".join(steps["Kernel headers for 6.8.0-1012-aws and DKMS"].commands)
+    driver = steps["Driver branch 570 (nvidia-open-570), held"]
+    assert driver.commands[-2:] == ["apt-get install nvidia-open-570", "apt-mark hold nvidia-open-570"]
+    assert steps["Blacklist nouveau"].commands[0].startswith("write /etc/modprobe.d/blacklist-nouveau.conf")
+
+
+def test_cuda_version_picks_the_row(work):
+    facts = DISTROS["ubuntu2404-x86_64"]
+    steps = plan(work, "site.yaml", facts, {"cuda_version": "11.8"})
+    assert "apt-get install cuda-toolkit-11-8" in steps["CUDA toolkit 11.8"].commands
+    assert steps["cuDNN 8 for CUDA 11.8"].commands[-1] == \
+        "apt-get install libcudnn8=8.9.7.29-1+cuda11.8 libcudnn8-dev=8.9.7.29-1+cuda11.8"
+    assert "apt-get install nvidia-open-535" in steps["Driver branch 535 (nvidia-open-535), held"].commands
+    torch = steps["torch 2.4.1 + torchvision (cu118)"].commands[-1]
+    assert "--index-url https://download.pytorch.org/whl/cu118 torch==2.4.1 torchvision==0.19.1" in torch
+
+
+def test_unknown_cuda_version_fails_with_the_known_ones(work):
+    steps = plan(work, "cuda-wheels.yaml", DISTROS["debian12-x86_64"], {"cuda_version": "10.2"})
+    check = steps["CUDA 10.2 is in the compatibility table"]
+    assert check.status == "failed"
+    assert "known: 13.0, 12.8, 12.6, 12.4, 11.8" in check.message
+
+
+def test_mirrors_replace_nvidia_and_pytorch_urls(work):
+    facts = DISTROS["ubuntu2404-x86_64"]
+    steps = plan(work, "site.yaml", facts, {"nvidia_repo_base": "http://mirror.internal/nvidia",
+                                            "torch_index_url": "http://mirror.internal/torch"})
+    assert steps["NVIDIA repository keyring"].commands[0].startswith(
+        "download http://mirror.internal/nvidia/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb")
+    assert any("--index-url http://mirror.internal/torch" in c
+               for c in steps["torch 2.7.1 + torchvision (cu128)"].commands)
+
+
+def test_secure_boot_is_a_clear_failure(work):
+    facts = dict(DISTROS["ubuntu2204-x86_64"])
+    inv = write_yaml(work / "inv.yaml", {"hosts": {"localhost": {"connection": "local"}}})
+    inventory, hosts, rec = load_and_check(str(inv), "localhost",
+                                           str(REPO / "playbooks" / "nvidia-driver.yaml"), {})
+    options = RunOptions(check=True, logs_dir=None, run_id="plan",
+                         facts_override=dict(facts, gpu_count=1, secure_boot="enabled"))
+    result = Run(inventory, rec, hosts, options, Reporter(Redactor()), Redactor()).execute()
+    steps = result["localhost"].steps
+    failed = [s for s in steps if s.status == "failed"]
+    assert failed and failed[0].name == "Secure Boot is off"
+    assert "Disable Secure Boot" in failed[0].message
+    assert steps[-1] is failed[0], "nothing runs after the failed check"
+
+
+def test_no_gpu_skips_every_driver_step(work, provision):
+    inv = write_yaml(work / "inv.yaml", {"hosts": {"localhost": {"connection": "local"}}})
+    result = provision("localhost", REPO / "playbooks" / "nvidia-driver.yaml", inv, check=True)
+    assert result.rc == 0
+    statuses = result.statuses("localhost")
+    assert statuses[0] == "ok" and set(statuses[1:]) == {"skipped"}
+
+
+def test_reboot_is_refused_on_the_local_connection(work, provision):
+    inv = write_yaml(work / "inv.yaml", {"hosts": {"localhost": {"connection": "local"}}})
+    rec = write_yaml(work / "r.yaml", {"steps": [{"reboot": {"timeout": 5}}]})
+    result = provision("localhost", rec, inv)
+    assert result.rc == 1
+    assert "refusing to reboot" in result.host("localhost")["steps"][0]["message"]
