@@ -22,7 +22,8 @@ NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 HOST_KEYS = {"address", "user", "port", "identity_file", "python", "become", "jump",
              "connection", "vars"}
 GROUP_KEYS = {"hosts", "children", "vars"}
-TOP_KEYS = {"vars", "hosts", "groups", "host_key_policy", "known_hosts", "timeouts", "secrets"}
+TOP_KEYS = {"vars", "hosts", "groups", "host_key_policy", "known_hosts", "timeouts", "secrets",
+            "include_if_exists"}
 TIMEOUT_KEYS = {"connect", "banner", "auth", "keepalive", "command"}
 POLICIES = ("strict", "accept-new")
 
@@ -149,26 +150,58 @@ def _list(names) -> str:
     return shown + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
 
 
-def load_inventory(path: str | Path) -> Inventory:
-    """Read and check an inventory file completely; raise `InputError` at the first flaw."""
-    path = Path(path)
+def _read(path: Path) -> YamlMap:
     data = load_yaml(path, "inventory")
     if not isinstance(data, YamlMap):
-        raise InputError("an inventory must be a mapping with 'hosts:'", path, getattr(data, "where", Where(str(path), 1)).line)
+        raise InputError("an inventory must be a mapping with 'hosts:'", path,
+                         getattr(data, "where", Where(str(path), 1)).line)
     check_keys(data, TOP_KEYS, "inventory")
-    hosts_raw = data.get("hosts")
-    if not hosts_raw:
-        raise data.at("hosts").error("the inventory defines no hosts (add a 'hosts:' mapping)")
-    expect(hosts_raw, dict, data.at("hosts"), "'hosts'")
-    top_vars = data.get("vars") or YamlMap()
-    expect(top_vars, dict, data.at("vars"), "'vars'")
+    return data
 
-    hosts = {}
-    for name, spec in hosts_raw.items():
-        hosts[name] = _load_host(name, spec, hosts_raw.at(name))
-    groups = {}
-    for name, spec in (data.get("groups") or {}).items():
-        groups[name] = _load_group(name, spec, data["groups"].at(name), hosts)
+
+def load_inventory(path: str | Path) -> Inventory:
+    """Read and check an inventory file completely; raise `InputError` at the first flaw.
+
+    `include_if_exists: [files]` merges other inventories (hosts, groups, vars under this
+    file's, known_hosts) when they exist: the example inventory takes in the sandbox's this way.
+    """
+    path = Path(path)
+    data = _read(path)
+    parts = [(path, data)]
+    includes = data.get("include_if_exists") or []
+    if isinstance(includes, str):
+        includes = [includes]
+    expect_str_list(includes, data.at("include_if_exists"), "'include_if_exists'")
+    for index, name in enumerate(includes):
+        included = _resolve_path(name, path)
+        if included.exists():
+            part = _read(included)
+            if part.get("include_if_exists"):
+                raise part.at("include_if_exists").error("an included inventory cannot include others")
+            parts.append((included, part))
+    hosts, groups = {}, {}
+    for source, part in parts:
+        hosts_raw = part.get("hosts") or {}
+        expect(hosts_raw, dict, part.at("hosts"), "'hosts'")
+        for name, spec in hosts_raw.items():
+            if name in hosts:
+                raise hosts_raw.at(name).error(f"host '{name}' is already defined at {hosts[name].where}")
+            hosts[name] = _load_host(name, spec, hosts_raw.at(name))
+    if not hosts:
+        raise data.at("hosts").error("the inventory defines no hosts (add a 'hosts:' mapping)")
+    for source, part in parts:
+        for name, spec in (part.get("groups") or {}).items():
+            if name in groups:
+                raise part["groups"].at(name).error(f"group '{name}' is already defined at "
+                                                    f"{groups[name].where}")
+            groups[name] = _load_group(name, spec, part["groups"].at(name), hosts)
+    top_vars = YamlMap()
+    top_vars.where, top_vars.key_where = data.where, {}
+    for source, part in reversed(parts):  # the including file's vars win
+        layer = part.get("vars") or YamlMap()
+        expect(layer, dict, part.at("vars"), "'vars'")
+        top_vars.update(layer)
+        top_vars.key_where.update(getattr(layer, "key_where", {}))
     for name in groups:
         if name in hosts:
             raise groups[name].where.error(f"'{name}' is both a host and a group")
@@ -184,11 +217,13 @@ def load_inventory(path: str | Path) -> Inventory:
     if policy not in POLICIES:
         raise data.at("host_key_policy").error(
             f"host_key_policy must be one of {', '.join(POLICIES)}, not {policy!r}")
-    known = data.get("known_hosts") or []
-    if isinstance(known, str):
-        known = [known]
-    expect_str_list(known, data.at("known_hosts"), "'known_hosts'")
-    known_paths = [_resolve_path(p, path) for p in known]
+    known_paths = []
+    for source, part in parts:
+        known = part.get("known_hosts") or []
+        if isinstance(known, str):
+            known = [known]
+        expect_str_list(known, part.at("known_hosts"), "'known_hosts'")
+        known_paths += [_resolve_path(p, source) for p in known]
     secrets = data.get("secrets") or []
     expect_str_list(secrets, data.at("secrets"), "'secrets'")
 

@@ -120,3 +120,24 @@ def test_invoke_lists_tasks_with_help():
     assert "provision" in result.out and "facts" in result.out
     result = invoke("--help", "provision")
     assert "--check" in result.out and "--tags" in result.out and "--var" in result.out
+
+
+def test_included_inventory_merges_hosts_and_refuses_duplicates(work):
+    (work / "extra").mkdir()
+    (work / "extra" / "inv.yaml").write_text(
+        "known_hosts: [kh]\nvars: {a: inner, b: inner}\nhosts:\n  s1: {address: 127.0.0.99}\n"
+        "groups:\n  sandbox: {hosts: [s1]}\n")
+    main = work / "inventory.yaml"
+    main.write_text("include_if_exists: [extra/inv.yaml, missing.yaml]\nvars: {a: outer}\n"
+                    "hosts:\n  h1: {address: 127.0.0.98}\n")
+    from remote.inventory import load_inventory
+
+    inv = load_inventory(main)
+    assert list(inv.hosts) == ["h1", "s1"]
+    assert [h.name for h in inv.select("sandbox")] == ["s1"]
+    assert inv.vars == {"a": "outer", "b": "inner"}
+    assert inv.known_hosts == [work / "extra" / "kh"]
+    (work / "extra" / "inv.yaml").write_text("hosts:\n  h1: {}\n")
+    result = invoke("provision", "--host", "all", "--inventory", str(main))
+    assert result.rc == 2 and "host 'h1' is already defined at" in result.err
+    assert f"{work / 'extra' / 'inv.yaml'}:2:" in result.err
