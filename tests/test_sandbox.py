@@ -49,6 +49,24 @@ def _all_mountinfo_mentioning(text: str) -> list:
     return hits
 
 
+def _run_when_back(box, name: str, command: str, timeout: float = 20.0):
+    """Run `command` on a host that may be restarting its sshd, retrying until `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return box.run(name, command)
+        except (paramiko.SSHException, EOFError, OSError) as e:   # refused, reset, no banner
+            assert time.monotonic() < deadline, f"{name} did not come back: {e!r}"
+            time.sleep(0.2)
+
+
+def _keep_logs(state_dir: Path, logs: Path) -> None:
+    """Copy the hosts' console logs (init and sshd messages) where a failed run can read them."""
+    for f in state_dir.glob("hosts/*/*"):
+        if f.name in ("console.log", "status.json"):
+            shutil.copy(f, logs / f"{f.parent.name}-{f.name}")
+
+
 class Box:
     """One module's own sandbox (this module reboots, stops and finally removes its hosts)."""
 
@@ -77,18 +95,17 @@ def box(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("sandbox hosts need root")
     state_dir = tmp_path_factory.mktemp("sbx")
+    logs = tmp_path_factory.mktemp("sbx-logs")
     lines = []
     try:
         started = time.monotonic()
         inventory = sandbox.up(2, state_dir, progress=lines.append)
         print(f"sandbox up: {time.monotonic() - started:.1f} s", *lines, sep="\n")
-        yield Box(state_dir, inventory)
+        box = Box(state_dir, inventory)
+        box.logs = logs
+        yield box
     finally:
-        # Keep the hosts' console logs (sshd and init messages) for a failed run to look at.
-        logs = tmp_path_factory.mktemp("sbx-logs")
-        for f in state_dir.glob("hosts/*/*"):
-            if f.name in ("console.log", "status.json"):
-                shutil.copy(f, logs / f"{f.parent.name}-{f.name}")
+        _keep_logs(state_dir, logs)
         sandbox.down(state_dir, progress=lambda line: None)
         assert not state_dir.exists()
 
@@ -247,14 +264,8 @@ def test_kill_everything_inside_leaves_the_machine_alone(box):
                 pass
         finally:
             client.close()
-        deadline = time.monotonic() + 20
-        while True:          # sshd was killed too; the host's init restarts it
-            try:
-                rc, out, _ = box.run("sandbox2", "cat /proc/sys/kernel/random/boot_id")
-                break
-            except (paramiko.SSHException, OSError):
-                assert time.monotonic() < deadline, "sandbox2 did not come back"
-                time.sleep(0.2)
+        # sshd was killed too; the host's init restarts it after 1 s.
+        rc, out, _ = _run_when_back(box, "sandbox2", "cat /proc/sys/kernel/random/boot_id")
         assert (rc, out.strip()) == (0, old)         # not a reboot: same boot
         assert canary.poll() is None, "a process outside the sandbox was killed"
     finally:
@@ -265,7 +276,7 @@ def test_kill_everything_inside_leaves_the_machine_alone(box):
 @needs_root
 def test_stop_and_start_gives_a_new_boot_id_and_keeps_the_disk(box):
     h = box.host("sandbox2")
-    box.run("sandbox2", "echo disk | sudo -n tee /root/disk >/dev/null")
+    _run_when_back(box, "sandbox2", "echo disk | sudo -n tee /root/disk >/dev/null")
     old = sandbox.boot_id(box.state_dir, "sandbox2")
     sandbox.stop(box.state_dir, "sandbox2")
     st = {s["name"]: s for s in sandbox.status(box.state_dir)}
@@ -324,6 +335,7 @@ def test_down_removes_every_mount_and_process(box):
     assert _all_mountinfo_mentioning(state_path) and not [
         line for line in Path("/proc/self/mountinfo").read_text().splitlines()
         if state_path in line], "mounts leaked into the machine's own mount namespace"
+    _keep_logs(box.state_dir, box.logs)
     started = time.monotonic()
     sandbox.down(box.state_dir, progress=lambda line: None)
     took = time.monotonic() - started
