@@ -432,7 +432,7 @@ def ensure_rootfs(cache_dir: Optional[Path] = None, packages: Iterable[str] = DE
         cmd = _safe_wrapper() + [debootstrap, "--variant=minbase", f"--arch={arch}",
                                  "--include=" + ",".join(packages), SUITE, str(tmp), mirror]
         try:
-            _run_build(cmd, log_path, progress, started)
+            _run_build(cmd, log_path, progress, started, lock.fileno())
             _finish_rootfs(tmp, packages, mirror, arch, time.monotonic() - started)
             os.rename(tmp, final)
         except BaseException:
@@ -458,13 +458,19 @@ _PHASES = {"Retrieving": "downloading", "Validating": "downloading", "Checking":
            "Installing": "installing", "Unpacking": "installing", "Configuring": "configuring"}
 
 
-def _run_build(cmd: List[str], log_path: Path, progress: Progress, started: float) -> None:
-    """Run debootstrap, logging everything and reporting phases and a heartbeat."""
+def _run_build(cmd: List[str], log_path: Path, progress: Progress, started: float,
+               lock_fd: int) -> None:
+    """Run debootstrap, logging everything and reporting phases and a heartbeat.
+
+    debootstrap holds the cache lock too, so that if this process is killed outright, another
+    build waits for it to end before removing its folder.
+    """
     with open(log_path, "w") as log:
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
         p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, errors="replace")
+                             stderr=subprocess.STDOUT, text=True, errors="replace",
+                             pass_fds=(lock_fd,))
         phase, count, last_report = None, 0, time.monotonic()
         tail: List[str] = []
         assert p.stdout is not None
@@ -1332,6 +1338,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except SandboxError as e:
         print(f"sandbox: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("sandbox: interrupted (`down` removes whatever was started)", file=sys.stderr)
+        return 130
     return 0
 
 
