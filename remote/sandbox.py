@@ -5,16 +5,25 @@ a loopback address::
 
     from remote import sandbox
     inventory = sandbox.up(2)          # -> Path('.sandbox/inventory.yaml'), hosts sandbox1..2
-    sandbox.status(Path('.sandbox'))   # [{'name': 'sandbox1', 'running': True, 'boot_id': ...}, ...]
+    sandbox.status(Path('.sandbox'))   # [{'name': 'sandbox1', 'running': True, ...}, ...]
     sandbox.restart(Path('.sandbox'), 'sandbox1')   # same as `sudo reboot` inside it
     sandbox.down()                     # stops everything, removes every mount and overlay
 
 Command line (the Invoke task `invoke sandbox up|down [--hosts N]` calls the same functions)::
 
-    python3 -m remote.sandbox up [--hosts N] [--state DIR] | down | status | restart NAME | stop NAME | start NAME
+    python3 -m remote.sandbox up [--hosts N] [--state DIR] [--user admin|root]
+    python3 -m remote.sandbox down | status | restart NAME | stop NAME | start NAME   [--state DIR]
 
-All of it needs root; without root every entry point raises `NotRootError` (a `SandboxError`),
-and the command line prints its message and exits with status 2.
+API: ``up(count=2, state_dir=Path('.sandbox'), progress=print, *, user='admin', cache_dir=None,
+packages=DEFAULT_PACKAGES, base_port=2222, timeout=60) -> Path`` (the inventory),
+``down(state_dir, progress=print, timeout=20)``, ``status(state_dir) -> list[dict]``,
+``restart(state_dir, name, timeout=60) -> str`` (new boot_id), ``stop(state_dir, name)``,
+``start(state_dir, name, timeout=60) -> str``, ``boot_id(state_dir, name)``,
+``wait_rebooted(state_dir, name, old_boot_id, timeout=60) -> str``,
+``ensure_rootfs(cache_dir=None, packages=DEFAULT_PACKAGES, progress=print) -> Path``.
+Errors are `SandboxError`, with a message for the user. Everything but `status` and `boot_id`
+needs root; without it they raise `NotRootError` (a `SandboxError`), and the command line
+prints the message and exits with status 2.
 
 How a host is made
 ------------------
@@ -76,7 +85,6 @@ import argparse
 import configparser
 import contextlib
 import ctypes
-import errno
 import fcntl
 import hashlib
 import json
@@ -308,7 +316,8 @@ def host_apt_sources() -> Dict[str, str]:
                     if ":" in line and not line.lstrip().startswith("#"):
                         k, v = line.split(":", 1)
                         fields[k.strip().lower()] = v.strip()
-                if fields.get("enabled", "yes").lower() == "no" or "deb" not in fields.get("types", "").split():
+                if (fields.get("enabled", "yes").lower() == "no"
+                        or "deb" not in fields.get("types", "").split()):
                     continue
                 for uri in fields.get("uris", "").split():
                     entries.append((uri, fields.get("suites", "").split()))
@@ -488,7 +497,8 @@ def _run_build(cmd: List[str], log_path: Path, progress: Progress, started: floa
                                  f"{time.monotonic() - started:.0f} s)")
                 if time.monotonic() - started > BUILD_TIMEOUT_S:
                     p.kill()
-                    raise SandboxError(f"debootstrap took over {BUILD_TIMEOUT_S} s; log: {log_path}")
+                    raise SandboxError(
+                        f"debootstrap took over {BUILD_TIMEOUT_S} s; log: {log_path}")
             rc = p.wait()
         except BaseException:
             p.kill()
@@ -505,9 +515,11 @@ def _finish_rootfs(root: Path, packages: List[str], mirror: str, arch: str, seco
     script = (f"useradd --create-home --shell /bin/bash --groups sudo {ADMIN_USER} && "
               f"usermod --password '*' {ADMIN_USER}")
     r = subprocess.run(_safe_wrapper() + [chroot, str(root), "/bin/sh", "-c", script],
-                       capture_output=True, text=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+                       capture_output=True, text=True,
+                       env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
     if r.returncode != 0:
-        raise SandboxError(f"creating the {ADMIN_USER} user in the rootfs failed: {r.stderr.strip()}")
+        raise SandboxError(
+            f"creating the {ADMIN_USER} user in the rootfs failed: {r.stderr.strip()}")
     sudoers = root / "etc/sudoers.d/90-gpuprov-admin"
     sudoers.write_text(f"{ADMIN_USER} ALL=(ALL:ALL) NOPASSWD:ALL\n")
     os.chmod(sudoers, 0o440)
@@ -549,7 +561,8 @@ def _ensure_upper_dir(upper: Path, lower: Path, rel: str) -> Path:
 
 def _put(upper: Path, lower: Path, rel: str, data: str, mode: int = 0o644, owner=(0, 0)) -> None:
     rel = rel.lstrip("/")
-    parent = _ensure_upper_dir(upper, lower, os.path.dirname(rel)) if os.path.dirname(rel) else upper
+    folder = os.path.dirname(rel)
+    parent = _ensure_upper_dir(upper, lower, folder) if folder else upper
     path = parent / os.path.basename(rel)
     if path.is_symlink():
         path.unlink()
@@ -739,7 +752,8 @@ def _wait_ready(h: dict, old_boot: Optional[str], deadline: float) -> str:
                 and _listening(h["address"], h["port"])):
             return st["boot_id"]
         if not _host_running(h) or st.get("state") == "failed":
-            tail = console.read_text(errors="replace").splitlines()[-15:] if console.exists() else []
+            text = console.read_text(errors="replace") if console.exists() else ""
+            tail = text.splitlines()[-15:]
             raise SandboxError(f"sandbox host {h['name']} did not start; console:\n  "
                                + "\n  ".join(tail))
         if time.monotonic() > deadline:
@@ -753,7 +767,7 @@ def _write_access_files(paths: dict, state: dict) -> None:
     _atomic_write(paths["known_hosts"], "".join(
         f"[{h['address']}]:{h['port']} {h['host_key']}\n" for h in hosts.values()))
     q = json.dumps   # a JSON string is a valid YAML scalar
-    lines = ["# Written by `invoke sandbox up` (remote/sandbox.py); removed by `invoke sandbox down`.",
+    lines = ["# Written by `invoke sandbox up` (remote/sandbox.py); removed by `sandbox down`.",
              "host_key_policy: strict", f"known_hosts: {q(str(paths['known_hosts']))}", "hosts:"]
     for name, h in hosts.items():
         lines.append(f"  {name}: {{address: {h['address']}, port: {h['port']}, user: {h['user']}, "
@@ -892,7 +906,8 @@ def _pick_address(port: int, taken: set) -> tuple:
     raise SandboxError(f"no free loopback address/port near {port}")
 
 
-def down(state_dir: Path = DEFAULT_STATE_DIR, progress: Progress = print, timeout: float = 20.0) -> None:
+def down(state_dir: Path = DEFAULT_STATE_DIR, progress: Progress = print,
+         timeout: float = 20.0) -> None:
     """Stop every sandbox host of this state folder and remove all it made. Idempotent."""
     _require_root("down")
     paths = _state_paths(state_dir)

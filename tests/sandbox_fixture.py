@@ -41,7 +41,7 @@ def _inventory_hosts(state_dir: Path) -> Dict[str, dict]:
 
 def connect(host: dict, known_hosts: Path, user: Optional[str] = None,
             timeout: float = 10.0) -> paramiko.SSHClient:
-    """An SSH connection that trusts only the keys in `known_hosts` (unknown or changed: refused)."""
+    """An SSH connection trusting only the keys in `known_hosts` (unknown or changed: refused)."""
     client = paramiko.SSHClient()
     client.load_host_keys(str(known_hosts))
     client.set_missing_host_key_policy(paramiko.RejectPolicy())

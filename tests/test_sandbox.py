@@ -186,7 +186,8 @@ def test_inside_a_host_nothing_can_reboot_the_machine(box):
     script = r"""
 import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
-status = dict(line.split(':\t') for line in open('/proc/self/status').read().splitlines() if ':\t' in line)
+lines = open('/proc/self/status').read().splitlines()
+status = dict(line.split(':\t') for line in lines if ':\t' in line)
 print('CapBnd', status['CapBnd'].strip())
 print('CapEff', status['CapEff'].strip())
 print('pid1', open('/proc/1/cmdline').read().replace('\0', ' '))
