@@ -86,3 +86,12 @@ def report(c, logs="logs", out=None, baseline=None, threshold=None, fail_on_outl
 
     _exit(cli.report(logs=logs, out=out, baseline=baseline, threshold=threshold,
                      fail_on_outlier=fail_on_outlier))
+
+
+@task(help={"action": "up (start throwaway local hosts) or down (stop them, remove every mount)",
+            "hosts": "how many hosts for 'up' (default 2): sandbox1..sandboxN"})
+def sandbox(c, action, hosts=2):
+    """Throwaway local Debian 12 hosts (needs root) for trying recipes: sandbox up|down."""
+    from remote import cli
+
+    _exit(cli.sandbox(action=action, hosts=hosts))

@@ -34,7 +34,8 @@ def fail_input(exc: InputError) -> int:
 
 
 def parse_vars(pairs: Optional[Iterable[str]]) -> dict:
-    """`--var k=v` pairs as a dict (values stay strings, as typed)."""
+    """`--var k=v` pairs as a dict. Values stay strings as typed (so 12.8 stays "12.8"), except
+    true/false, which become booleans so that `when: with_torch` means what it says."""
     out = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
@@ -43,7 +44,8 @@ def parse_vars(pairs: Optional[Iterable[str]]) -> dict:
             raise InputError(f"--var {pair!r} must look like NAME=VALUE")
         if not key.isidentifier():
             raise InputError(f"--var {pair!r}: {key!r} is not a valid variable name")
-        out[key] = value
+        booleans = {"true": True, "false": False}
+        out[key] = booleans.get(value.strip().lower(), value)
     return out
 
 
@@ -172,6 +174,30 @@ def report(logs: str = "logs", out: Optional[str] = None, baseline: Optional[str
         kwargs.update(outlier_pct=value, regression_pct=value)
     return run_report(logs_dir=Path(logs), out_dir=Path(out) if out else None, baseline=baseline,
                       fail_on_outlier=fail_on_outlier, **kwargs)
+
+
+def sandbox(action: str, hosts=2, state_dir: str = ".sandbox") -> int:
+    """`invoke sandbox up|down`: throwaway local hosts for trying recipes."""
+    from . import sandbox as sb
+
+    try:
+        if action == "up":
+            count = int(hosts)
+            if count < 1:
+                raise ValueError
+            inventory = sb.up(count, Path(state_dir))
+            print(f"{count} sandbox host(s) up; inventory {inventory} "
+                  "(inventory.yaml includes it: try invoke facts --host sandbox)")
+        elif action == "down":
+            sb.down(Path(state_dir))
+        else:
+            return fail_input(InputError(f"sandbox action must be up or down, not {action!r}"))
+    except ValueError:
+        return fail_input(InputError(f"--hosts must be a whole number of 1 or more, not {hosts!r}"))
+    except sb.SandboxError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    return EXIT_OK
 
 
 def check_suite(suite: str) -> str:

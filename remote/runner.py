@@ -328,7 +328,7 @@ class HostRun:
             result.status, result.message = step.kind.run_on_host(self, item.args)
             return
         # Announce a step only when it is still running after a second: quick ones stay quiet.
-        announce = threading.Timer(1.0, self.run.reporter.running, (self.host.name, step.name))
+        announce = threading.Timer(1.0, self.run.reporter.running, (self.host.name, result.name))
         announce.daemon = True
         announce.start()
         try:
@@ -412,8 +412,9 @@ class HostRun:
                     return "changed", f"rebooted in {timeout - (deadline - time.monotonic()):.0f} s"
                 last = "still the same boot_id (reboot not started?)"
                 self.conn.close()
-            except (Unreachable, ConnectionLost, CommandTimeout) as exc:
-                last = str(exc)
+            except (Unreachable, ConnectionLost, CommandTimeout, EOFError, OSError) as exc:
+                # sshd may accept and drop connections while the host comes back
+                last = str(exc) or type(exc).__name__
             time.sleep(2)
         raise Unreachable(f"did not come back with a new boot_id within {timeout:g} s after "
                           f"reboot ({last})")
