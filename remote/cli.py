@@ -67,7 +67,7 @@ def check_forks(forks) -> int:
 def become_password(ask: bool) -> Optional[str]:
     if ask:
         return getpass.getpass("become (sudo) password: ")
-    return os.environ.get(BECOME_PASSWORD_ENV)
+    return os.environ.get(BECOME_PASSWORD_ENV) or None  # empty means "none given"
 
 
 def load_and_check(inventory_path: str, selection: str, recipe_path: Optional[str],
