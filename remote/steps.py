@@ -385,6 +385,12 @@ APT_OPTS = ("-y -q -o DPkg::Lock::Timeout={lock} -o Dpkg::Options::=--force-conf
             "-o Dpkg::Options::=--force-confold")
 
 
+def _dpkg_installed(abbrev: str) -> bool:
+    """True for an installed package, from dpkg's ${db:Status-Abbrev}: the second letter is the
+    package's state (`ii ` installed; `hi ` installed and held, as after `apt-mark hold`)."""
+    return len(abbrev) >= 2 and abbrev[1] == "i"
+
+
 def apt_update_command(lock_timeout: int = 600) -> Command:
     """`apt-get update` that fails on any fetch error (plain apt-get exits 0 on network errors)."""
     script = (
@@ -451,7 +457,7 @@ class Apt(Kind):
                 held.add(line.split()[1].split(":")[0])
             else:
                 parts = line.split("\t")
-                if len(parts) == 3 and parts[1].startswith("ii"):
+                if len(parts) == 3 and _dpkg_installed(parts[1]):
                     installed[parts[0]] = parts[2]
         specs = self._specs(args)
         lock = int(args.get("lock_timeout", 600))
@@ -475,7 +481,10 @@ class Apt(Kind):
                 cmds.append(apt_update_command(lock))
             cmds.append(self._install(todo, args, opts))
         if args.get("hold"):
-            unheld = [n for n, _ in specs if n not in held]
+            # apt-get install drops an existing hold of what it installs (a pinned downgrade
+            # or upgrade of a held package): hold those again too.
+            touched = {n for n, _ in todo}
+            unheld = [n for n, _ in specs if n not in held or n in touched]
             if unheld:
                 cmds.append(Command("apt-mark hold " + " ".join(map(q, unheld))))
         return cmds
@@ -528,7 +537,8 @@ class Deb(Kind):
 
     def plan(self, args, probe):
         status, _, version = probe.out.partition("\t")
-        if status.startswith("ii") and (not args.get("version") or version.strip() == args["version"]):
+        wanted = args.get("version")
+        if _dpkg_installed(status) and (not wanted or version.strip() == wanted):
             return []
         if not SHA256.match(args["sha256"]):
             raise PlanError(f"deb {args['name']}: sha256 {args['sha256']!r} is not 64 hex digits")

@@ -1,0 +1,245 @@
+"""A STAND-IN for NVIDIA's CUDA apt repository, built and served on loopback by the tests.
+
+NOT NVIDIA SOFTWARE. The packages carry the names the recipes install (`cuda-keyring`,
+`cuda-toolkit-13-0`, `cudnn9-cuda-13`, `nvidia-open-580`) but their contents are a few bytes of
+text written here (a shell script that prints a version, a header with version macros); every
+package description says it is a stand-in. The repository is signed with a throwaway GPG key
+made in a temporary GNUPGHOME, has NVIDIA's flat layout (`deb URL/debian12/x86_64/ /`) and is
+served by a Python http.server on 127.0.0.1 only.
+
+    with StandinRepo("debian12/x86_64") as repo:     # key, packages, index, server
+        repo.url                  # http://127.0.0.1:PORT  (the recipes' nvidia_repo_base)
+        repo.keyring_sha256       # SHA256 of cuda-keyring_1.1-1_all.deb
+        repo.requests             # paths the server was asked for
+    # server stopped, GNUPGHOME (and its gpg-agent) and every file removed
+
+Needs `dpkg-deb` (dpkg) and `gpg` (gnupg) on this machine; nothing is installed here, and no
+apt command runs against this machine: the index is written by this module.
+"""
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import http.server
+import os
+import posixpath
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple, Union
+
+STANDIN = "STAND-IN for NVIDIA's package, built by gpuprov's tests (tiny, not NVIDIA software)"
+MAINTAINER = "gpuprov tests <tests@gpuprov.invalid>"
+KEYRING_PATH = "/usr/share/keyrings/cuda-archive-keyring.gpg"
+TOOL_TIMEOUT = 60
+
+
+@dataclass
+class Package:
+    name: str
+    version: str
+    # path inside the package: (contents, mode)
+    files: Dict[str, Tuple[Union[str, bytes], int]] = field(default_factory=dict)
+    conffiles: Tuple[str, ...] = ()
+    arch: str = "all"
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}_{self.version}_{self.arch}.deb"
+
+    def control(self) -> str:
+        return (f"Package: {self.name}\nVersion: {self.version}\nArchitecture: {self.arch}\n"
+                f"Maintainer: {MAINTAINER}\nSection: misc\nPriority: optional\n"
+                f"Description: {STANDIN}\n"
+                f" Stand-in for {self.name} from NVIDIA's CUDA repository, made for gpuprov's\n"
+                " apt-route tests. Its contents are a few bytes of text.\n")
+
+
+def _tool(*args: str, env: Optional[dict] = None, stdin: Optional[bytes] = None) -> bytes:
+    proc = subprocess.run(args, input=stdin, capture_output=True, env=env, timeout=TOOL_TIMEOUT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args[:3])}... failed ({proc.returncode}): "
+                           f"{proc.stderr.decode(errors='replace').strip()}")
+    return proc.stdout
+
+
+def build_deb(pkg: Package, out_dir: Path, work: Path) -> Path:
+    """Build `pkg` with dpkg-deb into out_dir; return the .deb's path."""
+    root = work / f"{pkg.name}-{pkg.version}"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN" / "control").write_text(pkg.control())
+    if pkg.conffiles:
+        (root / "DEBIAN" / "conffiles").write_text("".join(f"{c}\n" for c in pkg.conffiles))
+    for path, (data, mode) in pkg.files.items():
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data if isinstance(data, bytes) else data.encode())
+        target.chmod(mode)
+    for d in [root, *root.rglob("*")]:
+        if d.is_dir():
+            d.chmod(0o755)
+    deb = out_dir / pkg.filename
+    _tool("dpkg-deb", "--root-owner-group", "-Zxz", "--build", str(root), str(deb))
+    shutil.rmtree(root)
+    return deb
+
+
+def _hashes(data: bytes) -> dict:
+    return {"MD5sum": hashlib.md5(data).hexdigest(), "SHA1": hashlib.sha1(data).hexdigest(),
+            "SHA256": hashlib.sha256(data).hexdigest()}
+
+
+def write_index(repo_dir: Path, packages: List[Package]) -> None:
+    """Packages and Release of a flat repository (what dpkg-scanpackages / apt-ftparchive
+    would write), for the .debs already in repo_dir."""
+    stanzas = []
+    for pkg in packages:
+        data = (repo_dir / pkg.filename).read_bytes()
+        h = _hashes(data)
+        stanzas.append(pkg.control().rstrip("\n") + f"\nFilename: ./{pkg.filename}\n"
+                       f"Size: {len(data)}\nMD5sum: {h['MD5sum']}\nSHA1: {h['SHA1']}\n"
+                       f"SHA256: {h['SHA256']}\n")
+    index = "\n".join(stanzas).encode()
+    (repo_dir / "Packages").write_bytes(index)
+    h, size = _hashes(index), len(index)
+    release = ("Origin: gpuprov stand-in (not NVIDIA)\n"
+               "Label: gpuprov test stand-in for NVIDIA's CUDA repository\n"
+               f"Date: {email.utils.formatdate(usegmt=True)}\n"
+               f"MD5Sum:\n {h['MD5sum']} {size} Packages\n"
+               f"SHA1:\n {h['SHA1']} {size} Packages\n"
+               f"SHA256:\n {h['SHA256']} {size} Packages\n")
+    (repo_dir / "Release").write_text(release)
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, fmt, *args):      # keep pytest's output clean; record the path
+        self.server.requests.append(posixpath.normpath(self.path))
+
+
+class StandinRepo:
+    """The stand-in repository: a throwaway key, the packages, a signed index, a server."""
+
+    def __init__(self, repo_path: str = "debian12/x86_64"):
+        self.repo_path = repo_path
+        self.tmp: Optional[Path] = None
+        self.server: Optional[http.server.ThreadingHTTPServer] = None
+        self.thread: Optional[threading.Thread] = None
+        self.packages: List[Package] = []
+
+    # -- lifecycle
+    def __enter__(self) -> "StandinRepo":
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="gpuprov-standin-"))
+        self.gnupghome = Path(tempfile.mkdtemp(prefix="gpuprov-gnupg-"))   # short: agent socket
+        self.gnupghome.chmod(0o700)
+        self.root = self.tmp / "www"
+        self.repo_dir = self.root / self.repo_path
+        self.repo_dir.mkdir(parents=True)
+        self.root.chmod(0o755)
+        # Bind first: the keyring's sources list names the URL, port included.
+        server = http.server.ThreadingHTTPServer(
+            ("127.0.0.1", 0), lambda *a, **k: _Handler(*a, directory=str(self.root), **k))
+        server.requests = []
+        server.daemon_threads = True
+        self.server = server
+        self.url = f"http://127.0.0.1:{server.server_address[1]}"
+        self._make_key()
+        self.packages = self._packages()
+        work = self.tmp / "build"
+        work.mkdir()
+        for pkg in self.packages:
+            build_deb(pkg, self.repo_dir, work)
+        write_index(self.repo_dir, self.packages)
+        self._sign()
+        self.keyring_sha256 = hashlib.sha256(
+            (self.repo_dir / self.package("cuda-keyring").filename).read_bytes()).hexdigest()
+        self.thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
+                                       name="standin-repo", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        if self.server is not None:
+            if self.thread is not None:
+                self.server.shutdown()
+                self.thread.join(timeout=10)
+            self.server.server_close()
+        if getattr(self, "gnupghome", None) is not None:
+            subprocess.run(["gpgconf", "--kill", "all"], env=self._gpg_env(),
+                           capture_output=True, timeout=TOOL_TIMEOUT)
+            shutil.rmtree(self.gnupghome, ignore_errors=True)
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    @property
+    def requests(self) -> List[str]:
+        return list(self.server.requests)
+
+    def package(self, name: str, version: Optional[str] = None) -> Package:
+        return next(p for p in self.packages
+                    if p.name == name and (version is None or p.version == version))
+
+    def sources_line(self) -> str:
+        """The sources line NVIDIA's cuda-keyring ships (and the recipe writes), for this URL."""
+        return f"deb [signed-by={KEYRING_PATH}] {self.url}/{self.repo_path}/ /\n"
+
+    # -- key and signatures
+    def _gpg_env(self) -> dict:
+        return dict(os.environ, GNUPGHOME=str(self.gnupghome), LC_ALL="C")
+
+    def _gpg(self, *args: str) -> bytes:
+        return _tool("gpg", "--batch", "--quiet", "--pinentry-mode", "loopback",
+                     "--passphrase", "", *args, env=self._gpg_env())
+
+    def _make_key(self) -> None:
+        self._gpg("--quick-gen-key", "gpuprov test stand-in repository (NOT NVIDIA) "
+                  "<standin@gpuprov.invalid>", "ed25519", "sign", "1d")
+        listing = self._gpg("--with-colons", "--list-secret-keys").decode()
+        self.fingerprint = next(line.split(":")[9] for line in listing.splitlines()
+                                if line.startswith("fpr:"))
+        self.public_key = self._gpg("--export", self.fingerprint)   # binary, as apt wants
+
+    def _sign(self) -> None:
+        release = str(self.repo_dir / "Release")
+        self._gpg("--yes", "--local-user", self.fingerprint, "--clearsign",
+                  "-o", str(self.repo_dir / "InRelease"), release)
+        self._gpg("--yes", "--local-user", self.fingerprint, "--armor", "--detach-sign",
+                  "-o", str(self.repo_dir / "Release.gpg"), release)
+
+    # -- the packages (same names as NVIDIA's; tiny stand-in contents)
+    def _packages(self) -> List[Package]:
+        list_file = f"/etc/apt/sources.list.d/cuda-{self.repo_path.replace('/', '-')}.list"
+        nvcc = ("#!/bin/sh\n# STAND-IN for NVIDIA's nvcc, from gpuprov's test repository\n"
+                "echo 'nvcc: NVIDIA (R) Cuda compiler driver (gpuprov test STAND-IN)'\n"
+                "echo 'Cuda compilation tools, release 13.0, V13.0.88'\n")
+        cudnn_h = ("/* STAND-IN for NVIDIA's cudnn_version.h, from gpuprov's test repository */\n"
+                   "#define CUDNN_MAJOR 9\n#define CUDNN_MINOR 13\n#define CUDNN_PATCHLEVEL 0\n"
+                   "#define CUDNN_VERSION (CUDNN_MAJOR * 10000 + CUDNN_MINOR * 100 + "
+                   "CUDNN_PATCHLEVEL)\n")
+        driver = [Package("nvidia-open-580", v, {
+            "/usr/share/doc/nvidia-open-580/STANDIN": (f"{STANDIN}\nversion {v}\n", 0o644)})
+            for v in ("580.65.06-1", "580.82.07-1")]
+        return [
+            Package("cuda-keyring", "1.1-1", {
+                KEYRING_PATH: (self.public_key, 0o644),
+                list_file: (self.sources_line(), 0o644)}, conffiles=(list_file,)),
+            Package("cuda-toolkit-13-0", "13.0.2-1", {
+                "/usr/local/cuda-13.0/bin/nvcc": (nvcc, 0o755),
+                "/usr/local/cuda-13.0/STANDIN": (STANDIN + "\n", 0o644)}),
+            Package("cudnn9-cuda-13", "9.13.0.50-1", {
+                "/usr/include/cudnn_version.h": (cudnn_h, 0o644)}),
+            *driver,
+        ]
+
