@@ -57,7 +57,7 @@ def main() -> int:
         rec.write_text(yaml.safe_dump(ten_step_recipe(work), sort_keys=False))
         cmd = [sys.executable, "-m", "invoke", "--search-root", str(REPO), "provision",
                "--host", "all", "--inventory", str(inv), "--recipe", str(rec),
-               "--json", str(work / "out.json")]
+               "--no-validate", "--json", str(work / "out.json")]
         env = dict(os.environ, PYTHONPATH=str(REPO))
         subprocess.run(cmd, check=True, env=env, cwd=work, capture_output=True)
         times = []
