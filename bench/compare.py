@@ -86,6 +86,7 @@ def machine() -> dict:
             "memory_gib": round(mem_kib / 1024 / 1024, 1), "kernel": platform.release(),
             "python": platform.python_version(), "openssh": _first_line(["ssh", "-V"]),
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
             "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name] + sys.argv)}
 
 
@@ -246,7 +247,7 @@ class Ansible(Tool):
         super().__init__(work, hosts, farm)
         self.venv = ensure_venv("ansible")
         self.version = "ansible-core " + _version(self.venv / "bin/python", "ansible-core")
-        self.paramiko = _version(self.venv / "bin/python", "paramiko")
+        self.paramiko = "(ssh)"  # the ssh connection plugin drives OpenSSH's client
         self.config = self.dir / "ansible.cfg"
         # Set through ANSIBLE_CONFIG: Ansible ignores an ansible.cfg in a world-writable folder.
         self.config.write_text(
@@ -558,7 +559,8 @@ def print_report(result: dict) -> None:
     print()
     print(f"machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}, "
           f"Python {m['python']}, {m['openssh']}")
-    print(f"date:    {m['date']}")
+    print(f"date:    {m['date']}; load average (1 min) {m['loadavg_1m_at_start']} at start, "
+          f"{m.get('loadavg_1m_at_end', '?')} at end (other work on the machine skews figures)")
     print(f"command: {m['command']}")
     cmp_ = result.get("compare")
     if cmp_:
@@ -682,6 +684,7 @@ def main() -> int:
     finally:
         farm.close()
         shutil.rmtree(work, ignore_errors=True)
+    result["machine"]["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
     print_report(result)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
