@@ -1,0 +1,181 @@
+"""Where one gpuprov run spends its time: start-up, imports, connect, round trips, the rest.
+
+    python3 bench/profile_gpuprov.py --repo REPO --mode phases|cprofile --out F.json -- \
+        provision --host all --inventory INV --recipe REC --no-validate
+
+Runs gpuprov's `invoke` program inside this process (as `python -m invoke` would), with:
+- `--mode phases`: wall-clock timers wrapped around the runner's phases (connect, facts round
+  trip, probe round trip, step evaluation, recap...), per host; nothing else is slowed down.
+- `--mode cprofile`: cProfile in the main thread and in every host thread, merged; the top
+  functions by own time and by cumulative time (cProfile roughly doubles the run time).
+bench/compare.py --profile calls this on a converged host set and adds `-X importtime` figures
+of the same command. The wrappers live only in this process: gpuprov itself is not changed.
+"""
+from __future__ import annotations
+
+import time
+
+T_START = time.perf_counter()
+
+import argparse  # noqa: E402
+import cProfile  # noqa: E402
+import functools  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import pstats  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+from collections import defaultdict  # noqa: E402
+
+T_STDLIB = time.perf_counter()
+
+# phase name -> list of (thread name, seconds)
+RECORDS: dict = defaultdict(list)
+_LOCK = threading.Lock()
+
+
+def timed(owner, attr: str, label: str) -> None:
+    original = getattr(owner, attr)
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            elapsed = time.perf_counter() - started
+            with _LOCK:
+                RECORDS[label].append((threading.current_thread().name, elapsed))
+
+    setattr(owner, attr, wrapper)
+
+
+def install_phase_timers() -> None:
+    import remote.cli as cli
+    import remote.connection as connection
+    import remote.recap as recap
+    import remote.runner as runner
+
+    timed(cli, "load_and_check", "load + check inventory, recipe, templates")
+    timed(runner.Run, "connect", "connect: TCP + SSH handshake + auth (per host)")
+    timed(runner.HostRun, "gather_facts", "facts round trip (per host)")
+    timed(runner.HostRun, "build_context", "resolve vars (per host)")
+    timed(runner.HostRun, "prepare", "render one step (when/templates)")
+    timed(runner.HostRun, "probe", "probe round trip (per host)")
+    timed(runner.HostRun, "execute", "judge/execute one step")
+    timed(runner.HostRun, "__call__", "one host, connect to close")
+    timed(connection.BaseConnection, "run", "any remote command (round trip)")
+    timed(connection.SSHConnection, "close", "close connection")
+    timed(runner.Run, "execute", "all hosts in parallel (wall)")
+    timed(recap.Reporter, "recap", "print recap")
+    timed(cli, "write_json", "write --json")
+
+
+def summarize_phases() -> list:
+    rows = []
+    for label, items in RECORDS.items():
+        times = [t for _, t in items]
+        rows.append({"phase": label, "calls": len(times), "total_s": round(sum(times), 4),
+                     "mean_s": round(sum(times) / len(times), 4), "max_s": round(max(times), 4)})
+    return rows
+
+
+class ThreadProfiles:
+    """cProfile in every thread started after `start()` (host threads), plus the main thread."""
+
+    def __init__(self):
+        self.profiles = []
+        self._lock = threading.Lock()
+
+    def _hook(self, frame, event, arg):
+        profile = cProfile.Profile()
+        with self._lock:
+            self.profiles.append(profile)
+        profile.enable()  # replaces this hook for the rest of the thread's life
+
+    def start(self) -> None:
+        threading.setprofile(self._hook)
+        main = cProfile.Profile()
+        self.profiles.append(main)
+        main.enable()
+
+    def stop(self) -> pstats.Stats:
+        threading.setprofile(None)
+        self.profiles[0].disable()
+        stats = pstats.Stats(self.profiles[0], stream=io.StringIO())
+        for profile in self.profiles[1:]:
+            stats.add(profile)
+        return stats
+
+
+# Builtins where a thread waits (for the network, another thread or a timer): their own time
+# is wall-clock waiting, not work, so the "cpu" list leaves them out.
+WAITS = ("recv", "acquire", "select", "poll", "sleep", "'get' of '_queue", "wait", "recv_into")
+
+
+def top_functions(stats: pstats.Stats, key: str, count: int, cpu_only: bool = False) -> list:
+    rows = []
+    for (filename, line, func), (cc, nc, tt, ct, _) in stats.stats.items():
+        if cpu_only and filename == "~" and any(w in func for w in WAITS):
+            continue
+        rows.append({"function": f"{_short(filename)}:{line}({func})", "calls": nc,
+                     "own_s": round(tt, 4), "cumulative_s": round(ct, 4)})
+    rows.sort(key=lambda r: r[key], reverse=True)
+    return rows[:count]
+
+
+def _short(filename: str) -> str:
+    for marker in ("site-packages/", "/lib/python3", "/wt-", "/work/"):
+        if marker in filename:
+            return filename.split(marker, 1)[1].split("/", 1)[-1] if marker != "site-packages/" \
+                else filename.split(marker, 1)[1]
+    return filename
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", required=True)
+    parser.add_argument("--mode", choices=["phases", "cprofile"], default="phases")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("argv", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    argv = [a for a in args.argv if a != "--"]
+    sys.path.insert(0, args.repo)
+
+    t_imports = time.perf_counter()
+    from invoke.main import program
+    import remote.cli  # noqa: F401  (what the provision task imports first)
+    t_invoke = time.perf_counter()
+    if args.mode == "phases":
+        install_phase_timers()
+    profiles = ThreadProfiles() if args.mode == "cprofile" else None
+    if profiles:
+        profiles.start()
+    t_run = time.perf_counter()
+    status = 0
+    try:
+        program.run(["invoke", "--search-root", args.repo] + argv, exit=True)
+    except SystemExit as exc:
+        status = exc.code or 0
+    t_end = time.perf_counter()
+    report = {"status": status, "mode": args.mode,
+              "wall_s": {"stdlib_and_argparse": round(T_STDLIB - T_START, 4),
+                         "import invoke + remote.cli (eager here)": round(t_invoke - t_imports, 4),
+                         "invoke program: tasks load, run, lazy imports": round(t_end - t_run, 4),
+                         "in-process total": round(t_end - T_START, 4)}}
+    if profiles:
+        stats = profiles.stop()
+        report["top_own"] = top_functions(stats, "own_s", args.top)
+        report["top_cumulative"] = top_functions(stats, "cumulative_s", args.top)
+        report["top_own_cpu"] = top_functions(stats, "own_s", args.top, cpu_only=True)
+        report["threads_profiled"] = len(profiles.profiles)
+    else:
+        report["phases"] = summarize_phases()
+    with open(args.out, "w") as handle:
+        json.dump(report, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
