@@ -221,6 +221,8 @@ class SSHConnection(BaseConnection):
         where = f"{self.host.address}:{self.host.port}"
         if self.gateway is not None:
             self.gateway.open()
+        else:
+            connect_kwargs["sock"] = self._tcp_socket(where)
         self.fabric = Connection(self.host.address, user=self.host.user, port=self.host.port,
                                  connect_timeout=int(max(1, self.timeouts.connect)),
                                  connect_kwargs=connect_kwargs,
@@ -252,6 +254,23 @@ class SSHConnection(BaseConnection):
             raise Unreachable(f"cannot connect to {where}: {exc.strerror or exc}") from None
         self.fabric.transport.set_keepalive(max(1, int(self.timeouts.keepalive)))
         return self
+
+    def _tcp_socket(self, where: str) -> socket.socket:
+        """The TCP connection, made here so it can have TCP_NODELAY: paramiko leaves Nagle on,
+        which delays every small SSH message (a new channel, a command) by ~40 ms."""
+        try:
+            sock = socket.create_connection((self.host.address, self.host.port),
+                                            timeout=self.timeouts.connect)
+        except ConnectionRefusedError:
+            raise Unreachable(f"connection to {where} refused (is sshd running there, "
+                              "and the port right?)") from None
+        except socket.timeout:
+            raise Unreachable(f"no answer from {where} within {self.timeouts.connect:g} s "
+                              "(connect timeout)") from None
+        except OSError as exc:
+            raise Unreachable(f"cannot connect to {where}: {exc.strerror or exc}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
 
     def _execute(self, command, exchange, deadline, timeout) -> int:
         transport = self.fabric.transport

@@ -10,6 +10,7 @@ Three renderings share one environment setup:
 """
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 import shlex
@@ -74,11 +75,22 @@ def render_shell(source: str, context: dict) -> str:
     return _render(_SHELL, source, context)
 
 
+@functools.lru_cache(maxsize=4096)
+def _compiled(env: jinja2.Environment, source: str) -> jinja2.Template:
+    # Every host renders the same templates: compile each once per run.
+    return env.from_string(source)
+
+
+@functools.lru_cache(maxsize=4096)
+def _expression(source: str):
+    return _TEXT.compile_expression(source, undefined_to_none=False)
+
+
 def _render(env: jinja2.Environment, source: str, context: dict) -> str:
     if not is_template(source):
         return source
     try:
-        return env.from_string(source).render(context)
+        return _compiled(env, source).render(context)
     except jinja2.UndefinedError as exc:
         raise TemplateError(f"undefined name in '{_short(source)}': {exc.message}") from None
     except jinja2.TemplateError as exc:
@@ -116,7 +128,7 @@ def evaluate(expression: Any, context: dict) -> Any:
     if not isinstance(expression, str):
         return expression
     try:
-        return _TEXT.compile_expression(_strip_braces(expression), undefined_to_none=False)(context)
+        return _expression(_strip_braces(expression))(context)
     except jinja2.UndefinedError as exc:
         raise TemplateError(f"undefined name in '{_short(expression)}': {exc.message}") from None
     except jinja2.TemplateError as exc:
