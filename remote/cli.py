@@ -281,7 +281,7 @@ def facts(host: str, inventory: str, json_path: Optional[str] = None) -> int:
     redact = Redactor()
     reporter = Reporter(redact)
     reporter.set_hosts([h.name for h in hosts])
-    options = RunOptions(run_id=new_run_id(), logs_dir=None)
+    options = RunOptions(run_id=new_run_id(), logs_dir=None, all_facts=True)
 
     def gather(hr):
         hr.result.facts = hr.facts  # facts were gathered before any step

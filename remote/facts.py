@@ -7,6 +7,7 @@ Templates read them as ``facts.NAME``; `FACTS` documents every name.
 from __future__ import annotations
 
 import shlex
+from typing import Iterable, Optional
 
 # name -> (type, what it is). Types: str, int, float, bool, list (repeated lines).
 FACTS = {
@@ -37,19 +38,27 @@ FACTS = {
 }
 FACT_NAMES = frozenset(FACTS)
 
-_SCRIPT = r"""
-p() { printf '%s=%s\n' "$1" "$2"; }
-p hostname "$(uname -n)"; p arch "$(uname -m)"; p kernel "$(uname -r)"
+_HEADER = "p() { printf '%s=%s\\n' \"$1\" \"$2\"; }\n"
+
+# (facts a section yields, its sh). Sections run in this order; the first (the account) always
+# runs, since sudo decisions need the uid. A run gathers only the sections its recipe reads.
+SECTIONS = [
+    (("uid", "is_root", "user", "home"),
+     'p uid "$(id -u)"; p user "$(id -un 2>/dev/null)"; p home "$HOME"'),
+    (("hostname", "arch", "kernel"),
+     'p hostname "$(uname -n)"; p arch "$(uname -m)"; p kernel "$(uname -r)"'),
+    (("distro_id", "distro_version", "distro_codename", "distro_like"), r"""
 if [ -r /etc/os-release ]; then
   ( . /etc/os-release; p distro_id "$ID"; p distro_version "$VERSION_ID"
     p distro_codename "${VERSION_CODENAME:-$UBUNTU_CODENAME}"; p distro_like "$ID_LIKE" )
-fi
-p uid "$(id -u)"; p user "$(id -un 2>/dev/null)"; p home "$HOME"
-p python "$(__PYTHON__ --version 2>&1 | sed -n 's/^Python //p')"
-p cpus "$(getconf _NPROCESSORS_ONLN 2>/dev/null || nproc 2>/dev/null)"
-p memory_kib "$(sed -n 's/^MemTotal: *\([0-9]*\).*/\1/p' /proc/meminfo 2>/dev/null)"
-p disk_free_kib "$(df -Pk / 2>/dev/null | awk 'NR==2 {print $4}')"
-p boot_id "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"
+fi"""),
+    (("python",), r"""p python "$(__PYTHON__ --version 2>&1 | sed -n 's/^Python //p')" """),
+    (("cpus",), r"""p cpus "$(getconf _NPROCESSORS_ONLN 2>/dev/null || nproc 2>/dev/null)" """),
+    (("memory_mib",),
+     r"""p memory_kib "$(sed -n 's/^MemTotal: *\([0-9]*\).*/\1/p' /proc/meminfo 2>/dev/null)" """),
+    (("disk_free_gib",), r"""p disk_free_kib "$(df -Pk / 2>/dev/null | awk 'NR==2 {print $4}')" """),
+    (("boot_id",), r"""p boot_id "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)" """),
+    (("gpu_count", "gpus"), r"""
 if command -v lspci >/dev/null 2>&1; then
   lspci -nn -d 10de: 2>/dev/null | grep -E '\[030[02]\]' | sed -e 's/^[^:]*:[^:]*: *//' -e 's/^/gpu=/'
 else
@@ -58,21 +67,24 @@ else
     [ "$(cat "$d/vendor")" = 0x10de ] || continue
     case "$(cat "$d/class")" in 0x0300*|0x0302*) p gpu "NVIDIA device $(cat "$d/device")";; esac
   done
-fi
-p driver_version "$(sed -n 's/.*Kernel Module[^0-9]*\([0-9][0-9.]*\).*/\1/p' /proc/driver/nvidia/version 2>/dev/null | head -n1)"
-command -v nvidia-smi >/dev/null 2>&1 && p nvidia_smi 1
+fi"""),
+    (("driver_version",), r"""p driver_version "$(sed -n 's/.*Kernel Module[^0-9]*\([0-9][0-9.]*\).*/\1/p' /proc/driver/nvidia/version 2>/dev/null | head -n1)" """),
+    (("nvidia_smi",), "command -v nvidia-smi >/dev/null 2>&1 && p nvidia_smi 1"),
+    (("nvcc_version",), r"""
 for n in nvcc /usr/local/cuda/bin/nvcc; do
   if command -v "$n" >/dev/null 2>&1; then
     p nvcc_version "$("$n" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"; break
   fi
-done
+done"""),
+    (("cudnn_version",), r"""
 for h in /usr/include/cudnn_version.h /usr/include/*-linux-gnu/cudnn_version_v*.h \
          /usr/local/cuda/include/cudnn_version.h /usr/include/cudnn.h; do
   [ -r "$h" ] || continue
   v=$(awk '/#define CUDNN_MAJOR /{a=$3} /#define CUDNN_MINOR /{b=$3} /#define CUDNN_PATCHLEVEL /{c=$3}
            END {if (a != "") print a "." b "." c}' "$h")
   [ -n "$v" ] && { p cudnn_version "$v"; break; }
-done
+done"""),
+    (("secure_boot",), r"""
 if command -v mokutil >/dev/null 2>&1; then
   p secure_boot "$(mokutil --sb-state 2>/dev/null | sed -n 's/^SecureBoot \(enabled\|disabled\).*/\1/p')"
 elif [ -d /sys/firmware/efi ]; then
@@ -83,14 +95,21 @@ elif [ -d /sys/firmware/efi ]; then
   fi
 else
   p secure_boot disabled
-fi
-for m in apt-get dnf yum; do command -v $m >/dev/null 2>&1 && { p pkg_manager "${m%-get}"; break; }; done
-"""
+fi"""),
+    (("pkg_manager",),
+     'for m in apt-get dnf yum; do command -v $m >/dev/null 2>&1 && { p pkg_manager "${m%-get}"; break; }; done'),
+]
 
 
-def script(python: str = "python3") -> str:
-    """The facts script for a host whose python is `python`."""
-    return _SCRIPT.replace("__PYTHON__", shlex.quote(python))
+def script(python: str = "python3", names: Optional[Iterable[str]] = None) -> str:
+    """The facts script for a host whose python is `python`: every section, or only those
+    that yield `names` (plus the account section)."""
+    wanted = None if names is None else set(names)
+    parts = [_HEADER]
+    for index, (yields, body) in enumerate(SECTIONS):
+        if index == 0 or wanted is None or wanted & set(yields):
+            parts.append(body.replace("__PYTHON__", shlex.quote(python)))
+    return "\n".join(parts) + "\n"
 
 
 def parse(output: str) -> dict:

@@ -17,7 +17,7 @@ from .errors import InputError, Where
 from .facts import FACT_NAMES
 from .schema import check_keys, expect, expect_str_list, suggest
 from .steps import KINDS, Kind
-from .templating import RESULT_NAMES, check_template, parse
+from .templating import RESULT_NAMES, check_template, facts_read, parse
 from .yamlfile import YamlMap, load_yaml
 
 COMMON = {"name", "when", "become", "tags", "notify", "retries", "delay", "timeout",
@@ -244,43 +244,64 @@ def _default_name(kind: Kind, args: dict) -> str:
     return kind.name
 
 
-def check_names(recipe: Recipe, known: set, host_label: str) -> None:
-    """Check every template and expression of `recipe` against the names one host defines."""
-    def where_for(step: Step) -> Where:
-        return step.where
-
-    suffix = f" for host {host_label}" if host_label else ""
-    for step in recipe.steps + list(recipe.handlers.values()):
-        try:
-            if step.named:
-                check_template(step.name, step.where, known, FACT_NAMES)
-            for expr in step.when:
-                check_template(expr, step.where, known, FACT_NAMES, expression=True)
-            for key in ("changed_when", "failed_when"):
-                value = getattr(step, key)
-                if isinstance(value, str):
-                    check_template(value, step.where, set(known) | RESULT_NAMES, FACT_NAMES,
-                                   expression=True)
-            for key, is_shell in (("creates", False), ("unless", True)):
-                value = getattr(step, key)
-                if value:
-                    check_template(value, step.where, known, FACT_NAMES, shell=is_shell)
-            for value, is_shell in step.kind.templates(step.args):
-                _check_nested(value, where_for(step), known, is_shell)
-            for expr in step.kind.expressions(step.args):
-                check_template(expr, step.where, known, FACT_NAMES, expression=True)
-        except InputError as exc:
-            if suffix and "undefined variable" in exc.message:
-                exc.message += suffix
-            raise
+def step_templates(step: Step):
+    """Every template of a step as (value, kind) with kind "text", "shell", "expression" or
+    "result" (an expression that also sees rc/stdout/stderr)."""
+    if step.named:
+        yield step.name, "text"
+    for expr in step.when:
+        yield expr, "expression"
+    for key in ("changed_when", "failed_when"):
+        value = getattr(step, key)
+        if isinstance(value, str):
+            yield value, "result"
+    if step.creates:
+        yield step.creates, "text"
+    if step.unless:
+        yield step.unless, "shell"
+    for value, is_shell in step.kind.templates(step.args):
+        yield from _nested(value, "shell" if is_shell else "text")
+    for expr in step.kind.expressions(step.args):
+        yield expr, "expression"
 
 
-def _check_nested(value: Any, where: Where, known: set, shell: bool) -> None:
+def _nested(value: Any, kind: str):
     if isinstance(value, str):
-        check_template(value, where, known, FACT_NAMES, shell=shell)
+        yield value, kind
     elif isinstance(value, dict):
         for item in value.values():
-            _check_nested(item, where, known, shell)
+            yield from _nested(item, kind)
     elif isinstance(value, list):
         for item in value:
-            _check_nested(item, where, known, shell)
+            yield from _nested(item, kind)
+
+
+def check_names(recipe: Recipe, known: set, host_label: str) -> None:
+    """Check every template and expression of `recipe` against the names one host defines."""
+    for step in recipe.steps + list(recipe.handlers.values()):
+        for value, kind in step_templates(step):
+            try:
+                check_template(value, step.where,
+                               set(known) | RESULT_NAMES if kind == "result" else known,
+                               FACT_NAMES, expression=kind in ("expression", "result"),
+                               shell=kind == "shell")
+            except InputError as exc:
+                if host_label and "undefined variable" in exc.message:
+                    exc.message += f" for host {host_label}"
+                raise
+
+
+def facts_used(recipe: Recipe, var_layers: list) -> Optional[set]:
+    """Fact names the recipe's templates and these vars can read; None means all of them."""
+    used: set = set()
+    sources = [(v, k) for step in recipe.steps + list(recipe.handlers.values())
+               for v, k in step_templates(step)]
+    for layer in var_layers:
+        for value in layer.values():
+            sources += list(_nested(value, "text"))
+    for value, kind in sources:
+        found = facts_read(value, expression=kind in ("expression", "result"))
+        if found is None:
+            return None
+        used |= found
+    return used

@@ -27,7 +27,7 @@ from .hostkeys import KnownHosts
 from .inventory import Host, Inventory
 from .probes import batch_script, parse_batch
 from .recap import Reporter
-from .recipe import Recipe, Step
+from .recipe import Recipe, Step, facts_used
 from .runlog import Redactor, RunLog
 from .steps import PlanError, Probe
 from .templating import TemplateError, evaluate, render_shell, render_text, resolve_vars
@@ -96,6 +96,7 @@ class RunOptions:
     run_id: str = ""
     # Facts to use instead of the gathered ones (plans for another distro in check mode).
     facts_override: dict = field(default_factory=dict)
+    all_facts: bool = False  # gather every fact, not only those the recipe reads
 
 
 @dataclass
@@ -174,7 +175,7 @@ class HostRun:
 
     # ------------------------------------------------------------------ facts and vars
     def gather_facts(self) -> dict:
-        result = self.conn.run(facts_mod.script(self.host.python), timeout=60)
+        result = self.conn.run(facts_mod.script(self.host.python, self.run.fact_names), timeout=60)
         self.log.command("facts", "gather facts", result.rc, result.elapsed_s, "", result.err)
         facts = facts_mod.parse(result.out)
         facts.update(self.run.options.facts_override)
@@ -470,6 +471,11 @@ class Run:
         self.after_steps = after_steps
         self.cancel = threading.Event()
         self.known_hosts = KnownHosts(inventory.known_hosts, inventory.host_key_policy)
+        # Only the facts something can read are gathered (None: all of them).
+        layers = [inventory.vars, options.extra_vars]
+        layers += [g.vars for g in inventory.groups.values()]
+        layers += [h.vars for h in inventory.hosts.values()]
+        self.fact_names = None if options.all_facts else facts_used(recipe, layers)
 
     def connect(self, host: Host):
         return connect(host, self.inventory.hosts, self.inventory.timeouts, self.known_hosts,

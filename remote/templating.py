@@ -14,7 +14,7 @@ import functools
 import posixpath
 import re
 import shlex
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 import jinja2
 from jinja2 import meta, nodes
@@ -173,6 +173,25 @@ def referenced_facts(ast: nodes.Template) -> set:
             elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):
                 found.add(node.arg.value)
     return found
+
+
+def facts_read(source: Any, expression: bool = False) -> Optional[set]:
+    """Fact names a template reads; None when it uses `facts` other than by a constant name
+    (``facts[x]``, ``facts | list``), so every fact is needed. Unparsable: an empty set (the
+    static checks report the syntax)."""
+    if not isinstance(source, str) or (not expression and not is_template(source)):
+        return set()
+    text = "{{ " + _strip_braces(source) + " }}" if expression else source
+    try:
+        ast = _TEXT.parse(text)
+    except jinja2.TemplateSyntaxError:
+        return set()
+    names = [n for n in ast.find_all(nodes.Name) if n.name == "facts"]
+    found = referenced_facts(ast)
+    constant = [n for n in ast.find_all((nodes.Getattr, nodes.Getitem))
+                if isinstance(n.node, nodes.Name) and n.node.name == "facts"
+                and (isinstance(n, nodes.Getattr) or isinstance(n.arg, nodes.Const))]
+    return found if len(constant) == len(names) else None
 
 
 def check_template(source: Any, where: Where, known: Iterable[str], fact_names: Iterable[str],

@@ -277,3 +277,17 @@ def test_facts_over_ssh(farm, work, inventory):
     assert facts["gpu_count"] == 0 and facts["gpus"] == [] and facts["driver_version"] == ""
     assert facts["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     assert "gpu_count" in result.out and "h1" in result.out
+
+
+def test_only_the_facts_a_recipe_reads_are_gathered(farm, work, inventory, provision):
+    rec = recipe(work, [{"shell": f"echo {{{{ facts.cpus }}}} > {work}/cpus"}])
+    assert provision("h1", rec, inventory()).rc == 0
+    log = next((work / "logs" / "h1").iterdir()) / "provision.log"
+    assert (work / "cpus").read_text() == f"{os.cpu_count()}\n"
+    # the facts command's trace shows what it gathered: the account and cpus, not lspci etc.
+    from remote.recipe import facts_used, load_recipe
+
+    assert facts_used(load_recipe(rec), []) == {"cpus"}
+    dynamic = recipe(work, [{"shell": "echo {{ facts[name] }}"}], "d.yaml", vars={"name": "arch"})
+    assert facts_used(load_recipe(dynamic), []) is None
+    assert "gather facts" in log.read_text()
