@@ -163,6 +163,11 @@ def torch_benchmark(fn, min_run_time, label="", sub_label="", description=""):
     Used to cross-check ``measure`` and by the fusion check, as the issue asks.
     torch.utils.benchmark synchronises CUDA itself around its timed blocks.
     """
+    import logging
+
+    # importing torch.utils.benchmark pulls in cpp_extension, which logs a
+    # CUDA_HOME guess on machines without CUDA: noise on our progress stream
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     from torch.utils import benchmark
 
     timer = benchmark.Timer(
