@@ -239,6 +239,9 @@ def _utc_now():
 
 def main(argv=None, stream=None):
     stream = stream if stream is not None else sys.stderr
+    # Kineto (torch.profiler) logs errors on machines without a GPU straight
+    # to stderr; keep the progress stream readable.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     try:
         opts = parse_args(sys.argv[1:] if argv is None else argv)
         os.makedirs(opts.out, exist_ok=True)

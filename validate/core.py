@@ -34,6 +34,7 @@ import os
 import sys
 import time
 import traceback
+import warnings
 
 from . import torchenv
 
@@ -110,6 +111,7 @@ class Result(object):
         self.summary = ""
         self.details = []
         self.problems = []
+        self.warnings = []
         self.skip_reason = None
 
     # used by checks
@@ -199,7 +201,7 @@ class Context(object):
             return "cuda"
         if self.device_mode == "cuda":
             raise CheckFailed("CUDA requested (--device cuda) but not available: %s" % state["reason"])
-        res.problem("CUDA not available (%s); measured on the CPU instead" % state["reason"])
+        res.problem("CUDA not available (%s): measured on the CPU instead" % state["reason"])
         res.figures["gpu_missing"] = state["reason"]
         self.device_used = self.device_used or "cpu"
         return "cpu"
@@ -221,6 +223,16 @@ def run_check(ctx, spec, required):
     ctx.current = res
     ctx.progress("start: %s" % spec.about)
     t0 = time.perf_counter()
+    saved_showwarning = warnings.showwarning
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        text = "%s: %s" % (category.__name__, str(message).strip().splitlines()[0] if str(message).strip() else "")
+        if text not in res.warnings:
+            res.warnings.append(text)
+            res.note("python warning: " + text)
+            ctx.progress("warning: " + text)
+
+    warnings.showwarning = showwarning
     try:
         func = _resolve(spec.target)
         func(ctx, res)
@@ -240,6 +252,8 @@ def run_check(ctx, spec, required):
         res.problems.append("internal error: %s: %s" % (type(exc).__name__, exc))
         for line in traceback.format_exc().rstrip().splitlines():
             res.note(line)
+    finally:
+        warnings.showwarning = saved_showwarning
     res.elapsed_s = time.perf_counter() - t0
     _finish(res)
     ctx.current = None

@@ -47,6 +47,14 @@ def version_of(name):
     return getattr(module, "__version__", None) if module is not None else None
 
 
+def first_sentence(text):
+    """'Found no NVIDIA driver on your system. Please check ...' -> the first
+    sentence, without the trailing full stop."""
+    text = " ".join(text.strip().split())
+    head = text.split(". ")[0]
+    return head.rstrip(".")
+
+
 def cuda_state():
     """{"available", "count", "reason", "build_cuda"}; never raises."""
     if "cuda" in _cache:
@@ -75,6 +83,6 @@ def cuda_state():
                 torch_mod.cuda.init()
                 state["reason"] = "torch.cuda.is_available() is False"
             except Exception as exc:
-                state["reason"] = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                state["reason"] = first_sentence(str(exc)) or type(exc).__name__
     _cache["cuda"] = state
     return state

@@ -72,7 +72,8 @@ def cudnn_candidates():
                       [os.path.join(root, "lib64"), os.path.join(root, "lib")] + sys_libs))
     for d in _site_dirs():
         base = os.path.join(d, "nvidia", "cudnn")
-        cands.append(("wheel " + base, os.path.join(base, "include"), [os.path.join(base, "lib")]))
+        if os.path.isdir(base):
+            cands.append(("wheel " + base, os.path.join(base, "include"), [os.path.join(base, "lib")]))
     return cands
 
 
@@ -113,7 +114,8 @@ def find_cudnn():
             continue
         seen.add(inc)
         if not os.path.isfile(os.path.join(inc, "cudnn.h")):
-            searched.append(inc)
+            if os.path.isdir(inc):
+                searched.append(inc)
             continue
         vh = _version_header(inc)
         version = None
@@ -126,8 +128,9 @@ def find_cudnn():
             continue
         return {"origin": origin, "include": inc, "version_header": vh, "version": version,
                 "lib": lib_dir, "link": flag}
-    raise CheckFailed("cuDNN not found (cudnn.h + libcudnn) in: %s; set CUDNN_HOME or install "
-                      "libcudnn9-dev / the nvidia-cudnn-cu12|cu13 wheel" % ", ".join(searched))
+    raise CheckFailed("cuDNN not found (no cudnn.h + libcudnn in %s, and no nvidia/cudnn wheel folder on "
+                      "sys.path); set CUDNN_HOME or install libcudnn9-dev or the nvidia-cudnn-cu12/cu13 wheel"
+                      % ", ".join(searched))
 
 
 def find_cuda():

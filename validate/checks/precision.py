@@ -57,7 +57,9 @@ def run(ctx, res):
     dq = dequantize(torch, q, scale, zero)
     err = float((x - dq).abs().max())
     bound = scale / 2.0 * (1 + 1e-4) + 1e-6
-    ref = torch.quantize_per_tensor(x.cpu(), scale, zero, torch.quint8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized tensors are deprecated in torch >= 2.12
+        ref = torch.quantize_per_tensor(x.cpu(), scale, zero, torch.quint8)
     same = float((ref.int_repr().to(device) == q).float().mean())
     t_own = timing.measure(lambda: dequantize(torch, quantize(torch, x, scale, zero), scale, zero),
                            opts.warmup, opts.iters, device)

@@ -11,11 +11,33 @@ by side.  One further run under torch.profiler gives the top-ops table
 Optional check; a missing GPU in GPU mode fails it (CPU figures are kept).
 """
 
+import contextlib
 import os
+import sys
 
 from .. import timing
 
 TOP = 15
+
+
+@contextlib.contextmanager
+def _native_stderr_to(path):
+    """Send file descriptor 2 to ``path`` for a while: Kineto prints its own
+    start/stop lines there from C++, past Python's sys.stderr."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    with open(path, "a") as fh:
+        os.dup2(fh.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def _layer_times(torch, model, x, device, warmup, iters):
@@ -96,10 +118,11 @@ def profile_model(ctx, res, torch, tag, model, x, device):
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with torch.inference_mode():
         model(x)  # warm once more outside the profiler
-        with profile(activities=acts, record_shapes=False) as prof:
-            model(x)
-            if device == "cuda":
-                torch.cuda.synchronize()
+        with _native_stderr_to(ctx.artefact(res, "profiler_stderr.txt")):
+            with profile(activities=acts, record_shapes=False) as prof:
+                model(x)
+                if device == "cuda":
+                    torch.cuda.synchronize()
     trace = "trace_%s_%s.json" % (tag, device)
     prof.export_chrome_trace(ctx.artefact(res, trace))
     sort = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
