@@ -319,3 +319,40 @@ def test_inference_with_weights_dir_and_without(tmp_path):
     assert inf["status"] == "skip"
     assert "no ResNet50 weights" in inf["reason"] and "--weights" in inf["reason"]
     assert proc.returncode == 1  # a skipped required check is not a pass
+
+
+# --------------------------------------------------------------------------
+# a run stopped from outside (dropped SSH session, timeout) still reports
+
+
+def test_sigterm_writes_what_was_done(tmp_path):
+    import signal
+
+    out = tmp_path / "out"
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.Popen([sys.executable, "-m", "validate", "--out", str(out), "--device", "cpu",
+                             "--checks", "system,bench,matmul", "--models", "seed", "--iters", "50"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                            env=env)
+    seen = []
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if line.startswith("[bench] 1/31 alexnet"):
+                proc.send_signal(signal.SIGTERM)
+                break
+        rest = proc.communicate(timeout=120)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, "".join(seen) + rest
+    assert "Traceback" not in rest
+    doc = load(out)
+    c = by_name(doc)
+    assert c["system"]["status"] == "pass"
+    assert c["bench"]["status"] == "fail" and c["bench"]["reason"] == "interrupted"
+    assert c["matmul"]["status"] == "skip" and c["matmul"]["reason"] == "not run: interrupted"
+    assert doc["ok"] is False
+    assert "NOT VALIDATED" in (out / "validate.log").read_text()

@@ -9,6 +9,7 @@ import argparse
 import datetime
 import os
 import re
+import signal
 import sys
 import time
 
@@ -233,6 +234,32 @@ def host_document(ctx):
     return doc
 
 
+def _terminate_as_interrupt():
+    """SIGTERM/SIGHUP (a dropped SSH session, a timeout) end the run like
+    Ctrl-C: the results so far are still written."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt("signal %d" % signum)
+
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is None:
+            continue
+        try:
+            signal.signal(sig, handler)
+        except (ValueError, OSError):  # not the main thread
+            pass
+
+
+def _ignore_signals():
+    for name in ("SIGTERM", "SIGHUP", "SIGINT"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            try:
+                signal.signal(sig, signal.SIG_IGN)
+            except (ValueError, OSError):
+                pass
+
+
 def _utc_now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -256,6 +283,7 @@ def main(argv=None, stream=None):
         stream.flush()
         return 2
 
+    _terminate_as_interrupt()
     started = _utc_now()
     t0 = time.perf_counter()
     ctx = Context(opts, os.path.abspath(opts.out), stream=stream)
@@ -290,6 +318,7 @@ def main(argv=None, stream=None):
             results.append(run_check(ctx, spec, required))
         except KeyboardInterrupt:
             interrupted = True
+            _ignore_signals()  # let the results be written
             r = Result(spec.name, required)
             r.status = "fail"
             r.reason = "interrupted"

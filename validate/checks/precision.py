@@ -51,6 +51,7 @@ def run(ctx, res):
     gen = torch.Generator().manual_seed(0)
 
     # int8 quantize / dequantize ---------------------------------------
+    ctx.progress("int8 quantize/dequantize on %s" % device)
     x = torch.randn(1 << 20, generator=gen).to(device) * 3.0
     scale, zero = qparams(x)
     q = quantize(torch, x, scale, zero)
@@ -74,6 +75,7 @@ def run(ctx, res):
         res.problem("int8 codes differ from torch.quantize_per_tensor on %.3f%% of values" % (100 * (1 - same)))
 
     # AMP on a ResNet18 ----------------------------------------------------
+    ctx.progress("AMP vs fp32, resnet18 on %s" % device)
     torch.manual_seed(0)
     model = tv.models.resnet18(weights=None).eval().to(device)
     nb = 8 if device == "cuda" else 2
@@ -99,6 +101,7 @@ def run(ctx, res):
     del model
 
     # dynamic int8 MLP (CPU) ------------------------------------------------
+    ctx.progress("dynamic int8 MLP on cpu")
     nn = torch.nn
     torch.manual_seed(0)
     mlp = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
