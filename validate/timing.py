@@ -170,12 +170,18 @@ def torch_benchmark(fn, min_run_time, label="", sub_label="", description=""):
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     from torch.utils import benchmark
 
+    import torch
+
+    # Timer defaults to ONE thread; compare like with like (the rest of the
+    # package runs with torch's current intra-op thread count)
+    threads = torch.get_num_threads()
     timer = benchmark.Timer(
         stmt="fn()",
         globals={"fn": fn},
         label=label,
         sub_label=sub_label,
         description=description,
+        num_threads=threads,
     )
     m = timer.blocked_autorange(min_run_time=min_run_time)
     times_ms = [t * 1e3 for t in m.times]
@@ -187,5 +193,6 @@ def torch_benchmark(fn, min_run_time, label="", sub_label="", description=""):
         "runs_per_block": m.number_per_run,
         "iters": len(m.times) * m.number_per_run,
         "times_ms": times_ms,
+        "threads": threads,
         "measurement": m,
     }

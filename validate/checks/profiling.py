@@ -90,20 +90,28 @@ def _layer_times(torch, model, x, device, warmup, iters):
     return out
 
 
-def _top_ops(prof, device):
-    key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+def _sort_key(prof, device):
+    """The key_averages() column to sort by: self device time on the GPU
+    (named self_device_time_total since torch 2.4, self_cuda_time_total before),
+    self CPU time on the CPU."""
+    if device != "cuda":
+        return "self_cpu_time_total"
+    try:
+        sample = prof.key_averages()[0]
+    except Exception:
+        return "self_cuda_time_total"
+    return "self_device_time_total" if hasattr(sample, "self_device_time_total") else "self_cuda_time_total"
+
+
+def _top_ops(prof, key):
     rows = []
     try:
-        events = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0) or getattr(
-            e, "self_device_time_total", 0), reverse=True)
+        events = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0) or 0, reverse=True)
     except Exception:
-        return rows, key
+        return rows
     for e in events[:5]:
-        t = getattr(e, key, None)
-        if t is None:
-            t = getattr(e, "self_device_time_total", 0)
-        rows.append({"op": e.key, "self_ms": t / 1000.0, "calls": e.count})
-    return rows, key
+        rows.append({"op": e.key, "self_ms": (getattr(e, key, 0) or 0) / 1000.0, "calls": e.count})
+    return rows
 
 
 def profile_model(ctx, res, torch, tag, model, x, device):
@@ -125,15 +133,16 @@ def profile_model(ctx, res, torch, tag, model, x, device):
                     torch.cuda.synchronize()
     trace = "trace_%s_%s.json" % (tag, device)
     prof.export_chrome_trace(ctx.artefact(res, trace))
-    sort = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+    sort = _sort_key(prof, device)
     table_name = "profile_ops_%s_%s.txt" % (tag, device)
     try:
         table = prof.key_averages().table(sort_by=sort, row_limit=TOP)
     except Exception:
-        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=TOP)
+        sort = "self_cpu_time_total"
+        table = prof.key_averages().table(sort_by=sort, row_limit=TOP)
     with open(ctx.artefact(res, table_name), "w") as fh:
         fh.write(table)
-    top_ops, _ = _top_ops(prof, device)
+    top_ops = _top_ops(prof, sort)
     medians = [(label, kind, timing.summarize(s)["median"]) for label, kind, s in layers if s]
     total = sum(m for _, _, m in medians)
     top_layers = sorted(medians, key=lambda r: -r[2])[:5]
@@ -144,6 +153,7 @@ def profile_model(ctx, res, torch, tag, model, x, device):
         "top_layers": [{"layer": l, "type": k, "ms": m, "share": (m / total) if total else None}
                        for l, k, m in top_layers],
         "top_ops": top_ops,
+        "top_ops_by": sort,
         "trace": trace,
         "ops_table": table_name,
     }, dict((l, (k, m)) for l, k, m in medians), [l for l, _, _ in medians]
