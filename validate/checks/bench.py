@@ -1,0 +1,191 @@
+"""bench: the benchmark suite over torchvision classifiers.
+
+Models: ``--models`` (a list, ``seed`` = the seed's 31, ``all`` = every
+classifier in torchvision.models), randomly initialised (timing does not need
+trained weights), input size from each model's weights metadata.  For each
+model, in isolation (one model's failure or OOM is recorded and the suite goes
+on): eval() + inference_mode, warm-up, then ``--iters`` timed batch-1 runs
+(CUDA events on the GPU) -> median/p10/p90/IQR; batch-N throughput (N = the
+largest ``--batch``) in fp32 and under AMP (fp16 autocast on CUDA; bf16 on the
+CPU only with ``--amp``).  cuDNN benchmark mode is on for CUDA runs and, with
+the TF32 flags, recorded.  One model (resnet50 when listed) is also timed with
+torch.utils.benchmark as a cross-check.  Writes bench_torch.log in the seed's
+``#head;...`` / ``#model;ms`` format (batch-1 median ms).
+"""
+
+import contextlib
+import os
+
+from .. import output, timing
+from .torch_checks import tf32_flags
+
+CROSSCHECK_MODEL = "resnet50"
+
+
+def _autocast(torch, device, enabled):
+    if not enabled:
+        return contextlib.contextmanager(lambda: (yield))()
+    if device == "cuda":
+        return torch.autocast("cuda", dtype=torch.float16)
+    return torch.autocast("cpu", dtype=torch.bfloat16)
+
+
+def _short_error(exc):
+    text = str(exc).strip().splitlines()
+    return "%s: %s" % (type(exc).__name__, text[0] if text else "")
+
+
+def bench_one(ctx, torch, tv, name, device, crosscheck):
+    from .. import models
+
+    opts = ctx.opts
+    rec = {}
+    size = models.input_size(tv, name)
+    rec["input_size"] = size
+    torch.manual_seed(0)
+    model = models.build_classifier(tv, name, size).eval().to(device)
+    rec["params_m"] = round(models.param_count(model) / 1e6, 3)
+    x1 = torch.randn(1, 3, size, size, device=device)
+
+    def run1():
+        return model(x1)
+
+    with torch.inference_mode():
+        lat = timing.measure(run1, opts.warmup, opts.iters, device)
+        rec["latency_ms"] = timing.latency_figures(lat)
+        rec["clock"] = lat["clock"]
+        amp_on = device == "cuda" or opts.amp
+        if opts.amp:
+            with _autocast(torch, device, True):
+                lat_amp = timing.measure(run1, opts.warmup, opts.iters, device)
+            rec["latency_amp_ms"] = timing.latency_figures(lat_amp)
+        n = max(opts.batch)
+        thr = {"batch": n, "fp32": None, "amp": None}
+        try:
+            if n == 1:
+                thr["fp32"] = 1000.0 / lat["median"]
+            else:
+                xb = torch.randn(n, 3, size, size, device=device)
+                tb = timing.measure(lambda: model(xb), opts.warmup, opts.iters, device)
+                thr["fp32"] = n * 1000.0 / tb["median"]
+                thr["fp32_iqr_rel"] = tb["iqr_rel"]
+            if amp_on:
+                xb = x1 if n == 1 else torch.randn(n, 3, size, size, device=device)
+                with _autocast(torch, device, True):
+                    ta = timing.measure(lambda: model(xb), opts.warmup, opts.iters, device)
+                thr["amp"] = n * 1000.0 / ta["median"]
+                thr["amp_dtype"] = "float16" if device == "cuda" else "bfloat16"
+                thr["amp_iqr_rel"] = ta["iqr_rel"]
+        except Exception as exc:  # OOM at batch N must not lose the latency
+            thr["error"] = _short_error(exc)
+        rec["throughput_ips"] = thr
+    if crosscheck:
+        def run_inference():
+            with torch.inference_mode():
+                return model(x1)
+
+        min_time = max(0.2, min(2.0, lat["median"] * opts.iters / 1000.0))
+        tb = timing.torch_benchmark(run_inference, min_time, label=name, description=device)
+        rec["crosscheck"] = {
+            "torch_benchmark_median_ms": tb["median"],
+            "torch_benchmark_iqr_ms": tb["iqr"],
+            "torch_benchmark_iters": tb["iters"],
+            "ours_median_ms": lat["median"],
+            "ratio": lat["median"] / tb["median"] if tb["median"] else None,
+        }
+    del model
+    return rec
+
+
+def run(ctx, res):
+    torch = ctx.torch()
+    tv = ctx.torchvision()
+    from .. import models
+
+    device = ctx.device(res)
+    names = ctx.opts.model_list
+    if names is None:
+        names = models.classifier_names(tv)
+    known = set(models.classifier_names(tv))
+    f = res.figures
+    f["device"] = device
+    f["models"] = {}
+    f["warmup"] = ctx.opts.warmup
+    f["iters"] = ctx.opts.iters
+    f["batch"] = ctx.opts.batch
+    f["threads"] = torch.get_num_threads()
+    gpu_name = None
+    prev_bench = None
+    if device == "cuda":
+        gpu_name = torch.cuda.get_device_name(0)
+        prev_bench = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = True
+    f["gpu_name"] = gpu_name
+    f["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark) if device == "cuda" else None
+    f["tf32"] = tf32_flags(torch)
+    label = "PyTorch %s %s%s" % (torch.__version__, device, (" " + gpu_name) if gpu_name else "")
+    f["label"] = label
+    cross = CROSSCHECK_MODEL if CROSSCHECK_MODEL in names else names[0]
+    log_path = ctx.artefact(res, output.BENCH_LOG)
+    rows = []
+    failed = []
+    try:
+        for i, name in enumerate(names):
+            if name not in known:
+                f["models"][name] = {"error": "unknown model (not in torchvision.models)"}
+                failed.append(name)
+                continue
+            ctx.progress("%d/%d %s ..." % (i + 1, len(names), name))
+            try:
+                rec = bench_one(ctx, torch, tv, name, device, name == cross)
+            except Exception as exc:
+                rec = {"error": _short_error(exc)}
+            finally:
+                models.release(device)
+            f["models"][name] = rec
+            if "error" in rec:
+                failed.append(name)
+                rows.append((name, None))
+                ctx.progress("%d/%d %s: FAILED %s" % (i + 1, len(names), name, rec["error"]))
+                res.note("%-22s error: %s" % (name, rec["error"]))
+            else:
+                lat = rec["latency_ms"]
+                thr = rec["throughput_ips"]
+                rows.append((name, lat["median"]))
+                msg = "b1 %.2f ms (p10 %.2f, p90 %.2f, IQR/med %.1f%%), b%d %s img/s fp32, %s AMP" % (
+                    lat["median"], lat["p10"], lat["p90"], 100.0 * (lat["iqr_rel"] or 0), thr["batch"],
+                    "%.1f" % thr["fp32"] if thr["fp32"] else "-", "%.1f" % thr["amp"] if thr["amp"] else "-")
+                if thr.get("error"):
+                    msg += " (throughput: %s)" % thr["error"]
+                    res.problem("%s: batch-%d throughput failed: %s" % (name, thr["batch"], thr["error"]))
+                ctx.progress("%d/%d %s: %s" % (i + 1, len(names), name, msg))
+                res.note("%-22s %s, input %d, %.1f M params" % (name, msg, rec["input_size"], rec["params_m"]))
+                if "crosscheck" in rec:
+                    f["crosscheck"] = dict(rec["crosscheck"], model=name)
+            with open(log_path, "w") as fh:
+                fh.write(output.bench_log_text(label, rows))
+    finally:
+        if prev_bench is not None:
+            torch.backends.cudnn.benchmark = prev_bench
+    if failed:
+        res.problem("%d of %d models failed: %s" % (len(failed), len(names), ", ".join(failed)))
+    ok = [n for n in names if "latency_ms" in f["models"].get(n, {})]
+    cc = f.get("crosscheck")
+    if cc:
+        res.note("cross-check %s: ours %.3f ms (median of %d), torch.utils.benchmark %.3f ms (%d runs), ratio %.3f"
+                 % (cc["model"], cc["ours_median_ms"], ctx.opts.iters, cc["torch_benchmark_median_ms"],
+                    cc["torch_benchmark_iters"], cc["ratio"] or 0))
+    head = cross if cross in ok else (ok[0] if ok else None)
+    if head:
+        m = f["models"][head]
+        thr = m["throughput_ips"]
+        res.summary = "%d/%d models on %s; %s b1 %.2f ms (IQR/med %.1f%%), b%d %s img/s fp32%s" % (
+            len(ok), len(names), gpu_name or device, head, m["latency_ms"]["median"],
+            100.0 * (m["latency_ms"]["iqr_rel"] or 0), thr["batch"],
+            "%.0f" % thr["fp32"] if thr["fp32"] else "-",
+            (", %.0f AMP" % thr["amp"]) if thr.get("amp") else "")
+    else:
+        res.summary = "no model ran"
+    if not os.path.exists(log_path):
+        with open(log_path, "w") as fh:
+            fh.write(output.bench_log_text(label, rows))

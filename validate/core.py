@@ -1,0 +1,286 @@
+"""Check registry, results, and the context every check receives.
+
+Required checks ("required" in results.json) decide the exit status:
+
+=============  ======================  ==============
+check          --device auto / cuda    --device cpu
+=============  ======================  ==============
+system         required                required
+cudnn_compile  required                optional
+cudnn_sample   required                optional
+torch_import   required                required
+torch_cuda     required                optional
+inference      required                optional
+bench          required                required
+matmul         required                optional
+bandwidth      required                optional
+profile        optional                optional
+fusion         optional                optional
+precision      optional                optional
+kernel         optional                optional
+=============  ======================  ==============
+
+The tool validates GPU instances, so in the default ``auto`` mode every check
+that needs the GPU is required and a machine without one comes out "not
+validated".  ``--device cpu`` asks for a CPU-only validation: GPU checks still
+run and report the truth (they fail without a GPU) but do not count.  A check
+that is not selected (``--checks``/``--skip``/``--quick``) is recorded as
+``skip`` with ``required: false``; a selected required check that skips or
+fails makes the run "not validated" (exit 1).
+"""
+
+import importlib
+import os
+import sys
+import time
+import traceback
+import warnings
+
+from . import torchenv
+
+PASS = "pass"
+FAIL = "fail"
+SKIP = "skip"
+
+
+class CheckFailed(Exception):
+    """Raise inside a check to end it as failed with this reason."""
+
+
+class CheckSkipped(Exception):
+    """Raise inside a check to end it as skipped with this reason."""
+
+
+class Spec(object):
+    def __init__(self, name, target, requirement, quick, about):
+        self.name = name
+        self.target = target  # "module:function" under validate.checks
+        self.requirement = requirement  # "always" | "gpu" | "never"
+        self.quick = quick
+        self.about = about
+
+    def required(self, device_mode):
+        if self.requirement == "always":
+            return True
+        if self.requirement == "gpu":
+            return device_mode != "cpu"
+        return False
+
+
+CHECKS = [
+    Spec("system", "system:run", "always", True,
+         "OS, CPU, memory, nvidia-smi (driver, GPUs, ECC, remapped rows, PCIe, clocks, throttling), nvcc"),
+    Spec("cudnn_compile", "cudnn:run_compile", "gpu", True,
+         "find cuDNN and the CUDA toolkit, build the C++ softmax sample"),
+    Spec("cudnn_sample", "cudnn:run_sample", "gpu", True,
+         "run the sample; softmax sums to 1 and top-5 equals the CPU reference"),
+    Spec("torch_import", "torch_checks:run_import", "always", True,
+         "torch/torchvision import, versions, build CUDA, TF32 flags"),
+    Spec("torch_cuda", "torch_checks:run_cuda", "gpu", True,
+         "CUDA available, device count/names/capability/memory, cuDNN, an op on every GPU vs CPU"),
+    Spec("inference", "inference:run", "gpu", False,
+         "ResNet50 top-5 with class names (weights from --weights or hub cache); GPU vs CPU agreement"),
+    Spec("bench", "bench:run", "always", True,
+         "torchvision models: batch-1 latency, batch-N throughput fp32/AMP; bench_torch.log"),
+    Spec("matmul", "gpu_health:run_matmul", "gpu", False,
+         "fp32/TF32/bf16 matmul TFLOPS vs the GPU's spec"),
+    Spec("bandwidth", "gpu_health:run_bandwidth", "gpu", False,
+         "device-to-device, host-to-device, device-to-host copy GB/s vs spec"),
+    Spec("profile", "profiling:run", "never", False,
+         "layer-wise time of ResNet20 (CIFAR-10) and ResNet50, CPU vs GPU; top ops; chrome traces"),
+    Spec("fusion", "fusion:run", "never", False,
+         "naive vs scripted/compiled softmax and daxpy (torch.utils.benchmark), allclose"),
+    Spec("precision", "precision:run", "never", False,
+         "fp32 vs AMP vs int8 quantize/dequantize: error and speed"),
+    Spec("kernel", "kernel:run", "never", False,
+         "custom element-wise CUDA kernel (Numba or CuPy) vs NumPy"),
+]
+CHECK_NAMES = [s.name for s in CHECKS]
+SPECS = dict((s.name, s) for s in CHECKS)
+
+
+class Result(object):
+    def __init__(self, name, required):
+        self.name = name
+        self.required = required
+        self.status = None
+        self.reason = ""
+        self.elapsed_s = 0.0
+        self.figures = {}
+        self.artefacts = []
+        self.summary = ""
+        self.details = []
+        self.problems = []
+        self.warnings = []
+        self.skip_reason = None
+
+    # used by checks
+    def problem(self, message):
+        """Record a reason to fail; the check carries on collecting figures."""
+        self.problems.append(message)
+
+    def note(self, line):
+        """A line for the details section of validate.log."""
+        self.details.append(line)
+
+    def skip(self, reason):
+        """End as skipped (unless a problem was recorded) with this reason."""
+        self.skip_reason = reason
+
+    def to_json(self):
+        return {
+            "name": self.name,
+            "status": self.status,
+            "required": self.required,
+            "reason": self.reason,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "summary": self.summary,
+            "figures": self.figures,
+            "artefacts": list(self.artefacts),
+        }
+
+
+class Context(object):
+    """What a check gets besides its Result: options, output folder, progress,
+    the device to use, and a place to share state between checks."""
+
+    def __init__(self, opts, out_dir, stream=None):
+        self.opts = opts
+        self.out_dir = out_dir
+        self.device_mode = opts.device
+        self.shared = {}
+        self.stream = stream if stream is not None else sys.stderr
+        self.current = None
+        self.device_used = None
+
+    # progress -----------------------------------------------------------
+    def progress(self, message, check=None):
+        """One flushed line on stderr, prefixed with the check name (the
+        control side streams these over SSH)."""
+        name = check or (self.current.name if self.current else "validate")
+        try:
+            self.stream.write("[%s] %s\n" % (name, message))
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    # files --------------------------------------------------------------
+    def artefact(self, res, filename):
+        """Absolute path for an artefact file, recorded (relative) on ``res``."""
+        if filename not in res.artefacts:
+            res.artefacts.append(filename)
+        return os.path.join(self.out_dir, filename)
+
+    # torch and the device -------------------------------------------------
+    def torch(self):
+        try:
+            return torchenv.torch()
+        except torchenv.Missing as exc:
+            raise CheckFailed(str(exc))
+
+    def torchvision(self):
+        try:
+            return torchenv.torchvision()
+        except torchenv.Missing as exc:
+            raise CheckFailed(str(exc))
+
+    def device(self, res):
+        """The torch device this check runs on, per --device.
+
+        auto: "cuda" when available, else "cpu" plus a recorded problem, so the
+        check still measures the CPU but cannot pass; cuda: "cuda" or fail now;
+        cpu: "cpu".
+        """
+        self.torch()
+        if self.device_mode == "cpu":
+            self.device_used = self.device_used or "cpu"
+            return "cpu"
+        state = torchenv.cuda_state()
+        if state["available"]:
+            self.device_used = "cuda"
+            return "cuda"
+        if self.device_mode == "cuda":
+            raise CheckFailed("CUDA requested (--device cuda) but not available: %s" % state["reason"])
+        res.problem("CUDA not available (%s): measured on the CPU instead" % state["reason"])
+        res.figures["gpu_missing"] = state["reason"]
+        self.device_used = self.device_used or "cpu"
+        return "cpu"
+
+    def gpu_unavailable_reason(self):
+        state = torchenv.cuda_state()
+        return None if state["available"] else state["reason"]
+
+
+def _resolve(target):
+    module_name, func_name = target.split(":")
+    module = importlib.import_module("validate.checks." + module_name)
+    return getattr(module, func_name)
+
+
+def run_check(ctx, spec, required):
+    """Run one check in isolation; any exception becomes a failed result."""
+    res = Result(spec.name, required)
+    ctx.current = res
+    ctx.progress("start: %s" % spec.about)
+    t0 = time.perf_counter()
+    saved_showwarning = warnings.showwarning
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        text = "%s: %s" % (category.__name__, str(message).strip().splitlines()[0] if str(message).strip() else "")
+        if text not in res.warnings:
+            res.warnings.append(text)
+            res.note("python warning: " + text)
+            ctx.progress("warning: " + text)
+
+    warnings.showwarning = showwarning
+    try:
+        func = _resolve(spec.target)
+        func(ctx, res)
+    except CheckFailed as exc:
+        res.problems.append(str(exc))
+    except CheckSkipped as exc:
+        res.skip_reason = str(exc)
+    except torchenv.Missing as exc:
+        res.problems.append(str(exc))
+    except KeyboardInterrupt:
+        res.problems.append("interrupted")
+        res.elapsed_s = time.perf_counter() - t0
+        _finish(res)
+        ctx.current = None
+        raise
+    except Exception as exc:  # a bug or an unexpected environment: record, go on
+        res.problems.append("internal error: %s: %s" % (type(exc).__name__, exc))
+        for line in traceback.format_exc().rstrip().splitlines():
+            res.note(line)
+    finally:
+        warnings.showwarning = saved_showwarning
+    res.elapsed_s = time.perf_counter() - t0
+    _finish(res)
+    ctx.current = None
+    word = {PASS: "PASS", FAIL: "FAIL", SKIP: "SKIP"}[res.status]
+    ctx.progress("%s (%.1fs) %s" % (word, res.elapsed_s, res.reason or res.summary), check=spec.name)
+    return res
+
+
+def _finish(res):
+    if res.problems:
+        res.status = FAIL
+        # keep order, drop duplicates
+        seen = []
+        for p in res.problems:
+            if p not in seen:
+                seen.append(p)
+        res.reason = "; ".join(seen)
+    elif res.skip_reason is not None:
+        res.status = SKIP
+        res.reason = res.skip_reason or "skipped"
+    else:
+        res.status = PASS
+        res.reason = ""
+
+
+def not_selected(spec, why):
+    res = Result(spec.name, False)
+    res.status = SKIP
+    res.reason = why
+    return res

@@ -1,0 +1,171 @@
+"""Host facts (OS, CPU, memory) and running external tools (nvidia-smi, nvcc,
+compilers) with time limits.  Standard library only."""
+
+import os
+import platform
+import shutil
+import socket
+import subprocess
+
+from . import parsers
+
+
+def run_tool(argv, timeout=60, env=None, cwd=None):
+    """Run a command; never raises for the command's own failure.
+
+    Returns {"rc", "stdout", "stderr", "error"}: rc None and error set when the
+    program is missing or timed out.
+    """
+    try:
+        proc = subprocess.run(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            universal_newlines=True,
+            timeout=timeout,
+            env=env,
+            cwd=cwd,
+        )
+    except FileNotFoundError:
+        return {"rc": None, "stdout": "", "stderr": "", "error": "%s: not found" % argv[0]}
+    except PermissionError as exc:
+        return {"rc": None, "stdout": "", "stderr": "", "error": "%s: %s" % (argv[0], exc)}
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout or ""
+        err = exc.stderr or ""
+        if isinstance(out, bytes):
+            out = out.decode("utf-8", "replace")
+        if isinstance(err, bytes):
+            err = err.decode("utf-8", "replace")
+        return {"rc": None, "stdout": out, "stderr": err,
+                "error": "%s: timed out after %ss" % (argv[0], timeout)}
+    return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr, "error": None}
+
+
+def os_name():
+    try:
+        with open("/etc/os-release") as f:
+            for line in f:
+                if line.startswith("PRETTY_NAME="):
+                    return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return "%s %s" % (platform.system(), platform.release())
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def memory_gib():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return round(int(line.split()[1]) / 1024.0 / 1024.0, 2)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def cpu_count():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 0
+
+
+def basic_facts():
+    return {
+        "hostname": socket.gethostname(),
+        "os": os_name(),
+        "kernel": platform.release(),
+        "arch": platform.machine(),
+        "python": platform.python_version(),
+        "cpu": cpu_model(),
+        "cpus": cpu_count(),
+        "memory_gib": memory_gib(),
+    }
+
+
+# ---------------------------------------------------------------------------
+# nvidia-smi
+
+
+def find_nvidia_smi():
+    path = shutil.which("nvidia-smi")
+    if path:
+        return path
+    for cand in ("/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi"):
+        if os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def query_gpus(smi, fields, timeout=60, max_retries=8):
+    """``--query-gpu`` with ``--format=csv,noheader,nounits``; fields the driver
+    rejects are dropped and the query retried.  Returns (rows, dropped, error)."""
+    fields = list(fields)
+    dropped = []
+    for _ in range(max_retries):
+        res = run_tool([smi, "--query-gpu=" + ",".join(fields),
+                        "--format=csv,noheader,nounits"], timeout=timeout)
+        if res["error"]:
+            return None, dropped, res["error"]
+        if res["rc"] == 0:
+            try:
+                return parsers.parse_query_csv(res["stdout"], fields), dropped, None
+            except parsers.ParseError as exc:
+                return None, dropped, "cannot parse nvidia-smi output: %s" % exc
+        message = (res["stdout"] + res["stderr"]).strip()
+        bad = parsers.invalid_query_field(message)
+        if bad and bad in fields and len(fields) > 1:
+            fields.remove(bad)
+            dropped.append(bad)
+            continue
+        return None, dropped, "nvidia-smi exited %s: %s" % (res["rc"], parsers.first_line(message))
+    return None, dropped, "nvidia-smi rejected too many fields"
+
+
+def find_nvcc():
+    path = shutil.which("nvcc")
+    if path:
+        return path
+    for root in cuda_homes():
+        cand = os.path.join(root, "bin", "nvcc")
+        if os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def cuda_homes():
+    """Candidate CUDA toolkit roots, most specific first, existing ones only."""
+    out = []
+    for var in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"):
+        v = os.environ.get(var)
+        if v:
+            out.append(v)
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        out.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    out.append("/usr/local/cuda")
+    try:
+        versions = sorted(
+            (d for d in os.listdir("/usr/local") if d.startswith("cuda-")), reverse=True
+        )
+    except OSError:
+        versions = []
+    out.extend(os.path.join("/usr/local", d) for d in versions)
+    out.append("/usr")
+    seen = []
+    for p in out:
+        if os.path.isdir(p) and p not in seen:
+            seen.append(p)
+    return seen

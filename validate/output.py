@@ -1,0 +1,170 @@
+"""Writers for results.json, validate.log and bench_torch.log (and the reader
+for bench_torch.log, so tests and tooling parse what we write)."""
+
+import json
+import os
+import re
+
+from . import SCHEMA, TOOL, __version__
+from .core import FAIL, PASS, SKIP
+
+RESULTS = "results.json"
+LOG = "validate.log"
+BENCH_LOG = "bench_torch.log"
+
+
+def _json_default(obj):
+    # numpy / torch scalars and anything else odd end up as plain values
+    for attr in ("item", "tolist"):
+        if hasattr(obj, attr):
+            try:
+                return getattr(obj, attr)()
+            except Exception:
+                pass
+    return str(obj)
+
+
+def _finite(obj):
+    """JSON has no NaN/Infinity: turn them into null."""
+    if isinstance(obj, float):
+        if obj != obj or obj in (float("inf"), float("-inf")):
+            return None
+        return obj
+    if isinstance(obj, dict):
+        return dict((k, _finite(v)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def results_document(started, elapsed_s, ok, options, host, results):
+    return {
+        "schema": SCHEMA,
+        "tool": TOOL,
+        "version": __version__,
+        "started": started,
+        "elapsed_s": round(elapsed_s, 3),
+        "ok": ok,
+        "options": options,
+        "host": host,
+        "checks": [r.to_json() for r in results],
+    }
+
+
+def write_json_atomic(path, doc):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(_finite(json.loads(json.dumps(doc, default=_json_default))), f, indent=2, sort_keys=False)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------
+# validate.log
+
+_WORD = {PASS: "PASS", FAIL: "FAIL", SKIP: "SKIP"}
+
+
+def _fmt(v, unit=""):
+    if v is None:
+        return "-"
+    return "%s%s" % (v, unit)
+
+
+def render_log(doc, results):
+    host = doc["host"]
+    lines = []
+    failed_req = [r.name for r in results if r.required and r.status != PASS]
+    verdict = "VALIDATED" if doc["ok"] else "NOT VALIDATED"
+    lines.append("%s %s: %s (exit %d)" % (TOOL, __version__, verdict, 0 if doc["ok"] else 1))
+    lines.append("started %s UTC, took %.1f s" % (doc["started"], doc["elapsed_s"]))
+    lines.append(
+        "host %s: %s, kernel %s, %s, %s x %s, %s GiB RAM"
+        % (host.get("hostname"), host.get("os"), host.get("kernel"), host.get("arch"),
+           host.get("cpus"), host.get("cpu"), host.get("memory_gib"))
+    )
+    lines.append(
+        "python %s, torch %s, torchvision %s, CUDA (torch build) %s, driver %s, GPUs %s%s, device %s"
+        % (host.get("python"), _fmt(host.get("torch")), _fmt(host.get("torchvision")),
+           _fmt(host.get("cuda")), _fmt(host.get("driver")), host.get("gpu_count"),
+           (" (%s)" % host["gpu_name"]) if host.get("gpu_name") else "", host.get("device"))
+    )
+    opts = doc["options"]
+    lines.append(
+        "options: device=%s models=%s warmup=%s iters=%s batch=%s amp=%s quick=%s weights=%s expect_gpus=%s"
+        % (opts.get("device"), opts.get("models"), opts.get("warmup"), opts.get("iters"),
+           ",".join(str(b) for b in opts.get("batch") or []), opts.get("amp"), opts.get("quick"),
+           opts.get("weights") or "-", _fmt(opts.get("expect_gpus")))
+    )
+    if failed_req:
+        lines.append("required checks not passed: %s" % ", ".join(failed_req))
+    lines.append("")
+    lines.append("%-14s %-5s %-4s %8s  %s" % ("check", "state", "req", "time", "result"))
+    for r in results:
+        text = r.summary if r.status == PASS else r.reason
+        if r.status != PASS and r.summary:
+            text = "%s [%s]" % (r.reason, r.summary)
+        lines.append("%-14s %-5s %-4s %7.1fs  %s" % (
+            r.name, _WORD.get(r.status, r.status), "yes" if r.required else "no", r.elapsed_s, text))
+    for r in results:
+        if not r.details and not r.artefacts and r.status == SKIP:
+            continue
+        lines.append("")
+        lines.append("== %s: %s ==" % (r.name, _WORD.get(r.status, r.status)))
+        if r.status != PASS:
+            lines.append("  reason: %s" % r.reason)
+        for d in r.details:
+            lines.append("  " + d)
+        if r.artefacts:
+            lines.append("  artefacts: %s" % ", ".join(r.artefacts))
+    return "\n".join(lines) + "\n"
+
+
+def write_log(path, doc, results):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(render_log(doc, results))
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------
+# bench_torch.log: the seed's format
+#
+#   #head;PyTorch <torch version> <device> [<gpu name>]
+#   #<model>;<batch-1 median ms>
+#
+# Nothing else starts with '#'.  A further "#head;" line would start a new
+# column (another run appended to the same file).
+
+
+def bench_log_text(label, rows):
+    """rows: [(model, ms)] in run order; models without a time are left out."""
+    out = ["#head;%s" % label]
+    for model, ms in rows:
+        if ms is None:
+            continue
+        out.append("#%s;%f" % (model, ms))
+    return "\n".join(out) + "\n"
+
+
+_HEAD = re.compile(r"^#head;(.*)$")
+_ROW = re.compile(r"^#([^;#\s]+);([-+0-9.eE]+)\s*$")
+
+
+def parse_bench_log(text):
+    """[{"label": str, "models": {model: ms}}] — one entry per #head column."""
+    columns = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line.startswith("#"):
+            continue
+        m = _HEAD.match(line)
+        if m:
+            columns.append({"label": m.group(1), "models": {}})
+            continue
+        m = _ROW.match(line)
+        if m and columns:
+            columns[-1]["models"][m.group(1)] = float(m.group(2))
+            continue
+        raise ValueError("unexpected line in bench log: %r" % line)
+    return columns
