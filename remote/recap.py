@@ -5,6 +5,7 @@ Everything printed goes through the run's redactor first.
 """
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Optional
 
@@ -20,7 +21,9 @@ class Reporter:
     def __init__(self, redact, console: Optional[Console] = None, check: bool = False,
                  width: int = 0):
         self.redact = redact
-        self.console = console or Console(highlight=False, soft_wrap=True)
+        # Piped to a file or CI log, rich would wrap the recap at 80 columns.
+        self.console = console or Console(highlight=False, soft_wrap=True,
+                                          width=None if sys.stdout.isatty() else 200)
         self.check = check
         self.width = width
         self._lock = threading.Lock()
