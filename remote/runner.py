@@ -472,7 +472,7 @@ class Run:
         self.cancel = threading.Event()
         self.known_hosts = KnownHosts(inventory.known_hosts, inventory.host_key_policy)
         # Only the facts something can read are gathered (None: all of them).
-        layers = [inventory.vars, options.extra_vars]
+        layers = [recipe.vars, inventory.vars, options.extra_vars]
         layers += [g.vars for g in inventory.groups.values()]
         layers += [h.vars for h in inventory.hosts.values()]
         self.fact_names = None if options.all_facts else facts_used(recipe, layers)

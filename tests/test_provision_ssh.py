@@ -291,3 +291,8 @@ def test_only_the_facts_a_recipe_reads_are_gathered(farm, work, inventory, provi
     dynamic = recipe(work, [{"shell": "echo {{ facts[name] }}"}], "d.yaml", vars={"name": "arch"})
     assert facts_used(load_recipe(dynamic), []) is None
     assert "gather facts" in log.read_text()
+    # facts read by a var (the stack recipes build NVIDIA's repository path this way) count too
+    via_var = recipe(work, [{"shell": f"echo {{{{ repo }}}} > {work}/repo"}], "v.yaml",
+                     vars={"repo": "{{ facts.distro_id }}/{{ facts.arch }}"})
+    assert provision("h1", via_var, inventory()).rc == 0
+    assert (work / "repo").read_text() == f"debian/{os.uname().machine}\n"
