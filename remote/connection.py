@@ -288,7 +288,13 @@ class SSHConnection(BaseConnection):
                 got = True
             if channel.exit_status_ready() and not channel.recv_ready() \
                     and not channel.recv_stderr_ready() and (channel.eof_received or channel.closed):
-                return channel.recv_exit_status()
+                rc = channel.recv_exit_status()
+                if rc == -1 and not channel.eof_received:
+                    # Closed with no EOF and no exit status: the transport died under the
+                    # channel (paramiko unlinks channels before it marks itself inactive).
+                    raise ConnectionLost(f"SSH session to {self.host.name} lost while a command "
+                                         f"ran: {_transport_error(self.fabric.transport)}")
+                return rc
             if not self.fabric.transport.is_active():
                 raise ConnectionLost(f"SSH session to {self.host.name} closed while a command ran")
             if not liveness.alive(heard=got):
@@ -354,6 +360,13 @@ class LocalConnection(BaseConnection):
             for pipe in (proc.stdin, proc.stdout, proc.stderr):
                 if pipe and not pipe.closed:
                     pipe.close()
+
+
+def _transport_error(transport) -> str:
+    exc = transport.get_exception() if transport is not None else None
+    if exc is None or isinstance(exc, EOFError):
+        return "the server closed the connection"
+    return str(exc) or type(exc).__name__
 
 
 class _Liveness:
