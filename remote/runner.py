@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from . import facts as facts_mod
-from .connection import (BecomeError, CommandTimeout, ConnectionLost, Unreachable, connect)
+from .connection import (BecomeError, CommandTimeout, ConnectionLost, Interrupted, Unreachable,
+                         connect)
 from .hostkeys import KnownHosts
 from .inventory import Host, Inventory
 from .probes import batch_script, parse_batch
@@ -361,6 +362,10 @@ class HostRun:
             except CommandTimeout:
                 self.log.command(step.name, command.shown(), None, item.timeout)
                 return None
+            except Interrupted:
+                self.log.event(f"{step.name}: interrupted; stopped on the host: "
+                               f"{command.shown().splitlines()[0] if command.shown() else ''}")
+                raise
             except BecomeError as exc:
                 self.log.event(f"{step.name}: {exc}")
                 from .connection import CommandResult
@@ -394,8 +399,8 @@ class HostRun:
         return context
 
 
-class _Interrupted(Exception):
-    pass
+# Raised by the runner between steps, and by a connection whose command it stopped.
+_Interrupted = Interrupted
 
 
 def _q(text: str) -> str:
@@ -428,8 +433,10 @@ class Run:
         self.known_hosts = KnownHosts(inventory.known_hosts, inventory.host_key_policy)
 
     def connect(self, host: Host):
-        return connect(host, self.inventory.hosts, self.inventory.timeouts, self.known_hosts,
+        conn = connect(host, self.inventory.hosts, self.inventory.timeouts, self.known_hosts,
                        self.options.become_password)
+        conn.cancel = self.cancel  # a cancelled run stops the host's running command
+        return conn
 
     def execute(self) -> dict:
         """Run every host; return {name: HostResult} in inventory order."""

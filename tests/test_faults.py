@@ -142,7 +142,7 @@ def test_session_killed_mid_step(farm, work, inventory):
         "known_hosts": [str(farm.known_hosts)],
         "timeouts": {"keepalive": 2},
         "hosts": {"victim": farm.host_entry(farm.addresses[1], vars={"nap": 60}),
-                  "fine": farm.host_entry(farm.addresses[0], vars={"nap": 2})}})
+                  "fine": farm.host_entry(farm.addresses[0], vars={"nap": 0})}})
     rec = recipe(work, [{"name": "long", "shell": f"echo $$ > {work}/{{{{ host }}}}.pid; "
                                                   f"sleep {{{{ nap }}}}", "timeout": 120},
                         {"name": "after", "shell": f"touch {work}/{{{{ host }}}}.after"}])
@@ -154,6 +154,10 @@ def test_session_killed_mid_step(farm, work, inventory):
     leftovers = []
     try:
         assert wait_for_file(pid_file, 20), "the long step never started"
+        # the other host is done first, so the run's end is the moment the victim is reported
+        deadline = time.monotonic() + 20
+        while not (work / "fine.after").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
         shell_pid = int(pid_file.read_text())
         servers = session_servers(farm.procs[farm.addresses[1]].pid, shell_pid)
         assert servers, "found no sshd process serving the session"
@@ -177,11 +181,156 @@ def test_session_killed_mid_step(farm, work, inventory):
         data["victim"]["message"]
     assert data["fine"]["unreachable"] is False and data["fine"]["changed"] == 2
     assert (work / "fine.after").exists() and not (work / "victim.after").exists()
-    # the fine host's 2 s step bounds the run; the victim itself must be seen within the
-    # keepalive bound, far from TCP's minutes
-    assert detect < 10, f"took {detect:.1f}s after the kill"
+    # seen at once (EOF on the socket), far from TCP's minutes
+    assert detect < 3, f"took {detect:.1f}s after the kill"
     log = next((work / "logs" / "victim").iterdir()) / "provision.log"
     assert "connection lost" in log.read_text()
-    victim_detect = box["started"] + data["victim"]["elapsed_s"] - killed_at
-    assert victim_detect < 3, f"victim seen {victim_detect:.1f}s after the kill"
-    print(f"session killed: victim reported {victim_detect:.2f}s after the kill")
+    print(f"session killed: victim reported {detect:.2f}s after the kill")
+
+
+@pytest.mark.slow
+def test_link_cut_mid_step_in_private_namespace():
+    """Traffic to one host is dropped (nftables, inside a namespace holding only lo) while its
+    step is silent: the keepalive ping goes unanswered and the host is reported unreachable
+    within the keepalive bound (timeouts.keepalive 2 s -> about 12 s), not after TCP's
+    15 minutes. A host whose SYN is dropped is refused by the connect timeout (3 s)."""
+    from tests.netns import have_tools, run_scenario
+
+    missing = have_tools()
+    if missing:
+        pytest.skip(missing)
+    started = time.monotonic()
+    out = run_scenario("linkcut", timeout=120)
+    hosts = out["results"]["hosts"]
+    assert out["rc"] == 1, out["output"]
+    assert hosts["cut"]["unreachable"] is True, out["output"]
+    assert "stopped answering" in hosts["cut"]["message"]
+    assert hosts["fine"]["changed"] == 2 and hosts["fine"]["unreachable"] is False
+    assert hosts["blackholed"]["unreachable"] is True
+    assert "within 3 s (connect timeout)" in hosts["blackholed"]["message"]
+    assert 2.5 < hosts["blackholed"]["elapsed_s"] < 6, hosts["blackholed"]
+    # interval 2 s of silence, then 10 s without an answer to the ping
+    assert out["detect_s"] < 16, out
+    assert time.monotonic() - started < 60
+    print(f"link cut: detected {out['detect_s']}s after the cut; connect timeout "
+          f"{hosts['blackholed']['elapsed_s']}s")
+
+
+# ----------------------------------------------------------------------------- hangs and retries
+def test_hanging_step_times_out_while_other_hosts_go_on(farm, work, inventory, provision):
+    rec = recipe(work, [
+        {"name": "maybe hang", "shell": f"echo $$ > {work}/{{{{ host }}}}.pid; "
+                                        "if [ {{ host }} = h1 ]; then exec sleep 300; fi",
+         "timeout": 3},
+        {"name": "next", "shell": f"touch {work}/{{{{ host }}}}.next"},
+        {"name": "last", "shell": f"touch {work}/{{{{ host }}}}.last"},
+    ])
+    started = time.monotonic()
+    result = provision("h1,h2,h3", rec, inventory())
+    assert time.monotonic() - started < 25
+    assert result.rc == 1
+    h1 = result.host("h1")
+    assert [s["status"] for s in h1["steps"]] == ["failed"]
+    assert h1["steps"][0]["message"] == "timed out after 3 s"
+    assert not (work / "h1.next").exists()
+    for name in ("h2", "h3"):
+        assert result.statuses(name) == ["changed", "changed", "changed"]
+        # the others did not wait for h1's timeout
+        assert result.host(name)["elapsed_s"] < 3, result.host(name)
+    pid = int((work / "h1.pid").read_text())
+    assert wait_gone(pid, 10), "h1's remote sleep was left running"
+
+
+def test_retries_back_off_exponentially(farm, work, inventory, provision):
+    """Fails twice, then succeeds: waits `delay`, then twice `delay`, between attempts."""
+    stamps = work / "stamps"
+    script = (f"date +%s.%N >> {stamps}; n=$(wc -l < {stamps}); [ $n -ge 3 ]")
+    rec = recipe(work, [{"name": "flaky", "shell": script, "retries": 4, "delay": 0.5}])
+    result = provision("h1", rec, inventory())
+    assert result.rc == 0 and result.statuses("h1") == ["changed"]
+    times = [float(t) for t in stamps.read_text().split()]
+    assert len(times) == 3
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert 0.45 < gaps[0] < 0.9 and 0.95 < gaps[1] < 1.5, gaps
+    log = next((work / "logs" / "h1").iterdir()) / "provision.log"
+    text = log.read_text()
+    assert "attempt 1/5 failed (rc=1); retrying in 0.5s" in text
+    assert "attempt 2/5 failed (rc=1); retrying in 1s" in text
+
+
+@pytest.mark.skip(reason="the dpkg lock wait is apt's own (DPkg::Lock::Timeout) and runs only in "
+                         "a sandbox host (another engineer's work): holding /var/lib/dpkg/lock* "
+                         "on this machine is not allowed")
+def test_dpkg_lock_is_waited_for():
+    pass
+
+
+# ----------------------------------------------------------------------------- interrupted runs
+def _start_invoke(*args, cwd=None):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.Popen([sys.executable, "-m", "invoke", "--search-root", str(REPO), *args],
+                            cwd=cwd or REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_interrupt_stops_remote_commands_keeps_recap_and_logs(farm, work, inventory, sig):
+    """SIGTERM (or Ctrl-C's SIGINT) while 2 hosts run a long step: exit 130, the recap and
+    provision.log kept, the remote commands stopped within seconds; a re-run continues."""
+    from tests.procs import descendants_of
+
+    rec = recipe(work, [
+        {"name": "first", "file": {"path": f"{work}/{{{{ host }}}}.first", "content": "1\n"}},
+        {"name": "long", "shell": f"echo $$ > {work}/{{{{ host }}}}.pid; sleep {{{{ nap }}}}; "
+                                  f"touch {work}/{{{{ host }}}}.done",
+         "creates": f"{work}/{{{{ host }}}}.done"},
+    ], vars={"nap": 300})
+    inv = inventory()
+    out_json = work / "out.json"
+    logs = work / "logs"
+    proc = _start_invoke("provision", "--host", "h1,h2", "--inventory", str(inv), "--recipe",
+                         str(rec), "--no-validate", "--json", str(out_json), cwd=work)
+    remote = []
+    try:
+        for name in ("h1", "h2"):
+            assert wait_for_file(work / f"{name}.pid", 30), "the long step never started"
+        time.sleep(0.3)
+        for name in ("h1", "h2"):
+            pid = int((work / f"{name}.pid").read_text())
+            remote += [pid] + descendants_of(pid)
+        assert all(alive(p) for p in remote)
+        sent_at = time.monotonic()
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
+        stopped_in = time.monotonic() - sent_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        gone = [wait_gone(pid, 8) for pid in remote]
+        leftovers = [p for p, g in zip(remote, gone) if not g]
+        kill_pids(leftovers)
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    assert "Traceback" not in err, err
+    assert "interrupted" in out and "RECAP" in out, out
+    assert not leftovers, f"remote processes left running: {leftovers}"
+    assert stopped_in < 10, stopped_in
+    data = json.loads(out_json.read_text())["hosts"]
+    for name in ("h1", "h2"):
+        assert data[name]["interrupted"] is True
+        assert data[name]["changed"] == 1  # the first step, done before the interrupt
+        log = next((logs / name).iterdir()) / "provision.log"
+        text = log.read_text()
+        assert "first" in text and "interrupted" in text, text
+        assert not (work / f"{name}.done").exists()
+    # a re-run continues from where the hosts are: the first step is already there
+    rerun = _start_invoke("provision", "--host", "h1,h2", "--inventory", str(inv), "--recipe",
+                          str(rec), "--no-validate", "--json", str(out_json), "--var", "nap=0",
+                          cwd=work)
+    out, err = rerun.communicate(timeout=60)
+    assert rerun.returncode == 0, (out, err)
+    data = json.loads(out_json.read_text())["hosts"]
+    for name in ("h1", "h2"):
+        assert [s["status"] for s in data[name]["steps"]] == ["ok", "changed"]
+        assert (work / f"{name}.done").exists()
+    print(f"{sig.name}: run stopped {stopped_in:.2f}s after the signal")
