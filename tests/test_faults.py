@@ -334,3 +334,42 @@ def test_interrupt_stops_remote_commands_keeps_recap_and_logs(farm, work, invent
         assert [s["status"] for s in data[name]["steps"]] == ["ok", "changed"]
         assert (work / f"{name}.done").exists()
     print(f"{sig.name}: run stopped {stopped_in:.2f}s after the signal")
+
+
+# ----------------------------------------------------------------------------- many hosts
+def _many_hosts(farm, count: int) -> dict:
+    """`count` inventory names spread over the farm's 4 servers."""
+    return {f"n{i:02d}": farm.host_entry(farm.addresses[i % len(farm.addresses)])
+            for i in range(count)}
+
+
+def _counting_recipe(work: Path) -> Path:
+    running = work / "running"
+    running.mkdir()
+    os.chmod(running, 0o777)
+    step = (f"touch {running}/{{{{ host }}}}; ls {running} | wc -l >> {work}/counts; "
+            f"sleep 0.4; rm {running}/{{{{ host }}}}")
+    return recipe(work, [{"name": "count", "shell": step},
+                         {"name": "after", "shell": "true", "changed_when": False}])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("forks", [8, 64])
+def test_forks_bound_concurrency_with_64_hosts(farm, work, inventory, provision, forks):
+    """64 hosts on the 4 servers: with --forks 8 no more than 8 run a step at once; with
+    --forks 64 they all go at once. Nothing deadlocks and every host gets a result."""
+    rec = _counting_recipe(work)
+    inv = inventory(hosts=_many_hosts(farm, 64))
+    started = time.monotonic()
+    result = provision("all", rec, inv, forks=forks)
+    elapsed = time.monotonic() - started
+    assert result.rc == 0, result.out[-3000:]
+    assert len(result.json["hosts"]) == 64
+    for name, host in result.json["hosts"].items():
+        assert host["unreachable"] is False and host["changed"] == 1 and host["ok"] == 1, name
+    counts = [int(n) for n in (work / "counts").read_text().split()]
+    assert len(counts) == 64
+    assert max(counts) <= forks, counts
+    assert max(counts) >= min(forks, 4), f"hosts did not run in parallel: {counts}"
+    assert elapsed < 90
+    print(f"--forks {forks}: 64 hosts in {elapsed:.1f}s, at most {max(counts)} at once")
