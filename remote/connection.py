@@ -18,6 +18,7 @@ the group outlives the grace period. Then `Interrupted` is raised.
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 import secrets
@@ -35,6 +36,11 @@ import paramiko
 
 from .hostkeys import HostKeyError, KnownHosts, lookup_name
 from .inventory import Host, Timeouts
+
+# paramiko logs failures (a missing banner, a reset) with tracebacks; with no handler configured,
+# Python's last-resort handler would print them on the user's terminal. Each failure reaches the
+# user once, as the host's one-line reason (Unreachable, ConnectionLost).
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 OutputCallback = Callable[[str, str], None]  # (stream name "stdout"|"stderr", text)
 
