@@ -9,6 +9,7 @@ name a template reads against what each selected host defines.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -97,6 +98,8 @@ class _Loader:
             raise included_at.error(f"includes nested deeper than {MAX_INCLUDE_DEPTH}")
         if stack and not path.exists():
             raise included_at.error(f"included recipe {path} not found")
+        if stack and not path.is_file():
+            raise included_at.error(f"included recipe {path} is not a file")
         data = load_yaml(path, "recipe")
         if not isinstance(data, YamlMap):
             raise InputError("a recipe must be a mapping with 'steps:'", path,
@@ -183,7 +186,8 @@ class _Loader:
         for key in ("delay", "timeout"):
             if key in raw:
                 value = raw[key]
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                        not math.isfinite(value) or value <= 0:
                     raise raw.at(key).error(f"'{key}' must be a positive number of seconds")
                 setattr(step, key, float(value))
         for key in ("changed_when", "failed_when"):

@@ -128,6 +128,8 @@ def parse(source: str, where: Where, expression: bool = False) -> nodes.Template
         return _TEXT.parse(text)
     except jinja2.TemplateSyntaxError as exc:
         raise where.error(f"template syntax error in '{_short(source)}': {exc.message}") from None
+    except RecursionError:  # Jinja's parser recurses once per nesting level
+        raise where.error(f"template nested too deeply in '{_short(source)}'") from None
 
 
 def referenced_names(ast: nodes.Template) -> set:
