@@ -478,7 +478,12 @@ def connect(host: Host, hosts: dict, timeouts: Timeouts, known_hosts: KnownHosts
     """Open the right connection for `host` (jump hosts chained through the inventory)."""
     if host.is_local:
         return LocalConnection(host, timeouts, become_password).open()
-    gateway = None
-    if host.jump:
-        gateway = SSHConnection(hosts[host.jump], timeouts, known_hosts)
-    return SSHConnection(host, timeouts, known_hosts, become_password, gateway).open()
+    return _ssh(host, hosts, timeouts, known_hosts, become_password).open()
+
+
+def _ssh(host: Host, hosts: dict, timeouts: Timeouts, known_hosts: KnownHosts,
+         become_password: Optional[str] = None) -> SSHConnection:
+    """An unopened connection to `host` through its chain of jump hosts (the inventory refuses
+    cycles), each hop tunnelled through the one before."""
+    gateway = _ssh(hosts[host.jump], hosts, timeouts, known_hosts) if host.jump else None
+    return SSHConnection(host, timeouts, known_hosts, become_password, gateway)
