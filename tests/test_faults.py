@@ -382,3 +382,25 @@ def test_forks_bound_concurrency_with_64_hosts(farm, work, inventory, provision,
     assert max(counts) >= min(forks, 4), f"hosts did not run in parallel: {counts}"
     assert elapsed < 90
     print(f"--forks {forks}: 64 hosts in {elapsed:.1f}s, at most {max(counts)} at once")
+
+
+# ----------------------------------------------------------------------------- jump chains
+def test_jump_host_of_a_jump_host_is_followed(farm, work, inventory, provision):
+    """inner -> b2 -> b1: each hop goes through the one before. Behind a first bastion that
+    refuses forwarding the chain is unreachable (before, the second hop's own jump was ignored
+    and it was reached directly)."""
+    closed = "127.0.0.30"
+    if closed not in farm.procs:
+        farm.add_server(closed, AllowTcpForwarding="no")
+    hosts = {"b1": farm.host_entry(farm.addresses[2]),
+             "b2": farm.host_entry(farm.addresses[0], jump="b1"),
+             "inner": farm.host_entry(farm.addresses[1], jump="b2"),
+             "closed-b1": farm.host_entry(closed),
+             "closed-b2": farm.host_entry(farm.addresses[0], jump="closed-b1"),
+             "closed-inner": farm.host_entry(farm.addresses[1], jump="closed-b2")}
+    rec = recipe(work, [{"shell": f"echo ok > {work}/{{{{ host }}}}"}])
+    result = provision("inner,closed-inner", rec, inventory(hosts=hosts))
+    assert result.host("inner")["changed"] == 1 and (work / "inner").exists()
+    assert result.host("closed-inner")["unreachable"] is True
+    assert not (work / "closed-inner").exists()
+    assert result.rc == 1
