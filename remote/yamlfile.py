@@ -85,7 +85,11 @@ class _StrictLoader(yaml.SafeLoader):
 def _convert(loader: _StrictLoader, node) -> Any:
     where = Where(loader.name, node.start_mark.line + 1)
     if isinstance(node, ScalarNode):
-        return loader.construct_object(node, deep=True)
+        try:
+            return loader.construct_object(node, deep=True)
+        except (ValueError, OverflowError) as exc:  # e.g. `2024-02-30` read as a date
+            raise InputError(f"cannot read the value {_short(node.value)!r}: {exc}", loader.name,
+                             where.line) from None
     if node.tag not in PLAIN_TAGS:
         # PyYAML would build these (sets, ordered maps, ...); as lists/mappings they would pass
         # silently with the tag ignored, so refuse them like unknown scalar tags.
@@ -118,6 +122,10 @@ def _convert(loader: _StrictLoader, node) -> Any:
     raise InputError(f"unsupported YAML node {node.tag}", loader.name, where.line)
 
 
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def load_yaml(path: str | Path, what: str = "file") -> Any:
     """Load one YAML document from `path` with positions kept; raise `InputError` on any flaw.
 
@@ -141,7 +149,12 @@ def load_yaml(path: str | Path, what: str = "file") -> Any:
         raise InputError(f"{what} is not UTF-8 text", name, line) from None
     if not text.strip():
         raise InputError(f"{what} is empty", name)
-    loader = _StrictLoader(text, name)
+    try:
+        loader = _StrictLoader(text, name)
+    except yaml.reader.ReaderError as exc:  # a control character PyYAML will not read
+        line = text[: exc.position].count("\n") + 1
+        raise InputError(f"{what} holds a control character (U+{exc.character:04X}) that YAML does "
+                         "not allow", name, line) from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -158,5 +171,8 @@ def load_yaml(path: str | Path, what: str = "file") -> Any:
         raise InputError(f"invalid YAML: {exc}", name) from None
     except RecursionError:
         raise InputError("nesting too deep", name) from None
+    except (ValueError, OverflowError) as exc:  # PyYAML's scanner on escapes like "\UFFFFFFFF"
+        raise InputError(f"invalid YAML: an escape or value that cannot be read ({exc})", name,
+                         loader.line + 1) from None
     finally:
         loader.dispose()
