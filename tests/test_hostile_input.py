@@ -303,3 +303,103 @@ def test_group_lattice_loads_in_bounded_time(work, capsys, case, text):
     assert [h.name for h in hosts] == ["h1"] and len(groups) == 82
     assert groups[0] in ("x0", "y0") and groups[-1] in ("x40", "y40"), "parents before children"
     assert elapsed < 2, f"took {elapsed:.1f}s"
+
+
+# ----------------------------------------------------------------------------- shell injection
+EVIL = ("x; touch /tmp/gpuprov-pwned1 $(touch /tmp/gpuprov-pwned2) `touch /tmp/gpuprov-pwned3`"
+        " && rm -rf KEEP || rm -rf KEEP")
+# the same, as a file name (no '/'): relative markers land in the login user's home
+EVIL_NAME = "n; touch gpuprov-pwned4 $(touch gpuprov-pwned5) `touch gpuprov-pwned6` 'q\" *"
+
+
+def _pwned(farm) -> list:
+    import glob
+    import pwd
+
+    home = pwd.getpwnam(farm.user).pw_dir
+    return glob.glob("/tmp/gpuprov-pwned*") + glob.glob(f"{home}/gpuprov-pwned*")
+
+
+def _clear_pwned(farm) -> None:
+    import os
+
+    for path in _pwned(farm):
+        os.unlink(path)
+
+
+def test_values_from_facts_inventory_and_options_arrive_literally(farm, work, inventory,
+                                                                  provision):
+    """Vars, host and group vars, --var, facts (which the host controls) put into commands,
+    `creates`, `unless`, file and template paths, `chdir` and `env`: each arrives as one
+    literal value; nothing they hold runs."""
+    import os
+
+    from tests.conftest import write_yaml
+
+    _clear_pwned(farm)
+    keep = work / "KEEP"
+    keep.mkdir()
+    evil = EVIL.replace("KEEP", str(keep))
+    fake_python = work / "fakepython"
+    fake_python.write_text("#!/bin/sh\necho 'Python 3.99 $(touch /tmp/gpuprov-pwned7); "
+                           "`touch /tmp/gpuprov-pwned8`'\n")
+    os.chmod(fake_python, 0o755)
+    (work / EVIL_NAME).write_text("exists\n")
+    os.chmod(work / EVIL_NAME, 0o666)
+    (work / "t.j2").write_text("{{ evil }}\n")
+    inv = inventory(
+        hosts={"h1": farm.host_entry(farm.addresses[0], python=str(fake_python),
+                                     vars={"host_note": evil})},
+        groups={"g": {"hosts": ["h1"], "vars": {"group_note": evil}}},
+        vars={"evil": evil, "evil_name": EVIL_NAME})
+    steps = [
+        {"name": "vars", "shell": f"printf '%s\\n' {{{{ evil }}}} {{{{ host_note }}}} "
+                                  f"{{{{ group_note }}}} {{{{ cli_note }}}} > {work}/vars"},
+        {"name": "facts", "shell": f"printf '%s\\n' {{{{ facts.python }}}} > {work}/facts"},
+        {"name": "creates", "shell": f"touch {work}/creates-ran",
+         "creates": f"{work}/{{{{ evil_name }}}}"},
+        {"name": "unless", "shell": f"touch {work}/unless-ran",
+         "unless": f"test -e {work}/{{{{ evil_name }}}}"},
+        {"name": "file", "file": {"path": f"{work}/f {{{{ evil_name }}}}",
+                                  "content": "{{ evil }}\n"}},
+        {"name": "dir", "file": {"path": f"{work}/d {{{{ evil_name }}}}", "state": "directory"}},
+        {"name": "chdir", "shell": {"cmd": f"pwd > {work}/pwd",
+                                    "chdir": f"{work}/d {{{{ evil_name }}}}"}},
+        {"name": "env", "shell": {"cmd": f"printf '%s\\n' \"$EVIL\" > {work}/env",
+                                  "env": {"EVIL": "{{ evil }}"}}},
+        {"name": "template", "template": {"src": "t.j2", "dest": f"{work}/t {{{{ evil_name }}}}"}},
+    ]
+    rec = write_yaml(work / "r.yaml", {"name": "injection", "steps": steps})
+    try:
+        result = provision("h1", rec, inv, var=[f"cli_note={evil}"])
+        assert result.rc == 0, result.out
+        assert result.statuses("h1") == ["changed", "changed", "ok", "ok", "changed", "changed",
+                                         "changed", "changed", "changed"]
+        assert (work / "vars").read_text() == f"{evil}\n" * 4
+        assert (work / "facts").read_text() == \
+            "3.99 $(touch /tmp/gpuprov-pwned7); `touch /tmp/gpuprov-pwned8`\n"
+        assert not (work / "creates-ran").exists() and not (work / "unless-ran").exists()
+        assert (work / f"f {EVIL_NAME}").read_text() == f"{evil}\n"
+        assert (work / "pwd").read_text() == f"{work}/d {EVIL_NAME}\n"
+        assert (work / "env").read_text() == f"{evil}\n"
+        assert (work / f"t {EVIL_NAME}").read_text() == f"{evil}\n"
+        assert keep.is_dir()
+        assert not _pwned(farm), _pwned(farm)
+    finally:
+        _clear_pwned(farm)
+
+
+def test_inventory_python_path_is_quoted(farm, work, inventory, provision):
+    from tests.conftest import write_yaml
+
+    _clear_pwned(farm)
+    inv = inventory(hosts={"h1": farm.host_entry(
+        farm.addresses[0], python="python3; touch /tmp/gpuprov-pwned9 #")})
+    rec = write_yaml(work / "r.yaml", {"steps": [
+        {"shell": f"printf '[%s]\\n' {{{{ facts.python }}}} > {work}/py"}]})
+    try:
+        assert provision("h1", rec, inv).rc == 0
+        assert (work / "py").read_text() == "[]\n", "no such program: an empty python fact"
+        assert not _pwned(farm)
+    finally:
+        _clear_pwned(farm)
