@@ -404,3 +404,40 @@ def test_jump_host_of_a_jump_host_is_followed(farm, work, inventory, provision):
     assert result.host("closed-inner")["unreachable"] is True
     assert not (work / "closed-inner").exists()
     assert result.rc == 1
+
+
+def test_cancel_stops_a_local_command(work):
+    """The local connection stops a cancelled command the same way (its process group)."""
+    import threading
+
+    from remote.connection import Interrupted, LocalConnection
+    from remote.inventory import Host, Timeouts
+    from remote.errors import Where
+    from tests.procs import descendants_of
+
+    conn = LocalConnection(Host("localhost", "localhost", Where("inv", 1), connection="local"),
+                           Timeouts()).open()
+    conn.cancel = threading.Event()
+    pid_file = work / "pid"
+    box = {}
+
+    def run():
+        try:
+            conn.run(f"echo $$ > {pid_file}; sleep 60; touch {work}/done", timeout=120)
+        except Interrupted as exc:
+            box["raised"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert wait_for_file(pid_file, 10)
+    pid = int(pid_file.read_text())
+    group = [pid] + descendants_of(pid)
+    started = time.monotonic()
+    conn.cancel.set()
+    thread.join(10)
+    try:
+        assert "raised" in box and not thread.is_alive()
+        assert time.monotonic() - started < 3
+        assert all(wait_gone(p, 5) for p in group)
+    finally:
+        kill_pids(group)
