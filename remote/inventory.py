@@ -9,7 +9,6 @@ them and `--var` above.
 from __future__ import annotations
 
 import fnmatch
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,8 @@ TOP_KEYS = {"vars", "hosts", "groups", "host_key_policy", "known_hosts", "timeou
 TIMEOUT_KEYS = {"connect", "banner", "auth", "keepalive", "command"}
 POLICIES = ("strict", "accept-new")
 MAX_GROUP_DEPTH = 50
+MAX_JUMPS = 10  # jump hosts in a chain (each hop is one more SSH connection)
+MAX_SECONDS = 10_000_000  # ~116 days: anything above is a typo (and .inf/.nan are refused)
 
 
 @dataclass(frozen=True)
@@ -227,9 +228,11 @@ def _load_timeouts(data: YamlMap) -> Timeouts:
     check_keys(spec, TIMEOUT_KEYS, "timeouts")
     values = {}
     for key, value in spec.items():
+        # `not 0 < value <= MAX` also refuses NaN, and compares huge ints exactly
         if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                not math.isfinite(value) or value <= 0:
-            raise spec.at(key).error(f"timeouts.{key} must be a positive number of seconds")
+                not 0 < value <= MAX_SECONDS:
+            raise spec.at(key).error(f"timeouts.{key} must be a positive number of seconds "
+                                     f"(at most {MAX_SECONDS})")
         values[key] = float(value)
     return Timeouts(**values)
 
@@ -286,7 +289,7 @@ def _load_group(name: str, spec, where: Where, hosts: dict) -> Group:
 
 
 def _check_jump_chains(hosts: dict) -> None:
-    """Jump hosts may have jump hosts of their own, but not in a cycle."""
+    """Jump hosts may have jump hosts of their own, but not in a cycle nor without end."""
     for host in hosts.values():
         chain = [host.name]
         while hosts[chain[-1]].jump is not None:
@@ -294,6 +297,9 @@ def _check_jump_chains(hosts: dict) -> None:
             if nxt in chain:
                 cycle = " -> ".join(chain[chain.index(nxt):] + [nxt])
                 raise hosts[nxt].where.error(f"jump hosts form a cycle: {cycle}")
+            if len(chain) > MAX_JUMPS:
+                raise host.where.error(f"host '{host.name}' is more than {MAX_JUMPS} jump hosts "
+                                       "away")
             chain.append(nxt)
 
 

@@ -9,7 +9,6 @@ name a template reads against what each selected host defines.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -26,6 +25,8 @@ COMMON = {"name", "when", "become", "tags", "notify", "retries", "delay", "timeo
 TOP_KEYS = {"name", "description", "vars", "steps", "handlers"}
 INCLUDE_KEYS = {"include", "name", "when", "tags", "become"}
 MAX_INCLUDE_DEPTH = 20
+MAX_SECONDS = 10_000_000  # ~116 days: anything above is a typo (and .inf/.nan are refused)
+MAX_RETRIES = 1000
 
 
 @dataclass
@@ -180,15 +181,19 @@ class _Loader:
         for key in ("retries",):
             if key in raw:
                 value = raw[key]
-                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                    raise raw.at(key).error(f"'{key}' must be a whole number of 0 or more")
+                if isinstance(value, bool) or not isinstance(value, int) or \
+                        not 0 <= value <= MAX_RETRIES:
+                    raise raw.at(key).error(f"'{key}' must be a whole number from 0 to "
+                                            f"{MAX_RETRIES}")
                 setattr(step, key, value)
         for key in ("delay", "timeout"):
             if key in raw:
                 value = raw[key]
+                # `not 0 < value <= MAX` also refuses NaN, and compares huge ints exactly
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                        not math.isfinite(value) or value <= 0:
-                    raise raw.at(key).error(f"'{key}' must be a positive number of seconds")
+                        not 0 < value <= MAX_SECONDS:
+                    raise raw.at(key).error(f"'{key}' must be a positive number of seconds "
+                                            f"(at most {MAX_SECONDS})")
                 setattr(step, key, float(value))
         for key in ("changed_when", "failed_when"):
             if key in raw:

@@ -62,6 +62,13 @@ CASES = [
      "positive number", {}),
     ("NaN delay", {REC: "steps:\n  - shell: x\n    retries: 2\n    delay: .nan\n"}, REC, 4,
      "positive number", {}),
+    ("timeout of 400 digits", {REC: "steps:\n  - shell: x\n    timeout: 1" + "0" * 400 + "\n"},
+     REC, 3, "positive number of seconds (at most 10000000)", {}),
+    ("retries beyond reason", {REC: "steps:\n  - shell: x\n    retries: 100000\n"}, REC, 3,
+     "whole number from 0 to 1000", {}),
+    ("command timeout of 400 digits", {INV: "timeouts: {command: 1" + "0" * 400 + "}\n"
+                                            "hosts: {h1: {}}\n"}, INV, 1,
+     "timeouts.command must be a positive number", {}),
     ("timeout as text", {INV: "timeouts: {connect: '10'}\nhosts: {h1: {}}\n"}, INV, 1,
      "timeouts.connect must be a positive number", {}),
     ("infinite connect timeout", {INV: "timeouts: {connect: .inf}\nhosts: {h1: {}}\n"}, INV, 1,
@@ -146,6 +153,9 @@ CASES = [
     ("own jump host", {INV: "hosts:\n  h1: {jump: h1}\n"}, INV, 2, "its own jump host", {}),
     ("jump hosts in a cycle", {INV: "hosts:\n  h1: {jump: h2}\n  h2: {jump: h3}\n  h3: {jump: h1}\n"},
      INV, 2, "jump hosts form a cycle: h1 -> h2 -> h3 -> h1", {}),
+    ("jump chain of 12", {INV: "hosts:\n  h0: {}\n" + "".join(f"  h{i}: {{jump: h{i - 1}}}\n"
+                                                              for i in range(1, 13))}, INV, 13,
+     "more than 10 jump hosts away", {}),
     ("local jump host", {INV: "hosts:\n  l: {connection: local}\n  h1: {jump: l}\n"}, INV, 3,
      "jump host 'l' has connection: local", {}),
     # empty, binary, not UTF-8, wrong shape, too big
