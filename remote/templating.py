@@ -19,6 +19,7 @@ from jinja2 import meta, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .errors import Where
+from .schema import suggest
 
 
 class TemplateError(Exception):
@@ -125,7 +126,15 @@ def parse(source: str, where: Where, expression: bool = False) -> nodes.Template
     """Parse a template (or an expression) and raise `InputError` at `where` on bad syntax."""
     text = "{{ " + _strip_braces(source) + " }}" if expression else source
     try:
-        return _TEXT.parse(text)
+        ast = _TEXT.parse(text)
+        # An unknown filter or test is only found when compiling; name it here, at its line.
+        for node in ast.find_all((nodes.Filter, nodes.Test)):
+            known = _TEXT.filters if isinstance(node, nodes.Filter) else _TEXT.tests
+            if node.name not in known:
+                kind = "filter" if isinstance(node, nodes.Filter) else "test"
+                raise where.error(f"unknown {kind} '{node.name}' in '{_short(source)}'"
+                                  f"{suggest(node.name, known)}")
+        return ast
     except jinja2.TemplateSyntaxError as exc:
         raise where.error(f"template syntax error in '{_short(source)}': {exc.message}") from None
     except RecursionError:  # Jinja's parser recurses once per nesting level
