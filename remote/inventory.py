@@ -180,6 +180,7 @@ def load_inventory(path: str | Path) -> Inventory:
     for name, spec in hosts_raw.items():
         hosts[name] = _load_host(name, spec, hosts_raw.at(name))
     groups = {}
+    expect(data.get("groups") or {}, dict, data.at("groups"), "'groups'")
     for name, spec in (data.get("groups") or {}).items():
         groups[name] = _load_group(name, spec, data["groups"].at(name), hosts)
     for name in groups:

@@ -75,6 +75,8 @@ CASES = [
      "timeouts.connect must be a positive number", {}),
     ("NaN keepalive", {INV: "timeouts: {keepalive: .nan}\nhosts: {h1: {}}\n"}, INV, 1,
      "timeouts.keepalive must be a positive number", {}),
+    ("groups is a list", {INV: "hosts: {h1: {}}\ngroups: [{g: {hosts: [h1]}}]\n"}, INV, 2,
+     "'groups' must be a mapping, not a list", {}),
     ("hosts is a list", {INV: "hosts: [h1, h2]\n"}, INV, 1, "'hosts' must be a mapping", {}),
     ("tags is a number", {REC: "steps:\n  - shell: x\n    tags: 5\n"}, REC, 3, "'tags' must be a list", {}),
     ("when is a number", {REC: "steps:\n  - shell: x\n    when: 5\n"}, REC, 3, "'when' must be", {}),
