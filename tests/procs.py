@@ -7,7 +7,6 @@ session the test opened.
 from __future__ import annotations
 
 import os
-import resource
 import signal
 import socket
 import subprocess
@@ -170,5 +169,28 @@ def run_measured(argv, env=None, cwd=None, timeout: float = 60.0) -> tuple:
     return proc.returncode, text[out_r], text[err_r], elapsed, usage.ru_maxrss / 1024
 
 
-def self_peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+_HWM_WRAPPER = """
+import atexit, runpy, sys
+out = sys.argv[1]
+def report():
+    with open('/proc/self/status') as status:
+        for line in status:
+            if line.startswith('VmHWM:'):
+                with open(out, 'w') as handle:
+                    handle.write(line.split()[1])
+atexit.register(report)
+sys.argv = sys.argv[2:]
+runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)
+"""
+
+
+def run_python_module_measured(module: str, args, hwm_file: Path, **kwargs) -> tuple:
+    """`python -m MODULE ARGS` through `run_measured`, but with the peak RSS of the Python
+    program itself (VmHWM at exit, which starts afresh at exec) instead of wait4's ru_maxrss,
+    which also counts the pre-exec copy of this (large) test process."""
+    import sys
+
+    rc, out, err, seconds, _ = run_measured(
+        [sys.executable, "-c", _HWM_WRAPPER, str(hwm_file), module, *args], **kwargs)
+    peak = int(hwm_file.read_text()) / 1024 if hwm_file.exists() else float("inf")
+    return rc, out, err, seconds, peak

@@ -17,6 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -212,6 +213,7 @@ def test_seeds_are_valid():
                        "motd.j2": TEMPLATE}) == "ok"
 
 
+@pytest.mark.slow
 @FUZZ
 @given(seed=st.sampled_from(INVENTORIES), ops=st.lists(mutation(), min_size=1, max_size=4))
 def test_mutated_inventory(seed, ops):
@@ -219,6 +221,7 @@ def test_mutated_inventory(seed, ops):
             "motd.j2": TEMPLATE})
 
 
+@pytest.mark.slow
 @FUZZ
 @given(target=st.sampled_from(["recipe.yaml", "inc.yaml", "motd.j2"]),
        ops=st.lists(mutation(), min_size=1, max_size=4),

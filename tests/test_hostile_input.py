@@ -7,12 +7,10 @@ time and peak memory are measured.
 """
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from tests.conftest import REPO
-from tests.procs import run_measured
+from tests.procs import run_python_module_measured
 
 INV = "inventory.yaml"
 REC = "recipe.yaml"
@@ -295,10 +293,11 @@ MAX_SECONDS = 20
 @pytest.mark.parametrize("case,name,text,line,expected", BOMBS, ids=[b[0] for b in BOMBS])
 def test_bombs_are_refused_in_bounded_time_and_memory(work, case, name, text, line, expected):
     _write(work, {name: text})
-    rc, out, err, seconds, rss = run_measured(
-        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "provision", "--host", "all",
-         "--inventory", str(work / INV), "--recipe", str(work / REC), "--no-validate"],
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, cwd=str(work), timeout=60)
+    rc, out, err, seconds, rss = run_python_module_measured(
+        "invoke", ["--search-root", str(REPO), "provision", "--host", "all",
+                   "--inventory", str(work / INV), "--recipe", str(work / REC), "--no-validate"],
+        work / "peak_kib", env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, cwd=str(work),
+        timeout=60)
     assert rc == 2, (rc, out, err)
     assert "Traceback" not in err + out
     lines = err.strip().splitlines()
