@@ -5,14 +5,22 @@
 own channel of the one transport. `LocalConnection` runs the same commands with /bin/sh here.
 
 Every command is POSIX sh, wrapped the same way for both:
-  [sudo -H -S -p TOKEN --] [timeout -k 5 N] /bin/sh -c SCRIPT
+  [sudo -H -S -p TOKEN --] /bin/sh -c 'printf READY$$ >&2; exec [timeout -k 5 N] /bin/sh -c SCRIPT'
 The remote `timeout` kills the command's whole process group when a step overruns; the client
 side has its own deadline too, so a dead link cannot hang the run. A sudo password is sent on
 stdin only when sudo prints our prompt token, and never appears in a command line or a log.
+
+The READY line on stderr (stripped from the output) carries the PID that becomes the `timeout`
+process, which leads the command's process group. When the run is cancelled (Ctrl-C, SIGTERM:
+the runner sets `cancel`), the command is stopped on the host with `kill -TERM -- -PGID` sent on
+a fresh channel (through sudo when the command used it); `timeout -k` follows with SIGKILL if
+the group outlives the grace period. Then `Interrupted` is raised.
 """
 from __future__ import annotations
 
+import logging
 import os
+import re
 import secrets
 import select
 import shlex
@@ -29,10 +37,17 @@ import paramiko
 from .hostkeys import HostKeyError, KnownHosts, lookup_name
 from .inventory import Host, Timeouts
 
+# paramiko logs failures (a missing banner, a reset) with tracebacks; with no handler configured,
+# Python's last-resort handler would print them on the user's terminal. Each failure reaches the
+# user once, as the host's one-line reason (Unreachable, ConnectionLost).
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
 OutputCallback = Callable[[str, str], None]  # (stream name "stdout"|"stderr", text)
 
 KILL_GRACE_S = 5  # after SIGTERM, `timeout -k` sends SIGKILL this much later
 CLIENT_GRACE_S = KILL_GRACE_S + 5  # the client waits this long past the remote timeout
+STOP_TIMEOUT_S = 3  # for the `kill` that stops a cancelled command
+CANCEL_PID_WAIT_S = 2  # a command cancelled before its PID line arrived waits this long for it
 # What coreutils `timeout` exits with when it stopped the command (TERM, then KILL after grace).
 TIMEOUT_EXIT_CODES = (124, 137)
 
@@ -51,6 +66,10 @@ class ConnectionLost(Exception):
 
 class BecomeError(Exception):
     """sudo refused: no password given where one is needed, or a wrong one."""
+
+
+class Interrupted(Exception):
+    """The run was cancelled while a command ran; the command was stopped on the host."""
 
 
 @dataclass
@@ -76,10 +95,12 @@ def wrap_command(script: str, *, become: bool, is_root: bool, timeout: Optional[
     inner = f"{shell} -c {shlex.quote(script)}"
     if timeout:
         inner = f"timeout -k {KILL_GRACE_S} {max(1, int(round(timeout)))} {inner}"
+    # The ready marker carries the PID of the process that execs `timeout` (its process group
+    # leader), so a cancelled run can stop the command; under sudo it also tells the client
+    # that sudo is satisfied, so stdin now belongs to the command.
+    announce = f"printf '%s%s\\n' {shlex.quote(ready)} \"$$\" >&2; exec {inner}"
     if not become or is_root:
-        return inner
-    # The ready marker tells the client sudo is satisfied, so stdin now belongs to the command.
-    announce = f"printf '%s\\n' {shlex.quote(ready)} >&2; exec {inner}"
+        return f"/bin/sh -c {shlex.quote(announce)}"
     mode = f"-S -p {shlex.quote(prompt)}" if password is not None else "-n"
     return f"sudo -H {mode} -- /bin/sh -c {shlex.quote(announce)}"
 
@@ -90,7 +111,9 @@ class _Exchange:
     def __init__(self, prompt: str, ready: str, password: Optional[str], stdin: Optional[bytes],
                  wait_ready: bool, on_output: Optional[OutputCallback]):
         self.prompt = prompt.encode()
-        self.ready = ready.encode() + b"\n"
+        self.ready = re.compile(re.escape(ready.encode()) + rb"(\d+)\n")
+        self.pid: Optional[int] = None  # from the ready line: the command's process group
+        self.announced = False
         self.password = password
         self.stdin = stdin
         self.waiting = wait_ready
@@ -116,11 +139,11 @@ class _Exchange:
             self.on_output("stdout", data.decode("utf-8", "replace"))
 
     def feed_stderr(self, data: bytes) -> None:
-        if not self.waiting:
+        if self.announced:
             self._emit_err(data)
             return
         self._pending_err += data
-        if self.prompt in self._pending_err:
+        if self.waiting and self.prompt in self._pending_err:
             self.prompts += 1
             self._pending_err = self._pending_err.replace(self.prompt, b"", 1)
             if self.prompts > 1 or self.password is None:
@@ -128,11 +151,16 @@ class _Exchange:
                 self.close_stdin = True
             else:
                 self.to_send.append(self.password.encode() + b"\n")
-        if self.ready in self._pending_err:
-            before, _, after = bytes(self._pending_err).partition(self.ready)
+        match = self.ready.search(self._pending_err)
+        if match:
+            pending = bytes(self._pending_err)
+            before, after = pending[:match.start()], pending[match.end():]
+            self.pid = int(match.group(1))
             self._pending_err = bytearray()
-            self.waiting = False
-            self._release_stdin()
+            self.announced = True
+            if self.waiting:
+                self.waiting = False
+                self._release_stdin()
             if before.strip():
                 self._emit_err(before)
             if after:
@@ -154,6 +182,7 @@ class BaseConnection:
 
     host: Host
     is_root: bool = False
+    cancel: Optional[threading.Event] = None  # set by the runner: stop commands when it is set
 
     def __init__(self, host: Host, timeouts: Timeouts, become_password: Optional[str] = None):
         self.host = host
@@ -162,8 +191,10 @@ class BaseConnection:
 
     def run(self, script: str, *, become: bool = False, timeout: Optional[float] = None,
             stdin: Optional[bytes] = None, on_output: Optional[OutputCallback] = None,
-            shell: str = "/bin/sh") -> CommandResult:
-        """Run a POSIX sh script on the host; return its exit status and output."""
+            shell: str = "/bin/sh", cancellable: bool = True) -> CommandResult:
+        """Run a POSIX sh script on the host; return its exit status and output.
+
+        Raises `Interrupted` (after stopping the command on the host) when `cancel` is set."""
         token = secrets.token_hex(8)
         prompt, ready = f"[gpuprov-sudo-{token}]", f"[gpuprov-ready-{token}]"
         use_sudo = become and not self.is_root
@@ -174,7 +205,12 @@ class BaseConnection:
                              use_sudo, on_output)
         started = time.monotonic()
         deadline = started + timeout + CLIENT_GRACE_S if timeout else None
-        rc = self._execute(command, exchange, deadline, timeout)
+        try:
+            rc = self._execute(command, exchange, deadline, timeout,
+                               self.cancel if cancellable else None)
+        except Interrupted:
+            self._stop(exchange.pid, become)
+            raise
         exchange.finish()
         if timeout and rc in TIMEOUT_EXIT_CODES:
             raise CommandTimeout(f"timed out after {timeout:g} s")
@@ -191,8 +227,18 @@ class BaseConnection:
                              time.monotonic() - started)
 
     def _execute(self, command: str, exchange: _Exchange, deadline: Optional[float],
-                 timeout: Optional[float]) -> int:
+                 timeout: Optional[float], cancel: Optional[threading.Event]) -> int:
         raise NotImplementedError
+
+    def _stop(self, pid: Optional[int], become: bool) -> None:
+        """Stop a cancelled command's process group on the host (best effort, bounded)."""
+        if pid is None:
+            return
+        script = f"kill -TERM -- -{pid} 2>/dev/null || kill -TERM {pid} 2>/dev/null; true"
+        try:
+            self.run(script, become=become, timeout=STOP_TIMEOUT_S, cancellable=False)
+        except Exception:  # noqa: BLE001 - the host may be gone too; the run stops regardless
+            pass
 
     def close(self) -> None:
         pass
@@ -272,7 +318,7 @@ class SSHConnection(BaseConnection):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
 
-    def _execute(self, command, exchange, deadline, timeout) -> int:
+    def _execute(self, command, exchange, deadline, timeout, cancel) -> int:
         transport = self.fabric.transport
         try:
             channel = transport.open_session(timeout=self.timeouts.auth)
@@ -280,14 +326,16 @@ class SSHConnection(BaseConnection):
         except (paramiko.SSHException, EOFError, OSError) as exc:
             raise ConnectionLost(f"SSH session to {self.host.name} lost: {exc}") from None
         try:
-            return self._pump(channel, exchange, deadline, timeout)
+            return self._pump(channel, exchange, deadline, timeout, cancel)
         finally:
             channel.close()
 
-    def _pump(self, channel, exchange, deadline, timeout) -> int:
+    def _pump(self, channel, exchange, deadline, timeout, cancel) -> int:
         stdin_closed = False
         liveness = _Liveness(self.fabric.transport, self.timeouts.keepalive)
+        cancelled_at = None
         while True:
+            cancelled_at = _check_cancel(cancel, exchange, cancelled_at)
             while exchange.to_send:
                 channel.sendall(exchange.to_send.pop(0))
             if exchange.close_stdin and not stdin_closed:
@@ -307,7 +355,13 @@ class SSHConnection(BaseConnection):
                 got = True
             if channel.exit_status_ready() and not channel.recv_ready() \
                     and not channel.recv_stderr_ready() and (channel.eof_received or channel.closed):
-                return channel.recv_exit_status()
+                rc = channel.recv_exit_status()
+                if rc == -1 and not channel.eof_received:
+                    # Closed with no EOF and no exit status: the transport died under the
+                    # channel (paramiko unlinks channels before it marks itself inactive).
+                    raise ConnectionLost(f"SSH session to {self.host.name} lost while a command "
+                                         f"ran: {_transport_error(self.fabric.transport)}")
+                return rc
             if not self.fabric.transport.is_active():
                 raise ConnectionLost(f"SSH session to {self.host.name} closed while a command ran")
             if not liveness.alive(heard=got):
@@ -333,15 +387,17 @@ class LocalConnection(BaseConnection):
     def open(self) -> "LocalConnection":
         return self
 
-    def _execute(self, command, exchange, deadline, timeout) -> int:
+    def _execute(self, command, exchange, deadline, timeout, cancel) -> int:
         proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True)
         streams = {proc.stdout.fileno(): exchange.feed_stdout,
                    proc.stderr.fileno(): exchange.feed_stderr}
         stdin_closed = False
+        cancelled_at = None
         try:
             while streams:
+                cancelled_at = _check_cancel(cancel, exchange, cancelled_at)
                 while exchange.to_send:
                     try:
                         proc.stdin.write(exchange.to_send.pop(0))
@@ -373,6 +429,27 @@ class LocalConnection(BaseConnection):
             for pipe in (proc.stdin, proc.stdout, proc.stderr):
                 if pipe and not pipe.closed:
                     pipe.close()
+
+
+def _check_cancel(cancel: Optional[threading.Event], exchange: _Exchange,
+                  cancelled_at: Optional[float]) -> Optional[float]:
+    """Raise `Interrupted` once `cancel` is set and the command's PID is known (or it did not
+    come within CANCEL_PID_WAIT_S); return when the cancel was first seen."""
+    if cancel is None or not cancel.is_set():
+        return None
+    now = time.monotonic()
+    if cancelled_at is None:
+        cancelled_at = now
+    if exchange.pid is not None or now - cancelled_at >= CANCEL_PID_WAIT_S:
+        raise Interrupted("interrupted")
+    return cancelled_at
+
+
+def _transport_error(transport) -> str:
+    exc = transport.get_exception() if transport is not None else None
+    if exc is None or isinstance(exc, EOFError):
+        return "the server closed the connection"
+    return str(exc) or type(exc).__name__
 
 
 class _Liveness:
@@ -420,7 +497,12 @@ def connect(host: Host, hosts: dict, timeouts: Timeouts, known_hosts: KnownHosts
     """Open the right connection for `host` (jump hosts chained through the inventory)."""
     if host.is_local:
         return LocalConnection(host, timeouts, become_password).open()
-    gateway = None
-    if host.jump:
-        gateway = SSHConnection(hosts[host.jump], timeouts, known_hosts)
-    return SSHConnection(host, timeouts, known_hosts, become_password, gateway).open()
+    return _ssh(host, hosts, timeouts, known_hosts, become_password).open()
+
+
+def _ssh(host: Host, hosts: dict, timeouts: Timeouts, known_hosts: KnownHosts,
+         become_password: Optional[str] = None) -> SSHConnection:
+    """An unopened connection to `host` through its chain of jump hosts (the inventory refuses
+    cycles), each hop tunnelled through the one before."""
+    gateway = _ssh(hosts[host.jump], hosts, timeouts, known_hosts) if host.jump else None
+    return SSHConnection(host, timeouts, known_hosts, become_password, gateway)

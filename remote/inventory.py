@@ -26,6 +26,9 @@ TOP_KEYS = {"vars", "hosts", "groups", "host_key_policy", "known_hosts", "timeou
             "include_if_exists"}
 TIMEOUT_KEYS = {"connect", "banner", "auth", "keepalive", "command"}
 POLICIES = ("strict", "accept-new")
+MAX_GROUP_DEPTH = 50
+MAX_JUMPS = 10  # jump hosts in a chain (each hop is one more SSH connection)
+MAX_SECONDS = 10_000_000  # ~116 days: anything above is a typo (and .inf/.nan are refused)
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,10 @@ class Inventory:
     known_hosts: list = field(default_factory=list)
     timeouts: Timeouts = field(default_factory=Timeouts)
     secrets: set = field(default_factory=set)
+    # group -> members, group -> depth: computed once (groups may share children, and walking
+    # every path through a lattice of groups would take exponential time)
+    _members: dict = field(default_factory=dict, repr=False, compare=False)
+    _depths: dict = field(default_factory=dict, repr=False, compare=False)
 
     def select(self, selection: str) -> list:
         """Hosts matching SEL: names, groups, `all`, globs, comma-separated; inventory order."""
@@ -111,28 +118,34 @@ class Inventory:
         return set()
 
     def group_members(self, group: str) -> set:
-        members = set(self.groups[group].hosts)
-        for child in self.groups[group].children:
-            members |= self.group_members(child)
-        return members
+        if group not in self._members:
+            members = set(self.groups[group].hosts)
+            for child in self.groups[group].children:
+                members |= self.group_members(child)
+            self._members[group] = frozenset(members)
+        return set(self._members[group])
 
     def groups_of(self, host: str) -> list:
         """Groups holding `host` directly or through children, parents before children."""
-        depth: dict = {}
-
-        def walk(name: str, level: int) -> None:
-            depth[name] = max(depth.get(name, 0), level)
-            for child in self.groups[name].children:
-                walk(child, level + 1)
-
-        for root in self._roots():
-            walk(root, 0)
         mine = [g for g in self.groups if host in self.group_members(g)]
-        return sorted(mine, key=lambda g: (depth.get(g, 0), g))
+        return sorted(mine, key=lambda g: (self._depth(g), g))
 
-    def _roots(self) -> list:
-        children = {c for g in self.groups.values() for c in g.children}
-        return [g for g in self.groups if g not in children]
+    def _depth(self, group: str) -> int:
+        """The longest chain of parents above `group` (0 for a top-level group)."""
+        if not self._depths:
+            parents: dict = {name: [] for name in self.groups}
+            for parent in self.groups.values():
+                for child in parent.children:
+                    parents[child].append(parent.name)
+
+            def depth(name: str) -> int:
+                if name not in self._depths:
+                    self._depths[name] = max((depth(p) + 1 for p in parents[name]), default=0)
+                return self._depths[name]
+
+            for name in self.groups:
+                depth(name)
+        return self._depths.get(group, 0)
 
     def layered_vars(self, host: Host) -> list:
         """The inventory's variable layers for `host`, low to high precedence, with positions."""
@@ -190,6 +203,7 @@ def load_inventory(path: str | Path) -> Inventory:
     if not hosts:
         raise data.at("hosts").error("the inventory defines no hosts (add a 'hosts:' mapping)")
     for source, part in parts:
+        expect(part.get("groups") or {}, dict, part.at("groups"), "'groups'")
         for name, spec in (part.get("groups") or {}).items():
             if name in groups:
                 raise part["groups"].at(name).error(f"group '{name}' is already defined at "
@@ -212,6 +226,10 @@ def load_inventory(path: str | Path) -> Inventory:
                 raise host.where.error(f"host '{host.name}': jump host '{host.jump}' is not in the inventory")
             if host.jump == host.name:
                 raise host.where.error(f"host '{host.name}' cannot be its own jump host")
+            if hosts[host.jump].is_local:
+                raise host.where.error(f"host '{host.name}': jump host '{host.jump}' has "
+                                       "connection: local (a jump host is reached over SSH)")
+    _check_jump_chains(hosts)
 
     policy = data.get("host_key_policy", "strict")
     if policy not in POLICIES:
@@ -246,8 +264,11 @@ def _load_timeouts(data: YamlMap) -> Timeouts:
     check_keys(spec, TIMEOUT_KEYS, "timeouts")
     values = {}
     for key, value in spec.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise spec.at(key).error(f"timeouts.{key} must be a positive number of seconds")
+        # `not 0 < value <= MAX` also refuses NaN, and compares huge ints exactly
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not 0 < value <= MAX_SECONDS:
+            raise spec.at(key).error(f"timeouts.{key} must be a positive number of seconds "
+                                     f"(at most {MAX_SECONDS})")
         values[key] = float(value)
     return Timeouts(**values)
 
@@ -303,6 +324,21 @@ def _load_group(name: str, spec, where: Where, hosts: dict) -> Group:
     return group
 
 
+def _check_jump_chains(hosts: dict) -> None:
+    """Jump hosts may have jump hosts of their own, but not in a cycle nor without end."""
+    for host in hosts.values():
+        chain = [host.name]
+        while hosts[chain[-1]].jump is not None:
+            nxt = hosts[chain[-1]].jump
+            if nxt in chain:
+                cycle = " -> ".join(chain[chain.index(nxt):] + [nxt])
+                raise hosts[nxt].where.error(f"jump hosts form a cycle: {cycle}")
+            if len(chain) > MAX_JUMPS:
+                raise host.where.error(f"host '{host.name}' is more than {MAX_JUMPS} jump hosts "
+                                       "away")
+            chain.append(nxt)
+
+
 def _check_children(groups: dict) -> None:
     for group in groups.values():
         for child in group.children:
@@ -317,6 +353,9 @@ def _check_children(groups: dict) -> None:
         if state.get(name) == "open":
             cycle = " -> ".join(path[path.index(name):] + [name])
             raise groups[name].where.error(f"group children form a cycle: {cycle}")
+        if len(path) >= MAX_GROUP_DEPTH:
+            raise groups[name].where.error(f"groups nested deeper than {MAX_GROUP_DEPTH} levels "
+                                           f"({path[0]} -> ... -> {name})")
         state[name] = "open"
         for child in groups[name].children:
             visit(child, path + [name])

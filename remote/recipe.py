@@ -25,6 +25,8 @@ COMMON = {"name", "when", "become", "tags", "notify", "retries", "delay", "timeo
 TOP_KEYS = {"name", "description", "vars", "steps", "handlers"}
 INCLUDE_KEYS = {"include", "name", "when", "tags", "become"}
 MAX_INCLUDE_DEPTH = 20
+MAX_SECONDS = 10_000_000  # ~116 days: anything above is a typo (and .inf/.nan are refused)
+MAX_RETRIES = 1000
 
 
 @dataclass
@@ -98,6 +100,8 @@ class _Loader:
             raise included_at.error(f"includes nested deeper than {MAX_INCLUDE_DEPTH}")
         if stack and not path.exists():
             raise included_at.error(f"included recipe {path} not found")
+        if stack and not path.is_file():
+            raise included_at.error(f"included recipe {path} is not a file")
         # A file included again under the same conditions adds nothing (stack.yaml and
         # nvidia-repo.yaml are shared by many recipes); under other conditions it comes in again.
         context = (resolved, tuple(map(str, when)), tags, become)
@@ -184,14 +188,19 @@ class _Loader:
         for key in ("retries",):
             if key in raw:
                 value = raw[key]
-                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                    raise raw.at(key).error(f"'{key}' must be a whole number of 0 or more")
+                if isinstance(value, bool) or not isinstance(value, int) or \
+                        not 0 <= value <= MAX_RETRIES:
+                    raise raw.at(key).error(f"'{key}' must be a whole number from 0 to "
+                                            f"{MAX_RETRIES}")
                 setattr(step, key, value)
         for key in ("delay", "timeout"):
             if key in raw:
                 value = raw[key]
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                    raise raw.at(key).error(f"'{key}' must be a positive number of seconds")
+                # `not 0 < value <= MAX` also refuses NaN, and compares huge ints exactly
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                        not 0 < value <= MAX_SECONDS:
+                    raise raw.at(key).error(f"'{key}' must be a positive number of seconds "
+                                            f"(at most {MAX_SECONDS})")
                 setattr(step, key, float(value))
         for key in ("changed_when", "failed_when"):
             if key in raw:

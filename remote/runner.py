@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from . import facts as facts_mod
-from .connection import (BecomeError, CommandTimeout, ConnectionLost, Unreachable, connect)
+from .connection import (BecomeError, CommandTimeout, ConnectionLost, Interrupted, Unreachable,
+                         connect)
 from .hostkeys import KnownHosts
 from .inventory import Host, Inventory
 from .probes import batch_script, parse_batch
@@ -30,6 +31,7 @@ from .recap import Reporter
 from .recipe import Recipe, Step, facts_used
 from .runlog import Redactor, RunLog
 from .steps import PlanError, Probe
+from .transfer import current_umask
 from .templating import TemplateError, evaluate, render_shell, render_text, resolve_vars
 
 PROBE_SLOTS = ("kind", "creates", "unless")
@@ -369,6 +371,10 @@ class HostRun:
             except CommandTimeout:
                 self.log.command(step.name, command.shown(), None, item.timeout)
                 return None
+            except Interrupted:
+                self.log.event(f"{step.name}: interrupted; stopped on the host: "
+                               f"{command.shown().splitlines()[0] if command.shown() else ''}")
+                raise
             except BecomeError as exc:
                 self.log.event(f"{step.name}: {exc}")
                 from .connection import CommandResult
@@ -439,8 +445,8 @@ class HostRun:
         return context
 
 
-class _Interrupted(Exception):
-    pass
+# Raised by the runner between steps, and by a connection whose command it stopped.
+_Interrupted = Interrupted
 
 
 def _q(text: str) -> str:
@@ -478,8 +484,10 @@ class Run:
         self.fact_names = None if options.all_facts else facts_used(recipe, layers)
 
     def connect(self, host: Host):
-        return connect(host, self.inventory.hosts, self.inventory.timeouts, self.known_hosts,
+        conn = connect(host, self.inventory.hosts, self.inventory.timeouts, self.known_hosts,
                        self.options.become_password)
+        conn.cancel = self.cancel  # a cancelled run stops the host's running command
+        return conn
 
     def execute(self) -> dict:
         """Run every host; return {name: HostResult} in inventory order."""
@@ -524,15 +532,9 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

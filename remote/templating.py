@@ -21,6 +21,7 @@ from jinja2 import meta, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .errors import Where
+from .schema import suggest
 
 
 class TemplateError(Exception):
@@ -99,7 +100,7 @@ def _render(env: jinja2.Environment, source: str, context: dict) -> str:
         raise TemplateError(f"cannot render '{_short(source)}': {exc}") from None
 
 
-_ONE_EXPRESSION = re.compile(r"^\{\{((?:(?!\}\}|\{\{).)*)\}\}$", re.S)
+_ONE_EXPRESSION = re.compile(r"^\{\{((?:(?!\}\}|\{\{).)*)\}\}\Z", re.S)  # \Z: not before a final newline
 
 
 def render_value(value: Any, context: dict) -> Any:
@@ -109,7 +110,7 @@ def render_value(value: Any, context: dict) -> Any:
     ``packages: "{{ compat[v].wheels }}"`` gives a list, as in Ansible.
     """
     if isinstance(value, str):
-        match = _ONE_EXPRESSION.match(value.strip())
+        match = _ONE_EXPRESSION.match(value)
         if match:
             result = evaluate(match.group(1), context)
             if isinstance(result, (list, dict, bool, int, float)) or result is None:
@@ -153,9 +154,19 @@ def parse(source: str, where: Where, expression: bool = False) -> nodes.Template
     """Parse a template (or an expression) and raise `InputError` at `where` on bad syntax."""
     text = "{{ " + _strip_braces(source) + " }}" if expression else source
     try:
-        return _TEXT.parse(text)
+        ast = _TEXT.parse(text)
+        # An unknown filter or test is only found when compiling; name it here, at its line.
+        for node in ast.find_all((nodes.Filter, nodes.Test)):
+            known = _TEXT.filters if isinstance(node, nodes.Filter) else _TEXT.tests
+            if node.name not in known:
+                kind = "filter" if isinstance(node, nodes.Filter) else "test"
+                raise where.error(f"unknown {kind} '{node.name}' in '{_short(source)}'"
+                                  f"{suggest(node.name, known)}")
+        return ast
     except jinja2.TemplateSyntaxError as exc:
         raise where.error(f"template syntax error in '{_short(source)}': {exc.message}") from None
+    except RecursionError:  # Jinja's parser recurses once per nesting level
+        raise where.error(f"template nested too deeply in '{_short(source)}'") from None
 
 
 def referenced_names(ast: nodes.Template) -> set:

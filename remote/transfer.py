@@ -69,7 +69,11 @@ def publish_pull(data: bytes, dest: Path) -> list:
                 members = tar.getmembers()
                 for member in members:
                     _check_member(member)
-                tar.extractall(str(tmp), members=members, filter="data")
+                mask = current_umask()
+                # Files land as the user's own umask says, not as the host had them.
+                tar.extractall(str(tmp), members=members, filter=lambda member, where: (
+                    tarfile.data_filter(member, where).replace(mode=member.mode & ~mask & 0o777,
+                                                               deep=False)))
         except (tarfile.TarError, EOFError, ValueError) as exc:
             raise PullError(f"the pulled archive is damaged or incomplete: {exc}") from None
         except OSError as exc:
@@ -88,6 +92,18 @@ def publish_pull(data: bytes, dest: Path) -> list:
         return names
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def current_umask() -> int:
+    """This process's umask, read without changing it (os.umask would race other threads)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o022
 
 
 def _check_member(member: tarfile.TarInfo) -> None:

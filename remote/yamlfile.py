@@ -3,7 +3,9 @@
 Inventories and recipes are read through `load_yaml`, which returns plain dicts and lists
 (`YamlMap`, `YamlList`) that remember the file and line of every value, so any later check can
 say exactly where a mistake is. It refuses what PyYAML silently accepts or cannot bound:
-duplicate keys, anchors/aliases (alias bombs), absurd nesting, binary or non-UTF-8 files.
+duplicate keys, anchors/aliases (alias bombs), absurd nesting, more values than any real file
+holds (a 4 MiB flat list would take a gigabyte), tags on lists and mappings, binary or non-UTF-8
+files.
 """
 from __future__ import annotations
 
@@ -18,6 +20,10 @@ from .errors import InputError, Where
 
 MAX_DEPTH = 50  # deeper nesting is never a real recipe; PyYAML would recurse until it crashes
 MAX_BYTES = 4 * 1024 * 1024
+# Every value costs ~700 bytes of parser objects; 100000 is ~70 MB and ~1 s, far above a real
+# inventory (1000 hosts of 10 fields are ~21000 values).
+MAX_NODES = 100_000
+PLAIN_TAGS = {"tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"}
 
 
 class YamlMap(dict):
@@ -51,6 +57,7 @@ class _StrictLoader(yaml.SafeLoader):
         super().__init__(stream)
         self.name = name
         self._depth = 0
+        self._nodes = 0
 
     def compose_node(self, parent, index):  # noqa: D102 - PyYAML hook
         if self.check_event(AliasEvent):
@@ -64,6 +71,11 @@ class _StrictLoader(yaml.SafeLoader):
             event = self.peek_event()
             raise InputError(f"nesting deeper than {MAX_DEPTH} levels", self.name,
                              event.start_mark.line + 1)
+        self._nodes += 1
+        if self._nodes > MAX_NODES:
+            event = self.peek_event()
+            raise InputError(f"more than {MAX_NODES} YAML values: not an inventory or recipe "
+                             "a person wrote", self.name, event.start_mark.line + 1)
         try:
             return super().compose_node(parent, index)
         finally:
@@ -73,7 +85,15 @@ class _StrictLoader(yaml.SafeLoader):
 def _convert(loader: _StrictLoader, node) -> Any:
     where = Where(loader.name, node.start_mark.line + 1)
     if isinstance(node, ScalarNode):
-        return loader.construct_object(node, deep=True)
+        try:
+            return loader.construct_object(node, deep=True)
+        except (ValueError, OverflowError) as exc:  # e.g. `2024-02-30` read as a date
+            raise InputError(f"cannot read the value {_short(node.value)!r}: {exc}", loader.name,
+                             where.line) from None
+    if node.tag not in PLAIN_TAGS:
+        # PyYAML would build these (sets, ordered maps, ...); as lists/mappings they would pass
+        # silently with the tag ignored, so refuse them like unknown scalar tags.
+        raise InputError(f"YAML tag '{node.tag}' is not supported", loader.name, where.line)
     if isinstance(node, SequenceNode):
         out = YamlList(_convert(loader, item) for item in node.value)
         out.where = where
@@ -90,7 +110,8 @@ def _convert(loader: _StrictLoader, node) -> Any:
             key = _convert(loader, key_node)
             if not isinstance(key, (str, int, float, bool)) or key is None:
                 raise InputError("a mapping key must be a plain value", loader.name, key_line)
-            key = str(key)
+            # A key is a name as written: `yes:` is 'yes' (not 'True'), `0x1f:` is '0x1f'.
+            key = key if isinstance(key, str) else key_node.value
             if key in out:
                 first = out.key_where[key].line
                 raise InputError(f"duplicate key '{key}' (first written on line {first})",
@@ -99,6 +120,10 @@ def _convert(loader: _StrictLoader, node) -> Any:
             out.key_where[key] = Where(loader.name, key_line)
         return out
     raise InputError(f"unsupported YAML node {node.tag}", loader.name, where.line)
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def load_yaml(path: str | Path, what: str = "file") -> Any:
@@ -124,7 +149,12 @@ def load_yaml(path: str | Path, what: str = "file") -> Any:
         raise InputError(f"{what} is not UTF-8 text", name, line) from None
     if not text.strip():
         raise InputError(f"{what} is empty", name)
-    loader = _StrictLoader(text, name)
+    try:
+        loader = _StrictLoader(text, name)
+    except yaml.reader.ReaderError as exc:  # a control character PyYAML will not read
+        line = text[: exc.position].count("\n") + 1
+        raise InputError(f"{what} holds a control character (U+{exc.character:04X}) that YAML does "
+                         "not allow", name, line) from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -141,5 +171,8 @@ def load_yaml(path: str | Path, what: str = "file") -> Any:
         raise InputError(f"invalid YAML: {exc}", name) from None
     except RecursionError:
         raise InputError("nesting too deep", name) from None
+    except (ValueError, OverflowError) as exc:  # PyYAML's scanner on escapes like "\UFFFFFFFF"
+        raise InputError(f"invalid YAML: an escape or value that cannot be read ({exc})", name,
+                         loader.line + 1) from None
     finally:
         loader.dispose()

@@ -1,0 +1,152 @@
+"""Cutting links safely: a scenario that runs inside its own network namespace.
+
+DESIGN.md's network safety rule: traffic is dropped only inside a namespace the test made, one
+with nothing but `lo`. `run_scenario` starts
+
+    unshare --net --pid --fork --kill-child --mount-proc python3 -m tests.netns NAME
+
+so this module's `main` runs as PID 1 of fresh network, PID and mount namespaces. There it
+brings `lo` up, starts its own sshd servers (on 127.0.0.2-3 of that namespace, invisible to the
+machine's), runs `invoke provision` against them, drops their traffic with nftables rules on that
+namespace's `lo` (`tc netem` would do too, where the kernel has it), and prints one JSON line
+with what it measured. Cleanup does not depend on this code reaching its end: when PID 1 of a
+PID namespace exits, the kernel kills every process in it, and the network namespace, with its
+rules, goes away with its last process. `--kill-child` ties all of it to the `unshare` process
+the test started, which the test kills (by PID) if the time limit passes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TABLE = "gpuprov_cut"
+
+
+def have_tools() -> str:
+    """'' when a link-cut scenario can run here, else why not."""
+    if os.geteuid() != 0:
+        return "needs root for unshare --net"
+    for tool in ("unshare", "ip", "nft"):
+        if not shutil.which(tool):
+            return f"'{tool}' is not installed (apt-get install nftables iproute2 util-linux)"
+    return ""
+
+
+def run_scenario(name: str, timeout: float = 120.0) -> dict:
+    """Run scenario `name` in fresh namespaces; return the JSON it printed."""
+    argv = ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc",
+            sys.executable, "-m", "tests.netns", name]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # by PID; --kill-child takes the namespace's processes with it
+        out, err = proc.communicate()
+        raise AssertionError(f"scenario {name} ran past {timeout:g} s:\n{out}\n{err}")
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise AssertionError(f"scenario {name} failed (rc={proc.returncode}):\n{out}\n{err}")
+    return json.loads(lines[-1])
+
+
+# ------------------------------------------------------------------ inside the namespace
+def _sh(*argv: str) -> None:
+    subprocess.run(argv, check=True, timeout=10)
+
+
+def _nft(rule_text: str) -> None:
+    subprocess.run(["nft", "-f", "-"], input=rule_text, text=True, check=True, timeout=10)
+
+
+def _drop_rules(addresses) -> str:
+    rules = "".join(f"    ip daddr {a} drop\n    ip saddr {a} drop\n" for a in addresses)
+    return (f"table inet {TABLE} {{\n  chain out {{\n"
+            f"    type filter hook output priority 0; policy accept;\n{rules}  }}\n}}\n")
+
+
+def _wait_for(path: Path, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if path.exists():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _require_private_namespace() -> None:
+    """Stop unless this is PID 1 of a namespace whose only interface is lo."""
+    import socket
+
+    names = sorted(name for _, name in socket.if_nameindex())
+    if os.getpid() != 1 or names != ["lo"]:
+        raise SystemExit(f"refusing to cut links outside a private network namespace "
+                         f"(pid {os.getpid()}, interfaces {names})")
+
+
+def scenario_linkcut() -> dict:
+    """Hosts `cut` and `fine` run a step; `cut`'s traffic is dropped while its step is silent.
+    A third host, `blackholed`, is dropped from the start: its SYN is never answered."""
+    from tests.conftest import write_yaml
+    from tests.sshd import SshdFarm, shared_tmp
+
+    _require_private_namespace()
+    _sh("ip", "link", "set", "lo", "up")
+    farm = SshdFarm(2)
+    work = shared_tmp()
+    try:
+        _nft(_drop_rules(["127.0.0.9"]))
+        inv = write_yaml(work / "inventory.yaml", {
+            "known_hosts": [str(farm.known_hosts)],
+            "timeouts": {"keepalive": 2, "connect": 3},
+            "hosts": {"cut": farm.host_entry(farm.addresses[0], vars={"nap": 120}),
+                      "fine": farm.host_entry(farm.addresses[1], vars={"nap": 0}),
+                      "blackholed": farm.host_entry("127.0.0.9", vars={"nap": 0})}})
+        rec = write_yaml(work / "r.yaml", {"name": "link cut", "steps": [
+            {"name": "long", "shell": f"touch {work}/{{{{ host }}}}.started; sleep {{{{ nap }}}}",
+             "timeout": 300},
+            {"name": "after", "shell": f"touch {work}/{{{{ host }}}}.after"}]})
+        out_json = work / "out.json"
+        started = time.monotonic()
+        run = subprocess.Popen(
+            [sys.executable, "-m", "invoke", "--search-root", str(REPO), "provision",
+             "--host", "all", "--inventory", str(inv), "--recipe", str(rec), "--no-validate",
+             "--json", str(out_json)], cwd=work, env=dict(os.environ, PYTHONPATH=str(REPO)),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if not (_wait_for(work / "cut.started", 30) and _wait_for(work / "fine.after", 30)):
+            run.kill()
+            raise SystemExit(f"the steps did not start: {run.communicate()[0]}")
+        time.sleep(1)  # the step is running and silent
+        _nft(_drop_rules([farm.addresses[0]]).replace(TABLE, TABLE + "_2"))
+        cut_at = time.monotonic()
+        try:
+            output, _ = run.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            output = run.communicate()[0]
+        ended = time.monotonic()
+        results = json.loads(out_json.read_text()) if out_json.exists() else None
+        return {"rc": run.returncode, "detect_s": round(ended - cut_at, 2),
+                "total_s": round(ended - started, 2), "results": results, "output": output}
+    finally:
+        subprocess.run(["nft", "flush", "ruleset"], timeout=10)  # this namespace's only
+        farm.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+SCENARIOS = {"linkcut": scenario_linkcut}
+
+
+def main() -> None:
+    print(json.dumps(SCENARIOS[sys.argv[1]]()), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""Secrets kept: values of the inventory's `secrets:` vars and the become password never appear in
+the terminal, provision.log, --json, error messages or --check plans (they read ***). Plus
+known_hosts written atomically under concurrency, and pulled logs written with the user's umask.
+
+This machine has no sudo, and installing it is not allowed, so the become password is checked
+against a stand-in: `sudo` on the test servers' PATH (sshd's SetEnv) is a small sh script that
+prompts, reads the password from stdin as sudo -S does, and runs the command when it matches.
+It is deliberately hostile: on a wrong password it echoes the password back on stderr. That
+script is the only thing not real here; SSH, sshd and the commands are.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, write_yaml
+from tests.sshd import SshdFarm, shared_tmp
+
+TOKEN = "hf_SECRETtoken-4242"
+DB_PASS = "db-pass-7777"
+PASSWORD = "become-pw-9191"
+
+FAKE_SUDO = r"""#!/bin/sh
+# Stand-in for sudo (see tests/test_secrets.py): -H -S -p PROMPT | -n, then the command.
+prompt="[sudo] password: "; nonint=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -H|-S) shift;;
+    -n) nonint=1; shift;;
+    -p) prompt=$2; shift 2;;
+    --) shift; break;;
+    *) break;;
+  esac
+done
+if [ -n "$nonint" ]; then echo "sudo: a password is required" >&2; exit 1; fi
+for attempt in 1 2; do
+  printf '%s' "$prompt" >&2
+  IFS= read -r pw || exit 1
+  if [ "$pw" = "$(cat __EXPECTED__)" ]; then exec "$@"; fi
+  echo "Sorry, try again. (you typed '$pw')" >&2
+done
+echo "sudo: 2 incorrect password attempts" >&2
+exit 1
+"""
+
+
+class _SudoFarm(SshdFarm):
+    """Eight sshd servers (127.0.0.50-57) whose sessions find the stand-in sudo first."""
+
+    def __init__(self, bin_dir: Path):
+        self.bin_dir = bin_dir
+        super().__init__(8, first=50)
+
+    def config_for(self, address: str) -> Path:
+        path = super().config_for(address)
+        path.write_text(path.read_text() + f"SetEnv PATH={self.bin_dir}:/usr/bin:/bin\n")
+        return path
+
+
+@pytest.fixture(scope="module")
+def sudo_farm():
+    if os.geteuid() != 0:
+        pytest.fail("the SSH tests start sshd for a dedicated user and must run as root")
+    bin_dir = shared_tmp("gpuprov-fakesudo-")
+    expected = bin_dir / "expected"
+    expected.write_text(PASSWORD + "\n")
+    os.chmod(expected, 0o644)
+    sudo = bin_dir / "sudo"
+    sudo.write_text(FAKE_SUDO.replace("__EXPECTED__", str(expected)))
+    os.chmod(sudo, 0o755)
+    farm = _SudoFarm(bin_dir)
+    yield farm
+    farm.close()
+    shutil.rmtree(bin_dir, ignore_errors=True)
+
+
+def _invoke(*args, cwd, env_extra=None):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("GPUPROV_BECOME_PASSWORD", None)
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def _everything_written(work: Path, *procs) -> dict:
+    """Every text a run left: its terminal output and every file under `work`."""
+    texts = {}
+    for n, proc in enumerate(procs):
+        texts[f"run{n}.stdout"] = proc.stdout
+        texts[f"run{n}.stderr"] = proc.stderr
+    for path in work.rglob("*"):
+        if path.is_file() and path.name not in ("inventory.yaml", "r.yaml", "args"):
+            texts[str(path.relative_to(work))] = path.read_text(errors="replace")
+    return texts
+
+
+def test_secrets_never_appear_in_any_output(sudo_farm, work):
+    farm = sudo_farm
+    inv = write_yaml(work / "inventory.yaml", {
+        "known_hosts": [str(farm.known_hosts)],
+        "secrets": ["hf_token", "db_pass"],
+        "vars": {"hf_token": TOKEN},
+        "hosts": {"h1": farm.host_entry(farm.addresses[0]),
+                  "h2": farm.host_entry(farm.addresses[1])}})
+    rec = write_yaml(work / "r.yaml", {"name": "secrets", "steps": [
+        {"name": "login with {{ hf_token }}",
+         "shell": f"echo {{{{ hf_token }}}} {{{{ db_pass }}}} > {work}/{{{{ host }}}}.tok"},
+        {"name": "print it", "shell": "echo token={{ hf_token }}; echo pass={{ db_pass }} >&2",
+         "changed_when": False},
+        {"name": "as root", "shell": f"echo {{{{ hf_token }}}} > {work}/{{{{ host }}}}.root",
+         "become": True},
+        {"name": "write it", "file": {"path": f"{work}/{{{{ host }}}}.conf",
+                                      "content": "token={{ hf_token }}\n", "mode": "0600"}},
+        {"name": "check it", "assert": {"that": ["host == 'h1'"],
+                                        "msg": "h2 has {{ hf_token }} and {{ db_pass }}"}},
+        {"name": "fail with it", "shell": "echo failed: {{ hf_token }} {{ db_pass }} >&2; exit 3"},
+    ]})
+    common = ("--host", "all", "--inventory", str(inv), "--recipe", str(rec), "--no-validate",
+              "--var", f"db_pass={DB_PASS}")
+    env = {"GPUPROV_BECOME_PASSWORD": PASSWORD}
+    plan = _invoke("provision", *common, "--check", "--json", str(work / "plan.json"), cwd=work,
+                   env_extra=env)
+    run = _invoke("provision", *common, "--json", str(work / "run.json"), cwd=work, env_extra=env)
+    # the run did use them: the values reached the hosts, through sudo for the root step
+    assert (work / "h1.tok").read_text() == f"{TOKEN} {DB_PASS}\n"
+    assert (work / "h1.root").read_text() == f"{TOKEN}\n"
+    assert run.returncode == 1, run.stdout + run.stderr
+    data = json.loads((work / "run.json").read_text())["hosts"]
+    assert [s["status"] for s in data["h1"]["steps"]] == \
+        ["changed", "ok", "changed", "changed", "ok", "failed"]
+    assert data["h1"]["steps"][-1]["message"] == "rc=3: failed: *** ***"
+    assert data["h2"]["steps"][4]["message"] == "h2 has *** and ***"
+    assert "would change" in plan.stdout and "***" in plan.stdout
+    for path in (work / "h1.tok", work / "h1.root", work / "h1.conf", work / "h2.tok",
+                 work / "h2.root", work / "h2.conf"):
+        path.unlink()  # what the hosts were given, not what the tool wrote
+    texts = _everything_written(work, plan, run)
+    assert any(name.endswith("provision.log") for name in texts)
+    for name, text in texts.items():
+        for secret in (TOKEN, DB_PASS, PASSWORD):
+            assert secret not in text, f"{secret} leaked into {name}"
+    assert "***" in "".join(t for n, t in texts.items() if n.endswith("provision.log"))
+
+
+def test_wrong_become_password_is_not_echoed(sudo_farm, work):
+    """sudo (here the hostile stand-in) answers a wrong password by printing it back: the
+    step fails with the reason, and the password appears nowhere."""
+    farm = sudo_farm
+    wrong = "wrong-pw-5151"
+    inv = write_yaml(work / "inventory.yaml", {
+        "known_hosts": [str(farm.known_hosts)],
+        "hosts": {"h1": farm.host_entry(farm.addresses[2])}})
+    rec = write_yaml(work / "r.yaml", {"steps": [
+        {"name": "as root", "shell": f"touch {work}/root", "become": True}]})
+    run = _invoke("provision", "--host", "all", "--inventory", str(inv), "--recipe", str(rec),
+                  "--no-validate", "--json", str(work / "run.json"), cwd=work,
+                  env_extra={"GPUPROV_BECOME_PASSWORD": wrong})
+    assert run.returncode == 1
+    step = json.loads((work / "run.json").read_text())["hosts"]["h1"]["steps"][0]
+    assert step["status"] == "failed"
+    assert "rejected the become password" in step["message"]
+    assert not (work / "root").exists()
+    for name, text in _everything_written(work, run).items():
+        assert wrong not in text, f"the password leaked into {name}"
+
+
+def test_known_hosts_accept_new_under_concurrency(sudo_farm, work):
+    """8 hosts met for the first time at once (accept-new): the file ends with exactly their 8
+    keys, each on a well-formed line, none lost to a race."""
+    farm = sudo_farm
+    expected = set(farm.known_hosts.read_text().splitlines())
+    assert len(expected) == 8
+    for attempt in range(3):
+        known = work / f"known_hosts_{attempt}"
+        inv = write_yaml(work / "inventory.yaml", {
+            "host_key_policy": "accept-new", "known_hosts": [str(known)],
+            "hosts": {f"n{i}": farm.host_entry(a) for i, a in enumerate(farm.addresses)}})
+        rec = write_yaml(work / "r.yaml", {"steps": [{"shell": "true"}]})
+        run = _invoke("provision", "--host", "all", "--inventory", str(inv), "--recipe",
+                      str(rec), "--no-validate", "--forks", "8", cwd=work)
+        assert run.returncode == 0, run.stdout + run.stderr
+        lines = known.read_text().splitlines()
+        assert len(lines) == 8, lines
+        assert set(lines) == expected
+        for line in lines:
+            name, key_type, key = line.split(" ")
+            assert name.startswith("[127.0.0.") and key_type == "ssh-ed25519" and len(key) > 60
+        assert stat.S_IMODE(known.stat().st_mode) == 0o600
+        assert not [p for p in work.iterdir() if p.name.startswith(".known_hosts.")], \
+            "a temporary file was left behind"
+
+
+@pytest.mark.parametrize("umask", [0o077, 0o027])
+def test_pulled_logs_follow_the_users_umask(work, umask):
+    from remote.transfer import pack, publish_pull
+
+    source = work / "remote-run"
+    (source / "sub").mkdir(parents=True)
+    for name, mode in (("results.json", 0o644), ("validate.log", 0o664), ("run.sh", 0o755),
+                       ("sub/trace.json", 0o644)):
+        (source / name).write_text("x\n")
+        os.chmod(source / name, mode)
+    data = pack(source, ".")
+    old = os.umask(umask)
+    try:
+        dest = work / "logs" / "h1" / "run-1"
+        publish_pull(data, dest)
+    finally:
+        os.umask(old)
+    for path in [dest] + list(dest.rglob("*")):
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode & umask == 0, f"{path.relative_to(work)} is {oct(mode)} under umask {oct(umask)}"
