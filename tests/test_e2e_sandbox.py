@@ -4,6 +4,7 @@ test_apt_route.py.)"""
 from __future__ import annotations
 
 import json
+import shlex
 import os
 
 from remote import sandbox
@@ -132,3 +133,38 @@ def test_sudo_with_a_password(sandbox_hosts, work):
     assert len(outputs) == 7, outputs.keys()  # three runs' provision.log files were read too
     leaked = [name for name, text in outputs.items() if password in text]
     assert leaked == []
+
+
+def test_apt_waits_for_the_dpkg_lock_then_proceeds(sandbox_hosts, work):
+    """Another process (as cloud-init or unattended-upgrades would) holds dpkg's frontend lock
+    inside a sandbox host; the apt step waits for it, bounded, then installs."""
+    hold_s = 8
+    holder = ("import fcntl, time\n"
+              "f = open('/var/lib/dpkg/lock-frontend', 'w')\n"
+              "fcntl.lockf(f, fcntl.LOCK_EX)\n"
+              "open('/var/tmp/gpuprov-lock-held', 'w').close()\n"
+              f"time.sleep({hold_s})\n")
+    sandbox_hosts.run("sandbox2", "sudo -n rm -f /var/tmp/gpuprov-lock-held; "
+                      "sudo -n apt-get remove -y -q hello >/dev/null 2>&1; true", timeout=120)
+    rc, _, err = sandbox_hosts.run(
+        "sandbox2", f"sudo -n nohup python3 -c {shlex.quote(holder)} "
+                    ">/dev/null 2>&1 & for i in $(seq 50); do "
+                    "[ -e /var/tmp/gpuprov-lock-held ] && exit 0; sleep 0.1; done; exit 1")
+    assert rc == 0, "the lock holder started"
+    rec = write_yaml(work / "lock.yaml", {"steps": [
+        {"name": "hello", "apt": {"packages": ["hello"], "update_cache": True, "lock_timeout": 120},
+         "become": True}]})
+    result = invoke("provision", "--host", "sandbox2", "--inventory", str(sandbox_hosts.inventory),
+                    "--recipe", str(rec), "--no-validate", "--json", str(work / "l.json"),
+                    cwd=work, timeout=300)
+    try:
+        assert result.rc == 0, result.out + result.err
+        step = _json(work / "l.json")["sandbox2"]["steps"][0]
+        assert step["status"] == "changed"
+        log = next((work / "logs" / "sandbox2").iterdir()) / "provision.log"
+        assert "Waiting for cache lock" in log.read_text() or step["elapsed_s"] >= hold_s - 3
+        assert sandbox_hosts.run("sandbox2", "dpkg-query -W -f='${Status}' hello")[1] == \
+            "install ok installed"
+    finally:
+        sandbox_hosts.run("sandbox2", "sudo -n apt-get remove -y -q hello >/dev/null 2>&1; "
+                          "sudo -n rm -f /var/tmp/gpuprov-lock-held", timeout=120)

@@ -267,13 +267,6 @@ def test_retries_back_off_exponentially(farm, work, inventory, provision):
     assert "attempt 2/5 failed (rc=1); retrying in 1s" in text
 
 
-@pytest.mark.skip(reason="the dpkg lock wait is apt's own (DPkg::Lock::Timeout) and runs only in "
-                         "a sandbox host (another engineer's work): holding /var/lib/dpkg/lock* "
-                         "on this machine is not allowed")
-def test_dpkg_lock_is_waited_for():
-    pass
-
-
 # ----------------------------------------------------------------------------- interrupted runs
 def _start_invoke(*args, cwd=None):
     env = dict(os.environ, PYTHONPATH=str(REPO))
