@@ -17,8 +17,10 @@ MASK = "***"
 
 
 def new_run_id() -> str:
-    """A run id that sorts by time: UTC timestamp plus a short random suffix."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    """A run id that sorts by time (to the millisecond: runs can be that quick), plus a short
+    random suffix so two controllers never collide, e.g. 20261122T055742.123Z-14af."""
+    now = datetime.now(timezone.utc)
+    stamp = now.strftime("%Y%m%dT%H%M%S") + f".{now.microsecond // 1000:03d}Z"
     return f"{stamp}-{secrets.token_hex(2)}"
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -291,6 +292,12 @@ def test_only_the_facts_a_recipe_reads_are_gathered(farm, work, inventory, provi
     dynamic = recipe(work, [{"shell": "echo {{ facts[name] }}"}], "d.yaml", vars={"name": "arch"})
     assert facts_used(load_recipe(dynamic), []) is None
     assert "gather facts" in log.read_text()
+    # a recipe that reads no fact costs no facts round trip at all
+    plain = recipe(work, [{"shell": f"touch {work}/plain"}], "p.yaml")
+    shutil.rmtree(work / "logs")
+    assert provision("h1", plain, inventory()).rc == 0
+    only_log = next((work / "logs" / "h1").iterdir()) / "provision.log"
+    assert "gather facts" not in only_log.read_text() and (work / "plain").exists()
     # facts read by a var (the stack recipes build NVIDIA's repository path this way) count too
     via_var = recipe(work, [{"shell": f"echo {{{{ repo }}}} > {work}/repo"}], "v.yaml",
                      vars={"repo": "{{ facts.distro_id }}/{{ facts.arch }}"})
