@@ -96,16 +96,21 @@ def load_and_check(inventory_path: str, selection: str, recipe_path: Optional[st
     return inventory, hosts, recipe
 
 
+def _run_inputs(inventory: str, host: str, recipe: Optional[str], var, forks, suite) -> tuple:
+    """The options every run shares, checked: (vars, forks, suite, (inventory, hosts, recipe))."""
+    extra_vars = parse_vars(var)
+    return (extra_vars, check_forks(forks), check_suite(suite),
+            load_and_check(inventory, host, recipe, extra_vars))
+
+
 def provision(host: str, recipe: str, inventory: str, check: bool = False, tags: str = "",
               var: Optional[list] = None, forks=16, json_path: Optional[str] = None,
               ask_become_pass: bool = False, logs_dir: str = "logs", validate: bool = True,
               suite: str = "quick") -> int:
     """`invoke provision`: run a recipe on the selected hosts, then validate them."""
     try:
-        extra_vars = parse_vars(var)
-        forks_n = check_forks(forks)
-        suite = check_suite(suite)
-        inv, hosts, rec = load_and_check(inventory, host, recipe, extra_vars)
+        extra_vars, forks_n, suite, (inv, hosts, rec) = _run_inputs(inventory, host, recipe,
+                                                                     var, forks, suite)
     except InputError as exc:
         return fail_input(exc)
     after = None
@@ -122,10 +127,8 @@ def validate(host: str, inventory: str, suite: str = "quick", json_path: Optiona
     from .validation import Validator
 
     try:
-        extra_vars = parse_vars(var)
-        forks_n = check_forks(forks)
-        suite = check_suite(suite)
-        inv, hosts, _ = load_and_check(inventory, host, None, extra_vars)
+        extra_vars, forks_n, suite, (inv, hosts, _) = _run_inputs(inventory, host, None, var,
+                                                                   forks, suite)
     except InputError as exc:
         return fail_input(exc)
     return _execute(inv, hosts, _empty_recipe("validate"), extra_vars, forks_n, json_path, False,
