@@ -10,6 +10,7 @@ Three renderings share one environment setup:
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import posixpath
 import re
@@ -90,14 +91,21 @@ def _expression(source: str):
 def _render(env: jinja2.Environment, source: str, context: dict) -> str:
     if not is_template(source):
         return source
-    try:
+    with _as_template_error("render", source):
         return _compiled(env, source).render(context)
+
+
+@contextlib.contextmanager
+def _as_template_error(verb: str, source: str):
+    """Turn what Jinja (or a filter) raises into a `TemplateError` naming the template."""
+    try:
+        yield
     except jinja2.UndefinedError as exc:
         raise TemplateError(f"undefined name in '{_short(source)}': {exc.message}") from None
     except jinja2.TemplateError as exc:
-        raise TemplateError(f"cannot render '{_short(source)}': {exc}") from None
+        raise TemplateError(f"cannot {verb} '{_short(source)}': {exc}") from None
     except (TypeError, ValueError, ArithmeticError) as exc:
-        raise TemplateError(f"cannot render '{_short(source)}': {exc}") from None
+        raise TemplateError(f"cannot {verb} '{_short(source)}': {exc}") from None
 
 
 _ONE_EXPRESSION = re.compile(r"^\{\{((?:(?!\}\}|\{\{).)*)\}\}\Z", re.S)  # \Z: not before a final newline
@@ -128,14 +136,8 @@ def evaluate(expression: Any, context: dict) -> Any:
     """Evaluate a Jinja expression; YAML booleans and numbers pass through unchanged."""
     if not isinstance(expression, str):
         return expression
-    try:
+    with _as_template_error("evaluate", expression):
         return _expression(_strip_braces(expression))(context)
-    except jinja2.UndefinedError as exc:
-        raise TemplateError(f"undefined name in '{_short(expression)}': {exc.message}") from None
-    except jinja2.TemplateError as exc:
-        raise TemplateError(f"cannot evaluate '{_short(expression)}': {exc}") from None
-    except (TypeError, ValueError, ArithmeticError) as exc:
-        raise TemplateError(f"cannot evaluate '{_short(expression)}': {exc}") from None
 
 
 def _strip_braces(expression: str) -> str:
