@@ -291,19 +291,14 @@ def facts(host: str, inventory: str, json_path: Optional[str] = None) -> int:
 
     run = Run(inv, _empty_recipe("facts"), hosts, options, reporter, redact, after_steps=gather)
     results = run.execute()
-    from rich.table import Table
-
-    table = Table(box=None, pad_edge=False)
-    table.add_column("fact")
-    for name in results:
-        table.add_column(name)
+    rows = []
     for fact in FACTS:
         row = [fact]
         for result in results.values():
             value = (result.facts or {}).get(fact, "")
             row.append(", ".join(value) if isinstance(value, list) else str(value))
-        table.add_row(*row)
-    reporter.console.print(table)
+        rows.append(row)
+    reporter.table(["fact"] + list(results), rows)
     for name, result in results.items():
         if result.unreachable:
             reporter.unreachable(name, result.message)

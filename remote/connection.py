@@ -5,7 +5,7 @@
 own channel of the one transport. `LocalConnection` runs the same commands with /bin/sh here.
 
 Every command is POSIX sh, wrapped the same way for both:
-  [sudo -H -S -p TOKEN --] /bin/sh -c 'printf READY$$ >&2; exec [timeout -k 5 N] /bin/sh -c SCRIPT'
+  exec [sudo -H -S -p TOKEN --] /bin/sh -c 'printf READY$$ >&2; exec [timeout -k 5 N] /bin/sh -c SCRIPT'
 The remote `timeout` kills the command's whole process group when a step overruns; the client
 side has its own deadline too, so a dead link cannot hang the run. A sudo password is sent on
 stdin only when sudo prints our prompt token, and never appears in a command line or a log.
@@ -18,6 +18,7 @@ the group outlives the grace period. Then `Interrupted` is raised.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -99,10 +100,12 @@ def wrap_command(script: str, *, become: bool, is_root: bool, timeout: Optional[
     # leader), so a cancelled run can stop the command; under sudo it also tells the client
     # that sudo is satisfied, so stdin now belongs to the command.
     announce = f"printf '%s%s\\n' {shlex.quote(ready)} \"$$\" >&2; exec {inner}"
+    # `exec`: the login shell sshd starts becomes our /bin/sh instead of forking it (any login
+    # shell, sh to fish, knows `exec`); one process less per command.
     if not become or is_root:
-        return f"/bin/sh -c {shlex.quote(announce)}"
+        return f"exec /bin/sh -c {shlex.quote(announce)}"
     mode = f"-S -p {shlex.quote(prompt)}" if password is not None else "-n"
-    return f"sudo -H {mode} -- /bin/sh -c {shlex.quote(announce)}"
+    return f"exec sudo -H {mode} -- /bin/sh -c {shlex.quote(announce)}"
 
 
 class _Exchange:
@@ -263,13 +266,19 @@ class SSHConnection(BaseConnection):
                           "auth_timeout": self.timeouts.auth,
                           "channel_timeout": self.timeouts.auth}
         if self.host.identity_file:
-            connect_kwargs["key_filename"] = os.path.expanduser(self.host.identity_file)
+            path = os.path.expanduser(self.host.identity_file)
+            key = _private_key(path)
+            if key is not None:
+                connect_kwargs["pkey"] = key
+            else:  # paramiko reads it again and reports what is wrong with it
+                connect_kwargs["key_filename"] = path
         where = f"{self.host.address}:{self.host.port}"
         if self.gateway is not None:
             self.gateway.open()
         else:
             connect_kwargs["sock"] = self._tcp_socket(where)
         self.fabric = Connection(self.host.address, user=self.host.user, port=self.host.port,
+                                 config=_fabric_config(),
                                  connect_timeout=int(max(1, self.timeouts.connect)),
                                  connect_kwargs=connect_kwargs,
                                  gateway=self.gateway.fabric if self.gateway else None)
@@ -345,7 +354,13 @@ class SSHConnection(BaseConnection):
             if deadline and now > deadline:
                 raise CommandTimeout(f"timed out after {timeout:g} s")
             wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - now))
-            select.select([channel], [], [], wait)
+            if channel.eof_received:
+                # After EOF paramiko keeps the channel's pipe readable for good, so select
+                # would return at once until the exit status comes: wait for that instead
+                # (a spinning thread also starves the others of the GIL).
+                channel.status_event.wait(wait)
+            else:
+                select.select([channel], [], [], wait)
             got = False
             while channel.recv_ready():
                 exchange.feed_stdout(channel.recv(65536))
@@ -490,6 +505,26 @@ class _Liveness:
             return
         if self.transport.is_active():
             self.ping_done.set()
+
+
+@functools.lru_cache(maxsize=None)
+def _fabric_config():
+    """One Fabric configuration (it reads ~/.ssh/config) shared by every connection of a run;
+    Connection only reads it."""
+    from fabric import Config
+
+    return Config()
+
+
+@functools.lru_cache(maxsize=64)
+def _private_key(path: str) -> Optional[paramiko.PKey]:
+    """The key in `path`, read once per run rather than by every connection (paramiko tries
+    each key type in turn, reading the file each time); None when it cannot be read without
+    help (missing, encrypted, unknown type)."""
+    try:
+        return paramiko.PKey.from_path(path)
+    except (OSError, paramiko.SSHException, ValueError):
+        return None
 
 
 def connect(host: Host, hosts: dict, timeouts: Timeouts, known_hosts: KnownHosts,

@@ -44,7 +44,10 @@ _HEADER = "p() { printf '%s=%s\\n' \"$1\" \"$2\"; }\n"
 # runs, since sudo decisions need the uid. A run gathers only the sections its recipe reads.
 SECTIONS = [
     (("uid", "is_root", "user", "home"),
-     'p uid "$(id -u)"; p user "$(id -un 2>/dev/null)"; p home "$HOME"'),
+     # Shell builtins where they suffice (/proc/self is this shell; sshd sets LOGNAME): this
+     # section runs on every host of every run.
+     r'''u=; while read -r k v _; do [ "$k" = Uid: ] && { u=$v; break; }; done 2>/dev/null </proc/self/status
+p uid "${u:-$(id -u)}"; p user "${LOGNAME:-$(id -un 2>/dev/null)}"; p home "$HOME"'''),
     (("hostname", "arch", "kernel"),
      'p hostname "$(uname -n)"; p arch "$(uname -m)"; p kernel "$(uname -r)"'),
     (("distro_id", "distro_version", "distro_codename", "distro_like"), r"""

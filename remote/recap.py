@@ -1,29 +1,43 @@
 """What a person sees during and after a run: one line per step with the host name, then a recap.
 
-Lines go to stdout as they happen (thread-safe), coloured on a terminal and plain in CI logs.
-Everything printed goes through the run's redactor first.
+Lines go to stdout as they happen (thread-safe), coloured on a terminal and plain when piped to
+a file or CI log (or when NO_COLOR is set). Everything printed goes through the run's redactor
+first. Plain string formatting with ANSI colours, not a rendering library: on a fleet this
+prints a line per step per host, and that must cost next to nothing.
 """
 from __future__ import annotations
 
+import os
+import re
 import sys
 import threading
-from typing import Optional
+from typing import Optional, TextIO
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-
+# SGR codes of the styles used below.
+_SGR = {"green": "32", "yellow": "33", "cyan": "36", "bold red": "1;31", "dim": "2"}
 STYLE = {"ok": "green", "changed": "yellow", "skipped": "cyan", "failed": "bold red",
          "unreachable": "bold red", "running": "dim", "would change": "yellow"}
+# Control characters (ESC above all) from a host's output must not drive the terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+RECAP_COLUMNS = ("host", "ok", "changed", "skipped", "failed", "unreachable", "elapsed")
+
+
+def wants_color(stream: TextIO) -> bool:
+    """Colour only on a terminal that can show it, and never under NO_COLOR (no-color.org)."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 class Reporter:
-    def __init__(self, redact, console: Optional[Console] = None, check: bool = False,
-                 width: int = 0):
+    def __init__(self, redact, stream: Optional[TextIO] = None, check: bool = False,
+                 width: int = 0, color: Optional[bool] = None):
         self.redact = redact
-        # Piped to a file or CI log, rich would wrap the recap at 80 columns.
-        self.console = console or Console(highlight=False, soft_wrap=True,
-                                          width=None if sys.stdout.isatty() else 200)
+        self.stream = stream or sys.stdout
+        self.color = wants_color(self.stream) if color is None else color
         self.check = check
         self.width = width
         self._lock = threading.Lock()
@@ -31,68 +45,87 @@ class Reporter:
     def set_hosts(self, names) -> None:
         self.width = max([len(n) for n in names] + [4])
 
-    def _line(self, host: str, status: str, text: str, detail: str = "") -> None:
-        style = STYLE.get(status, "")
-        label = f"{status:<11}"
-        line = (f"{escape(host):<{self.width}} [{style}]{escape(label)}[/] "
-                f"{escape(self.redact(text))}")
-        if detail:
-            line += f" [dim]{escape(self.redact(detail))}[/]"
+    def _paint(self, text: str, style: str) -> str:
+        if not self.color or not style:
+            return text
+        return f"\x1b[{_SGR[style]}m{text}\x1b[0m"
+
+    def _shown(self, text: str) -> str:
+        """`text` as it may be printed: secrets redacted, control characters made visible."""
+        return _CONTROL.sub("?", self.redact(text))
+
+    def _print(self, lines: list) -> None:
+        text = "".join(line + "\n" for line in lines)
         with self._lock:
-            self.console.print(line)
+            self.stream.write(text)
+            self.stream.flush()
+
+    def _line(self, host: str, status: str, text: str, detail: str = "") -> str:
+        label = self._paint(f"{status:<11}", STYLE.get(status, ""))
+        line = f"{self._shown(host):<{self.width}} {label} {self._shown(text)}"
+        if detail:
+            line += " " + self._paint(self._shown(detail), "dim")
+        return line
 
     def step(self, host: str, result) -> None:
         status = result.status
         if self.check and status == "changed":
             status = "would change"
         detail = f"({result.elapsed_s:.2f}s)"
-        if result.message and status in ("failed", "skipped", "ok"):
-            detail = f"{result.message} {detail}" if status != "ok" else detail
-        self._line(host, status, result.name, detail)
+        if result.message and status in ("failed", "skipped"):
+            detail = f"{result.message} {detail}"
+        lines = [self._line(host, status, result.name, detail)]
         if self.check and result.commands:
-            with self._lock:
-                for command in result.commands:
-                    for n, line in enumerate(self.redact(command).splitlines() or [""]):
-                        prefix = "  $ " if n == 0 else "    "
-                        self.console.print(f"{' ' * self.width} [dim]{escape(prefix + line)}[/]")
+            for command in result.commands:
+                for n, line in enumerate(self._shown(command).splitlines() or [""]):
+                    prefix = "  $ " if n == 0 else "    "
+                    lines.append(f"{' ' * self.width} {self._paint(prefix + line, 'dim')}")
+        self._print(lines)
 
     def running(self, host: str, text: str) -> None:
-        self._line(host, "running", text)
+        self._print([self._line(host, "running", text)])
 
     def output(self, host: str, text: str) -> None:
         """A line of a long command's own output (validation progress)."""
-        with self._lock:
-            self.console.print(f"{escape(host):<{self.width}} [dim]| {escape(self.redact(text))}[/]")
+        self._print([f"{self._shown(host):<{self.width}} {self._paint('| ' + self._shown(text), 'dim')}"])
 
     def unreachable(self, host: str, message: str) -> None:
-        self._line(host, "unreachable", message)
+        self._print([self._line(host, "unreachable", message)])
 
     def note(self, text: str) -> None:
-        with self._lock:
-            self.console.print(escape(self.redact(text)))
+        self._print([self._shown(text)])
 
     def recap(self, results: dict, extra_column: Optional[str] = None) -> None:
-        table = Table(title="RECAP", title_justify="left", box=None, pad_edge=False)
-        for name in ("host", "ok", "changed", "skipped", "failed", "unreachable", "elapsed"):
-            table.add_column(name, justify="left" if name == "host" else "right")
-        if extra_column:
-            table.add_column(extra_column)
+        """The table at the end: a row per host, counts coloured when not zero."""
+        header = list(RECAP_COLUMNS) + ([extra_column] if extra_column else [])
+        rows = []
         for name, result in results.items():
             counts = result.counts()
-            row = [escape(name),
-                   _cell(counts["ok"], "green"),
-                   _cell(counts["changed"], "yellow"),
-                   _cell(counts["skipped"], "cyan"),
-                   _cell(counts["failed"], "bold red"),
-                   "[bold red]yes[/]" if result.unreachable else "no",
-                   f"{result.elapsed_s:.2f}s"]
+            row = [(name, ""), (str(counts["ok"]), "green"), (str(counts["changed"]), "yellow"),
+                   (str(counts["skipped"]), "cyan"), (str(counts["failed"]), "bold red"),
+                   ("yes", "bold red") if result.unreachable else ("no", ""),
+                   (f"{result.elapsed_s:.2f}s", "")]
             if extra_column:
-                row.append(escape(self.redact(result.validation or "-")))
-            table.add_row(*row)
-        with self._lock:
-            self.console.print()
-            self.console.print(table)
+                row.append((result.validation or "-", ""))
+            rows.append(row)
+        # host and the extra column read left to right; the numbers line up on the right
+        right = set(range(1, len(RECAP_COLUMNS)))
+        self.table(header, rows, right_aligned=right, title="RECAP")
 
+    def table(self, header: list, rows: list, right_aligned: frozenset = frozenset(),
+              title: str = "") -> None:
+        """Columns separated by two spaces; a cell is text or (text, style), and "0"/"no"
+        stay uncoloured so that what needs attention stands out."""
+        rows = [[c if isinstance(c, tuple) else (c, "") for c in row] for row in rows]
+        rows = [[(self._shown(text), style) for text, style in row] for row in rows]
+        widths = [max([len(h)] + [len(r[i][0]) for r in rows]) for i, h in enumerate(header)]
 
-def _cell(count: int, style: str) -> str:
-    return f"[{style}]{count}[/]" if count else "0"
+        def cell(i: int, text: str, style: str = "") -> str:
+            padded = text.rjust(widths[i]) if i in right_aligned else text.ljust(widths[i])
+            return self._paint(padded, style if text not in ("0", "no") else "")
+
+        lines = ["", title] if title else []
+        lines.append("  ".join(cell(i, h) for i, h in enumerate(header)).rstrip())
+        lines += ["  ".join(cell(i, text, style) for i, (text, style) in enumerate(row)).rstrip()
+                  for row in rows]
+        self._print(lines)

@@ -1,11 +1,13 @@
 """The runner: a recipe applied to many hosts at once, each host on its own connection.
 
 Per host, in order: connect; gather facts (one round trip); resolve vars; evaluate `when` and
-render every selected step; send all their probes as one script (one round trip); then walk
-the steps: a step whose probe shows its target state reports `ok` and sends nothing, others run
-only the commands their kind planned. After a change the probes of the steps that follow are
-stale, so they are sent again (one round trip) before the next step that needs them. Notified
-handlers run once at the end. A converged host therefore costs: connect + 2 round trips.
+render every selected step; send all their probes as one script; then walk the steps: a step
+whose probe shows its target state reports `ok` and sends nothing, others run only the commands
+their kind planned. The probes of steps that read no fact (in `when`, the probed arguments,
+`creates`, `unless`) travel with the facts script, so a converged host usually costs connect +
+one round trip. After a change the probes of the steps that follow are stale, so they are sent
+again (one round trip) before the next step that needs them. Notified handlers run once at the
+end.
 
 Hosts run in a thread pool bounded by `forks`; one host failing never stops the others.
 """
@@ -32,7 +34,8 @@ from .recipe import Recipe, Step, facts_used
 from .runlog import Redactor, RunLog
 from .steps import PlanError, Probe
 from .transfer import current_umask
-from .templating import TemplateError, evaluate, render_shell, render_text, resolve_vars
+from .templating import (TemplateError, evaluate, fact_dependent_vars, names_in, render_shell,
+                         render_text, resolve_vars)
 
 PROBE_SLOTS = ("kind", "creates", "unless")
 
@@ -128,6 +131,8 @@ class HostRun:
         self.facts: dict = {}
         self.context: dict = {}
         self.notified: list = []
+        # Probe answers that came with the facts, by snippet; good until the first step runs.
+        self.early_answers: dict = {}
 
     # ------------------------------------------------------------------ entry point
     def __call__(self) -> HostResult:
@@ -137,10 +142,10 @@ class HostRun:
                        f"({'check' if self.run.options.check else 'apply'})")
         try:
             self.conn = self.run.connect(self.host)
-            self.facts = self.gather_facts()
+            steps = self.run.recipe.select(self.run.options.tags)
+            self.facts = self.gather_facts(steps)
             self.result.facts = self.facts
             self.context = self.build_context()
-            steps = self.run.recipe.select(self.run.options.tags)
             if self.run_steps(steps) and self.notified:
                 handlers = [h for name, h in self.run.recipe.handlers.items()
                             if name in self.notified]
@@ -176,35 +181,87 @@ class HostRun:
         return self.result
 
     # ------------------------------------------------------------------ facts and vars
-    def gather_facts(self) -> dict:
+    def gather_facts(self, steps: list) -> dict:
+        """The host's facts; the probes of `steps` that need no fact ride along (one trip)."""
         if self.run.fact_names == set() and self.host.user and not self.host.is_local:
             # Nothing reads a fact and the login user is known: save the round trip.
             facts = facts_mod.parse(f"user={self.host.user}\nuid={0 if self.host.user == 'root' else -1}")
             facts.update(self.run.options.facts_override)
             return facts
-        result = self.conn.run(facts_mod.script(self.host.python, self.run.fact_names), timeout=60)
-        self.log.command("facts", "gather facts", result.rc, result.elapsed_s, "", result.err)
-        facts = facts_mod.parse(result.out)
+        script = facts_mod.script(self.host.python, self.run.fact_names)
+        early = self.early_probes(steps)
+        timeout, token = 60, None
+        if early:
+            batch, token = batch_script(list(enumerate(early)))
+            script += batch
+            timeout = max(timeout, self.run.inventory.timeouts.command)
+        result = self.conn.run(script, timeout=timeout)
+        fact_lines, probe_lines = result.out, ""
+        if token:
+            cut = result.out.find(token)
+            if cut >= 0:
+                fact_lines, probe_lines = result.out[:cut], result.out[cut:]
+            self.early_answers = {early[key]: answer
+                                  for key, answer in parse_batch(probe_lines, token).items()}
+        self.log.command("facts", f"gather facts{f' + {len(early)} probes' if early else ''}",
+                         result.rc, result.elapsed_s, probe_lines, result.err)
+        facts = facts_mod.parse(fact_lines)
         facts.update(self.run.options.facts_override)
         if facts["uid"] == 0:
             self.conn.is_root = True
         return facts
 
-    def build_context(self) -> dict:
+    def early_probes(self, steps: list) -> list:
+        """Probe snippets of the steps that can be judged before the facts are known: run
+        without become, and neither `when`, the probed arguments, `creates` nor `unless` read a
+        fact (directly or through a var). Each snippet once."""
+        raw, where = self._layered_vars()
+        blocked = fact_dependent_vars(raw) | {"facts", "vars"}
+        values = resolve_vars({n: v for n, v in raw.items() if n not in blocked},
+                              {"host": self.host.name}, where)
+        self._note_secrets(values)
+        context = dict(values)
+        context.update(host=self.host.name, vars=values)
+        snippets: dict = {}
+        for step in steps:
+            if not step.kind.remote or self._become(step):
+                continue
+            probed = {k: v for k, v in step.args.items() if k in step.kind.probe_fields}
+            reads = set().union(*(names_in(e, expression=True) for e in step.when),
+                                names_in([step.creates, step.unless, probed]))
+            if reads & blocked:
+                continue
+            try:
+                if all(evaluate(expr, context) for expr in step.when):
+                    args = step.kind.render_for_probe(step.args, context)
+                    snippets.update(dict.fromkeys(self._probe_snippets(step, args, context).values()))
+            except (TemplateError, PlanError):
+                continue  # the step's own preparation reports it
+        return list(snippets)
+
+    def _layered_vars(self) -> tuple:
+        """(raw vars, where each is defined) for this host: recipe, inventory layers, --var."""
         recipe, inventory = self.run.recipe, self.run.inventory
         raw, where = dict(recipe.vars), dict(recipe.vars_where)
         for layer, layer_where in inventory.layered_vars(self.host):
             raw.update(layer)
             where.update(layer_where)
         raw.update(self.run.options.extra_vars)
+        return raw, where
+
+    def build_context(self) -> dict:
+        raw, where = self._layered_vars()
         base = {"host": self.host.name, "facts": self.facts}
         values = resolve_vars(raw, base, where)
-        for name in inventory.secrets:
-            if name in values:
-                self.run.redact.add(str(values[name]))
+        self._note_secrets(values)
         context = dict(values)
         context.update(base, vars=values)
         return context
+
+    def _note_secrets(self, values: dict) -> None:
+        for name in self.run.inventory.secrets:
+            if name in values:
+                self.run.redact.add(str(values[name]))
 
     # ------------------------------------------------------------------ steps
     def run_steps(self, steps: list) -> bool:
@@ -231,8 +288,7 @@ class HostRun:
         return True
 
     def prepare(self, step: Step) -> _Prepared:
-        item = _Prepared(step=step,
-                         become=step.become if step.become is not None else self.host.become,
+        item = _Prepared(step=step, become=self._become(step),
                          timeout=step.timeout or self.run.inventory.timeouts.command)
         try:
             for expr in step.when:
@@ -241,17 +297,26 @@ class HostRun:
                     return item
             item.args = step.kind.render(step.args, self.context)
             if step.kind.remote:
-                snippet = step.kind.probe(item.args)
-                if snippet:
-                    item.probes["kind"] = snippet
-                if step.creates:
-                    path = render_text(step.creates, self.context)
-                    item.probes["creates"] = f"test -e {_q(path)}"
-                if step.unless:
-                    item.probes["unless"] = render_shell(step.unless, self.context)
+                item.probes = self._probe_snippets(step, item.args, self.context)
         except (TemplateError, PlanError) as exc:
             item.error = str(exc)
         return item
+
+    @staticmethod
+    def _probe_snippets(step: Step, args: dict, context: dict) -> dict:
+        """{slot: sh snippet} of a step's read-only checks, from its rendered arguments."""
+        probes = {}
+        snippet = step.kind.probe(args)
+        if snippet:
+            probes["kind"] = snippet
+        if step.creates:
+            probes["creates"] = f"test -e {_q(render_text(step.creates, context))}"
+        if step.unless:
+            probes["unless"] = render_shell(step.unless, context)
+        return probes
+
+    def _become(self, step: Step) -> bool:
+        return step.become if step.become is not None else self.host.become
 
     def probe(self, items: list) -> None:
         """Send the probes of `items` as one script per privilege level; store the answers."""
@@ -262,8 +327,12 @@ class HostRun:
             item.stale = False
             item.answers = {}
             for slot, snippet in item.probes.items():
+                if not item.become and snippet in self.early_answers:
+                    item.answers[slot] = self.early_answers[snippet]
+                    continue
                 groups[item.become].append((n * len(PROBE_SLOTS) + PROBE_SLOTS.index(slot),
                                             snippet))
+        self.early_answers = {}  # from here on, steps may change what they saw
         for become, probes in groups.items():
             if not probes:
                 continue

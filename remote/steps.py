@@ -57,6 +57,7 @@ class Kind:
     scalar_field: Optional[str] = None  # `kind: VALUE` shorthand fills this field
     shell_fields: tuple = ()   # rendered with every value shell-quoted
     remote = True              # False: evaluated on the control side (assert)
+    probe_fields: tuple = ()   # the arguments `probe` reads (see `render_for_probe`)
 
     def load(self, value: Any, where: Where, base_dir: Path) -> dict:
         """Check the step's arguments as written; return them normalised (still unrendered)."""
@@ -99,6 +100,12 @@ class Kind:
             else:
                 out[key] = render_value(value, context)
         return out
+
+    def render_for_probe(self, args: dict, context: dict) -> dict:
+        """Only the arguments `probe` reads, rendered: enough to probe a step before the
+        rest of its arguments (a template's content, say) can be rendered."""
+        return Kind.render(self, {k: v for k, v in args.items() if k in self.probe_fields},
+                           context)
 
     def probe(self, args: dict) -> Optional[str]:
         return None
@@ -151,10 +158,13 @@ class Shell(Kind):
 # --------------------------------------------------------------------------- file
 MODE = re.compile(r"^0?[0-7]{3,4}$")
 
+# Answers "absent", "dangling", "directory MODE OWNER GROUP" or "file MODE OWNER GROUP" and the
+# content's sha256 on the next line ("HASH  -"). Two commands per file and no subshells: on a
+# converged host these run for every file step, so every process counts.
 _FILE_PROBE = """P={path}
 if [ -L "$P" ] && [ ! -e "$P" ]; then echo dangling
-elif [ -d "$P" ]; then echo "directory $(stat -c '%a %U %G' -- "$P")"
-elif [ -e "$P" ]; then echo "file $(stat -c '%a %U %G' -- "$P") $(sha256sum -- "$P" 2>/dev/null | cut -c1-64)"
+elif [ -d "$P" ]; then printf 'directory '; stat -c '%a %U %G' -- "$P"
+elif [ -e "$P" ]; then printf 'file '; stat -c '%a %U %G' -- "$P"; sha256sum < "$P"
 else echo absent; fi"""
 
 
@@ -167,6 +177,7 @@ class File(Kind):
               "state": str}
     required = ("path",)
     states = ("file", "directory", "absent")
+    probe_fields = ("path",)
 
     def check(self, args, where, base_dir):
         _check_mode(args, where)
@@ -257,6 +268,7 @@ class Template(Kind):
     name = "template"
     fields = {"src": str, "dest": str, "mode": (str, int), "owner": str, "group": str}
     required = ("src", "dest")
+    probe_fields = ("dest",)
 
     def check(self, args, where, base_dir):
         _check_mode(args, where)
@@ -311,6 +323,7 @@ class Pip(Kind):
     fields = {"packages": (list, str), "venv": str, "python": str, "index_url": str,
               "extra_index_url": (list, str), "state": str, "extra_args": list}
     required = ("packages",)
+    probe_fields = ("packages", "venv", "python")
 
     def check(self, args, where, base_dir):
         from packaging.requirements import InvalidRequirement, Requirement
@@ -414,6 +427,7 @@ class Apt(Kind):
               "cache_valid_time": int, "hold": bool, "install_recommends": bool,
               "lock_timeout": int, "purge": bool}
     required = ("packages",)
+    probe_fields = ("packages", "hold", "state")
 
     def check(self, args, where, base_dir):
         if isinstance(args["packages"], str) and "{{" not in args["packages"]:
@@ -525,6 +539,7 @@ class Deb(Kind):
     name = "deb"
     fields = {"name": str, "url": str, "sha256": str, "version": str}
     required = ("name", "url", "sha256")
+    probe_fields = ("name",)
 
     def check(self, args, where, base_dir):
         sha = args["sha256"]

@@ -21,7 +21,7 @@ import jinja2
 from jinja2 import meta, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .errors import Where
+from .errors import InputError, Where
 from .schema import suggest
 
 
@@ -292,11 +292,43 @@ def resolve_vars(raw: dict, context: dict, where_of_var: dict) -> dict:
     return {name: resolved[name] for name in raw}
 
 
+def names_in(value: Any, expression: bool = False) -> set:
+    """Top-level names the templates inside a loaded value read (an expression: `when` and
+    the like). The value has passed the static checks, so it parses."""
+    if expression and isinstance(value, str):
+        return set(_names_in_source("{{ " + _strip_braces(value) + " }}"))
+    return _names_in_value(value, None)
+
+
+def fact_dependent_vars(raw: dict) -> set:
+    """Names of the vars whose values read facts, directly or through other vars (or `vars`)."""
+    reads = {name: _names_in_value(value, None) for name, value in raw.items()}
+    dependent = {name for name, names in reads.items() if names & {"facts", "vars"}}
+    grew = True
+    while grew:
+        grew = False
+        for name, names in reads.items():
+            if name not in dependent and names & dependent:
+                dependent.add(name)
+                grew = True
+    return dependent
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_in_source(source: str) -> frozenset:
+    # Every host's vars and steps hold the same templates: parse each once per run.
+    return frozenset(referenced_names(parse(source, Where("<template>", 0))))
+
+
 def _names_in_value(value: Any, where: Where | None) -> set:
     if isinstance(value, str):
         if not is_template(value):
             return set()
-        return referenced_names(parse(value, where or Where("<vars>", 0)))
+        try:
+            return set(_names_in_source(value))
+        except InputError:
+            parse(value, where or Where("<vars>", 0))  # raises at the value's own position
+            raise
     if isinstance(value, dict):
         return set().union(*(_names_in_value(v, where) for v in value.values())) if value else set()
     if isinstance(value, list):

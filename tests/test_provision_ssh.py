@@ -303,3 +303,95 @@ def test_only_the_facts_a_recipe_reads_are_gathered(farm, work, inventory, provi
                      vars={"repo": "{{ facts.distro_id }}/{{ facts.arch }}"})
     assert provision("h1", via_var, inventory()).rc == 0
     assert (work / "repo").read_text() == f"debian/{os.uname().machine}\n"
+
+
+def _commands_sent(log: Path) -> list:
+    """The '<label>: $ <command>' lines of a provision.log: one per SSH command sent."""
+    import re
+
+    return re.findall(r"^\[\d\d:\d\d:\d\d\] (.+?): \$ (.*)$", log.read_text(), re.M)
+
+
+def _last_log(work: Path, host: str) -> Path:
+    return sorted((work / "logs" / host).iterdir())[-1] / "provision.log"
+
+
+def test_a_converged_host_costs_one_round_trip(farm, work, inventory, provision):
+    """The probes of steps that read no fact travel with the facts script: re-running the
+    ten-step recipe sends the facts+probes script and the step that always runs, nothing else."""
+    rec = recipe(work, ten_steps(work), vars={"version": "1"},
+                 handlers={"restart": {"shell": "true"}})
+    assert provision("h1", rec, inventory()).rc == 0
+    again = provision("h1", rec, inventory())
+    assert again.rc == 0 and again.host("h1")["changed"] == 0, again.out
+    assert _commands_sent(_last_log(work, "h1")) == [("facts", "gather facts + 8 probes"),
+                                                     ("probe", "uname -r")]
+
+
+def test_probes_that_read_facts_wait_for_them(farm, work, inventory, provision):
+    """A step whose `when`, probed path (directly or through a var) reads a fact is probed
+    after the facts came back, and still converges."""
+    steps = [
+        {"name": "a", "file": {"path": f"{work}/{{{{ host }}}}-a", "content": "a\n"}},
+        {"name": "b", "file": {"path": f"{work}/{{{{ host }}}}-{{{{ facts.cpus }}}}-b",
+                               "content": "b\n"}},
+        {"name": "c", "file": {"path": f"{work}/{{{{ spot }}}}-c", "content": "c\n"}},
+        {"name": "d", "shell": f"touch {work}/{{{{ host }}}}-d",
+         "creates": f"{work}/{{{{ host }}}}-d", "when": "facts.cpus > 0"},
+        {"name": "e", "shell": f"touch {work}/{{{{ host }}}}-e",
+         "creates": f"{work}/{{{{ host }}}}-e"},
+    ]
+    rec = recipe(work, steps, vars={"spot": "{{ host }}-{{ facts.user }}"})
+    first = provision("h1", rec, inventory())
+    assert first.rc == 0 and first.host("h1")["changed"] == 5, first.out
+    assert (work / f"h1-{os.cpu_count()}-b").read_text() == "b\n"
+    assert (work / f"h1-{farm.user}-c").read_text() == "c\n"
+    again = provision("h1", rec, inventory())
+    assert again.rc == 0 and again.statuses("h1") == ["ok"] * 5, again.out
+    assert _commands_sent(_last_log(work, "h1")) == [("facts", "gather facts + 2 probes"),
+                                                     ("probe", "3 probes")]
+
+
+def test_answers_gathered_with_the_facts_are_not_used_after_a_change(farm, work, inventory,
+                                                                     provision):
+    """Step 2's file is absent when the facts trip probes it; step 1 then writes it with the
+    very content step 2 wants, so step 2 must look again and find nothing to do."""
+    target = f"{work}/{{{{ host }}}}-shared"
+    rec = recipe(work, [
+        {"name": "writer", "shell": f"echo same > {target}", "creates": target},
+        {"name": "same content", "file": {"path": target, "content": "same\n"}},
+    ], vars={"unused": "{{ facts.cpus }}"})
+    result = provision("h1", rec, inventory())
+    assert result.rc == 0
+    assert result.statuses("h1") == ["changed", "ok"], result.out
+
+
+def test_a_command_that_closes_its_output_early_does_not_spin(farm, work, inventory):
+    """After the remote end sends EOF, waiting for the exit status must sleep, not poll: a
+    command that closes stdout/stderr and keeps running used to busy-loop the client (and
+    starve every other host's thread of the GIL)."""
+    from remote.connection import connect
+    from remote.hostkeys import KnownHosts
+    from remote.inventory import load_inventory
+
+    inv = load_inventory(inventory())
+    conn = connect(inv.hosts["h1"], inv.hosts, inv.timeouts,
+                   KnownHosts(inv.known_hosts, inv.host_key_policy))
+    try:
+        cpu = time.thread_time()
+        result = conn.run("exec >/dev/null 2>&1; sleep 2; exit 3")  # no remote timeout wrapper
+        cpu = time.thread_time() - cpu
+    finally:
+        conn.close()
+    assert result.rc == 3
+    assert cpu < 0.5, f"the client used {cpu:.2f} s of CPU waiting 2 s for an exit status"
+
+
+def test_host_output_cannot_drive_the_terminal(farm, work, inventory, provision):
+    """Escape sequences in what a host prints (here in a failing step's stderr) are shown
+    as '?', not passed to the terminal (they could retitle it, hide text, move the cursor)."""
+    rec = recipe(work, [{"name": "noisy", "shell": r"printf 'x\033]0;owned\007\033[2Jy\n' >&2; exit 1"}])
+    result = provision("h1", rec, inventory())
+    assert result.rc == 1
+    assert "\x1b" not in result.out and "\x07" not in result.out
+    assert "x?]0;owned??[2Jy" in result.out
