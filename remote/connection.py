@@ -325,7 +325,9 @@ class SSHConnection(BaseConnection):
         except OSError as exc:
             raise Unreachable(f"cannot connect to {where}: {exc.strerror or exc}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock
+        if _QUICKACK is None:
+            return sock
+        return _QuickAckSocket(sock.family, sock.type, sock.proto, fileno=sock.detach())
 
     def _execute(self, command, exchange, deadline, timeout, cancel) -> int:
         transport = self.fabric.transport
@@ -505,6 +507,24 @@ class _Liveness:
             return
         if self.transport.is_active():
             self.ping_done.set()
+
+
+_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
+
+
+class _QuickAckSocket(socket.socket):
+    """A TCP socket that acknowledges what it receives at once.
+
+    Right after login OpenSSH sends two messages the client never answers (a hostkeys-00
+    request, a debug line about the key's options). The client's kernel delays its ACK for them
+    (up to 40 ms), and sshd's Nagle algorithm holds the reply to our first channel open until
+    that ACK: every host lost ~45 ms before its first command. Linux clears TCP_QUICKACK as
+    it goes, so it is set again after every read."""
+
+    def recv(self, size: int, flags: int = 0) -> bytes:
+        data = super().recv(size, flags)
+        self.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+        return data
 
 
 @functools.lru_cache(maxsize=None)

@@ -29,13 +29,27 @@ def remote_root(host_name: str) -> str:
     return f'"$HOME"/.gpuprov/{shlex.quote(host_name)}'
 
 
-def validate_command(host_name: str, python: str, run_id: str, args: list) -> str:
+def validate_command(host_name: str, python: str, run_id: str, args: list,
+                     remember: bool = False) -> str:
+    """The command that unpacks the package (on stdin) and runs it with `python`.
+
+    With `remember`, `python` was chosen explicitly (`validate_python`) and is written to the
+    host's .gpuprov folder; without, a python remembered there wins over `python` (the host's
+    default), so `invoke validate` after provisioning uses the venv the recipe built.
+    """
     root = remote_root(host_name)
     out = f'{root}/runs/{shlex.quote(run_id)}'
     pkg = f'{root}/pkg-{shlex.quote(run_id)}'
     quoted = " ".join(shlex.quote(a) for a in args)
+    if remember:
+        choose = f'PY={shlex.quote(python)}; printf "%s\\n" "$PY" > {root}/python\n'
+    else:
+        choose = (f'PY=$(cat {root}/python 2>/dev/null); '
+                  f'[ -n "$PY" ] || PY={shlex.quote(python)}\n')
     return (f"mkdir -p {root}/runs && {unpack_command(pkg)} || exit 90\n"
-            f"cd {pkg} && PYTHONUNBUFFERED=1 {shlex.quote(python)} -m validate --out {out} {quoted}\n"
+            f"{choose}"
+            f'echo "validate: python $PY"\n'
+            f'cd {pkg} && PYTHONUNBUFFERED=1 "$PY" -m validate --out {out} {quoted}\n'
             f"rc=$?\ncd / && rm -rf {pkg}\n"
             f"ln -sfn {shlex.quote(run_id)} {root}/runs/latest\nexit $rc")
 
@@ -101,12 +115,14 @@ class Validator:
         host, conn, result = host_run.host, host_run.conn, host_run.result
         reporter, log = host_run.run.reporter, host_run.log
         run_id = host_run.run.options.run_id
-        python = str(host_run.context.get("validate_python") or host.python)
+        chosen = host_run.context.get("validate_python")
+        python = str(chosen or host.python)
         args = suite_args(self.suite, host_run.context)
-        reporter.running(host.name, f"validate ({self.suite}) with {python}")
+        reporter.running(host.name, f"validate ({self.suite})")
         lines = _LineSplitter(lambda line: reporter.output(host.name, line))
         try:
-            res = conn.run(validate_command(host.name, python, run_id, args), stdin=self.package,
+            res = conn.run(validate_command(host.name, python, run_id, args, remember=bool(chosen)),
+                           stdin=self.package,
                            timeout=self.timeout, on_output=lines)
         except CommandTimeout as exc:
             lines.flush()
