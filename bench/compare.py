@@ -50,7 +50,7 @@ sys.path.insert(0, str(BENCH))
 
 import yaml  # noqa: E402
 
-from noop_rerun import ten_step_recipe  # noqa: E402
+from noop_rerun import run_as_users_do, ten_step_recipe  # noqa: E402
 from tests.sshd import SshdFarm, shared_tmp  # noqa: E402
 
 CACHE = Path(os.environ.get("GPUPROV_BENCH_CACHE", "~/.cache/gpuprov-bench")).expanduser()
@@ -664,6 +664,7 @@ def main() -> int:
                         help="profile one gpuprov no-op run (4 hosts) and report where time goes")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args()
+    run_as_users_do()
     args.tools = {t.strip() for t in args.tools.split(",") if t.strip()}
     sizes = [int(s) for s in args.fleet.split(",") if s.strip()]
     if os.geteuid() != 0:

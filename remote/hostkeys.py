@@ -7,6 +7,7 @@ it trusts any server. Here every connection loads `~/.ssh/known_hosts` plus the 
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
 import threading
@@ -30,7 +31,8 @@ def lookup_name(address: str, port: int) -> str:
 
 
 class KnownHosts:
-    """The trusted keys of one run: read once, shared by every connection, appended atomically."""
+    """The trusted keys of one run: read once, shared by every connection, appended atomically
+    (also across processes)."""
 
     def __init__(self, extra_files: list, policy: str = "strict"):
         self.files = [default_known_hosts()] + [Path(p) for p in extra_files]
@@ -74,28 +76,39 @@ class KnownHosts:
         return None, None
 
     def record(self, name: str, key: paramiko.PKey) -> Path:
-        """Append `name key` to the record file atomically (temp file + rename)."""
+        """Append `name key` to the record file atomically (temp file + rename), holding a
+        lock on its folder so that concurrent gpuprov processes never lose each other's lines."""
         path = self.record_file
         with self._lock:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            folder = os.open(path.parent, os.O_RDONLY)
             try:
-                old = path.read_text()
-            except FileNotFoundError:
-                old = ""
-            if old and not old.endswith("\n"):
-                old += "\n"
-            line = f"{name} {key.get_name()} {key.get_base64()}\n"
-            fd, tmp = tempfile.mkstemp(prefix=".known_hosts.", dir=str(path.parent))
-            try:
-                with os.fdopen(fd, "w") as handle:
-                    handle.write(old + line)
-                os.chmod(tmp, 0o600 if not path.exists() else (path.stat().st_mode & 0o777))
-                os.replace(tmp, path)
-            except BaseException:
-                os.unlink(tmp)
-                raise
+                fcntl.flock(folder, fcntl.LOCK_EX)  # released when the descriptor closes
+                self._append(path, f"{name} {key.get_name()} {key.get_base64()}\n")
+            finally:
+                os.close(folder)
             self.keys.add(name, key.get_name(), key)
         return path
+
+    @staticmethod
+    def _append(path: Path, line: str) -> None:
+        try:
+            old = path.read_text()
+        except FileNotFoundError:
+            old = ""
+        if line in old.splitlines(keepends=True):
+            return  # another process recorded the same key meanwhile
+        if old and not old.endswith("\n"):
+            old += "\n"
+        fd, tmp = tempfile.mkstemp(prefix=".known_hosts.", dir=str(path.parent))
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(old + line)
+            os.chmod(tmp, 0o600 if not path.exists() else (path.stat().st_mode & 0o777))
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
 
     def changed_message(self, host_label: str, name: str, exc: paramiko.BadHostKeyException) -> str:
         path, line = self.locate(name)

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
+
+import paramiko
 
 from tests.conftest import write_yaml
 
@@ -64,3 +67,36 @@ def test_hashed_known_hosts_entries_are_understood(farm, work, provision):
     subprocess.run(["ssh-keygen", "-H", "-f", str(known)], check=True, capture_output=True)
     assert "|1|" in known.read_text()
     assert provision("h1", _recipe(work), inv).rc == 0
+
+
+def _record_many(path: str, worker: int, start, count: int) -> None:
+    from remote.hostkeys import KnownHosts
+
+    store = KnownHosts([path], "accept-new")
+    key = paramiko.Ed25519Key.from_private_key_file(str(Path(path).parent / "id"))
+    start.wait()
+    for n in range(count):
+        store.record(f"[10.{worker}.0.{n}]:22", key)
+
+
+def test_concurrent_processes_recording_keys_lose_none(tmp_path):
+    """Two gpuprov runs with accept-new that meet new hosts at the same moment both append
+    to one known_hosts file: every line must survive (a read-append-rename without a lock
+    across processes drops the other run's lines)."""
+    import multiprocessing
+
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "id")],
+                   check=True)
+    known = tmp_path / "known_hosts"
+    known.write_text("# shared by concurrent runs\n")
+    ctx = multiprocessing.get_context("fork")
+    start = ctx.Barrier(8)
+    workers = [ctx.Process(target=_record_many, args=(str(known), w, start, 25)) for w in range(8)]
+    for proc in workers:
+        proc.start()
+    for proc in workers:
+        proc.join(60)
+        assert proc.exitcode == 0
+    lines = [line for line in known.read_text().splitlines() if not line.startswith("#")]
+    assert len(lines) == 8 * 25 and len(set(lines)) == 8 * 25
+    assert not list(tmp_path.glob(".known_hosts.*")), "a temporary file was left behind"
