@@ -142,6 +142,7 @@ class HostRun:
                        f"({'check' if self.run.options.check else 'apply'})")
         try:
             self.conn = self.run.connect(self.host)
+            self.log.event(f"connected: {self.conn.describe()}")
             steps = self.run.recipe.select(self.run.options.tags)
             self.facts = self.gather_facts(steps)
             self.result.facts = self.facts

@@ -380,3 +380,18 @@ def test_host_output_cannot_drive_the_terminal(farm, work, inventory, provision)
     assert result.rc == 1
     assert "\x1b" not in result.out and "\x07" not in result.out
     assert "x?]0;owned??[2Jy" in result.out
+
+
+def test_run_log_records_what_was_trusted(farm, work, inventory, provision):
+    """provision.log names the server, the cipher agreed (AES-GCM first: an AEAD cipher spares
+    paramiko a per-packet MAC check in Python) and the host key that was trusted."""
+    import subprocess
+
+    rec = recipe(work, [{"shell": "true"}])
+    assert provision("h1", rec, inventory()).rc == 0
+    line = next(l for l in _last_log(work, "h1").read_text().splitlines() if "connected:" in l)
+    fingerprint = subprocess.run(["ssh-keygen", "-lf", f"{farm.host_keys[farm.addresses[0]]}.pub"],
+                                 capture_output=True, text=True, check=True).stdout.split()[1]
+    assert f"{farm.user}@{farm.addresses[0]}:{farm.port}" in line
+    assert "OpenSSH" in line and "aes128-gcm@openssh.com" in line
+    assert line.endswith(f"host key ssh-ed25519 {fingerprint}")
