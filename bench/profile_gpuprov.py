@@ -58,10 +58,10 @@ def install_phase_timers() -> None:
 
     timed(cli, "load_and_check", "load + check inventory, recipe, templates")
     timed(runner.Run, "connect", "connect: TCP + SSH handshake + auth (per host)")
-    timed(runner.HostRun, "gather_facts", "facts round trip (per host)")
+    timed(runner.HostRun, "gather_facts", "facts + fact-free probes round trip (per host)")
     timed(runner.HostRun, "build_context", "resolve vars (per host)")
     timed(runner.HostRun, "prepare", "render one step (when/templates)")
-    timed(runner.HostRun, "probe", "probe round trip (per host)")
+    timed(runner.HostRun, "probe", "remaining probes round trip, if any (per host)")
     timed(runner.HostRun, "execute", "judge/execute one step")
     timed(runner.HostRun, "__call__", "one host, connect to close")
     timed(connection.BaseConnection, "run", "any remote command (round trip)")
