@@ -41,6 +41,7 @@ class Reporter:
         self.check = check
         self.width = width
         self._lock = threading.Lock()
+        self._gone = False
 
     def set_hosts(self, names) -> None:
         self.width = max([len(n) for n in names] + [4])
@@ -57,8 +58,23 @@ class Reporter:
     def _print(self, lines: list) -> None:
         text = "".join(line + "\n" for line in lines)
         with self._lock:
-            self.stream.write(text)
-            self.stream.flush()
+            if self._gone:
+                return
+            try:
+                self.stream.write(text)
+                self.stream.flush()
+            except BrokenPipeError:
+                self._reader_left()
+
+    def _reader_left(self) -> None:
+        """Whoever read the output went away (`| head`, a closed terminal): the run goes on,
+        its logs and --json still record everything; nothing more is printed."""
+        self._gone = True
+        if self.stream is sys.stdout:
+            # Python would flush the dead pipe again at exit and print a traceback.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
 
     def _line(self, host: str, status: str, text: str, detail: str = "") -> str:
         label = self._paint(f"{status:<11}", STYLE.get(status, ""))

@@ -167,11 +167,10 @@ class HostRun:
             self.result.interrupted = True
             self.result.message = "interrupted"
             self.log.event("interrupted")
+        except TemplateError as exc:  # a var that renders for no step of this host
+            self._fail("vars", str(exc))
         except Exception as exc:  # noqa: BLE001 - a bug must fail this host, not the run
-            self.result.steps.append(StepResult("internal error", "failed",
-                                                message=f"{type(exc).__name__}: {exc}"))
-            reporter.step(self.host.name, self.result.steps[-1])
-            self.log.event(f"internal error: {type(exc).__name__}: {exc}")
+            self._fail("internal error", f"{type(exc).__name__}: {exc}")
         finally:
             if self.conn is not None:
                 self.conn.close()
@@ -180,6 +179,11 @@ class HostRun:
                            f"{' unreachable' if self.result.unreachable else ''}")
             self.log.close()
         return self.result
+
+    def _fail(self, name: str, message: str) -> None:
+        self.result.steps.append(StepResult(name, "failed", message=message))
+        self.run.reporter.step(self.host.name, self.result.steps[-1])
+        self.log.event(f"{name}: {message}")
 
     # ------------------------------------------------------------------ facts and vars
     def gather_facts(self, steps: list) -> dict:
@@ -218,8 +222,11 @@ class HostRun:
         fact (directly or through a var). Each snippet once."""
         raw, where = self._layered_vars()
         blocked = fact_dependent_vars(raw) | {"facts", "vars"}
-        values = resolve_vars({n: v for n, v in raw.items() if n not in blocked},
-                              {"host": self.host.name}, where)
+        try:
+            values = resolve_vars({n: v for n, v in raw.items() if n not in blocked},
+                                  {"host": self.host.name}, where)
+        except TemplateError:
+            return []  # only a shortcut: build_context reports the var's error
         self._note_secrets(values)
         context = dict(values)
         context.update(host=self.host.name, vars=values)

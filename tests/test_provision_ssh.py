@@ -395,3 +395,40 @@ def test_run_log_records_what_was_trusted(farm, work, inventory, provision):
     assert f"{farm.user}@{farm.addresses[0]}:{farm.port}" in line
     assert "OpenSSH" in line and "aes128-gcm@openssh.com" in line
     assert line.endswith(f"host key ssh-ed25519 {fingerprint}")
+
+
+def test_a_var_that_cannot_render_fails_the_host_with_its_reason(farm, work, inventory,
+                                                                 provision):
+    rec = recipe(work, [{"shell": "echo {{ ratio }}"}], vars={"ratio": "{{ 1 // 0 }}"})
+    result = provision("h1", rec, inventory())
+    assert result.rc == 1
+    step = result.host("h1")["steps"][0]
+    assert step["name"] == "vars" and step["status"] == "failed"
+    assert "cannot evaluate '1 // 0'" in step["message"] and "internal" not in step["message"]
+
+
+def test_a_reader_that_goes_away_does_not_stop_the_run(farm, work, inventory):
+    """`invoke provision ... | head -1`: once the pipe is closed the run still converges every
+    host and writes its JSON, quietly, with exit status 0."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    rec = recipe(work, [{"name": f"s{i}", "shell": f"touch {work}/{{{{ host }}}}-{i}"}
+                        for i in range(5)])
+    out = work / "out.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "provision", "--host", "all",
+         "--inventory", str(inventory()), "--recipe", str(rec), "--no-validate", "--json", str(out)],
+        cwd=work, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()  # the reader leaves after the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(120) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    hosts = json.loads(out.read_text())["hosts"]
+    assert all(h["changed"] == 5 for h in hosts.values()) and len(hosts) == 4
+    assert all((work / f"h{n}-4").exists() for n in range(1, 5))
