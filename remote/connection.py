@@ -172,14 +172,16 @@ class _Exchange:
         """(start, end, pid) of a complete ready line in the pending stderr, else None.
         (A plain search: a regex per command would be compiled anew for every random token.)"""
         start = self._pending_err.find(self.ready)
-        if start < 0:
-            return None
-        digits_at = start + len(self.ready)
-        newline = self._pending_err.find(b"\n", digits_at)
-        digits = bytes(self._pending_err[digits_at:newline])
-        if newline < 0 or not digits.isdigit():
-            return None
-        return start, newline + 1, int(digits)
+        while start >= 0:
+            # An earlier copy of the token may be a shell's trace of our own command line
+            # (`set -x` in a login rc file): only "TOKEN<digits>\n" is the ready line.
+            digits_at = start + len(self.ready)
+            newline = self._pending_err.find(b"\n", digits_at)
+            digits = bytes(self._pending_err[digits_at:newline])
+            if newline >= 0 and digits.isdigit():
+                return start, newline + 1, int(digits)
+            start = self._pending_err.find(self.ready, start + 1)
+        return None
 
     def finish(self) -> None:
         if self._pending_err:
@@ -405,12 +407,15 @@ class SSHConnection(BaseConnection):
                     f"{liveness.limit:g} s): link down or host gone")
 
     def describe(self) -> str:
-        transport = self.fabric.transport
-        key = transport.get_remote_server_key()
-        return (f"{self.fabric.user}@{self.host.address}:{self.host.port}"
-                f"{' via ' + self.gateway.host.name if self.gateway else ''}: "
-                f"{transport.remote_version}, {transport.remote_cipher}, host key "
-                f"{key.get_name()} {key.fingerprint}")
+        where = (f"{self.fabric.user}@{self.host.address}:{self.host.port}"
+                 f"{' via ' + self.gateway.host.name if self.gateway else ''}")
+        try:
+            transport = self.fabric.transport
+            key = transport.get_remote_server_key()
+            return (f"{where}: {transport.remote_version}, {transport.remote_cipher}, host key "
+                    f"{key.get_name()} {key.fingerprint}")
+        except Exception:  # noqa: BLE001 - the link may drop right after login; commands say so
+            return where
 
     def close(self) -> None:
         if self.fabric is not None:
@@ -579,7 +584,7 @@ def _private_key(path: str) -> Optional[paramiko.PKey]:
     help (missing, encrypted, unknown type)."""
     try:
         return paramiko.PKey.from_path(path)
-    except (OSError, paramiko.SSHException, ValueError):
+    except Exception:  # noqa: BLE001 - encrypted keys raise TypeError, unknown types Exception
         return None
 
 

@@ -44,9 +44,9 @@ _HEADER = "p() { printf '%s=%s\\n' \"$1\" \"$2\"; }\n"
 # runs, since sudo decisions need the uid. A run gathers only the sections its recipe reads.
 SECTIONS = [
     (("uid", "is_root", "user", "home"),
-     # Shell builtins where they suffice (/proc/self is this shell; sshd sets LOGNAME): this
-     # section runs on every host of every run.
-     r'''u=; while read -r k v _; do [ "$k" = Uid: ] && { u=$v; break; }; done 2>/dev/null </proc/self/status
+     # Shell builtins where they suffice (/proc/self is this shell, its second Uid field the
+     # effective uid; sshd sets LOGNAME to the login user): this runs on every host, every run.
+     r'''u=; while read -r k r e _; do [ "$k" = Uid: ] && { u=$e; break; }; done 2>/dev/null </proc/self/status
 p uid "${u:-$(id -u)}"; p user "${LOGNAME:-$(id -un 2>/dev/null)}"; p home "$HOME"'''),
     (("hostname", "arch", "kernel"),
      'p hostname "$(uname -n)"; p arch "$(uname -m)"; p kernel "$(uname -r)"'),
@@ -104,12 +104,16 @@ fi"""),
 ]
 
 
-def script(python: str = "python3", names: Optional[Iterable[str]] = None) -> str:
+def script(python: str = "python3", names: Optional[Iterable[str]] = None,
+           over_ssh: bool = True) -> str:
     """The facts script for a host whose python is `python`: every section, or only those
-    that yield `names` (plus the account section)."""
+    that yield `names` (plus the account section). Not `over_ssh` (this machine), LOGNAME may
+    name someone else (after `su`), so the user comes from `id`."""
     wanted = None if names is None else set(names)
     parts = [_HEADER]
     for index, (yields, body) in enumerate(SECTIONS):
+        if index == 0 and not over_ssh:
+            body = body.replace("${LOGNAME:-$(id -un 2>/dev/null)}", "$(id -un 2>/dev/null)")
         if index == 0 or wanted is None or wanted & set(yields):
             parts.append(body.replace("__PYTHON__", shlex.quote(python)))
     return "\n".join(parts) + "\n"

@@ -77,27 +77,49 @@ class KnownHosts:
 
     def record(self, name: str, key: paramiko.PKey) -> Path:
         """Append `name key` to the record file atomically (temp file + rename), holding a
-        lock on its folder so that concurrent gpuprov processes never lose each other's lines."""
+        lock (FILE.lock beside it) so that concurrent gpuprov processes never lose each other's
+        lines; refuse if another run recorded a different key for `name` meanwhile."""
         path = self.record_file
         with self._lock:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            folder = os.open(path.parent, os.O_RDONLY)
+            lock = self._lock_file(path)
             try:
-                fcntl.flock(folder, fcntl.LOCK_EX)  # released when the descriptor closes
-                self._append(path, f"{name} {key.get_name()} {key.get_base64()}\n")
+                self._append(path, name, key)
             finally:
-                os.close(folder)
+                if lock is not None:
+                    os.close(lock)  # releases the lock
             self.keys.add(name, key.get_name(), key)
         return path
 
     @staticmethod
-    def _append(path: Path, line: str) -> None:
+    def _lock_file(path: Path):
+        """An exclusive lock on FILE.lock (not on FILE, which the rename replaces); None
+        where the file system cannot lock (the append is then atomic but not serialised)."""
+        try:
+            fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            os.close(fd)
+            return None
+        return fd
+
+    def _append(self, path: Path, name: str, key: paramiko.PKey) -> None:
         try:
             old = path.read_text()
         except FileNotFoundError:
             old = ""
-        if line in old.splitlines(keepends=True):
-            return  # another process recorded the same key meanwhile
+        for entry in filter(None, map(_parse, old.splitlines())):
+            if _matches(entry, name) and entry.key.get_name() == key.get_name():
+                if entry.key == key:
+                    return  # another run recorded the same key meanwhile
+                raise HostKeyError(
+                    f"host key for {name} was just recorded in {path} by another run as "
+                    f"{entry.key.fingerprint}, and this server offers {key.fingerprint}: refusing "
+                    "both; check the host out of band")
+        line = f"{name} {key.get_name()} {key.get_base64()}\n"
         if old and not old.endswith("\n"):
             old += "\n"
         fd, tmp = tempfile.mkstemp(prefix=".known_hosts.", dir=str(path.parent))

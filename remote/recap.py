@@ -63,7 +63,7 @@ class Reporter:
             try:
                 self.stream.write(text)
                 self.stream.flush()
-            except BrokenPipeError:
+            except OSError:  # EPIPE: `| head` is done; EIO: the terminal closed
                 self._reader_left()
 
     def _reader_left(self) -> None:
@@ -72,9 +72,12 @@ class Reporter:
         self._gone = True
         if self.stream is sys.stdout:
             # Python would flush the dead pipe again at exit and print a traceback.
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            os.close(devnull)
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+                os.close(devnull)
+            except (OSError, ValueError, AttributeError):  # no real descriptor behind stdout
+                pass
 
     def _line(self, host: str, status: str, text: str, detail: str = "") -> str:
         label = self._paint(f"{status:<11}", STYLE.get(status, ""))

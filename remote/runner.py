@@ -167,7 +167,7 @@ class HostRun:
             self.result.interrupted = True
             self.result.message = "interrupted"
             self.log.event("interrupted")
-        except TemplateError as exc:  # a var that renders for no step of this host
+        except _VarsFailed as exc:
             self._fail("vars", str(exc))
         except Exception as exc:  # noqa: BLE001 - a bug must fail this host, not the run
             self._fail("internal error", f"{type(exc).__name__}: {exc}")
@@ -193,23 +193,30 @@ class HostRun:
             facts = facts_mod.parse(f"user={self.host.user}\nuid={0 if self.host.user == 'root' else -1}")
             facts.update(self.run.options.facts_override)
             return facts
-        script = facts_mod.script(self.host.python, self.run.fact_names)
+        script = facts_mod.script(self.host.python, self.run.fact_names,
+                                  over_ssh=not self.host.is_local)
         early = self.early_probes(steps)
-        timeout, token = 60, None
+        result, label, fact_lines, probe_lines = None, "gather facts", "", ""
         if early:
+            # The facts script in a subshell, so the probes see none of its functions or vars.
             batch, token = batch_script(list(enumerate(early)))
-            script += batch
-            timeout = max(timeout, self.run.inventory.timeouts.command)
-        result = self.conn.run(script, timeout=timeout)
-        fact_lines, probe_lines = result.out, ""
-        if token:
-            cut = result.out.find(token)
-            if cut >= 0:
+            try:
+                # the probes' own bound; should slow facts need more, they go alone below
+                result = self.conn.run(f"(\n{script})\n{batch}",
+                                       timeout=self.run.inventory.timeouts.command)
+            except CommandTimeout as exc:  # a hanging `unless`: facts alone, probes later
+                self.log.event(f"facts + {len(early)} probes {exc}; gathering facts alone")
+            else:
+                label = f"gather facts + {len(early)} probes"
+                cut = result.out.find(token)
+                cut = len(result.out) if cut < 0 else cut
                 fact_lines, probe_lines = result.out[:cut], result.out[cut:]
-            self.early_answers = {early[key]: answer
-                                  for key, answer in parse_batch(probe_lines, token).items()}
-        self.log.command("facts", f"gather facts{f' + {len(early)} probes' if early else ''}",
-                         result.rc, result.elapsed_s, probe_lines, result.err)
+                self.early_answers = {early[key]: answer
+                                      for key, answer in parse_batch(probe_lines, token).items()}
+        if result is None:
+            result = self.conn.run(script, timeout=60)
+            fact_lines = result.out
+        self.log.command("facts", label, result.rc, result.elapsed_s, probe_lines, result.err)
         facts = facts_mod.parse(fact_lines)
         facts.update(self.run.options.facts_override)
         if facts["uid"] == 0:
@@ -243,8 +250,8 @@ class HostRun:
                 if all(evaluate(expr, context) for expr in step.when):
                     args = step.kind.render_for_probe(step.args, context)
                     snippets.update(dict.fromkeys(self._probe_snippets(step, args, context).values()))
-            except (TemplateError, PlanError):
-                continue  # the step's own preparation reports it
+            except Exception:  # noqa: BLE001 - only a shortcut: prepare() reports the step's error
+                continue
         return list(snippets)
 
     def _layered_vars(self) -> tuple:
@@ -260,7 +267,10 @@ class HostRun:
     def build_context(self) -> dict:
         raw, where = self._layered_vars()
         base = {"host": self.host.name, "facts": self.facts}
-        values = resolve_vars(raw, base, where)
+        try:
+            values = resolve_vars(raw, base, where)
+        except TemplateError as exc:
+            raise _VarsFailed(str(exc)) from None
         self._note_secrets(values)
         context = dict(values)
         context.update(base, vars=values)
@@ -529,6 +539,10 @@ class HostRun:
 
 # Raised by the runner between steps, and by a connection whose command it stopped.
 _Interrupted = Interrupted
+
+
+class _VarsFailed(Exception):
+    """A var does not render for this host (`{{ 1 // 0 }}`, a bad filter argument)."""
 
 
 def _q(text: str) -> str:

@@ -44,8 +44,9 @@ def validate_command(host_name: str, python: str, run_id: str, args: list,
     if remember:
         choose = f'PY={shlex.quote(python)}; printf "%s\\n" "$PY" > {root}/python\n'
     else:
+        # a remembered python that is gone (venv deleted) falls back to the default
         choose = (f'PY=$(cat {root}/python 2>/dev/null); '
-                  f'[ -n "$PY" ] || PY={shlex.quote(python)}\n')
+                  f'command -v "$PY" >/dev/null 2>&1 || PY={shlex.quote(python)}\n')
     return (f"mkdir -p {root}/runs && {unpack_command(pkg)} || exit 90\n"
             f"{choose}"
             f'echo "validate: python $PY"\n'

@@ -100,3 +100,20 @@ def test_concurrent_processes_recording_keys_lose_none(tmp_path):
     lines = [line for line in known.read_text().splitlines() if not line.startswith("#")]
     assert len(lines) == 8 * 25 and len(set(lines)) == 8 * 25
     assert not list(tmp_path.glob(".known_hosts.*")), "a temporary file was left behind"
+
+
+def test_a_different_key_recorded_meanwhile_by_another_run_is_refused(tmp_path):
+    """Two runs meet the same new host at once and are offered different keys (one of them is
+    being intercepted): the second to record must refuse, not add a second trusted key."""
+    import pytest
+
+    from remote.hostkeys import HostKeyError, KnownHosts
+
+    known = tmp_path / "known_hosts"
+    store = KnownHosts([str(known)], "accept-new")  # loaded while the file was empty
+    first, second = paramiko.ECDSAKey.generate(), paramiko.ECDSAKey.generate()
+    KnownHosts([str(known)], "accept-new").record("[10.0.0.9]:22", first)  # the other run
+    with pytest.raises(HostKeyError, match="recorded in .* by another run"):
+        store.record("[10.0.0.9]:22", second)
+    store.record("[10.0.0.9]:22", first)  # the same key again: nothing to add
+    assert known.read_text().count("10.0.0.9") == 1

@@ -432,3 +432,75 @@ def test_a_reader_that_goes_away_does_not_stop_the_run(farm, work, inventory):
     hosts = json.loads(out.read_text())["hosts"]
     assert all(h["changed"] == 5 for h in hosts.values()) and len(hosts) == 4
     assert all((work / f"h{n}-4").exists() for n in range(1, 5))
+
+
+def test_an_encrypted_identity_file_is_a_login_error(farm, work, inventory, provision,
+                                                     monkeypatch):
+    """A passphrase-protected key (without an agent) makes the host unreachable with the
+    login reason, like any other login failure; never an internal error."""
+    import subprocess
+
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    key = work / "locked"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "a passphrase", "-f", str(key)],
+                   check=True)
+    inv = inventory(hosts={"h1": farm.host_entry(farm.addresses[0], identity_file=str(key))})
+    result = provision("h1", recipe(work, [{"shell": "true"}]), inv)
+    assert result.rc == 1
+    host = result.host("h1")
+    assert host["unreachable"] is True and host["steps"] == []
+    assert "login as" in host["message"] and "encrypted" in host["message"], host["message"]
+
+
+def test_a_hanging_unless_fails_its_step_not_the_host(farm, work, inventory, provision):
+    """An `unless` that hangs rides with the facts, times out there, and the facts are then
+    gathered alone: the steps before it run, the step itself fails with the timeout."""
+    rec = recipe(work, [
+        {"name": "first", "shell": f"touch {work}/first"},
+        {"name": "stuck check", "shell": "true", "unless": "sleep 60"},
+    ], vars={"cpus": "{{ facts.cpus }}"})
+    result = provision("h1", rec, inventory(timeouts={"command": 2}))
+    assert result.rc == 1
+    assert result.statuses("h1") == ["changed", "failed"], result.out
+    assert "timed out after 2 s" in result.host("h1")["steps"][1]["message"]
+    assert (work / "first").exists()
+    assert "gathering facts alone" in _last_log(work, "h1").read_text()
+
+
+def test_the_ready_line_is_found_after_a_traced_copy_of_the_command():
+    """A login shell with `set -x` echoes our command line, token included, to stderr before
+    the real ready line: the PID must still be found, and the trace stays in stderr. (The
+    exchange parses bytes; this is the one part tested without a server.)"""
+    from remote.connection import _Exchange
+
+    exchange = _Exchange("[p]", "[gpuprov-ready-ab12]", None, b"data", True, None)
+    exchange.feed_stderr(b"+ exec /bin/sh -c 'printf '%s%s\\n' '[gpuprov-ready-ab12]' \"$$\"'\n")
+    assert exchange.pid is None and not exchange.to_send
+    exchange.feed_stderr(b"[gpuprov-ready-ab12]4242\nlater\n")
+    assert exchange.pid == 4242 and exchange.announced
+    assert exchange.stderr.startswith(b"+ exec") and exchange.stderr.endswith(b"later\n")
+
+
+def test_validate_remembers_its_python_and_falls_back_when_it_is_gone(farm, work, inventory):
+    """`validate_python` given once is written on the host and used by later runs without
+    `--var`; a remembered python that no longer exists falls back to the host's default."""
+    import pwd
+
+    from tests.conftest import invoke
+
+    inv = str(inventory())
+    quick = ["--var", "validate_args=--checks system"]
+    first = invoke("validate", "--host", "h1", "--inventory", inv, "--var",
+                   "validate_python=/usr/bin/python3", *quick, cwd=work)
+    assert "validate: python /usr/bin/python3" in first.out, first.out + first.err
+    remembered = Path(pwd.getpwnam(farm.user).pw_dir) / ".gpuprov" / "h1" / "python"
+    try:
+        assert remembered.read_text() == "/usr/bin/python3\n"
+        again = invoke("validate", "--host", "h1", "--inventory", inv, *quick, cwd=work)
+        assert "validate: python /usr/bin/python3" in again.out, again.out + again.err
+        remembered.write_text("/gone/venv/bin/python\n")
+        fallback = invoke("validate", "--host", "h1", "--inventory", inv, *quick, cwd=work)
+        assert "validate: python python3" in fallback.out, fallback.out + fallback.err
+        assert fallback.rc == first.rc, "the same checks ran with the default python"
+    finally:
+        shutil.rmtree(remembered.parent, ignore_errors=True)  # the host's state we made
