@@ -33,6 +33,9 @@ def wants_color(stream: TextIO) -> bool:
 
 
 class Reporter:
+    """Prints one run's step lines, validation progress and recap to `stream` (stdout).
+    `check`: a dry run, so "changed" reads "would change" and each planned command is listed."""
+
     def __init__(self, redact, stream: Optional[TextIO] = None, check: bool = False,
                  width: int = 0, color: Optional[bool] = None):
         self.redact = redact
