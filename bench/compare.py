@@ -559,6 +559,16 @@ def _import_summary(stderr: str, top: int = 10) -> dict:
 
 
 # ---------------------------------------------------------------- output
+def _table(columns: list, rows: list) -> None:
+    """Print a header and rows; columns are (title, width), a negative width left-aligns."""
+    def line(cells):
+        return " ".join(f"{c:<{-w}s}" if w < 0 else f"{c:>{w}s}"
+                        for c, (_, w) in zip(cells, columns))
+    print(line([title for title, _ in columns]))
+    for row in rows:
+        print(line(row))
+
+
 def print_report(result: dict) -> None:
     m = result["machine"]
     print()
@@ -571,11 +581,11 @@ def print_report(result: dict) -> None:
     if cmp_:
         print(f"\nno-op re-run, {cmp_['steps']} steps x {cmp_['hosts']} loopback sshd hosts, "
               f"{cmp_['runs']} alternating runs each, process start-up included:")
-        print(f"{'tool':9s} {'version':22s} {'paramiko':9s} {'median':>8s} {'min':>8s} "
-              f"{'max':>8s} {'x gpuprov':>10s}")
-        for r in cmp_["rows"]:
-            print(f"{r['tool']:9s} {r['version']:22s} {r['paramiko']:9s} {r['median_s']:7.3f}s "
-                  f"{r['min_s']:7.3f}s {r['max_s']:7.3f}s {r['ratio_vs_gpuprov']:9.2f}x")
+        _table([("tool", -9), ("version", -22), ("paramiko", -9), ("median", 8), ("min", 8),
+                ("max", 8), ("x gpuprov", 10)],
+               [[r["tool"], r["version"], r["paramiko"], f"{r['median_s']:.3f}s",
+                 f"{r['min_s']:.3f}s", f"{r['max_s']:.3f}s", f"{r['ratio_vs_gpuprov']:.2f}x"]
+                for r in cmp_["rows"]])
         for r in cmp_["rows"]:
             if r["tool"] in TARGETS:
                 need = TARGETS[r["tool"]]
@@ -586,13 +596,14 @@ def print_report(result: dict) -> None:
     if fl:
         print(f"\nfleet no-op re-run (gpuprov alone, {fl['servers']} sshd servers, "
               f"--forks {fl['forks']}, {fl['runs']} runs each):")
-        print(f"{'hosts':>6s} {'reported':>9s} {'median':>8s} {'min':>8s} {'max':>8s} "
-              f"{'x 1 host':>9s} {'CPU gpuprov':>12s} {'CPU sshd side':>14s}")
-        for s in fl["sizes"]:
-            ratio = fl.get("ratios_vs_1", {}).get(str(s["hosts"]))
-            print(f"{s['hosts']:6d} {s['reported']:9d} {s['median_s']:7.3f}s {s['min_s']:7.3f}s "
-                  f"{s['max_s']:7.3f}s {(f'{ratio:.2f}x' if ratio else '-'):>9s} "
-                  f"{s['gpuprov_cpu_s']:11.2f}s {s['sshd_side_cpu_s']:13.2f}s")
+        ratios = fl.get("ratios_vs_1", {})
+        _table([("hosts", 6), ("reported", 9), ("median", 8), ("min", 8), ("max", 8),
+                ("x 1 host", 9), ("CPU gpuprov", 12), ("CPU sshd side", 14)],
+               [[str(s["hosts"]), str(s["reported"]), f"{s['median_s']:.3f}s",
+                 f"{s['min_s']:.3f}s", f"{s['max_s']:.3f}s",
+                 f"{ratios[str(s['hosts'])]:.2f}x" if str(s["hosts"]) in ratios else "-",
+                 f"{s['gpuprov_cpu_s']:.2f}s", f"{s['sshd_side_cpu_s']:.2f}s"]
+                for s in fl["sizes"]])
         print(f"  (the hosts are sshd servers on this same {result['machine']['cores']}-core "
               "machine: their CPU time competes with gpuprov's)")
         r64 = fl.get("ratios_vs_1", {}).get("64")

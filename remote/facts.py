@@ -47,7 +47,7 @@ SECTIONS = [
      # Shell builtins where they suffice (/proc/self is this shell, its second Uid field the
      # effective uid; sshd sets LOGNAME to the login user): this runs on every host, every run.
      r'''u=; while read -r k r e _; do [ "$k" = Uid: ] && { u=$e; break; }; done 2>/dev/null </proc/self/status
-p uid "${u:-$(id -u)}"; p user "${LOGNAME:-$(id -un 2>/dev/null)}"; p home "$HOME"'''),
+p uid "${u:-$(id -u)}"; p user "__USER__"; p home "$HOME"'''),
     (("hostname", "arch", "kernel"),
      'p hostname "$(uname -n)"; p arch "$(uname -m)"; p kernel "$(uname -r)"'),
     (("distro_id", "distro_version", "distro_codename", "distro_like"), r"""
@@ -110,12 +110,11 @@ def script(python: str = "python3", names: Optional[Iterable[str]] = None,
     that yield `names` (plus the account section). Not `over_ssh` (this machine), LOGNAME may
     name someone else (after `su`), so the user comes from `id`."""
     wanted = None if names is None else set(names)
+    user = "${LOGNAME:-$(id -un 2>/dev/null)}" if over_ssh else "$(id -un 2>/dev/null)"
     parts = [_HEADER]
     for index, (yields, body) in enumerate(SECTIONS):
-        if index == 0 and not over_ssh:
-            body = body.replace("${LOGNAME:-$(id -un 2>/dev/null)}", "$(id -un 2>/dev/null)")
         if index == 0 or wanted is None or wanted & set(yields):
-            parts.append(body.replace("__PYTHON__", shlex.quote(python)))
+            parts.append(body.replace("__PYTHON__", shlex.quote(python)).replace("__USER__", user))
     return "\n".join(parts) + "\n"
 
 

@@ -34,6 +34,14 @@ def work():
     shutil.rmtree(path, ignore_errors=True)
 
 
+def forwarding_refused_server(farm, address: str = "127.0.0.30") -> str:
+    """A farm server that refuses TCP forwarding (own host key, in known_hosts): a jump host
+    nothing gets through, which proves that a connection really goes through its jump."""
+    if address not in farm.procs:
+        farm.add_server(address, AllowTcpForwarding="no")
+    return address
+
+
 def write_yaml(path: Path, data) -> Path:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

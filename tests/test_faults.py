@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, write_yaml
+from tests.conftest import REPO, forwarding_refused_server, write_yaml
 from tests.procs import (SilentServer, alive, kill_pids, session_servers, wait_for_file,
                          wait_gone)
 from tests.sshd import keygen
@@ -383,9 +383,7 @@ def test_jump_host_of_a_jump_host_is_followed(farm, work, inventory, provision):
     """inner -> b2 -> b1: each hop goes through the one before. Behind a first bastion that
     refuses forwarding the chain is unreachable (before, the second hop's own jump was ignored
     and it was reached directly)."""
-    closed = "127.0.0.30"
-    if closed not in farm.procs:
-        farm.add_server(closed, AllowTcpForwarding="no")
+    closed = forwarding_refused_server(farm)
     hosts = {"b1": farm.host_entry(farm.addresses[2]),
              "b2": farm.host_entry(farm.addresses[0], jump="b1"),
              "inner": farm.host_entry(farm.addresses[1], jump="b2"),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import write_yaml
+from tests.conftest import forwarding_refused_server, write_yaml
 
 
 def recipe(work: Path, steps, name="r.yaml", **top) -> Path:
@@ -200,9 +200,7 @@ def test_one_host_unreachable_others_converge(farm, work, inventory, provision):
 
 
 def test_jump_host(farm, work, inventory, provision):
-    closed = "127.0.0.30"
-    if closed not in farm.procs:
-        farm.add_server(closed, AllowTcpForwarding="no")
+    closed = forwarding_refused_server(farm)
     hosts = {"bastion": farm.host_entry(farm.addresses[0]),
              "inner": farm.host_entry(farm.addresses[1], jump="bastion"),
              "closed-bastion": farm.host_entry(closed),
