@@ -278,8 +278,6 @@ class SSHConnection(BaseConnection):
 
     def open(self) -> "SSHConnection":
         """Connect and authenticate, or raise `Unreachable` with the reason."""
-        from fabric import Connection  # imported here: it is the slowest import of a run
-
         connect_kwargs = {"banner_timeout": self.timeouts.banner,
                           "auth_timeout": self.timeouts.auth,
                           "channel_timeout": self.timeouts.auth,
@@ -296,11 +294,10 @@ class SSHConnection(BaseConnection):
             self.gateway.open()
         else:
             connect_kwargs["sock"] = self._tcp_socket(where)
-        self.fabric = Connection(self.host.address, user=self.host.user, port=self.host.port,
-                                 config=_fabric_config(),
-                                 connect_timeout=int(max(1, self.timeouts.connect)),
-                                 connect_kwargs=connect_kwargs,
-                                 gateway=self.gateway.fabric if self.gateway else None)
+        self.fabric = _fabric_connection_class()(
+            self.host.address, user=self.host.user, port=self.host.port,
+            config=_fabric_config(), connect_timeout=int(max(1, self.timeouts.connect)),
+            connect_kwargs=connect_kwargs, gateway=self.gateway.fabric if self.gateway else None)
         self.known_hosts.install(self.fabric.client, self.host.name)
         try:
             self.fabric.open()
@@ -571,10 +568,28 @@ def _transport(sock, **kwargs) -> paramiko.Transport:
 @functools.lru_cache(maxsize=None)
 def _fabric_config():
     """One Fabric configuration (it reads ~/.ssh/config) shared by every connection of a run;
-    Connection only reads it."""
+    the connections only read it (see `_fabric_connection_class`)."""
     from fabric import Config
 
     return Config()
+
+
+@functools.lru_cache(maxsize=None)
+def _fabric_connection_class():
+    """Fabric's Connection, made safe to build in many threads from one shared Config.
+
+    Fabric 3.2's constructor assigns `self.inline_ssh_env`, an attribute the class does not
+    declare, so invoke's DataProxy stores it in the Config instead and re-merges that Config,
+    emptying it for a moment: a host built in another thread then read `config.gateway` from
+    the empty dict and failed with "No attribute or config key found for 'gateway'" (seen with
+    64 hosts at once). Declared here, the value stays on the connection object. Imported
+    lazily: fabric is the slowest import of a run."""
+    from fabric import Connection
+
+    class _Connection(Connection):
+        inline_ssh_env = None
+
+    return _Connection
 
 
 @functools.lru_cache(maxsize=64)

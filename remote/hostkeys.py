@@ -57,9 +57,10 @@ class KnownHosts:
         # paramiko checks the server's key against the client's host keys (and the empty
         # system set); fill them from the keys parsed once for the whole run.
         trusted = client.get_host_keys()
-        for name in self.keys.keys():
-            for key_type, key in self.keys[name].items():
-                trusted.add(name, key_type, key)
+        with self._lock:  # accept-new may be recording a key for another host right now
+            for name in self.keys.keys():
+                for key_type, key in self.keys[name].items():
+                    trusted.add(name, key_type, key)
         client.set_missing_host_key_policy(_Policy(self, host_label))
 
     def locate(self, name: str) -> tuple:

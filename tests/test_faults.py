@@ -366,7 +366,10 @@ def test_forks_bound_concurrency_with_64_hosts(farm, work, inventory, provision,
     started = time.monotonic()
     result = provision("all", rec, inv, forks=forks)
     elapsed = time.monotonic() - started
-    assert result.rc == 0, result.out[-3000:]
+    failures = {name: [s["message"] for s in host["steps"] if s["status"] == "failed"]
+                or host.get("message") for name, host in result.json["hosts"].items()
+                if host["failed"] or host["unreachable"]}
+    assert result.rc == 0 and not failures, failures
     assert len(result.json["hosts"]) == 64
     for name, host in result.json["hosts"].items():
         assert host["unreachable"] is False and host["changed"] == 1 and host["ok"] == 1, name

@@ -370,6 +370,30 @@ def test_a_command_that_closes_its_output_early_does_not_spin(farm, work, invent
     assert cpu < 0.5, f"the client used {cpu:.2f} s of CPU waiting 2 s for an exit status"
 
 
+def test_connections_leave_the_shared_fabric_config_untouched(farm, work, inventory):
+    """Every connection of a run reads one Fabric Config. Fabric's constructor used to write a
+    key into it, and invoke re-merges a Config on every write, emptying it for a moment: with
+    64 hosts connecting at once, one host now and then failed with "No attribute or config key
+    found for 'gateway'". A connection must not write to it at all (the race itself is too rare
+    to reproduce on demand; test_forks_bound_concurrency_with_64_hosts is where it showed)."""
+    from remote.connection import _fabric_config, connect
+    from remote.hostkeys import KnownHosts
+    from remote.inventory import load_inventory
+
+    inv = load_inventory(inventory())
+    shared = _fabric_config()
+    merged = shared._config  # invoke replaces this dict whenever the Config is written to
+    before = repr(merged)
+    conn = connect(inv.hosts["h1"], inv.hosts, inv.timeouts,
+                   KnownHosts(inv.known_hosts, inv.host_key_policy))
+    try:
+        assert conn.run("echo hi").out == "hi\n"
+    finally:
+        conn.close()
+    assert _fabric_config() is shared
+    assert shared._config is merged and repr(merged) == before
+
+
 def test_host_output_cannot_drive_the_terminal(farm, work, inventory, provision):
     """Escape sequences in what a host prints (here in a failing step's stderr) are shown
     as '?', not passed to the terminal (they could retitle it, hide text, move the cursor)."""
