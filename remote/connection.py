@@ -48,6 +48,7 @@ KILL_GRACE_S = 5  # after SIGTERM, `timeout -k` sends SIGKILL this much later
 CLIENT_GRACE_S = KILL_GRACE_S + 5  # the client waits this long past the remote timeout
 STOP_TIMEOUT_S = 3  # for the `kill` that stops a cancelled command
 CANCEL_PID_WAIT_S = 2  # a command cancelled before its PID line arrived waits this long for it
+KEX_GRACE_S = 10  # after the banner came, the key exchange has this much longer
 # What coreutils `timeout` exits with when it stopped the command (TERM, then KILL after grace).
 TIMEOUT_EXIT_CODES = (124, 137)
 
@@ -294,9 +295,13 @@ class SSHConnection(BaseConnection):
             self.gateway.open()
         else:
             connect_kwargs["sock"] = self._tcp_socket(where)
+        # Fabric's connect_timeout bounds paramiko's whole negotiation (the TCP connect above
+        # has its own): when it was shorter than the banner wait, a silent server surfaced as
+        # a bare "No existing session" before the banner timeout could say what happened.
+        negotiation_s = int(max(1, self.timeouts.banner) + KEX_GRACE_S)
         self.fabric = _fabric_connection_class()(
             self.host.address, user=self.host.user, port=self.host.port,
-            config=_fabric_config(), connect_timeout=int(max(1, self.timeouts.connect)),
+            config=_fabric_config(), connect_timeout=negotiation_s,
             connect_kwargs=connect_kwargs, gateway=self.gateway.fabric if self.gateway else None)
         self.known_hosts.install(self.fabric.client, self.host.name)
         try:
@@ -320,7 +325,13 @@ class SSHConnection(BaseConnection):
             if "banner" in text.lower():
                 text = (f"{where} accepted TCP but sent no SSH banner within "
                         f"{self.timeouts.banner:g} s")
+            elif text == "No existing session":  # start_client gave up waiting
+                text = (f"{where} sent its SSH banner but the key exchange did not finish "
+                        f"within {negotiation_s} s")
             raise Unreachable(f"SSH to {where} failed: {text}") from None
+        except EOFError:
+            raise Unreachable(f"SSH to {where} failed: the server closed the connection "
+                              "during login") from None
         except OSError as exc:
             raise Unreachable(f"cannot connect to {where}: {exc.strerror or exc}") from None
         self.fabric.transport.set_keepalive(max(1, int(self.timeouts.keepalive)))
