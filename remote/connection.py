@@ -261,6 +261,9 @@ class BaseConnection:
     def close(self) -> None:
         pass
 
+    def abort(self) -> None:
+        """Stop an `open` in progress in another thread (opening a local one is instant)."""
+
     def describe(self) -> str:
         """What the run log records about the connection."""
         return "local (no SSH)"
@@ -276,9 +279,36 @@ class SSHConnection(BaseConnection):
         self.gateway = gateway
         self.fabric = None
         self.is_root = host.user == "root"
+        self._sock: Optional[socket.socket] = None
+        self._abort_lock = threading.Lock()
+        self._aborted = False
+
+    def abort(self) -> None:
+        """Stop an `open` in progress in another thread (the run was cancelled): shutting the
+        socket down ends a blocked TCP connect, banner wait, key exchange or login at once,
+        and `open` raises `Interrupted` instead of waiting out its timeouts."""
+        with self._abort_lock:
+            self._aborted = True
+            sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # not connected yet or already closed
+                pass
+        if self.gateway is not None:
+            self.gateway.abort()
 
     def open(self) -> "SSHConnection":
-        """Connect and authenticate, or raise `Unreachable` with the reason."""
+        """Connect and authenticate, or raise `Unreachable` with the reason (`Interrupted`
+        when `abort` stopped it)."""
+        try:
+            return self._open()
+        except Unreachable:
+            if self._aborted:
+                raise Interrupted("interrupted while connecting") from None
+            raise
+
+    def _open(self) -> "SSHConnection":
         connect_kwargs = {"banner_timeout": self.timeouts.banner,
                           "auth_timeout": self.timeouts.auth,
                           "channel_timeout": self.timeouts.auth,
@@ -341,8 +371,7 @@ class SSHConnection(BaseConnection):
         """The TCP connection, made here so it can have TCP_NODELAY: paramiko leaves Nagle on,
         which delays every small SSH message (a new channel, a command) by ~40 ms."""
         try:
-            sock = socket.create_connection((self.host.address, self.host.port),
-                                            timeout=self.timeouts.connect)
+            sock = self._connect_tcp()
         except ConnectionRefusedError:
             raise Unreachable(f"connection to {where} refused (is sshd running there, "
                               "and the port right?)") from None
@@ -352,9 +381,35 @@ class SSHConnection(BaseConnection):
         except OSError as exc:
             raise Unreachable(f"cannot connect to {where}: {exc.strerror or exc}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if _QUICKACK is None:
-            return sock
-        return _QuickAckSocket(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        if _QUICKACK is not None:
+            sock = _QuickAckSocket(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        self._track(sock)
+        return sock
+
+    def _track(self, sock: socket.socket) -> None:
+        """Make `sock` the one `abort` shuts down; raise if the abort came first."""
+        with self._abort_lock:
+            self._sock = sock
+            if self._aborted:
+                sock.close()
+                raise Unreachable("aborted")  # open() turns it into Interrupted
+
+    def _connect_tcp(self) -> socket.socket:
+        """socket.create_connection, with each socket known to `abort` while it connects
+        (and from then on: the one that connects is the one paramiko uses)."""
+        error: Optional[OSError] = None
+        for family, kind, proto, _, address in socket.getaddrinfo(
+                self.host.address, self.host.port, type=socket.SOCK_STREAM):
+            sock = socket.socket(family, kind, proto)
+            self._track(sock)
+            try:
+                sock.settimeout(self.timeouts.connect)
+                sock.connect(address)
+                return sock
+            except OSError as exc:
+                sock.close()
+                error = exc
+        raise error if error is not None else OSError(f"no address for {self.host.address}")
 
     def _execute(self, command, exchange, deadline, timeout, cancel) -> int:
         transport = self.fabric.transport
@@ -617,9 +672,15 @@ def _private_key(path: str) -> Optional[paramiko.PKey]:
 def connect(host: Host, hosts: dict, timeouts: Timeouts, known_hosts: KnownHosts,
             become_password: Optional[str] = None) -> BaseConnection:
     """Open the right connection for `host` (jump hosts chained through the inventory)."""
+    return connection_for(host, hosts, timeouts, known_hosts, become_password).open()
+
+
+def connection_for(host: Host, hosts: dict, timeouts: Timeouts, known_hosts: KnownHosts,
+                   become_password: Optional[str] = None) -> BaseConnection:
+    """The right connection for `host`, not opened yet (so a runner can `abort` the open)."""
     if host.is_local:
-        return LocalConnection(host, timeouts, become_password).open()
-    return _ssh(host, hosts, timeouts, known_hosts, become_password).open()
+        return LocalConnection(host, timeouts, become_password)
+    return _ssh(host, hosts, timeouts, known_hosts, become_password)
 
 
 def _ssh(host: Host, hosts: dict, timeouts: Timeouts, known_hosts: KnownHosts,

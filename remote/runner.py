@@ -25,14 +25,14 @@ from typing import Callable, Optional
 
 from . import facts as facts_mod
 from .connection import (BecomeError, CommandTimeout, ConnectionLost, Interrupted, Unreachable,
-                         connect)
+                         connection_for)
 from .hostkeys import KnownHosts
 from .inventory import Host, Inventory
 from .probes import batch_script, parse_batch
 from .recap import Reporter
 from .recipe import Recipe, Step, facts_used
 from .runlog import Redactor, RunLog
-from .steps import PlanError, Probe
+from .steps import PlanError
 from .transfer import current_umask
 from .templating import (TemplateError, evaluate, fact_dependent_vars, names_in, render_shell,
                          render_text, resolve_vars)
@@ -572,6 +572,9 @@ class Run:
         self.redact = redact
         self.after_steps = after_steps
         self.cancel = threading.Event()
+        # Connections still opening: a cancel aborts them rather than wait out their timeouts.
+        self._opening: set = set()
+        self._opening_lock = threading.Lock()
         self.known_hosts = KnownHosts(inventory.known_hosts, inventory.host_key_policy)
         # Only the facts something can read are gathered (None: all of them).
         layers = [recipe.vars, inventory.vars, options.extra_vars]
@@ -580,10 +583,32 @@ class Run:
         self.fact_names = None if options.all_facts else facts_used(recipe, layers)
 
     def connect(self, host: Host):
-        conn = connect(host, self.inventory.hosts, self.inventory.timeouts, self.known_hosts,
-                       self.options.become_password)
+        """An open connection to `host`; `Interrupted` once the run is cancelled."""
+        conn = connection_for(host, self.inventory.hosts, self.inventory.timeouts,
+                              self.known_hosts, self.options.become_password)
         conn.cancel = self.cancel  # a cancelled run stops the host's running command
+        with self._opening_lock:
+            if self.cancel.is_set():
+                raise Interrupted("interrupted")
+            self._opening.add(conn)
+        try:
+            conn.open()
+        finally:
+            with self._opening_lock:
+                self._opening.discard(conn)
+        if self.cancel.is_set():  # cancelled as it opened: its socket may be shut already
+            conn.close()
+            raise Interrupted("interrupted")
         return conn
+
+    def stop(self) -> None:
+        """Cancel the run: hosts stop their running commands, and opening connections give up
+        at once instead of waiting out their connect, banner or login timeouts."""
+        with self._opening_lock:
+            self.cancel.set()
+            opening = list(self._opening)
+        for conn in opening:
+            conn.abort()
 
     def execute(self) -> dict:
         """Run every host; return {name: HostResult} in inventory order."""
@@ -595,7 +620,7 @@ class Run:
             for name, future in futures.items():
                 results[name] = future.result()
         except KeyboardInterrupt:
-            self.cancel.set()
+            self.stop()
             for name, future in futures.items():
                 if future.cancel():
                     results[name] = HostResult(name, interrupted=True, message="interrupted")

@@ -81,6 +81,24 @@ def _wait_for(path: Path, within: float) -> bool:
     return False
 
 
+def _start_provision(work: Path, inv: Path, rec: Path, out_json: Path) -> subprocess.Popen:
+    """`invoke provision --host all` as a user runs it, output captured."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "provision", "--host",
+         "all", "--inventory", str(inv), "--recipe", str(rec), "--no-validate", "--json",
+         str(out_json)], cwd=work, env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _output_of(run: subprocess.Popen, within: float) -> str:
+    """What the run printed, once it ends (killed, by PID, if it runs past `within`)."""
+    try:
+        return run.communicate(timeout=within)[0]
+    except subprocess.TimeoutExpired:
+        run.kill()
+        return run.communicate()[0]
+
+
 def _require_private_namespace() -> None:
     """Stop unless this is PID 1 of a namespace whose only interface is lo."""
     import socket
@@ -115,22 +133,14 @@ def scenario_linkcut() -> dict:
             {"name": "after", "shell": f"touch {work}/{{{{ host }}}}.after"}]})
         out_json = work / "out.json"
         started = time.monotonic()
-        run = subprocess.Popen(
-            [sys.executable, "-m", "invoke", "--search-root", str(REPO), "provision",
-             "--host", "all", "--inventory", str(inv), "--recipe", str(rec), "--no-validate",
-             "--json", str(out_json)], cwd=work, env=dict(os.environ, PYTHONPATH=str(REPO)),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        run = _start_provision(work, inv, rec, out_json)
         if not (_wait_for(work / "cut.started", 30) and _wait_for(work / "fine.after", 30)):
             run.kill()
             raise SystemExit(f"the steps did not start: {run.communicate()[0]}")
         time.sleep(1)  # the step is running and silent
         _nft(_drop_rules([farm.addresses[0]]).replace(TABLE, TABLE + "_2"))
         cut_at = time.monotonic()
-        try:
-            output, _ = run.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            run.kill()
-            output = run.communicate()[0]
+        output = _output_of(run, 60)
         ended = time.monotonic()
         results = json.loads(out_json.read_text()) if out_json.exists() else None
         return {"rc": run.returncode, "detect_s": round(ended - cut_at, 2),
@@ -141,7 +151,41 @@ def scenario_linkcut() -> dict:
         shutil.rmtree(work, ignore_errors=True)
 
 
-SCENARIOS = {"linkcut": scenario_linkcut}
+def scenario_interrupt_connect() -> dict:
+    """Host `blackholed` never answers its SYN (connect timeout 60 s); the run gets SIGINT
+    while that TCP connect is pending. Returns how long the run took to stop after it."""
+    import signal
+
+    from tests.conftest import write_yaml
+    from tests.sshd import shared_tmp
+
+    _require_private_namespace()
+    _sh("ip", "link", "set", "lo", "up")
+    work = shared_tmp()
+    try:
+        _nft(_drop_rules(["127.0.0.9"]))
+        inv = write_yaml(work / "inventory.yaml", {
+            "timeouts": {"connect": 60, "banner": 60},
+            "hosts": {"blackholed": {"address": "127.0.0.9", "user": "nobody"}}})
+        rec = write_yaml(work / "r.yaml", {"name": "interrupt", "steps": [{"shell": "true"}]})
+        out_json = work / "out.json"
+        run = _start_provision(work, inv, rec, out_json)
+        if not _wait_for(work / "logs" / "blackholed", 30):
+            run.kill()
+            raise SystemExit(f"the run did not start: {run.communicate()[0]}")
+        time.sleep(1)  # the SYN is out and unanswered
+        run.send_signal(signal.SIGINT)
+        sent_at = time.monotonic()
+        output = _output_of(run, 90)
+        results = json.loads(out_json.read_text()) if out_json.exists() else None
+        return {"rc": run.returncode, "stopped_s": round(time.monotonic() - sent_at, 2),
+                "results": results, "output": output}
+    finally:
+        subprocess.run(["nft", "flush", "ruleset"], timeout=10)  # this namespace's only
+        shutil.rmtree(work, ignore_errors=True)
+
+
+SCENARIOS = {"linkcut": scenario_linkcut, "interrupt_connect": scenario_interrupt_connect}
 
 
 def main() -> None:

@@ -92,13 +92,18 @@ def wait_gone(pid: int, within: float) -> bool:
     return not alive(pid)
 
 
-def wait_for_file(path: Path, within: float) -> bool:
+def wait_until(predicate, within: float) -> bool:
+    """True as soon as `predicate()` is, False when `within` seconds pass first."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if path.exists() and path.stat().st_size > 0:
+        if predicate():
             return True
         time.sleep(0.05)
     return False
+
+
+def wait_for_file(path: Path, within: float) -> bool:
+    return wait_until(lambda: path.exists() and path.stat().st_size > 0, within)
 
 
 class SilentServer:

@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import REPO, forwarding_refused_server, write_yaml
 from tests.procs import (SilentServer, alive, kill_pids, session_servers, wait_for_file,
-                         wait_gone)
+                         wait_gone, wait_until)
 from tests.sshd import keygen
 
 SILENT_ADDRESS = "127.0.0.60"
@@ -279,6 +279,14 @@ def _start_invoke(*args, cwd=None):
                             stderr=subprocess.PIPE, text=True)
 
 
+def _stop_run(proc: subprocess.Popen, sig) -> tuple:
+    """Send `sig` to a running invoke; (stdout, stderr, seconds until it exited)."""
+    sent_at = time.monotonic()
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=90)
+    return out, err, time.monotonic() - sent_at
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_interrupt_stops_remote_commands_keeps_recap_and_logs(farm, work, inventory, sig):
     """SIGTERM (or Ctrl-C's SIGINT) while 2 hosts run a long step: exit 130, the recap and
@@ -305,10 +313,7 @@ def test_interrupt_stops_remote_commands_keeps_recap_and_logs(farm, work, invent
             pid = int((work / f"{name}.pid").read_text())
             remote += [pid] + descendants_of(pid)
         assert all(alive(p) for p in remote)
-        sent_at = time.monotonic()
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=30)
-        stopped_in = time.monotonic() - sent_at
+        out, err, stopped_in = _stop_run(proc, sig)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -340,6 +345,53 @@ def test_interrupt_stops_remote_commands_keeps_recap_and_logs(farm, work, invent
         assert [s["status"] for s in data[name]["steps"]] == ["ok", "changed"]
         assert (work / f"{name}.done").exists()
     print(f"{sig.name}: run stopped {stopped_in:.2f}s after the signal")
+
+
+def test_interrupt_while_a_host_waits_for_its_banner(farm, work):
+    """Ctrl-C while a host accepted TCP but sends no banner (banner wait 60 s): the run stops
+    at once, exit 130, and the host is reported interrupted, not unreachable. Before, the run
+    sat out the banner wait and then called the host unreachable."""
+    silent = SilentServer(SILENT_ADDRESS, farm.port)
+    try:
+        inv = write_yaml(work / "inventory.yaml", {
+            "known_hosts": [str(farm.known_hosts)], "timeouts": {"banner": 60},
+            "hosts": {"silent": farm.host_entry(SILENT_ADDRESS)}})
+        out_json = work / "out.json"
+        proc = _start_invoke("provision", "--host", "all", "--inventory", str(inv), "--recipe",
+                             str(recipe(work, [{"shell": "true"}])), "--no-validate", "--json",
+                             str(out_json), cwd=work)
+        try:
+            assert wait_until(lambda: silent.accepted, 30), "the run never reached the server"
+            time.sleep(0.5)  # paramiko is waiting for the banner
+            out, err, stopped_in = _stop_run(proc, signal.SIGINT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    finally:
+        silent.close()
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err, err
+    host = json.loads(out_json.read_text())["hosts"]["silent"]
+    assert host.get("interrupted") is True and host["unreachable"] is False, host
+    assert stopped_in < 10, f"stopped {stopped_in:.1f}s after SIGINT (banner wait 60 s)"
+
+
+@pytest.mark.slow
+def test_interrupt_while_a_tcp_connect_is_unanswered_in_private_namespace():
+    """Ctrl-C while a host's SYN goes unanswered (dropped inside a namespace holding only lo,
+    connect timeout 60 s): the run stops at once and reports the host interrupted."""
+    from tests.netns import have_tools, run_scenario
+
+    missing = have_tools()
+    if missing:
+        pytest.skip(missing)
+    out = run_scenario("interrupt_connect", timeout=120)
+    assert out["rc"] == 130, out["output"]
+    host = out["results"]["hosts"]["blackholed"]
+    assert host.get("interrupted") is True and host["unreachable"] is False, out
+    assert out["stopped_s"] < 10, out
+    print(f"interrupted a pending TCP connect in {out['stopped_s']}s")
 
 
 # ----------------------------------------------------------------------------- many hosts
