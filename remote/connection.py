@@ -392,7 +392,7 @@ class SSHConnection(BaseConnection):
             self._sock = sock
             if self._aborted:
                 sock.close()
-                raise Unreachable("aborted")  # open() turns it into Interrupted
+                raise Interrupted("interrupted while connecting")
 
     def _connect_tcp(self) -> socket.socket:
         """socket.create_connection, with each socket known to `abort` while it connects

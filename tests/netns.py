@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.procs import wait_until
+
 REPO = Path(__file__).resolve().parent.parent
 TABLE = "gpuprov_cut"
 
@@ -70,15 +72,6 @@ def _drop_rules(addresses) -> str:
     rules = "".join(f"    ip daddr {a} drop\n    ip saddr {a} drop\n" for a in addresses)
     return (f"table inet {TABLE} {{\n  chain out {{\n"
             f"    type filter hook output priority 0; policy accept;\n{rules}  }}\n}}\n")
-
-
-def _wait_for(path: Path, within: float) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if path.exists():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _start_provision(work: Path, inv: Path, rec: Path, out_json: Path) -> subprocess.Popen:
@@ -134,7 +127,9 @@ def scenario_linkcut() -> dict:
         out_json = work / "out.json"
         started = time.monotonic()
         run = _start_provision(work, inv, rec, out_json)
-        if not (_wait_for(work / "cut.started", 30) and _wait_for(work / "fine.after", 30)):
+        started_ok = (wait_until((work / "cut.started").exists, 30)
+                      and wait_until((work / "fine.after").exists, 30))
+        if not started_ok:
             run.kill()
             raise SystemExit(f"the steps did not start: {run.communicate()[0]}")
         time.sleep(1)  # the step is running and silent
@@ -170,7 +165,7 @@ def scenario_interrupt_connect() -> dict:
         rec = write_yaml(work / "r.yaml", {"name": "interrupt", "steps": [{"shell": "true"}]})
         out_json = work / "out.json"
         run = _start_provision(work, inv, rec, out_json)
-        if not _wait_for(work / "logs" / "blackholed", 30):
+        if not wait_until((work / "logs" / "blackholed").exists, 30):
             run.kill()
             raise SystemExit(f"the run did not start: {run.communicate()[0]}")
         time.sleep(1)  # the SYN is out and unanswered
