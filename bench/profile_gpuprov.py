@@ -52,9 +52,9 @@ def timed(owner, attr: str, label: str) -> None:
 
 def install_phase_timers() -> None:
     import remote.cli as cli
-    import remote.connection as connection
-    import remote.recap as recap
-    import remote.runner as runner
+    import remote.transport.connection as connection
+    import remote.output.recap as recap
+    import remote.engine.runner as runner
 
     timed(cli, "load_and_check", "load + check inventory, recipe, templates")
     timed(runner.Run, "connect", "connect: TCP + SSH handshake + auth (per host)")
@@ -115,7 +115,7 @@ WAITS = ("recv", "acquire", "select", "poll", "sleep", "'get' of '_queue", "wait
 
 def top_functions(stats: pstats.Stats, key: str, count: int, cpu_only: bool = False) -> list:
     rows = []
-    for (filename, line, func), (cc, nc, tt, ct, _) in stats.stats.items():
+    for (filename, line, func), (_cc, nc, tt, ct, _) in stats.stats.items():
         if cpu_only and filename == "~" and any(w in func for w in WAITS):
             continue
         rows.append({"function": f"{_short(filename)}:{line}({func})", "calls": nc,

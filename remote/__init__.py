@@ -1,0 +1,14 @@
+"""gpuprov's control side: everything that runs on your machine (`validate/` runs on the host).
+
+Packages, imports pointing down only:
+- `cli`        options in, one job per command, exit status out (imports everything below).
+- `engine/`    runs jobs on hosts in parallel: host sessions, facts, probes, results.
+- `kinds/`     one module per step kind: arguments, probe, plan.
+- `config/`    what the user writes (YAML, inventory, recipes, templates), checked before any
+               host is contacted.
+- `transport/` SSH and local connections, host keys, tarball transfer.
+- `output/`    what the user sees and keeps: the live lines and recap, the run log, redaction.
+- `report/`    reads log folders and compares hosts and runs (stands alone).
+- `sandbox/`   throwaway local Debian hosts for trying recipes and for the tests (stands alone).
+- `errors`     the one error tree every package raises from.
+"""

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from .errors import InputError
-from .facts import FACT_NAMES
-from .templating import check_vars
-from .inventory import load_inventory
-from .recap import Reporter
-from .recipe import check_names, load_recipe
-from .runlog import Redactor, new_run_id
-from .runner import Run, RunInterrupted, RunOptions, write_json
+from .engine.facts import FACT_NAMES
+from .kinds import KINDS
+from .config.templating import check_vars
+from .config.inventory import load_inventory
+from .output.recap import Reporter
+from .config.recipe import check_names, load_recipe
+from .output.runlog import Redactor, new_run_id
+from .engine.runner import Run, RunInterrupted, RunOptions, write_json
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 BECOME_PASSWORD_ENV = "GPUPROV_BECOME_PASSWORD"
@@ -75,7 +76,7 @@ def load_and_check(inventory_path: str, selection: str, recipe_path: Optional[st
     """Inventory, selected hosts and recipe, all checked; raises `InputError`."""
     inventory = load_inventory(inventory_path)
     hosts = inventory.select(selection)
-    recipe = load_recipe(recipe_path) if recipe_path else None
+    recipe = load_recipe(recipe_path, KINDS) if recipe_path else None
     if recipe is not None:
         checked = set()
         for host in hosts:
@@ -91,7 +92,7 @@ def load_and_check(inventory_path: str, selection: str, recipe_path: Optional[st
             key = frozenset(raw)
             if key not in checked:
                 check_vars(raw, where, FACT_NAMES)
-                check_names(recipe, set(raw), host.name)
+                check_names(recipe, set(raw), host.name, FACT_NAMES)
                 checked.add(key)
     return inventory, hosts, recipe
 
@@ -115,7 +116,7 @@ def provision(host: str, recipe: str, inventory: str, check: bool = False, tags:
         return fail_input(exc)
     after = None
     if validate and not check:
-        from .validation import Validator
+        from .engine.validation import Validator
         after = Validator(suite)
     return _execute(inv, hosts, rec, extra_vars, forks_n, json_path, ask_become_pass, logs_dir,
                     check=check, tags=parse_tags(tags), after_steps=after)
@@ -124,7 +125,7 @@ def provision(host: str, recipe: str, inventory: str, check: bool = False, tags:
 def validate(host: str, inventory: str, suite: str = "quick", json_path: Optional[str] = None,
              var: Optional[list] = None, forks=16, logs_dir: str = "logs") -> int:
     """`invoke validate`: push validate/, run it on the selected hosts, pull the results."""
-    from .validation import Validator
+    from .engine.validation import Validator
 
     try:
         extra_vars, forks_n, suite, (inv, hosts, _) = _run_inputs(inventory, host, None, var,
@@ -137,7 +138,7 @@ def validate(host: str, inventory: str, suite: str = "quick", json_path: Optiona
 
 def logs(host: str, inventory: str, logs_dir: str = "logs") -> int:
     """`invoke logs`: pull what the last validation left on each selected host."""
-    from .validation import latest_run_id, pull_results
+    from .engine.validation import latest_run_id, pull_results
 
     try:
         inv, hosts, _ = load_and_check(inventory, host, None, {})
@@ -204,7 +205,7 @@ def sandbox(action: str, hosts=2, state_dir: str = ".sandbox") -> int:
 
 
 def check_suite(suite: str) -> str:
-    from .validation import SUITES
+    from .engine.validation import SUITES
 
     if suite not in SUITES:
         raise InputError(f"--suite must be one of {', '.join(SUITES)}, not {suite!r}")
@@ -212,7 +213,7 @@ def check_suite(suite: str) -> str:
 
 
 def _empty_recipe(name: str):
-    from .recipe import Recipe
+    from .config.recipe import Recipe
 
     return Recipe(path=Path(f"<{name}>"), name=name, vars={}, vars_where={}, steps=[],
                   handlers={})
@@ -274,8 +275,8 @@ def facts(host: str, inventory: str, json_path: Optional[str] = None) -> int:
     """`invoke facts`: gather and print facts of the selected hosts."""
     import json
 
-    from .facts import FACTS
-    from .runner import write_atomic
+    from .engine.facts import FACTS
+    from .engine.runner import write_atomic
 
     try:
         inv, hosts, _ = load_and_check(inventory, host, None, {})

@@ -52,7 +52,7 @@ def run_scenario(name: str, timeout: float = 120.0) -> dict:
     except subprocess.TimeoutExpired:
         proc.kill()  # by PID; --kill-child takes the namespace's processes with it
         out, err = proc.communicate()
-        raise AssertionError(f"scenario {name} ran past {timeout:g} s:\n{out}\n{err}")
+        raise AssertionError(f"scenario {name} ran past {timeout:g} s:\n{out}\n{err}") from None
     lines = [line for line in out.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise AssertionError(f"scenario {name} failed (rc={proc.returncode}):\n{out}\n{err}")

@@ -1,4 +1,4 @@
-"""A session-scoped pytest fixture that gives tests real sandbox hosts (see remote/sandbox.py).
+"""A session-scoped pytest fixture that gives tests real sandbox hosts (see remote/sandbox/).
 
 Use it from a test module by importing the fixture by name (pytest then finds it)::
 

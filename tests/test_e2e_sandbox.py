@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import os
 
 from remote import sandbox
 from tests.conftest import REPO, invoke, write_yaml

@@ -460,8 +460,8 @@ def test_cancel_stops_a_local_command(work):
     """The local connection stops a cancelled command the same way (its process group)."""
     import threading
 
-    from remote.connection import Interrupted, LocalConnection
-    from remote.inventory import Host, Timeouts
+    from remote.transport.connection import Interrupted, LocalConnection
+    from remote.config.inventory import Host, Timeouts
     from remote.errors import Where
     from tests.procs import descendants_of
 

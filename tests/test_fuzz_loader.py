@@ -1,6 +1,6 @@
 """Property test: random mutations of valid inventories and recipes thrown at the loaders.
 
-The loaders are `remote.inventory.load_inventory`, `remote.recipe.load_recipe` and the static
+The loaders are `remote.config.inventory.load_inventory`, `remote.config.recipe.load_recipe` and the static
 checks of `remote.cli.load_and_check` (selection, vars, templates per host). Whatever the bytes,
 the only outcomes allowed are a loaded model or an `InputError` whose text is one line that
 starts with the path of the file at fault. Anything else (another exception, a multi-line

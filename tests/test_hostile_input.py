@@ -426,7 +426,7 @@ def test_inventory_python_path_is_quoted(farm, work, inventory, provision):
 
 def test_keys_are_names_as_written(work):
     """YAML 1.1 reads `yes`, `on`, `0x1f` as a bool or a number; as a key, a name is meant."""
-    from remote.inventory import load_inventory
+    from remote.config.inventory import load_inventory
 
     (work / INV).write_text("hosts:\n  yes: {}\n  on: {}\n  0x1f: {}\n  1_000: {}\n")
     assert list(load_inventory(work / INV).hosts) == ["yes", "on", "0x1f", "1_000"]

@@ -70,7 +70,7 @@ def test_hashed_known_hosts_entries_are_understood(farm, work, provision):
 
 
 def _record_many(path: str, worker: int, start, count: int) -> None:
-    from remote.hostkeys import KnownHosts
+    from remote.transport.hostkeys import KnownHosts
 
     store = KnownHosts([path], "accept-new")
     key = paramiko.Ed25519Key.from_private_key_file(str(Path(path).parent / "id"))
@@ -107,7 +107,7 @@ def test_a_different_key_recorded_meanwhile_by_another_run_is_refused(tmp_path):
     being intercepted): the second to record must refuse, not add a second trusted key."""
     import pytest
 
-    from remote.hostkeys import HostKeyError, KnownHosts
+    from remote.transport.hostkeys import HostKeyError, KnownHosts
 
     known = tmp_path / "known_hosts"
     store = KnownHosts([str(known)], "accept-new")  # loaded while the file was empty

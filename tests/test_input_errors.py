@@ -130,7 +130,7 @@ def test_included_inventory_merges_hosts_and_refuses_duplicates(work):
     main = work / "inventory.yaml"
     main.write_text("include_if_exists: [extra/inv.yaml, missing.yaml]\nvars: {a: outer}\n"
                     "hosts:\n  h1: {address: 127.0.0.98}\n")
-    from remote.inventory import load_inventory
+    from remote.config.inventory import load_inventory
 
     inv = load_inventory(main)
     assert list(inv.hosts) == ["h1", "s1"]

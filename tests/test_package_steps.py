@@ -76,7 +76,7 @@ def test_apt_plans_missing_packages_pins_and_holds(work, provision):
 
 
 def _apt_plan(args, probe_out):
-    from remote.steps import KINDS, Probe
+    from remote.kinds import KINDS, Probe
 
     kind = KINDS["apt"]
     return [c.shown() for c in kind.plan(kind.load(args, None, None), Probe(0, probe_out))]

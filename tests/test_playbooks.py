@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from remote.cli import load_and_check
-from remote.recap import Reporter
-from remote.runlog import Redactor
-from remote.runner import Run, RunOptions
+from remote.output.recap import Reporter
+from remote.output.runlog import Redactor
+from remote.engine.runner import Run, RunOptions
 from tests.conftest import REPO, write_yaml
 
 DISTROS = {

@@ -6,7 +6,6 @@ import shutil
 import time
 from pathlib import Path
 
-import pytest
 
 from tests.conftest import forwarding_refused_server, write_yaml
 
@@ -142,7 +141,8 @@ def test_tags_select_steps(farm, work, inventory, provision):
 
 def test_include_and_its_when(farm, work, inventory, provision):
     write_yaml(work / "inc.yaml", {"vars": {"inner": "from-include", "shared": "inner"},
-                                   "steps": [{"name": "inc", "shell": f"echo {{{{ inner }}}} {{{{ shared }}}} > {work}/inc"}]})
+                                   "steps": [{"name": "inc",
+                                              "shell": f"echo {{{{ inner }}}} {{{{ shared }}}} > {work}/inc"}]})
     rec = recipe(work, [
         {"include": "inc.yaml"},
         {"include": "inc.yaml", "when": False, "name": "never"},
@@ -269,11 +269,12 @@ def test_only_the_facts_a_recipe_reads_are_gathered(farm, work, inventory, provi
     log = next((work / "logs" / "h1").iterdir()) / "provision.log"
     assert (work / "cpus").read_text() == f"{os.cpu_count()}\n"
     # the facts command's trace shows what it gathered: the account and cpus, not lspci etc.
-    from remote.recipe import facts_used, load_recipe
+    from remote.config.recipe import facts_used, load_recipe
+    from remote.kinds import KINDS
 
-    assert facts_used(load_recipe(rec), []) == {"cpus"}
+    assert facts_used(load_recipe(rec, KINDS), []) == {"cpus"}
     dynamic = recipe(work, [{"shell": "echo {{ facts[name] }}"}], "d.yaml", vars={"name": "arch"})
-    assert facts_used(load_recipe(dynamic), []) is None
+    assert facts_used(load_recipe(dynamic, KINDS), []) is None
     assert "gather facts" in log.read_text()
     # a recipe that reads no fact costs no facts round trip at all
     plain = recipe(work, [{"shell": f"touch {work}/plain"}], "p.yaml")
@@ -353,9 +354,9 @@ def test_a_command_that_closes_its_output_early_does_not_spin(farm, work, invent
     """After the remote end sends EOF, waiting for the exit status must sleep, not poll: a
     command that closes stdout/stderr and keeps running used to busy-loop the client (and
     starve every other host's thread of the GIL)."""
-    from remote.connection import connect
-    from remote.hostkeys import KnownHosts
-    from remote.inventory import load_inventory
+    from remote.transport.connection import connect
+    from remote.transport.hostkeys import KnownHosts
+    from remote.config.inventory import load_inventory
 
     inv = load_inventory(inventory())
     conn = connect(inv.hosts["h1"], inv.hosts, inv.timeouts,
@@ -376,9 +377,9 @@ def test_connections_leave_the_shared_fabric_config_untouched(farm, work, invent
     64 hosts connecting at once, one host now and then failed with "No attribute or config key
     found for 'gateway'". A connection must not write to it at all (the race itself is too rare
     to reproduce on demand; test_forks_bound_concurrency_with_64_hosts is where it showed)."""
-    from remote.connection import _fabric_config, connect
-    from remote.hostkeys import KnownHosts
-    from remote.inventory import load_inventory
+    from remote.transport.connection import _fabric_config, connect
+    from remote.transport.hostkeys import KnownHosts
+    from remote.config.inventory import load_inventory
 
     inv = load_inventory(inventory())
     shared = _fabric_config()
@@ -411,7 +412,7 @@ def test_run_log_records_what_was_trusted(farm, work, inventory, provision):
 
     rec = recipe(work, [{"shell": "true"}])
     assert provision("h1", rec, inventory()).rc == 0
-    line = next(l for l in _last_log(work, "h1").read_text().splitlines() if "connected:" in l)
+    line = next(text for text in _last_log(work, "h1").read_text().splitlines() if "connected:" in text)
     fingerprint = subprocess.run(["ssh-keygen", "-lf", f"{farm.host_keys[farm.addresses[0]]}.pub"],
                                  capture_output=True, text=True, check=True).stdout.split()[1]
     assert f"{farm.user}@{farm.addresses[0]}:{farm.port}" in line
@@ -493,7 +494,7 @@ def test_the_ready_line_is_found_after_a_traced_copy_of_the_command():
     """A login shell with `set -x` echoes our command line, token included, to stderr before
     the real ready line: the PID must still be found, and the trace stays in stderr. (The
     exchange parses bytes; this is the one part tested without a server.)"""
-    from remote.connection import _Exchange
+    from remote.transport.connection import _Exchange
 
     exchange = _Exchange("[p]", "[gpuprov-ready-ab12]", None, b"data", True, None)
     exchange.feed_stderr(b"+ exec /bin/sh -c 'printf '%s%s\\n' '[gpuprov-ready-ab12]' \"$$\"'\n")

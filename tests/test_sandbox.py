@@ -120,7 +120,7 @@ def test_inventory_known_hosts_and_state_files(box):
     assert set(inv["hosts"]) == {"sandbox1", "sandbox2"}
     assert inv["groups"] == {"sandbox": {"hosts": ["sandbox1", "sandbox2"]}}
     addresses = set()
-    for name, h in inv["hosts"].items():
+    for h in inv["hosts"].values():
         assert h["user"] == "admin" and h["python"] == "/usr/bin/python3"
         assert h["address"].startswith("127.0.0.") and h["address"] != "127.0.0.1"
         assert Path(h["identity_file"]).is_file()
@@ -374,7 +374,7 @@ def test_down_cleans_up_after_an_interrupted_up(tmp_path):
 
 def test_not_root_is_a_clear_error(tmp_path):
     """Without root: exit status 2 and a one-line message that says root is needed."""
-    cmd_tail = [str(REPO / "remote" / "sandbox.py"), "up", "--hosts", "1",
+    cmd_tail = [str(REPO / "remote" / "sandbox" / "__init__.py"), "up", "--hosts", "1",
                 "--state", str(tmp_path / "state")]
     if os.geteuid() == 0:
         tmp_path.chmod(0o777)

@@ -16,7 +16,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -200,7 +199,7 @@ def test_known_hosts_accept_new_under_concurrency(sudo_farm, work):
 
 @pytest.mark.parametrize("umask", [0o077, 0o027])
 def test_pulled_logs_follow_the_users_umask(work, umask):
-    from remote.transfer import pack, publish_pull
+    from remote.transport.transfer import pack, publish_pull
 
     source = work / "remote-run"
     (source / "sub").mkdir(parents=True)

@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from remote.transfer import PullError, pack, publish_pull
+from remote.transport.transfer import PullError, pack, publish_pull
 from tests.conftest import REPO
 
 
@@ -47,7 +47,7 @@ def test_unwritable_logs_folder_is_a_clear_error(tmp_path, work):
     os.chmod(parent, 0o500)
     try:
         # root ignores permissions, so drop to nobody for the write attempt
-        code = ("import sys; from pathlib import Path; from remote.transfer import publish_pull, "
+        code = ("import sys; from pathlib import Path; from remote.transport.transfer import publish_pull, "
                 "PullError\ntry:\n publish_pull(sys.stdin.buffer.read(), Path(sys.argv[1]))\n"
                 "except PullError as e:\n print(e); sys.exit(3)")
         proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",

@@ -67,7 +67,8 @@ def test_noheader_nounits_with_given_fields_and_bare_na():
 
 
 def test_missing_markers_and_numbers():
-    for v in ("[N/A]", "[Not Supported]", "N/A", "[Unknown Error]", "[Requested functionality has been deprecated]", ""):
+    for v in ("[N/A]", "[Not Supported]", "N/A", "[Unknown Error]",
+              "[Requested functionality has been deprecated]", ""):
         assert parsers.is_missing(v)
         assert parsers.to_number(v) is None
     assert parsers.to_number("16x") == 16

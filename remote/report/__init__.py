@@ -73,6 +73,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..errors import InputError
+
 BENCH_LOG = "bench_torch.log"
 RESULTS = "results.json"
 UNKNOWN_GPU = "unknown GPU"
@@ -313,7 +315,7 @@ class Report:
         return lines
 
 
-class BadInput(Exception):
+class BadInput(InputError):
     """Bad option or missing folder: exit status 2 with this one-line message."""
 
 
@@ -829,7 +831,7 @@ def default_out_dir(now: _dt.datetime | None = None) -> Path:
 
 def write_outputs(report: Report, out_dir: Path) -> dict[str, Path]:
     """Write every output file; returns {kind: path}."""
-    from remote import plot  # matplotlib is only needed here
+    from . import plot  # matplotlib is only needed here
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {

@@ -71,7 +71,8 @@ else
     case "$(cat "$d/class")" in 0x0300*|0x0302*) p gpu "NVIDIA device $(cat "$d/device")";; esac
   done
 fi"""),
-    (("driver_version",), r"""p driver_version "$(sed -n 's/.*Kernel Module[^0-9]*\([0-9][0-9.]*\).*/\1/p' /proc/driver/nvidia/version 2>/dev/null | head -n1)" """),
+    (("driver_version",), r"""p driver_version "$(sed -n 's/.*Kernel Module[^0-9]*\([0-9][0-9.]*\).*/\1/p' \
+/proc/driver/nvidia/version 2>/dev/null | head -n1)" """),
     (("nvidia_smi",), "command -v nvidia-smi >/dev/null 2>&1 && p nvidia_smi 1"),
     (("nvcc_version",), r"""
 for n in nvcc /usr/local/cuda/bin/nvcc; do

@@ -20,7 +20,7 @@ from jinja2 import Environment
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from remote.report import (MISSING, Report, fmt_ms, has_label)
+from . import (MISSING, Report, fmt_ms, has_label)
 
 SLOW = "#d62728"
 REGRESSED = "#d62728"

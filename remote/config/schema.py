@@ -4,7 +4,7 @@ from __future__ import annotations
 import difflib
 from typing import Any, Iterable
 
-from .errors import Where
+from ..errors import Where
 
 TYPE_NAMES = {str: "a string", int: "a whole number", bool: "true or false", dict: "a mapping",
               list: "a list", float: "a number"}

@@ -16,7 +16,7 @@ import yaml
 from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
-from .errors import InputError, Where
+from ..errors import InputError, Where
 
 MAX_DEPTH = 50  # deeper nesting is never a real recipe; PyYAML would recurse until it crashes
 MAX_BYTES = 4 * 1024 * 1024

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import secrets
 
-from .steps import Probe
+from ..kinds import Probe
 
 
 def batch_script(probes: list) -> tuple:

@@ -767,7 +767,7 @@ def _write_access_files(paths: dict, state: dict) -> None:
     _atomic_write(paths["known_hosts"], "".join(
         f"[{h['address']}]:{h['port']} {h['host_key']}\n" for h in hosts.values()))
     q = json.dumps   # a JSON string is a valid YAML scalar
-    lines = ["# Written by `invoke sandbox up` (remote/sandbox.py); removed by `sandbox down`.",
+    lines = ["# Written by `invoke sandbox up` (remote/sandbox/); removed by `sandbox down`.",
              "host_key_policy: strict", f"known_hosts: {q(str(paths['known_hosts']))}", "hosts:"]
     for name, h in hosts.items():
         lines.append(f"  {name}: {{address: {h['address']}, port: {h['port']}, user: {h['user']}, "
@@ -1106,7 +1106,7 @@ class _Init:
                    f"lowerdir={c['rootfs']},upperdir={c['upper']},workdir={c['work']}")
         except OSError as e:
             raise OSError(e.errno, f"{e.strerror} (overlayfs needs an upper folder on a local "
-                          "filesystem such as ext4 or xfs, not on overlayfs, tmpfs may work)")
+                          "filesystem such as ext4 or xfs, not on overlayfs, tmpfs may work)") from e
         socket.sethostname(c["name"])
         # /proc: this PID namespace's own, with the dangerous parts read-only or masked.
         _mount("proc", self.p("proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)

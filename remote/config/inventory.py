@@ -1,6 +1,6 @@
 """The inventory: which hosts exist, how to reach them, their groups and variables.
 
-Format (see DESIGN.md): top-level `vars`, `hosts`, `groups` (with `hosts`, `children`, `vars`),
+Format (the README's Inventory section): top-level `vars`, `hosts`, `groups` (with `hosts`, `children`, `vars`),
 `host_key_policy` (strict | accept-new), `known_hosts` (extra files of trusted keys), `timeouts`
 and `secrets` (names of vars whose values are never shown). Variable precedence, low to high:
 inventory vars, group vars (parents before children), host vars; recipe vars sit below all of
@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import InputError, Where
+from ..errors import InputError, Where
 from .schema import check_keys, expect, expect_str_list
 from .yamlfile import YamlMap, load_yaml
 
@@ -185,7 +185,7 @@ def load_inventory(path: str | Path) -> Inventory:
     if isinstance(includes, str):
         includes = [includes]
     expect_str_list(includes, data.at("include_if_exists"), "'include_if_exists'")
-    for index, name in enumerate(includes):
+    for name in includes:
         included = _resolve_path(name, path)
         if included.exists():
             part = _read(included)
@@ -193,7 +193,7 @@ def load_inventory(path: str | Path) -> Inventory:
                 raise part.at("include_if_exists").error("an included inventory cannot include others")
             parts.append((included, part))
     hosts, groups = {}, {}
-    for source, part in parts:
+    for _, part in parts:
         hosts_raw = part.get("hosts") or {}
         expect(hosts_raw, dict, part.at("hosts"), "'hosts'")
         for name, spec in hosts_raw.items():
@@ -202,7 +202,7 @@ def load_inventory(path: str | Path) -> Inventory:
             hosts[name] = _load_host(name, spec, hosts_raw.at(name))
     if not hosts:
         raise data.at("hosts").error("the inventory defines no hosts (add a 'hosts:' mapping)")
-    for source, part in parts:
+    for _, part in parts:
         expect(part.get("groups") or {}, dict, part.at("groups"), "'groups'")
         for name, spec in (part.get("groups") or {}).items():
             if name in groups:
@@ -211,7 +211,7 @@ def load_inventory(path: str | Path) -> Inventory:
             groups[name] = _load_group(name, spec, part["groups"].at(name), hosts)
     top_vars = YamlMap()
     top_vars.where, top_vars.key_where = data.where, {}
-    for source, part in reversed(parts):  # the including file's vars win
+    for _, part in reversed(parts):  # the including file's vars win
         layer = part.get("vars") or YamlMap()
         expect(layer, dict, part.at("vars"), "'vars'")
         top_vars.update(layer)

@@ -14,12 +14,9 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from ..errors import PullError
 COMMIT_FILE = "results.json"
 SKIP = {"__pycache__", ".pytest_cache"}
-
-
-class PullError(Exception):
-    """A pulled tarball could not be stored (bad archive, disk full, unwritable folder)."""
 
 
 def pack(folder: Path, arcname: str) -> bytes:

@@ -2,7 +2,7 @@
 
 A recipe is a mapping: `name`, `description`, `vars` (defaults, lowest precedence), `steps` (a
 list), `handlers` (a mapping of name -> step). A step has exactly one kind key (see
-`steps.KINDS`, plus `include`) and the common keys in `COMMON`. `include: other.yaml` inlines
+`remote.kinds.KINDS`, plus `include`) and the common keys in `COMMON`. `include: other.yaml` inlines
 another recipe's steps (path relative to the including file), adding its own `when`, `tags` and
 `become` to theirs. Every template's syntax is checked at load; `check_names` then checks every
 name a template reads against what each selected host defines.
@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-from .errors import InputError, Where
-from .facts import FACT_NAMES
+from ..errors import InputError, Where
 from .schema import check_keys, expect, expect_str_list, suggest
-from .steps import KINDS, Kind
 from .templating import RESULT_NAMES, check_template, facts_read, parse
 from .yamlfile import YamlMap, load_yaml
+
+if TYPE_CHECKING:  # the kinds are passed in: config never imports them at run time
+    from ..kinds import Kind
 
 COMMON = {"name", "when", "become", "tags", "notify", "retries", "delay", "timeout",
           "changed_when", "failed_when", "creates", "unless"}
@@ -66,9 +67,10 @@ class Recipe:
         return [s for s in self.steps if s.tags & tags or "always" in s.tags]
 
 
-def load_recipe(path: str | Path) -> Recipe:
-    """Load a recipe and everything it includes; raise `InputError` at the first flaw."""
-    loader = _Loader()
+def load_recipe(path: str | Path, kinds: Mapping[str, Kind]) -> Recipe:
+    """Load a recipe and everything it includes, with the step kinds in `kinds` (name -> kind);
+    raise `InputError` at the first flaw."""
+    loader = _Loader(kinds)
     root = Path(path)
     steps = loader.load_file(root, [], [], frozenset(), None, Where(str(root), 1))
     for step in steps + list(loader.handlers.values()):
@@ -82,7 +84,8 @@ def load_recipe(path: str | Path) -> Recipe:
 
 
 class _Loader:
-    def __init__(self):
+    def __init__(self, kinds: Mapping[str, Kind]):
+        self.kinds = kinds
         self.vars: dict = {}
         self.vars_where: dict = {}
         self.handlers: dict = {}
@@ -165,15 +168,15 @@ class _Loader:
         kinds = [k for k in raw if k not in COMMON]
         if not kinds:
             raise raw.where.error("step has no kind: add one of "
-                                  + ", ".join(sorted(list(KINDS) + ["include"])))
+                                  + ", ".join(sorted(list(self.kinds) + ["include"])))
         for key in kinds:
-            if key not in KINDS:
+            if key not in self.kinds:
                 raise raw.at(key).error(
-                    f"unknown step kind or key '{key}'{suggest(key, list(KINDS) + sorted(COMMON))}")
+                    f"unknown step kind or key '{key}'{suggest(key, list(self.kinds) + sorted(COMMON))}")
         if len(kinds) > 1:
             raise raw.at(kinds[1]).error(f"a step has exactly one kind; this one has "
                                          f"{' and '.join(kinds)}")
-        kind = KINDS[kinds[0]]
+        kind = self.kinds[kinds[0]]
         where = raw.at(kinds[0])
         args = kind.load(raw[kinds[0]], where, base_dir)
         step = Step(name=str(raw.get("name") or _default_name(kind, args)), kind=kind,
@@ -285,14 +288,15 @@ def _nested(value: Any, kind: str):
             yield from _nested(item, kind)
 
 
-def check_names(recipe: Recipe, known: set, host_label: str) -> None:
-    """Check every template and expression of `recipe` against the names one host defines."""
+def check_names(recipe: Recipe, known: set, host_label: str, fact_names: frozenset) -> None:
+    """Check every template and expression of `recipe` against the names one host defines
+    and the facts the engine can gather (`fact_names`)."""
     for step in recipe.steps + list(recipe.handlers.values()):
         for value, kind in step_templates(step):
             try:
                 check_template(value, step.where,
                                set(known) | RESULT_NAMES if kind == "result" else known,
-                               FACT_NAMES, expression=kind in ("expression", "result"),
+                               fact_names, expression=kind in ("expression", "result"),
                                shell=kind == "shell")
             except InputError as exc:
                 if host_label and "undefined variable" in exc.message:

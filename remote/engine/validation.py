@@ -12,10 +12,10 @@ import shlex
 from pathlib import Path
 from typing import Optional
 
-from .connection import CommandTimeout
-from .transfer import COMMIT_FILE, PullError, pack, pack_command, publish_pull, unpack_command
+from ..transport.connection import CommandTimeout
+from ..transport.transfer import COMMIT_FILE, PullError, pack, pack_command, publish_pull, unpack_command
 
-PACKAGE_DIR = Path(__file__).resolve().parent.parent / "validate"
+PACKAGE_DIR = Path(__file__).resolve().parents[2] / "validate"
 SUITES = ("quick", "full")
 DEFAULT_TIMEOUT_S = 7200.0
 

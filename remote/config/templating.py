@@ -21,12 +21,8 @@ import jinja2
 from jinja2 import meta, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .errors import InputError, Where
+from ..errors import InputError, TemplateError, Where
 from .schema import suggest
-
-
-class TemplateError(Exception):
-    """A template failed to render for one host (undefined name, bad filter use...)."""
 
 
 class Verbatim(str):

@@ -34,8 +34,9 @@ from typing import Callable, Optional
 
 import paramiko
 
+from ..errors import BecomeError, CommandTimeout, ConnectionLost, Interrupted, Unreachable
 from .hostkeys import HostKeyError, KnownHosts, lookup_name
-from .inventory import Host, Timeouts
+from ..config.inventory import Host, Timeouts
 
 # paramiko logs failures (a missing banner, a reset) with tracebacks; with no handler configured,
 # Python's last-resort handler would print them on the user's terminal. Each failure reaches the
@@ -51,26 +52,6 @@ CANCEL_PID_WAIT_S = 2  # a command cancelled before its PID line arrived waits t
 KEX_GRACE_S = 10  # after the banner came, the key exchange has this much longer
 # What coreutils `timeout` exits with when it stopped the command (TERM, then KILL after grace).
 TIMEOUT_EXIT_CODES = (124, 137)
-
-
-class Unreachable(Exception):
-    """The host could not be connected to or logged into; the message says why."""
-
-
-class CommandTimeout(Exception):
-    """A command ran past its timeout (and was killed on the host)."""
-
-
-class ConnectionLost(Exception):
-    """The SSH session died while a command ran."""
-
-
-class BecomeError(Exception):
-    """sudo refused: no password given where one is needed, or a wrong one."""
-
-
-class Interrupted(Exception):
-    """The run was cancelled while a command ran; the command was stopped on the host."""
 
 
 @dataclass

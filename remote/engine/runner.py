@@ -24,17 +24,18 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from . import facts as facts_mod
-from .connection import (BecomeError, CommandTimeout, ConnectionLost, Interrupted, Unreachable,
+from ..errors import GpuprovError
+from ..transport.connection import (BecomeError, CommandTimeout, ConnectionLost, Interrupted, Unreachable,
                          connection_for)
-from .hostkeys import KnownHosts
-from .inventory import Host, Inventory
+from ..transport.hostkeys import KnownHosts
+from ..config.inventory import Host, Inventory
 from .probes import batch_script, parse_batch
-from .recap import Reporter
-from .recipe import Recipe, Step, facts_used
-from .runlog import Redactor, RunLog
-from .steps import PlanError
-from .transfer import current_umask
-from .templating import (TemplateError, evaluate, fact_dependent_vars, names_in, render_shell,
+from ..output.recap import Reporter
+from ..config.recipe import Recipe, Step, facts_used
+from ..output.runlog import Redactor, RunLog
+from ..kinds import PlanError
+from ..transport.transfer import current_umask
+from ..config.templating import (TemplateError, evaluate, fact_dependent_vars, names_in, render_shell,
                          render_text, resolve_vars)
 
 PROBE_SLOTS = ("kind", "creates", "unless")
@@ -469,7 +470,7 @@ class HostRun:
                 raise
             except BecomeError as exc:
                 self.log.event(f"{step.name}: {exc}")
-                from .connection import CommandResult
+                from ..transport.connection import CommandResult
                 return CommandResult(1, b"", str(exc).encode(), 0.0)
             self.log.command(step.name, command.shown(), res.rc, res.elapsed_s, res.out, res.err)
             if not self._failed(step, res) or attempt == attempts - 1:
@@ -633,7 +634,7 @@ class Run:
         return results
 
 
-class RunInterrupted(Exception):
+class RunInterrupted(GpuprovError):
     """Ctrl-C or SIGTERM: `results` holds what every host got to."""
 
     def __init__(self, results: dict):
@@ -642,7 +643,7 @@ class RunInterrupted(Exception):
 
 
 def write_json(path: Path, results: dict, redact) -> None:
-    """Write the DESIGN.md result document atomically."""
+    """Write the `--json` result document (README: Commands) atomically."""
     data = {"hosts": {name: r.to_json(redact) for name, r in results.items()}}
     write_atomic(Path(path), json.dumps(data, indent=2) + "\n")
 

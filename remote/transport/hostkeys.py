@@ -16,9 +16,7 @@ from pathlib import Path
 import paramiko
 from paramiko.hostkeys import HostKeyEntry, HostKeys
 
-
-class HostKeyError(Exception):
-    """The server's key is unknown (strict policy) or differs from the recorded one."""
+from ..errors import HostKeyError
 
 
 def default_known_hosts() -> Path:
