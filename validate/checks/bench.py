@@ -30,6 +30,14 @@ def _autocast(torch, device, enabled):
     return torch.autocast("cpu", dtype=torch.bfloat16)
 
 
+def is_out_of_memory(exc):
+    """torch.cuda.OutOfMemoryError (a RuntimeError subclass since torch 1.13)
+    or the allocator's message on older builds and on the CPU."""
+    name = type(exc).__name__
+    text = str(exc)
+    return name == "OutOfMemoryError" or "out of memory" in text.lower() or "DefaultCPUAllocator: can't allocate" in text
+
+
 def _short_error(exc):
     text = str(exc).strip().splitlines()
     return "%s: %s" % (type(exc).__name__, text[0] if text else "")
@@ -77,6 +85,11 @@ def bench_one(ctx, torch, tv, name, device, crosscheck):
                 thr["amp_dtype"] = "float16" if device == "cuda" else "bfloat16"
                 thr["amp_iqr_rel"] = ta["iqr_rel"]
         except Exception as exc:  # OOM at batch N must not lose the latency
+            if is_out_of_memory(exc):
+                # the batch the user chose does not fit this GPU: a result of
+                # that configuration, not a hardware fault
+                thr["oom"] = True
+                thr["oom_batch"] = n
             thr["error"] = _short_error(exc)
         rec["throughput_ips"] = thr
     if crosscheck:
@@ -95,6 +108,10 @@ def bench_one(ctx, torch, tv, name, device, crosscheck):
         }
     del model
     return rec
+
+
+def n_oom(thr):
+    return thr.get("oom_batch") or thr.get("batch")
 
 
 def run(ctx, res):
@@ -155,7 +172,10 @@ def run(ctx, res):
                 msg = "b1 %.2f ms (p10 %.2f, p90 %.2f, IQR/med %.1f%%), b%d %s img/s fp32, %s AMP" % (
                     lat["median"], lat["p10"], lat["p90"], 100.0 * (lat["iqr_rel"] or 0), thr["batch"],
                     "%.1f" % thr["fp32"] if thr["fp32"] else "-", "%.1f" % thr["amp"] if thr["amp"] else "-")
-                if thr.get("error"):
+                if thr.get("oom"):
+                    msg += " (batch %d does not fit in GPU memory: a result of this batch size, not a fault)" % n_oom(thr)
+                    f.setdefault("oom", []).append(name)
+                elif thr.get("error"):
                     msg += " (throughput: %s)" % thr["error"]
                     res.problem("%s: batch-%d throughput failed: %s" % (name, thr["batch"], thr["error"]))
                 ctx.progress("%d/%d %s: %s" % (i + 1, len(names), name, msg))
