@@ -201,3 +201,20 @@ def test_bench_records_oom_at_the_users_batch_as_a_result(tmp_path):
     assert thr["oom"] is True and thr["oom_batch"] == 1000000
     assert res.figures["oom"] == ["squeezenet1_1"]
     assert any("does not fit in GPU memory" in line for line in res.details)
+
+
+# --------------------------------------------------------------------------
+# item 9: bench measurements too spread to trust are flagged, not reported
+
+
+def test_bench_flags_spread_measurements_from_the_recorded_cpu_run():
+    # validate/README.md, "A real run": resnet50 b1 971.40 ms with IQR/med 75.8 %
+    # (busy 2-core VM) and resnet18 45.8 ms with IQR/med 3.3 % (OMP_NUM_THREADS=1)
+    noisy = {"latency_ms": {"median": 971.40, "iqr_rel": 0.758}, "throughput_ips": {"batch": 8, "fp32": 4.5}}
+    quiet = {"latency_ms": {"median": 45.8, "iqr_rel": 0.033}, "throughput_ips": {"batch": 8, "fp32": 15.0}}
+    assert bench.judge_model(noisy) == {"trust": "untrusted", "unstable": ["latency"], "verdict": "no reference"}
+    assert bench.judge_model(quiet) == {"trust": "ok", "unstable": [], "verdict": "no reference"}
+    # with an expectation (a recorded healthy run), 30 % speed fails
+    expected = {"latency_ms": 45.8 * 0.3, "fp32_ips": 15.0 / 0.3}
+    got = bench.judge_model(quiet, "cpu", expected)
+    assert got["verdict"] == "fail" and len(got["slow"]) == 2
