@@ -145,20 +145,27 @@ def test_full_run_without_gpu_is_not_validated_with_reasons(full_run):
     required = dict((n, c[n]["required"]) for n in CHECK_NAMES)
     assert required == {"system": True, "cudnn_compile": True, "cudnn_sample": True, "torch_import": True,
                         "torch_cuda": True, "inference": True, "bench": True, "matmul": True,
-                        "bandwidth": True, "profile": False, "fusion": False, "precision": False,
+                        "bandwidth": True, "stress": True, "memory": True, "xid": True, "p2p": True,
+                        "nccl": True, "profile": False, "fusion": False, "precision": False,
                         "kernel": False}
     assert c["torch_import"]["status"] == "pass"
     assert c["torch_cuda"]["status"] == "fail"
     assert c["torch_cuda"]["reason"].startswith("CUDA not available: ")
     assert c["torch_cuda"]["figures"]["available"] is False
     assert c["system"]["status"] == "fail" and "nvidia-smi" in c["system"]["reason"]
-    for name in ("bench", "matmul", "bandwidth", "profile", "fusion", "precision"):
+    for name in ("bench", "matmul", "bandwidth", "stress", "memory", "nccl", "p2p", "profile", "fusion",
+                 "precision"):
         assert c[name]["status"] == "fail", name
         assert "CUDA not available" in c[name]["reason"] and "CPU" in c[name]["reason"], name
     # ...but the CPU measurements are there
     assert c["matmul"]["figures"]["fp32_tflops"] > 0 and c["matmul"]["figures"]["spec"] == {}
     assert c["matmul"]["figures"]["tf32_tflops"] is None
     assert c["bandwidth"]["figures"]["d2d_gbs"] > 0 and c["bandwidth"]["figures"]["h2d_gbs"] is None
+    # the new checks ran their CPU stand-ins: stress loop, memory patterns, gloo all-reduce
+    assert c["stress"]["figures"]["per_gpu"][0]["mismatches"] == 0
+    assert c["memory"]["figures"]["per_gpu"][0]["bytes_tested"] > 0
+    assert c["nccl"]["figures"]["backend"] == "gloo" and c["nccl"]["figures"]["wrong_elements"] == 0
+    assert c["xid"]["status"] in ("pass", "skip")  # this VM may not let us read its kernel log
     assert c["inference"]["status"] == "fail" and "agreement not checked" in c["inference"]["reason"]
     prof = c["profile"]["figures"]
     assert prof["devices"] == ["cpu"]
@@ -192,7 +199,7 @@ def test_cpu_quick_run_passes_on_cpu(tmp_path):
     doc = load(out)
     assert_schema(doc)
     c = by_name(doc)
-    quick = ["system", "cudnn_compile", "cudnn_sample", "torch_import", "torch_cuda", "bench"]
+    quick = ["system", "cudnn_compile", "cudnn_sample", "torch_import", "torch_cuda", "bench", "stress", "xid"]
     for name in CHECK_NAMES:
         if name not in quick:
             assert c[name]["status"] == "skip" and c[name]["reason"] == "not part of --quick"

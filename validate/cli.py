@@ -35,8 +35,8 @@ QUICK_CHECKS = [s.name for s in CHECKS if s.quick]
 # Defaults that depend on where the work runs.  On a GPU the seed's numbers are
 # honoured (10 warm-up, 100 timed runs); on a CPU the same protocol would take
 # most of an hour for the seed list, so fewer runs and a smaller batch.
-GPU_DEFAULTS = {"warmup": 10, "iters": 100, "batch": [1, 64]}
-CPU_DEFAULTS = {"warmup": 2, "iters": 10, "batch": [1, 8]}
+GPU_DEFAULTS = {"warmup": 10, "iters": 100, "batch": [1, 64], "stress_seconds": 60.0, "stress_seconds_quick": 15.0}
+CPU_DEFAULTS = {"warmup": 2, "iters": 10, "batch": [1, 8], "stress_seconds": 2.0, "stress_seconds_quick": 2.0}
 
 
 class UsageError(Exception):
@@ -74,9 +74,13 @@ def build_parser():
     p.add_argument("--expect-gpus", type=int, metavar="N", dest="expect_gpus",
                    help="fail unless exactly N GPUs are visible")
     p.add_argument("--quick", action="store_true",
-                   help="system, cudnn_*, torch_*, and bench with a few models")
+                   help="system, cudnn_*, torch_*, stress (15 s), xid, and bench with a few models")
     p.add_argument("--floor", type=float, default=DEFAULT_FLOOR, metavar="F",
                    help="pass floor for matmul/bandwidth as a fraction of the GPU's spec (default %.2f)" % DEFAULT_FLOOR)
+    p.add_argument("--stress-seconds", type=float, metavar="S", dest="stress_seconds",
+                   help="duration of the stress check (GPU: 60, 15 with --quick; CPU: 2)")
+    p.add_argument("--kernel-log", metavar="PATH", dest="kernel_log",
+                   help="kernel log to scan for Xid errors (default: journalctl -k -b, else dmesg)")
     p.add_argument("--version", action="version", version="%s %s" % (TOOL, __version__))
     return p
 
@@ -108,6 +112,10 @@ def parse_args(argv):
         raise UsageError("--expect-gpus must be >= 0")
     if not (0.0 < opts.floor <= 1.0):
         raise UsageError("--floor must be in (0, 1]")
+    if opts.stress_seconds is not None and not opts.stress_seconds > 0:
+        raise UsageError("--stress-seconds must be > 0")
+    if opts.kernel_log is not None and not os.path.isfile(opts.kernel_log):
+        raise UsageError("--kernel-log %s: no such file" % opts.kernel_log)
     if opts.weights is not None and not os.path.isdir(opts.weights):
         raise UsageError("--weights %s: not a folder" % opts.weights)
     if opts.image is not None and not os.path.isfile(opts.image):
@@ -163,6 +171,8 @@ def resolve_defaults(opts):
         opts.iters = base["iters"]
     if opts.batch is None:
         opts.batch = list(base["batch"])
+    if opts.stress_seconds is None:
+        opts.stress_seconds = base["stress_seconds_quick" if opts.quick else "stress_seconds"]
 
 
 def select(opts):
@@ -204,6 +214,8 @@ def options_document(opts):
         "expect_gpus": opts.expect_gpus,
         "quick": opts.quick,
         "floor": opts.floor,
+        "stress_seconds": opts.stress_seconds,
+        "kernel_log": opts.kernel_log,
     }
 
 

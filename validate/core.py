@@ -14,6 +14,11 @@ inference      required                optional
 bench          required                required
 matmul         required                optional
 bandwidth      required                optional
+stress         required                optional
+memory         required                optional
+xid            required                optional
+p2p            required                optional
+nccl           required                optional
 profile        optional                optional
 fusion         optional                optional
 precision      optional                optional
@@ -86,6 +91,16 @@ CHECKS = [
          "fp32/TF32/bf16 matmul TFLOPS vs the GPU's spec"),
     Spec("bandwidth", "gpu_health:run_bandwidth", "gpu", False,
          "device-to-device, host-to-device, device-to-host copy GB/s vs spec"),
+    Spec("stress", "stress:run", "gpu", True,
+         "GEMMs on every GPU at once, every result checked; clocks, power, temperature, throttling"),
+    Spec("memory", "memory:run", "gpu", False,
+         "write/verify patterns over most of each GPU's free memory"),
+    Spec("xid", "xid:run", "gpu", True,
+         "NVIDIA Xid errors in the kernel log since boot (journalctl -k, dmesg or --kernel-log)"),
+    Spec("p2p", "multigpu:run_p2p", "gpu", False,
+         "GPU-to-GPU copy bandwidth matrix vs the topology (nvidia-smi topo -m)"),
+    Spec("nccl", "multigpu:run_nccl", "gpu", False,
+         "all-reduce bus bandwidth over all GPUs (torch.distributed, one process per GPU)"),
     Spec("profile", "profiling:run", "never", False,
          "layer-wise time of ResNet20 (CIFAR-10) and ResNet50, CPU vs GPU; top ops; chrome traces"),
     Spec("fusion", "fusion:run", "never", False,

@@ -28,40 +28,126 @@ we halve them to dense):
 * L40S: "NVIDIA L40S" datasheet (2023): FP32 91.6, TF32 183 (366*), BF16 362
   (733*), 864 GB/s, PCIe gen4 x16.
 
-Measured values are compared as ratio = measured / spec; a check fails below
-``DEFAULT_FLOOR`` (``--floor``).  Achievable fractions: large fp32/bf16 GEMMs
-usually reach 60-90 % of peak, a device copy 75-90 % of HBM peak, pinned host
-copies 75-90 % of the PCIe figure, so 0.5 flags a sick or mis-configured GPU
-without flagging a healthy one.
+* GH200 (Grace Hopper): Hopper GPU with H100 SXM compute (the MAMF table
+  below lists its BF16 theory as 989), 96 GB HBM3 at 4.0 TB/s or 144 GB HBM3e
+  at 4.9 TB/s: NVIDIA GH200 datasheet, *unsourced here* (not retrieved).  Its
+  host link is NVLink-C2C, not PCIe: host copies have no PCIe reference.
+* B200 (HGX, 1000 W): FP32 80, TF32 1100, BF16 2250 dense, 8 TB/s
+  (glennklockwood.com/garden/processors/B200, quoting NVIDIA's HGX figures).
+* H20: FP32 44, TF32 74, BF16 148, 4.0 TB/s, 78 SMs (zangshuxian.com/new/
+  674733024499207168, willitrunai.com/es/gpus/h20-96gb; NVIDIA publishes no
+  datasheet: third-party figures).
+* A800 SXM4/PCIe 80GB: A100 compute and memory (NVIDIA A800 datasheet,
+  *unsourced here*); its measured BF16 (266 TFLOPS, below) agrees.
+* L40: FP32 90.5, TF32 90.5 (181*), BF16 181 (362*), 864 GB/s, PCIe gen4
+  (NVIDIA L40 datasheet table as reproduced at mullet.se product 355414).
+* A40: FP32 37.4, TF32 74.8, BF16 149.7 (hmc-tech.com/gpu/nvidia-l40-vs-
+  nvidia-a40); 696 GB/s *unsourced here*; PCIe gen4.
+* RTX 4090: FP32 82.6, TF32 82.6, BF16 165.2 (FP32 accumulate), 1008 GB/s;
+  RTX 6000 Ada: FP32 91.1, TF32 182.1, BF16 364.2, 960 GB/s: NVIDIA Ada
+  architecture whitepaper / RTX 6000 Ada datasheet, *unsourced here*.
+
+What a healthy GPU of a SKU reaches is NOT a fixed fraction of its datasheet
+(a 72 W L4 reaches 0.35 of its FP32 peak, an H100 0.77): ``MATMUL_EXPECTED``
+holds public torch.mm measurements per SKU, each with its source, and a GPU is
+judged against those (see ``judge``).  A SKU without a measurement is
+"no reference": measured and reported as such, never a silent pass.
 """
 
 import re
 
+# --floor: kept for compatibility; it now applies to datasheet ratios only when
+# no measured expectation exists for a figure (see judge()).
 DEFAULT_FLOOR = 0.5
 
-PCIE3 = 15.75
-PCIE4 = 31.5
-PCIE5 = 63.0
+# Theoretical one-direction PCIe x16 bandwidth per generation, GB/s (PCI-SIG:
+# 8, 16, 32 GT/s per lane with 128b/130b encoding; gen6 64 GT/s FLIT).
+PCIE_X16_GBS = {1: 4.0, 2: 8.0, 3: 15.75, 4: 31.5, 5: 63.0, 6: 121.0}
+PCIE3 = PCIE_X16_GBS[3]
+PCIE4 = PCIE_X16_GBS[4]
+PCIE5 = PCIE_X16_GBS[5]
+
+
+def _sku(fp32, tf32, bf16, mem, pcie=PCIE4, sms=None, host="pcie"):
+    return dict(fp32_tflops=fp32, tf32_tflops=tf32, bf16_tflops=bf16, mem_gbs=mem, pcie_gbs=pcie,
+                sm_count=sms, host_link=host)
+
 
 # (pattern on the CUDA device name, key, figures); first match wins, so the
-# more specific names come first.
+# more specific names come first.  sm_count (full GPU) lets a MIG slice be
+# judged by its share: A100 108 SMs, H100 SXM5 132, H100 PCIe 114 (NVIDIA
+# A100 / H100 architecture whitepapers, as quoted at zangshuxian.com above).
 _TABLE = [
-    (r"H200 NVL", "H200 NVL", dict(fp32_tflops=60.0, tf32_tflops=417.5, bf16_tflops=835.5, mem_gbs=4800.0, pcie_gbs=PCIE5)),
-    (r"H200", "H200 SXM", dict(fp32_tflops=67.0, tf32_tflops=494.5, bf16_tflops=989.5, mem_gbs=4800.0, pcie_gbs=PCIE5)),
-    (r"H100 NVL", "H100 NVL", dict(fp32_tflops=60.0, tf32_tflops=417.5, bf16_tflops=835.5, mem_gbs=3900.0, pcie_gbs=PCIE5)),
-    (r"H100.*PCIe", "H100 PCIe", dict(fp32_tflops=51.0, tf32_tflops=378.0, bf16_tflops=756.5, mem_gbs=2000.0, pcie_gbs=PCIE5)),
-    (r"H100", "H100 SXM", dict(fp32_tflops=67.0, tf32_tflops=494.5, bf16_tflops=989.5, mem_gbs=3350.0, pcie_gbs=PCIE5)),
-    (r"A100.*(SXM|sxm).*80", "A100 SXM 80GB", dict(fp32_tflops=19.5, tf32_tflops=156.0, bf16_tflops=312.0, mem_gbs=2039.0, pcie_gbs=PCIE4)),
-    (r"A100.*80", "A100 PCIe 80GB", dict(fp32_tflops=19.5, tf32_tflops=156.0, bf16_tflops=312.0, mem_gbs=1935.0, pcie_gbs=PCIE4)),
-    (r"A100", "A100 40GB", dict(fp32_tflops=19.5, tf32_tflops=156.0, bf16_tflops=312.0, mem_gbs=1555.0, pcie_gbs=PCIE4)),
-    (r"L40S", "L40S", dict(fp32_tflops=91.6, tf32_tflops=183.0, bf16_tflops=362.0, mem_gbs=864.0, pcie_gbs=PCIE4)),
-    (r"\bL4\b", "L4", dict(fp32_tflops=30.3, tf32_tflops=60.0, bf16_tflops=121.0, mem_gbs=300.0, pcie_gbs=PCIE4)),
-    (r"A10G", "A10G", dict(fp32_tflops=31.2, tf32_tflops=62.5, bf16_tflops=125.0, mem_gbs=600.0, pcie_gbs=PCIE4)),
-    (r"\bA10\b", "A10", dict(fp32_tflops=31.2, tf32_tflops=62.5, bf16_tflops=125.0, mem_gbs=600.0, pcie_gbs=PCIE4)),
-    (r"\bT4\b", "T4", dict(fp32_tflops=8.1, tf32_tflops=None, bf16_tflops=None, mem_gbs=320.0, pcie_gbs=PCIE3)),
-    (r"V100.*(SXM|sxm)", "V100 SXM2", dict(fp32_tflops=15.7, tf32_tflops=None, bf16_tflops=None, mem_gbs=900.0, pcie_gbs=PCIE3)),
-    (r"V100", "V100 PCIe", dict(fp32_tflops=14.0, tf32_tflops=None, bf16_tflops=None, mem_gbs=900.0, pcie_gbs=PCIE3)),
+    (r"GH200.*144G", "GH200 144GB", _sku(67.0, 494.5, 989.5, 4900.0, None, 132, "nvlink-c2c")),
+    (r"GH200", "GH200", _sku(67.0, 494.5, 989.5, 4000.0, None, 132, "nvlink-c2c")),
+    (r"\bH200 NVL", "H200 NVL", _sku(60.0, 417.5, 835.5, 4800.0, PCIE5, 132)),
+    (r"\bH200", "H200 SXM", _sku(67.0, 494.5, 989.5, 4800.0, PCIE5, 132)),
+    (r"\bH100 NVL", "H100 NVL", _sku(60.0, 417.5, 835.5, 3900.0, PCIE5, 132)),
+    (r"\bH100.*PCIe", "H100 PCIe", _sku(51.0, 378.0, 756.5, 2000.0, PCIE5, 114)),
+    (r"\bH100", "H100 SXM", _sku(67.0, 494.5, 989.5, 3350.0, PCIE5, 132)),
+    (r"\bH20\b", "H20", _sku(44.0, 74.0, 148.0, 4000.0, PCIE5, 78)),
+    (r"\bB200", "B200", _sku(80.0, 1100.0, 2250.0, 8000.0, PCIE5, None)),
+    (r"\bA800.*(SXM|sxm)", "A800 SXM 80GB", _sku(19.5, 156.0, 312.0, 2039.0, PCIE4, 108)),
+    (r"\bA800", "A800 PCIe 80GB", _sku(19.5, 156.0, 312.0, 1935.0, PCIE4, 108)),
+    (r"\bA100.*(SXM|sxm).*80", "A100 SXM 80GB", _sku(19.5, 156.0, 312.0, 2039.0, PCIE4, 108)),
+    (r"\bA100.*80", "A100 PCIe 80GB", _sku(19.5, 156.0, 312.0, 1935.0, PCIE4, 108)),
+    (r"\bA100.*(SXM|sxm)", "A100 SXM 40GB", _sku(19.5, 156.0, 312.0, 1555.0, PCIE4, 108)),
+    (r"\bA100", "A100 40GB", _sku(19.5, 156.0, 312.0, 1555.0, PCIE4, 108)),
+    (r"\bL40S", "L40S", _sku(91.6, 183.0, 362.0, 864.0, PCIE4)),
+    (r"\bL40\b", "L40", _sku(90.5, 90.5, 181.0, 864.0, PCIE4)),
+    (r"\bL4\b", "L4", _sku(30.3, 60.0, 121.0, 300.0, PCIE4)),
+    (r"\bA40\b", "A40", _sku(37.4, 74.8, 149.7, 696.0, PCIE4)),
+    (r"A10G", "A10G", _sku(31.2, 62.5, 125.0, 600.0, PCIE4)),
+    (r"\bA10\b", "A10", _sku(31.2, 62.5, 125.0, 600.0, PCIE4)),
+    (r"RTX 6000 Ada", "RTX 6000 Ada", _sku(91.1, 182.1, 364.2, 960.0, PCIE4)),
+    (r"RTX 4090", "RTX 4090", _sku(82.6, 82.6, 165.2, 1008.0, PCIE4)),
+    (r"\bT4\b", "T4", _sku(8.1, None, None, 320.0, PCIE3)),
+    (r"V100.*(SXM|sxm)", "V100 SXM2", _sku(15.7, None, None, 900.0, PCIE3)),
+    (r"V100", "V100 PCIe", _sku(14.0, None, None, 900.0, PCIE3)),
 ]
+
+# What healthy GPUs of a SKU measured with torch.mm (n=8192 unless noted), per
+# figure: (TFLOPS, source).  T = github.com/zzc0721/torch-performance-test-data
+# (its test.py: 6 warm-up + 30 torch.mm, synchronised, 2n^3 flops; the issue
+# number holds the per-size breakdown); M = github.com/stas00/ml-engineering
+# compute/accelerator/README.md "Maximum Achievable Matmul FLOPS" (best shape,
+# BF16).  Only figures someone measured are here: the others are "no reference".
+MATMUL_EXPECTED = {
+    "L4": {"fp32_tflops": (10.66, "T issue #120 (8192)"), "tf32_tflops": (25.69, "T issue #120 (8192)"),
+           "bf16_tflops": (59.40, "T issue #120 (8192)")},
+    "A10G": {"fp32_tflops": (23.23, "T issue #126 (8192)"), "tf32_tflops": (34.13, "T issue #126 (8192)"),
+             "bf16_tflops": (66.59, "T issue #126 (8192)")},
+    "A40": {"fp32_tflops": (23.73, "T issue #185 (8192)"), "tf32_tflops": (59.52, "T issue #185 (8192)"),
+            "bf16_tflops": (110.64, "T issue #185 (8192)")},
+    "A100 40GB": {"fp32_tflops": (17.56, "T issue #108, A100-PCIE-40GB (8192)"),
+                  "tf32_tflops": (97.32, "T issue #108, A100-PCIE-40GB (8192)"),
+                  "bf16_tflops": (215.26, "T issue #108, A100-PCIE-40GB (8192)")},
+    "A100 SXM 80GB": {"fp32_tflops": (19.18, "T database.md, A100 SXM4 80GB (best of 1024..10240)"),
+                      "bf16_tflops": (271.2, "M, A100 SXM (best shape)")},
+    "A100 SXM 40GB": {"bf16_tflops": (271.2, "M, A100 SXM (best shape)")},
+    "A100 PCIe 80GB": {"bf16_tflops": (252.9, "M, A100 PCIe (best shape)")},
+    "A800 SXM 80GB": {"fp32_tflops": (19.08, "T database.md, A800 SXM4 80GB (best of 1024..10240)"),
+                      "bf16_tflops": (266.48, "T database.md, A800 SXM4 80GB (best of 1024..10240)")},
+    "H100 SXM": {"fp32_tflops": (51.81, "T issue #79 (8192)"), "tf32_tflops": (372.05, "T issue #79 (8192)"),
+                 "bf16_tflops": (797.51, "T issue #79 (8192)")},
+    "H200 SXM": {"fp32_tflops": (51.34, "T database.md, H200 (best of 1024..10240)"),
+                 "bf16_tflops": (790.29, "T database.md, H200 (best of 1024..10240)")},
+    "GH200": {"bf16_tflops": (828.6, "M, GH200 SXM 900 W (best shape)")},
+    "GH200 144GB": {"bf16_tflops": (828.6, "M, GH200 SXM 900 W (best shape)")},
+    "B200": {"bf16_tflops": (1696.03, "T database.md, B200 180GB (best of 1024..10240)")},
+    "H20": {"fp32_tflops": (31.95, "T database.md, H20 96GB (best of 1024..10240)"),
+            "bf16_tflops": (141.86, "T database.md, H20 96GB (best of 1024..10240)")},
+    "L40S": {"bf16_tflops": (269.15, "T database.md, L40S (best of 1024..10240)")},
+    "RTX 4090": {"fp32_tflops": (54.69, "T database.md, lowest of its RTX 4090 24GB rows (best of sizes)"),
+                 "bf16_tflops": (160.53, "T database.md, lowest of its RTX 4090 rows (best of sizes)")},
+}
+
+# A healthy GPU should reach this fraction of its SKU's public measurement.
+# Source for the spread it must absorb: "5% and higher differences on an 8-gpu
+# node" between identical GPUs (M, "Not all accelerators are created equal");
+# the rest of the margin (driver/cuBLAS versions, 8192^2 vs best shape) is our
+# judgement, unsourced.
+EXPECTED_FRACTION = 0.8
 
 
 def lookup(device_name):
@@ -84,3 +170,90 @@ def ratios(measured, spec, keys):
         if m is not None and s:
             out[k] = m / s
     return out
+
+
+_MIG_PROFILE = re.compile(r"MIG\s+(\d+)g\.(\d+)gb")
+
+
+def mig_share(device_name, sm_count, figures):
+    """Fraction of the full GPU a MIG slice has, or None for a whole GPU.
+
+    From the SM count when the SKU's full count is known (a 1g.10gb slice of
+    an H100 SXM has 16 of 132 SMs), else from the profile in the name
+    ("MIG 3g.40gb" -> 3/7 compute slices, NVIDIA MIG user guide: 7 slices)."""
+    full = (figures or {}).get("sm_count")
+    if full and sm_count and sm_count < full:
+        return float(sm_count) / full
+    m = _MIG_PROFILE.search(device_name or "")
+    if m:
+        return int(m.group(1)) / 7.0
+    return None
+
+
+def matmul_expectation(sku, share=None):
+    """{figure: {"tflops", "source"}} a healthy GPU of ``sku`` reaches, scaled
+    by a MIG slice's ``share``; {} when nobody measured this SKU."""
+    out = {}
+    for key, (value, source) in MATMUL_EXPECTED.get(sku, {}).items():
+        scaled = value * share if share else value
+        out[key] = {"tflops": scaled, "source": source + (" x MIG share %.3f" % share if share else "")}
+    return out
+
+
+def judge(measured, expected, fraction=EXPECTED_FRACTION):
+    """Verdict on one figure: "pass", "fail" or "no reference".
+
+    ``expected`` is what a healthy GPU reaches (None: nobody measured it).
+    Returns {"verdict", "expected", "floor", "ratio"}."""
+    if measured is None:
+        return {"verdict": "not measured", "expected": expected, "floor": None, "ratio": None}
+    if not expected:
+        return {"verdict": "no reference", "expected": None, "floor": None, "ratio": None}
+    floor = expected * fraction
+    return {"verdict": "pass" if measured >= floor else "fail", "expected": expected, "floor": floor,
+            "ratio": measured / expected}
+
+
+# --------------------------------------------------------------------------
+# host <-> device copies against the negotiated PCIe link
+
+# Pinned host copies a healthy x16 link gives (GB/s, the lower of h2d/d2h), as
+# Azure's HPC node health checks fail below (github.com/Azure/azurehpc-health-
+# checks conf/): gen5 48 (nd96isr_h200_v5: check_gpu_bw 48; the H100 configs
+# use 52), gen4 24 (nd96amsr_a100_v4: check_cuda_bw 24, also the check's
+# default), gen3 10 (nc6s_v3, V100: check_gpu_bw 10).
+PINNED_COPY_FLOOR_X16 = {3: 10.0, 4: 24.0, 5: 48.0}
+
+
+def pcie_link_gbs(gen, width):
+    """Theoretical one-direction GB/s of a PCIe link, or None if unknown."""
+    if not gen or not width or gen not in PCIE_X16_GBS:
+        return None
+    return PCIE_X16_GBS[gen] * width / 16.0
+
+
+def pinned_copy_floor(gen, width):
+    """GB/s below which a pinned host copy over this negotiated link is sick
+    (the x16 floor scaled by lanes), or None when no source gives one."""
+    if not gen or not width or gen not in PINNED_COPY_FLOOR_X16:
+        return None
+    return PINNED_COPY_FLOOR_X16[gen] * width / 16.0
+
+
+def link_downtrained(pcie):
+    """A finding when the link runs below what GPU and host allow, else None.
+
+    ``pcie``: {"gen_current", "gen_max", "width_current", "width_max"} as
+    nvidia-smi reports them; ``gen.max`` is already the lower of GPU and host
+    ("if the GPU supports a higher PCIe generation than the system supports
+    then this reports the system PCIe generation", nvidia-smi --help-query-gpu).
+    The generation drops at idle to save power, so read it under load."""
+    if not pcie:
+        return None
+    found = []
+    gc, gm, wc, wm = (pcie.get(k) for k in ("gen_current", "gen_max", "width_current", "width_max"))
+    if gc and gm and gc < gm:
+        found.append("gen %d of %d" % (gc, gm))
+    if wc and wm and wc < wm:
+        found.append("x%d of x%d" % (wc, wm))
+    return "PCIe link downtrained: " + ", ".join(found) if found else None

@@ -30,6 +30,58 @@ def _autocast(torch, device, enabled):
     return torch.autocast("cpu", dtype=torch.bfloat16)
 
 
+# A measurement whose IQR/median exceeds this is not a result: pyperf flags a
+# benchmark "may be unstable" when its standard deviation exceeds 10 % of the
+# mean (pyperf.readthedocs.io analyze.html shows the warning; the 10 % is in
+# its source, not retrieved here); we apply it to the robust spread.
+UNSTABLE_IQR_REL = 0.10
+
+# Per-SKU expectations for this suite's protocol (batch-1 median ms, batch-N
+# img/s): none public; to be filled from a run recorded in this repository
+# (tests/fixtures/validate/, none yet: "no reference" until then).
+BENCH_EXPECTED = {}
+
+
+def judge_model(rec, sku=None, expected=None):
+    """{"trust", "verdict", ...} for one model's record.
+
+    trust: "untrusted" when batch-1 latency or a throughput has IQR/median
+    above UNSTABLE_IQR_REL.  verdict: against ``expected`` ({"latency_ms",
+    "fp32_ips", "amp_ips"} of a healthy GPU of the SKU; 0.8 of it, as
+    matmul), else "no reference"."""
+    spreads = {"latency": (rec.get("latency_ms") or {}).get("iqr_rel")}
+    thr = rec.get("throughput_ips") or {}
+    for k in ("fp32", "amp"):
+        if thr.get(k + "_iqr_rel") is not None:
+            spreads[k] = thr[k + "_iqr_rel"]
+    wide = sorted(k for k, v in spreads.items() if v is not None and v > UNSTABLE_IQR_REL)
+    out = {"trust": "untrusted" if wide else "ok", "unstable": wide}
+    if not expected:
+        out["verdict"] = "no reference"
+        return out
+    from ..specs import EXPECTED_FRACTION
+
+    slow = []
+    lat = (rec.get("latency_ms") or {}).get("median")
+    if expected.get("latency_ms") and lat and lat * EXPECTED_FRACTION > expected["latency_ms"]:
+        slow.append("latency %.2f ms vs %.2f" % (lat, expected["latency_ms"]))
+    for k in ("fp32", "amp"):
+        e = expected.get(k + "_ips")
+        if e and thr.get(k) is not None and thr[k] < EXPECTED_FRACTION * e:
+            slow.append("%s %.0f img/s vs %.0f" % (k, thr[k], e))
+    out["verdict"] = "fail" if slow else "pass"
+    out["slow"] = slow
+    return out
+
+
+def is_out_of_memory(exc):
+    """torch.cuda.OutOfMemoryError (a RuntimeError subclass since torch 1.13)
+    or the allocator's message on older builds and on the CPU."""
+    name = type(exc).__name__
+    text = str(exc)
+    return name == "OutOfMemoryError" or "out of memory" in text.lower() or "DefaultCPUAllocator: can't allocate" in text
+
+
 def _short_error(exc):
     text = str(exc).strip().splitlines()
     return "%s: %s" % (type(exc).__name__, text[0] if text else "")
@@ -77,6 +129,11 @@ def bench_one(ctx, torch, tv, name, device, crosscheck):
                 thr["amp_dtype"] = "float16" if device == "cuda" else "bfloat16"
                 thr["amp_iqr_rel"] = ta["iqr_rel"]
         except Exception as exc:  # OOM at batch N must not lose the latency
+            if is_out_of_memory(exc):
+                # the batch the user chose does not fit this GPU: a result of
+                # that configuration, not a hardware fault
+                thr["oom"] = True
+                thr["oom_batch"] = n
             thr["error"] = _short_error(exc)
         rec["throughput_ips"] = thr
     if crosscheck:
@@ -95,6 +152,10 @@ def bench_one(ctx, torch, tv, name, device, crosscheck):
         }
     del model
     return rec
+
+
+def n_oom(thr):
+    return thr.get("oom_batch") or thr.get("batch")
 
 
 def run(ctx, res):
@@ -121,6 +182,9 @@ def run(ctx, res):
         prev_bench = torch.backends.cudnn.benchmark
         torch.backends.cudnn.benchmark = True
     f["gpu_name"] = gpu_name
+    from ..specs import lookup
+
+    f["sku"] = lookup(gpu_name)[0] if gpu_name else None
     f["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark) if device == "cuda" else None
     f["tf32"] = tf32_flags(torch)
     label = "PyTorch %s %s%s" % (torch.__version__, device, (" " + gpu_name) if gpu_name else "")
@@ -155,9 +219,20 @@ def run(ctx, res):
                 msg = "b1 %.2f ms (p10 %.2f, p90 %.2f, IQR/med %.1f%%), b%d %s img/s fp32, %s AMP" % (
                     lat["median"], lat["p10"], lat["p90"], 100.0 * (lat["iqr_rel"] or 0), thr["batch"],
                     "%.1f" % thr["fp32"] if thr["fp32"] else "-", "%.1f" % thr["amp"] if thr["amp"] else "-")
-                if thr.get("error"):
+                if thr.get("oom"):
+                    msg += " (batch %d does not fit in GPU memory: a result of this batch size, not a fault)" % n_oom(thr)
+                    f.setdefault("oom", []).append(name)
+                elif thr.get("error"):
                     msg += " (throughput: %s)" % thr["error"]
                     res.problem("%s: batch-%d throughput failed: %s" % (name, thr["batch"], thr["error"]))
+                judged = judge_model(rec, f.get("sku"), BENCH_EXPECTED.get((f.get("sku"), name)))
+                rec["judgement"] = judged
+                if judged["trust"] == "untrusted":
+                    msg = "UNTRUSTED (IQR/median above %d%% for %s, not a result): %s" % (
+                        100 * UNSTABLE_IQR_REL, ", ".join(judged["unstable"]), msg)
+                    f.setdefault("untrusted", []).append(name)
+                elif judged["verdict"] == "fail":
+                    res.problem("%s slower than healthy %s: %s" % (name, f.get("sku"), "; ".join(judged["slow"])))
                 ctx.progress("%d/%d %s: %s" % (i + 1, len(names), name, msg))
                 res.note("%-22s %s, input %d, %.1f M params" % (name, msg, rec["input_size"], rec["params_m"]))
                 if "crosscheck" in rec:
@@ -169,6 +244,11 @@ def run(ctx, res):
             torch.backends.cudnn.benchmark = prev_bench
     if failed:
         res.problem("%d of %d models failed: %s" % (len(failed), len(names), ", ".join(failed)))
+    if f.get("untrusted"):
+        res.note("untrusted measurements (IQR/median > %d%%; rerun on a quiet machine): %s"
+                 % (100 * UNSTABLE_IQR_REL, ", ".join(f["untrusted"])))
+    if device == "cuda" and not any((f["sku"], n) in BENCH_EXPECTED for n in names):
+        res.note("no reference for %s in this suite: latency and throughput measured, not judged" % (f["sku"] or gpu_name))
     ok = [n for n in names if "latency_ms" in f["models"].get(n, {})]
     cc = f.get("crosscheck")
     if cc:
@@ -184,6 +264,8 @@ def run(ctx, res):
             100.0 * (m["latency_ms"]["iqr_rel"] or 0), thr["batch"],
             "%.0f" % thr["fp32"] if thr["fp32"] else "-",
             (", %.0f AMP" % thr["amp"]) if thr.get("amp") else "")
+        if f.get("untrusted"):
+            res.summary += " [untrusted spread: %s]" % ", ".join(f["untrusted"])
     else:
         res.summary = "no model ran"
     if not os.path.exists(log_path):

@@ -12,7 +12,7 @@ op and a cuDNN convolution on every GPU compared with the CPU result.
 
 import warnings
 
-from .. import parsers, torchenv
+from .. import compat, parsers, torchenv
 from ..core import CheckFailed
 
 
@@ -136,8 +136,8 @@ def run_cuda(ctx, res):
             p = torch.cuda.get_device_properties(i)
             cap = "%d.%d" % (p.major, p.minor)
             sm = "sm_%d%d" % (p.major, p.minor)
-            supported = (sm in arch_list) or any(
-                x.startswith("compute_") and int(x.split("_")[1]) <= p.major * 10 + p.minor for x in arch_list)
+            support, via = compat.kernel_support(p.major, p.minor, arch_list)
+            supported = support != compat.NONE
             free, total = torch.cuda.mem_get_info(i)
             dev = {
                 "index": i,
@@ -147,6 +147,8 @@ def run_cuda(ctx, res):
                 "free_gib": round(free / 2.0 ** 30, 2),
                 "multiprocessors": p.multi_processor_count,
                 "arch_supported": supported,
+                "arch_support": support,
+                "arch_via": via,
             }
             d = torch.device("cuda", i)
             op_err = _compare(torch, torch.sin(a.to(d) @ b.to(d)) + torch.exp(-a.to(d).abs()), ref_op)
@@ -159,6 +161,10 @@ def run_cuda(ctx, res):
             if not supported:
                 res.problem("GPU %d (%s, %s) has no kernels in this torch build (archs %s)"
                             % (i, p.name, sm, " ".join(arch_list)))
+            elif support == compat.PTX:
+                res.note("warning: GPU %d (%s): no %s-compatible cubin in this torch build, only PTX (%s), "
+                         "JIT-compiled by the driver: slow first runs" % (i, p.name, sm, via))
+                f.setdefault("warnings", []).append("GPU %d: kernels by PTX JIT only (%s)" % (i, via))
             if op_err > 1e-4:
                 res.problem("GPU %d: matmul/elementwise differs from the CPU (rel. error %.2g)" % (i, op_err))
             if conv_err > 1e-4:

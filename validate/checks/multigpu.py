@@ -1,0 +1,148 @@
+"""p2p and nccl: the GPUs of one node talking to each other.
+
+p2p: a bandwidth matrix of copies between every pair of GPUs (256 MiB,
+CUDA events), each pair's link read from ``nvidia-smi topo -m``; NVLink
+pairs are judged where a public floor exists (validate/topology.py).
+nccl: an all-reduce over all GPUs with torch.distributed, one process per
+GPU (validate/dist_worker.py), bus bandwidth by nccl-tests' formula, judged
+against Azure's per-node floors at their message size.  The same
+orchestration runs on the CPU with the gloo backend and two processes, so it
+is tested for real without a GPU.  Both skip, with the reason, on one GPU.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+from .. import host, specs, timing, topology
+
+CPU_RANKS = 2
+CPU_BYTES = 4 << 20
+GPU_BYTES = 1 << 30
+
+
+def _free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _topo():
+    smi = host.find_nvidia_smi()
+    if not smi:
+        return {}
+    out = host.run_tool([smi, "topo", "-m"], timeout=60)
+    return topology.parse_topo(out["stdout"]) if out["rc"] == 0 else {}
+
+
+def run_p2p(ctx, res):
+    torch = ctx.torch()
+    device = ctx.device(res)
+    if device != "cuda":
+        res.skip("no GPUs: nothing to copy between")
+        return
+    count = torch.cuda.device_count()
+    if count < 2:
+        res.skip("one GPU: no peer to copy to")
+        return
+    links = _topo()
+    sku, _ = specs.lookup(torch.cuda.get_device_name(0))
+    floor = topology.P2P_NVLINK_FLOOR.get(sku)
+    nbytes = 256 << 20
+    matrix = {}
+    for i in range(count):
+        src = torch.ones(nbytes // 4, device="cuda:%d" % i)
+        for j in range(count):
+            if i == j:
+                continue
+            dst = torch.empty(nbytes // 4, device="cuda:%d" % j)
+            st = timing.measure(lambda: dst.copy_(src, non_blocking=True), 2, 10, "cuda:%d" % i)
+            torch.cuda.synchronize("cuda:%d" % j)
+            gbs = nbytes / (st["median"] / 1e3) / 1e9
+            link = links.get((i, j))
+            cell = {"gbs": gbs, "link": link, "can_access_peer": torch.cuda.can_device_access_peer(i, j)}
+            if not bool(dst.eq(1).all()):
+                res.problem("GPU %d -> GPU %d: copy came back wrong" % (i, j))
+            if topology.link_class(link) == "nvlink" and floor:
+                cell["floor"] = floor[0]
+                if gbs < floor[0]:
+                    res.problem("GPU %d -> GPU %d over %s: %.1f GB/s below %.0f (Azure %s)"
+                                % (i, j, link, gbs, floor[0], floor[1]))
+            matrix["%d-%d" % (i, j)] = cell
+            del dst
+        del src
+    res.figures.update({"gpus": count, "bytes": nbytes, "matrix": matrix, "sku": sku,
+                        "nvlink_floor": floor[0] if floor else None})
+    if not floor:
+        res.note("no public P2P floor for %s: matrix measured, not judged" % sku)
+    for key, cell in sorted(matrix.items()):
+        res.note("GPU %s: %.1f GB/s over %s" % (key.replace("-", " -> GPU "), cell["gbs"], cell["link"] or "?"))
+    speeds = [c["gbs"] for c in matrix.values()]
+    res.summary = "%d GPUs, %d pairs: %.1f-%.1f GB/s%s" % (count, len(matrix), min(speeds), max(speeds),
+                                                          "" if floor else " (no reference)")
+
+
+def run_collective(ctx, backend, ranks, nbytes, iters=5, warmup=2, timeout=600):
+    """Start ``ranks`` worker processes; rank 0's JSON figures, or raise."""
+    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    init = "tcp://127.0.0.1:%d" % _free_port()
+    procs = []
+    for r in range(ranks):
+        argv = [sys.executable, "-m", "validate.dist_worker", "--rank", str(r), "--world", str(ranks),
+                "--backend", backend, "--init", init, "--bytes", str(nbytes), "--iters", str(iters),
+                "--warmup", str(warmup)]
+        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      universal_newlines=True, env=env, cwd=pkg_root))
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=timeout))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    failed = [(r, p.returncode, outs[r][1].strip().splitlines()[-1:] if r < len(outs) else [])
+              for r, p in enumerate(procs) if p.returncode != 0]
+    if failed:
+        raise RuntimeError("; ".join("rank %d exit %s: %s" % (r, rc, " ".join(err)) for r, rc, err in failed))
+    return json.loads(outs[0][0].strip().splitlines()[-1])
+
+
+def run_nccl(ctx, res):
+    torch = ctx.torch()
+    device = ctx.device(res)
+    if device == "cuda":
+        ranks = torch.cuda.device_count()
+        if ranks < 2:
+            res.skip("one GPU: no all-reduce to measure")
+            return
+        sku, _ = specs.lookup(torch.cuda.get_device_name(0))
+        floor = topology.ALLREDUCE_FLOOR.get((sku, ranks))
+        nbytes = floor[1] if floor else GPU_BYTES
+        free = min(torch.cuda.mem_get_info(i)[0] for i in range(ranks))
+        if nbytes > free // 2:  # keep room for NCCL's own buffers
+            nbytes, floor = GPU_BYTES, None
+        backend = "nccl"
+    else:
+        ranks, nbytes, backend, sku, floor = CPU_RANKS, CPU_BYTES, "gloo", None, None
+    ctx.progress("all-reduce %d MiB, %s, %d processes" % (nbytes >> 20, backend, ranks))
+    got = run_collective(ctx, backend, ranks, nbytes)
+    algbw, busbw = topology.busbw_allreduce(got["bytes"], got["median_s"], ranks)
+    got.update({"algbw_gbs": algbw, "busbw_gbs": busbw, "sku": sku,
+                "floor_gbs": floor[0] if floor else None, "floor_source": floor[2] if floor else None})
+    res.figures.update(got)
+    if got["wrong_elements"]:
+        res.problem("all-reduce result wrong in %d elements" % got["wrong_elements"])
+    if floor and busbw < floor[0]:
+        res.problem("all-reduce busbw %.1f GB/s below %.0f (Azure %s, %d GiB)"
+                    % (busbw, floor[0], floor[2], nbytes >> 30))
+    res.summary = "%s, %d ranks, %d MiB: busbw %.2f GB/s (algbw %.2f)%s" % (
+        backend, ranks, nbytes >> 20, busbw, algbw,
+        "" if floor or backend == "gloo" else "; no reference for %s x%d" % (sku, ranks))

@@ -1,0 +1,149 @@
+"""stress: GEMMs on every GPU at once for ``--stress-seconds``, every result
+checked, clocks/power/temperature/throttle sampled under the load.
+
+One thread per GPU (each on its own device and stream) repeats C = A.B in
+bf16 (n=8192; a 256x256 fp32 product on the CPU).  The first product is
+verified in full (validate/verify.py); every later one must equal it bit for
+bit, as gpu-burn compares each result with its reference: cuBLAS gives "the
+same bit-wise results at every run when executed on GPUs with the same
+architecture and the same number of SMs" (cuBLAS docs, "Results
+reproducibility"), so any difference, NaN or Inf is a fault.  nvidia-smi is
+read every second meanwhile (validate/gpusample.py).  Fails on a mismatch,
+on thermal / power-brake / HW slowdown seen under load (NVML clock event
+reasons; SW power cap is the normal limit of a GEMM and passes, as in
+Azure's azure_gpu_clock_throttling.nhc), and on a GPU whose throughput is
+below 0.8 x the median of its peers (see specs.EXPECTED_FRACTION).
+"""
+
+import statistics
+import threading
+import time
+
+from .. import gpusample, host, parsers, specs, verify
+
+GPU_N = 8192
+CPU_N = 256
+
+
+def judge(per_gpu, fraction=specs.EXPECTED_FRACTION):
+    """Problems for a stress run.  ``per_gpu``: [{"label", "tflops",
+    "mismatches", "samples": [typed nvidia-smi rows]}]."""
+    problems = []
+    speeds = [g["tflops"] for g in per_gpu if g.get("tflops")]
+    peer = statistics.median(speeds) if len(speeds) > 1 else None
+    for g in per_gpu:
+        if g.get("error"):
+            problems.append("%s: %s" % (g["label"], g["error"]))
+        if g.get("mismatches"):
+            problems.append("%s: %d of %d results differ from the verified first product"
+                            % (g["label"], g["mismatches"], g["iterations"]))
+        seen = set()
+        for row in g.get("samples") or []:
+            seen.update(r for r in (row.get("throttle") or []) if r in parsers.BAD_THROTTLE)
+        if seen:
+            problems.append("%s: clocks held back under load by %s" % (g["label"], ", ".join(sorted(seen))))
+        if peer and g.get("tflops") is not None and g["tflops"] < fraction * peer:
+            problems.append("%s: %.1f TFLOPS under load, below %.0f%% of its peers' median %.1f"
+                            % (g["label"], g["tflops"], 100 * fraction, peer))
+    return problems
+
+
+def summarize_samples(rows):
+    """Per-GPU figures from the sampled rows."""
+    def vals(key):
+        return [r[key] for r in rows if r.get(key) is not None]
+
+    clocks = vals("clocks.sm")
+    out = {"samples": len(rows)}
+    if clocks:
+        out.update(sm_clock_min_mhz=min(clocks), sm_clock_median_mhz=statistics.median(clocks))
+    for key, name in (("temperature.gpu", "temperature_max_c"), ("power.draw", "power_max_w")):
+        v = vals(key)
+        if v:
+            out[name] = max(v)
+    limit = vals("power.limit")
+    if limit:
+        out["power_limit_w"] = limit[-1]
+    reasons = set()
+    for r in rows:
+        reasons.update(r.get("throttle") or [])
+    out["throttle_seen"] = sorted(reasons)
+    return out
+
+
+def _worker(torch, dev, n, dtype, mode, seconds, out):
+    try:
+        gen = torch.Generator().manual_seed(0)
+        a = torch.randn(n, n, generator=gen).to(dev, dtype)
+        b = torch.randn(n, n, generator=gen).to(dev, dtype)
+        ref = torch.mm(a, b)
+        ok, err = verify.product_ok(torch, a, b, ref, mode)
+        out["check_error"] = err
+        if not ok:
+            out["error"] = "the first product is wrong (error %.3g x its rounding tolerance)" % err
+            return
+        c = torch.empty_like(ref)
+        bad = torch.zeros((), dtype=torch.int64, device=dev)
+        cuda = str(dev).startswith("cuda")
+        iters = 0
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            for _ in range(10):
+                torch.mm(a, b, out=c)
+                bad += (c != ref).any().to(torch.int64)  # NaN != NaN: counted too
+                iters += 1
+            if cuda:
+                torch.cuda.synchronize(dev)
+        elapsed = time.perf_counter() - t0
+        out["iterations"] = iters
+        out["mismatches"] = int(bad)
+        out["tflops"] = 2.0 * n ** 3 * iters / elapsed / 1e12
+        out["seconds"] = elapsed
+    except Exception as exc:  # an OOM or a dead GPU: the GPU's own result
+        out["error"] = "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+
+
+def run(ctx, res):
+    torch = ctx.torch()
+    device = ctx.device(res)
+    seconds = ctx.opts.stress_seconds
+    if device == "cuda":
+        targets = [("cuda:%d" % i, torch.cuda.get_device_properties(i)) for i in range(torch.cuda.device_count())]
+        n, dtype, mode = GPU_N, torch.bfloat16, "bf16"
+    else:
+        targets = [("cpu", None)]
+        n, dtype, mode = CPU_N, torch.float32, "fp32"
+    smi = host.find_nvidia_smi() if device == "cuda" else None
+    ctx.progress("%d x %s GEMM n=%d on %d device(s) for %.0f s" % (2, mode, n, len(targets), seconds))
+    results = [{"label": "GPU %s" % dev.split(":")[-1] if dev != "cpu" else "cpu", "device": dev} for dev, _ in targets]
+    with gpusample.Sampler(smi) as sampler:
+        threads = [threading.Thread(target=_worker, args=(torch, dev, n, dtype, mode, seconds, out))
+                   for (dev, _), out in zip(targets, results)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    for (dev, props), g in zip(targets, results):
+        key = gpusample.torch_bus_key(props) if props is not None else None
+        g["samples"] = sampler.for_gpu(key) if key is not None else []
+        g["sampled"] = summarize_samples(g["samples"])
+    for p in judge(results):
+        res.problem(p)
+    f = res.figures
+    f.update({"device": device, "n": n, "dtype": mode, "seconds": seconds,
+              "sampled_by": "nvidia-smi every 1 s" if smi else None,
+              "per_gpu": [dict((k, v) for k, v in g.items() if k != "samples") for g in results]})
+    if not smi:
+        res.note("clocks, power and temperature not sampled: no nvidia-smi")
+    for g in results:
+        s = g["sampled"]
+        res.note("%s: %s TFLOPS, %s iterations, %s mismatches; SM clock min %s MHz, max %s C, max %s W, throttle %s"
+                 % (g["label"], "%.1f" % g["tflops"] if g.get("tflops") else "-", g.get("iterations", "-"),
+                    g.get("mismatches", "-"), s.get("sm_clock_min_mhz", "-"), s.get("temperature_max_c", "-"),
+                    s.get("power_max_w", "-"), ",".join(s.get("throttle_seen") or []) or "-"))
+    res.summary = "%d device(s), %.0f s %s GEMM n=%d: %s" % (
+        len(results), seconds, mode, n,
+        ", ".join("%s %s TFLOPS%s" % (g["label"], "%.1f" % g["tflops"] if g.get("tflops") else "-",
+                                       (" %s C" % g["sampled"]["temperature_max_c"])
+                                       if g["sampled"].get("temperature_max_c") is not None else "")
+                  for g in results))

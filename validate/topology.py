@@ -1,0 +1,63 @@
+"""``nvidia-smi topo -m`` and collective bandwidth: pure functions.
+
+topo -m prints a matrix whose cells say how two GPUs connect: ``NV<n>`` (n
+bonded NVLinks, through NVSwitch on HGX boards), ``PIX``/``PXB`` (PCIe
+switches), ``PHB`` (host bridge), ``NODE`` (across host bridges in a NUMA
+node), ``SYS`` (across the SMP interconnect), ``X`` (self); the legend is
+printed by nvidia-smi itself below the matrix.
+"""
+
+import re
+
+_GPU = re.compile(r"^GPU\d+$")
+
+
+def parse_topo(text):
+    """{(i, j): link} for every GPU pair of ``nvidia-smi topo -m``."""
+    lines = [ln.rstrip() for ln in (text or "").splitlines() if ln.strip()]
+    header = None
+    out = {}
+    for ln in lines:
+        cells = ln.split()
+        if header is None:
+            if cells and _GPU.match(cells[0].strip("\t")) and len(cells) > 1 and _GPU.match(cells[1]):
+                header = [c for c in cells if _GPU.match(c)]
+            continue
+        if not cells or not _GPU.match(cells[0]):
+            if cells and cells[0].lower().startswith("legend"):
+                break
+            continue
+        i = int(cells[0][3:])
+        for j, cell in enumerate(cells[1:1 + len(header)]):
+            if cell != "X":
+                out[(i, int(header[j][3:]))] = cell
+    return out
+
+
+def link_class(cell):
+    """'nvlink' for NV<n>, 'pcie' for the PCIe/host paths, None if unknown."""
+    if cell and cell.startswith("NV"):
+        return "nvlink"
+    if cell in ("PIX", "PXB", "PHB", "NODE", "SYS", "SOC"):
+        return "pcie"
+    return None
+
+
+def busbw_allreduce(nbytes, seconds, ranks):
+    """nccl-tests' bus bandwidth of an all-reduce (github.com/NVIDIA/nccl-tests
+    doc/PERFORMANCE.md): algbw = bytes / time, busbw = algbw x 2(n-1)/n, GB/s."""
+    algbw = nbytes / seconds / 1e9
+    return algbw, algbw * 2.0 * (ranks - 1) / ranks
+
+
+# All-reduce busbw a healthy 8-GPU node reaches, as Azure's node health
+# checks fail below (azurehpc-health-checks conf/, check_nccl_allreduce
+# <busbw> <repeats> <topo> <message size>): (sku, gpus) -> (GB/s, bytes).
+ALLREDUCE_FLOOR = {
+    ("H100 SXM", 8): (460.0, 16 << 30, "conf/nd96isr_h100_v5.conf"),
+    ("H200 SXM", 8): (431.0, 16 << 30, "conf/nd96isr_h200_v5.conf"),
+    ("A100 SXM 80GB", 8): (228.0, 4 << 30, "conf/nd96amsr_a100_v4.conf"),
+}
+# GPU-to-GPU copy over NVLink: Azure's floor for nvbandwidth
+# device_to_device_memcpy_read_ce (conf/nd96isr_h200_v5.conf: check_gpu_bw 48 335).
+P2P_NVLINK_FLOOR = {"H200 SXM": (335.0, "conf/nd96isr_h200_v5.conf")}
