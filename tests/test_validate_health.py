@@ -7,7 +7,7 @@ import os
 import pytest
 
 from validate import parsers, topology, xid
-from validate.checks import memory, multigpu, stress
+from validate.checks import memory, stress
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "validate")
 

@@ -2,7 +2,6 @@
 fed with real values, each with its source (tests/fixtures/validate/SOURCES.md),
 and the matmul / bench checks run for real on the CPU."""
 
-import argparse
 import os
 
 import pytest

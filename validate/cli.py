@@ -66,7 +66,8 @@ def build_parser():
                    help="auto (default): the GPU, and a machine without one is not validated")
     p.add_argument("--warmup", type=int, metavar="N", help="untimed runs before timing (GPU 10, CPU 2)")
     p.add_argument("--iters", type=int, metavar="N", help="timed runs per measurement (GPU 100, CPU 10)")
-    p.add_argument("--batch", metavar="1,64", help="batch sizes: 1 for latency, the largest for throughput (GPU 1,64; CPU 1,8)")
+    p.add_argument("--batch", metavar="1,64",
+                   help="batch sizes: 1 for latency, the largest for throughput (GPU 1,64; CPU 1,8)")
     p.add_argument("--amp", action="store_true",
                    help="also time batch-1 latency under AMP (GPU) / measure bf16 AMP throughput (CPU)")
     p.add_argument("--weights", metavar="DIR", help="folder with ResNet50 weights (resnet50-*.pth)")
@@ -76,7 +77,8 @@ def build_parser():
     p.add_argument("--quick", action="store_true",
                    help="system, cudnn_*, torch_*, stress (15 s), xid, and bench with a few models")
     p.add_argument("--floor", type=float, default=DEFAULT_FLOOR, metavar="F",
-                   help="pass floor for matmul/bandwidth as a fraction of the GPU's spec (default %.2f)" % DEFAULT_FLOOR)
+                   help="pass floor for matmul/bandwidth as a fraction of the GPU's spec (default %.2f)"
+                   % DEFAULT_FLOOR)
     p.add_argument("--stress-seconds", type=float, metavar="S", dest="stress_seconds",
                    help="duration of the stress check (GPU: 60, 15 with --quick; CPU: 2)")
     p.add_argument("--kernel-log", metavar="PATH", dest="kernel_log",
@@ -104,7 +106,7 @@ def parse_args(argv):
         try:
             batches = [int(b) for b in _csv_list(opts.batch)]
         except ValueError:
-            raise UsageError("--batch takes comma-separated positive integers, got %r" % opts.batch)
+            raise UsageError("--batch takes comma-separated positive integers, got %r" % opts.batch) from None
         if not batches or any(b < 1 for b in batches):
             raise UsageError("--batch takes comma-separated positive integers, got %r" % opts.batch)
         opts.batch = sorted(set(batches))

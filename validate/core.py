@@ -191,13 +191,13 @@ class Context(object):
         try:
             return torchenv.torch()
         except torchenv.Missing as exc:
-            raise CheckFailed(str(exc))
+            raise CheckFailed(str(exc)) from None
 
     def torchvision(self):
         try:
             return torchenv.torchvision()
         except torchenv.Missing as exc:
-            raise CheckFailed(str(exc))
+            raise CheckFailed(str(exc)) from None
 
     def device(self, res):
         """The torch device this check runs on, per --device.

@@ -528,7 +528,7 @@ def parse_sample_output(stdout):
             elif key == "status":
                 out["status"] = parts[1]
         except (IndexError, ValueError):
-            raise ParseError("malformed sample output line: %r" % line)
+            raise ParseError("malformed sample output line: %r" % line) from None
     if out["format"] == "legacy" and out["status"] is None and len(out["top"]) == SAMPLE_TOP:
         out["status"] = "ok"
     return out

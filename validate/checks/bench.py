@@ -79,7 +79,8 @@ def is_out_of_memory(exc):
     or the allocator's message on older builds and on the CPU."""
     name = type(exc).__name__
     text = str(exc)
-    return name == "OutOfMemoryError" or "out of memory" in text.lower() or "DefaultCPUAllocator: can't allocate" in text
+    return (name == "OutOfMemoryError" or "out of memory" in text.lower()
+            or "DefaultCPUAllocator: can't allocate" in text)
 
 
 def _short_error(exc):
@@ -220,7 +221,8 @@ def run(ctx, res):
                     lat["median"], lat["p10"], lat["p90"], 100.0 * (lat["iqr_rel"] or 0), thr["batch"],
                     "%.1f" % thr["fp32"] if thr["fp32"] else "-", "%.1f" % thr["amp"] if thr["amp"] else "-")
                 if thr.get("oom"):
-                    msg += " (batch %d does not fit in GPU memory: a result of this batch size, not a fault)" % n_oom(thr)
+                    msg += (" (batch %d does not fit in GPU memory: a result of this batch size, not a fault)"
+                            % n_oom(thr))
                     f.setdefault("oom", []).append(name)
                 elif thr.get("error"):
                     msg += " (throughput: %s)" % thr["error"]
@@ -248,7 +250,8 @@ def run(ctx, res):
         res.note("untrusted measurements (IQR/median > %d%%; rerun on a quiet machine): %s"
                  % (100 * UNSTABLE_IQR_REL, ", ".join(f["untrusted"])))
     if device == "cuda" and not any((f["sku"], n) in BENCH_EXPECTED for n in names):
-        res.note("no reference for %s in this suite: latency and throughput measured, not judged" % (f["sku"] or gpu_name))
+        res.note("no reference for %s in this suite: latency and throughput measured, not judged"
+                 % (f["sku"] or gpu_name))
     ok = [n for n in names if "latency_ms" in f["models"].get(n, {})]
     cc = f.get("crosscheck")
     if cc:

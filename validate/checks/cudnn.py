@@ -245,7 +245,7 @@ def run_sample(ctx, res):
     try:
         parsed = parsers.parse_sample_output(out["stdout"])
     except parsers.ParseError as exc:
-        raise CheckFailed("cannot read the sample's output: %s" % exc)
+        raise CheckFailed("cannot read the sample's output: %s" % exc) from None
     errors = parsers.parse_sample_errors(out["stderr"])
     res.figures["exit_code"] = out["rc"]
     res.figures["errors"] = errors

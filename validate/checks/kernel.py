@@ -93,7 +93,8 @@ def run(ctx, res):
                 return
             got, st, label = _with_numba(cuda, numba, a, x, y, warm, iters)
     except Exception as exc:
-        res.problem("%s kernel failed: %s: %s" % (backend, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else ""))
+        first_line = str(exc).splitlines()[0] if str(exc) else ""
+        res.problem("%s kernel failed: %s: %s" % (backend, type(exc).__name__, first_line))
         return
     ok = bool(np.allclose(got, ref, rtol=1e-6, atol=1e-6))
     res.figures.update({"backend": label, "n": N, "allclose": ok, "gpu_ms": st["median"], "numpy_ms": cpu["median"],

@@ -150,13 +150,13 @@ def profile_model(ctx, res, torch, tag, model, x, device):
         "forward_ms": timing.latency_figures(fwd),
         "layers": len(medians),
         "layers_sum_ms": total,
-        "top_layers": [{"layer": l, "type": k, "ms": m, "share": (m / total) if total else None}
-                       for l, k, m in top_layers],
+        "top_layers": [{"layer": layer, "type": k, "ms": m, "share": (m / total) if total else None}
+                       for layer, k, m in top_layers],
         "top_ops": top_ops,
         "top_ops_by": sort,
         "trace": trace,
         "ops_table": table_name,
-    }, dict((l, (k, m)) for l, k, m in medians), [l for l, _, _ in medians]
+    }, dict((layer, (k, m)) for layer, k, m in medians), [layer for layer, _, _ in medians]
 
 
 def _write_layer_table(path, tag, order, per_dev):

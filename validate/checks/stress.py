@@ -123,7 +123,7 @@ def run(ctx, res):
             t.start()
         for t in threads:
             t.join()
-    for (dev, props), g in zip(targets, results):
+    for (_, props), g in zip(targets, results):
         key = gpusample.torch_bus_key(props) if props is not None else None
         g["samples"] = sampler.for_gpu(key) if key is not None else []
         g["sampled"] = summarize_samples(g["samples"])
