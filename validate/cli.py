@@ -18,8 +18,10 @@ from .core import CHECK_NAMES, CHECKS, PASS, SKIP, Context, Result, not_selected
 from . import output
 from .specs import DEFAULT_FLOOR
 
-# The 31 models of the seed's bench_all.sh, in its order.
-SEED_MODELS = [
+# `--models classic`: the 31 classic ImageNet classifiers of torchvision's first model zoo
+# (AlexNet, VGG, ResNet, DenseNet, MobileNet...), the set the original bench_all.sh timed, in
+# its order; comparable with bench_torch.log files written by that script.
+CLASSIC_MODELS = [
     "alexnet", "densenet121", "densenet161", "densenet169", "densenet201",
     "mnasnet0_5", "mnasnet1_0", "mobilenet_v2", "mobilenet_v3_large",
     "mobilenet_v3_small", "resnet101", "resnet152", "resnet18", "resnet34",
@@ -32,9 +34,9 @@ SEED_MODELS = [
 QUICK_MODELS = ["resnet50", "resnet18", "mobilenet_v3_small"]
 QUICK_CHECKS = [s.name for s in CHECKS if s.quick]
 
-# Defaults that depend on where the work runs.  On a GPU the seed's numbers are
+# Defaults that depend on where the work runs.  On a GPU the original script's numbers are
 # honoured (10 warm-up, 100 timed runs); on a CPU the same protocol would take
-# most of an hour for the seed list, so fewer runs and a smaller batch.
+# most of an hour for the classic list, so fewer runs and a smaller batch.
 GPU_DEFAULTS = {"warmup": 10, "iters": 100, "batch": [1, 64], "stress_seconds": 60.0, "stress_seconds_quick": 15.0}
 CPU_DEFAULTS = {"warmup": 2, "iters": 10, "batch": [1, 8], "stress_seconds": 2.0, "stress_seconds_quick": 2.0}
 
@@ -60,8 +62,9 @@ def build_parser():
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
     p.add_argument("--checks", metavar="A,B", help="run only these checks (they become required)")
     p.add_argument("--skip", metavar="A,B", help="do not run these checks")
-    p.add_argument("--models", metavar="LIST|seed|all",
-                   help="bench models: comma list, 'seed' (the 31 of the seed's list, default) or 'all'")
+    p.add_argument("--models", metavar="LIST|classic|all",
+                   help="bench models: comma list, 'classic' (the 31 classic torchvision classifiers, "
+                        "default; 'seed' is the old name) or 'all'")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
                    help="auto (default): the GPU, and a machine without one is not validated")
     p.add_argument("--warmup", type=int, metavar="N", help="untimed runs before timing (GPU 10, CPU 2)")
@@ -131,14 +134,14 @@ def parse_args(argv):
 def resolve_models(opts):
     spec = opts.models
     if spec is None:
-        return list(QUICK_MODELS) if opts.quick else list(SEED_MODELS)
-    if spec == "seed":
-        return list(SEED_MODELS)
+        return list(QUICK_MODELS) if opts.quick else list(CLASSIC_MODELS)
+    if spec in ("classic", "seed"):  # "seed": the option's old spelling, kept working
+        return list(CLASSIC_MODELS)
     if spec == "all":
         return None  # resolved by the bench check from torchvision itself
     names = _csv_list(spec)
     if not names:
-        raise UsageError("--models needs a list, 'seed' or 'all'")
+        raise UsageError("--models needs a list, 'classic' or 'all'")
     for n in names:
         if not re.match(r"^[A-Za-z][A-Za-z0-9_]*$", n):
             raise UsageError("--models: %r is not a model name" % n)
@@ -204,7 +207,7 @@ def options_document(opts):
         "out": opts.out,
         "checks": opts.checks,
         "skip": opts.skip,
-        "models": opts.models if opts.models is not None else ("quick" if opts.quick else "seed"),
+        "models": opts.models if opts.models is not None else ("quick" if opts.quick else "classic"),
         "model_list": opts.model_list,
         "device": opts.device,
         "warmup": opts.warmup,

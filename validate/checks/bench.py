@@ -1,6 +1,6 @@
 """bench: the benchmark suite over torchvision classifiers.
 
-Models: ``--models`` (a list, ``seed`` = the seed's 31, ``all`` = every
+Models: ``--models`` (a list, ``classic`` = the 31 classic torchvision classifiers, ``all`` = every
 classifier in torchvision.models), randomly initialised (timing does not need
 trained weights), input size from each model's weights metadata.  For each
 model, in isolation (one model's failure or OOM is recorded and the suite goes
