@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import tempfile
 import threading
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import paramiko
 from paramiko.hostkeys import HostKeyEntry, HostKeys
 
 from ..errors import HostKeyError
+from ..fileio import write_atomic
 
 
 def default_known_hosts() -> Path:
@@ -121,15 +121,7 @@ class KnownHosts:
         line = f"{name} {key.get_name()} {key.get_base64()}\n"
         if old and not old.endswith("\n"):
             old += "\n"
-        fd, tmp = tempfile.mkstemp(prefix=".known_hosts.", dir=str(path.parent))
-        try:
-            with os.fdopen(fd, "w") as handle:
-                handle.write(old + line)
-            os.chmod(tmp, 0o600 if not path.exists() else (path.stat().st_mode & 0o777))
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_atomic(path, old + line, mode=(path.stat().st_mode & 0o777) if path.exists() else 0o600)
 
     def changed_message(self, host_label: str, name: str, exc: paramiko.BadHostKeyException) -> str:
         path, line = self.locate(name)

@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 
 from ..errors import PullError
+from ..fileio import current_umask
+
 COMMIT_FILE = "results.json"
 SKIP = {"__pycache__", ".pytest_cache"}
 
@@ -89,18 +91,6 @@ def publish_pull(data: bytes, dest: Path) -> list:
         return names
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def current_umask() -> int:
-    """This process's umask, read without changing it (os.umask would race other threads)."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except OSError:
-        pass
-    return 0o022
 
 
 def _check_member(member: tarfile.TarInfo) -> None:
