@@ -13,6 +13,7 @@ import shutil
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 from ..errors import PullError
 from ..fileio import current_umask
@@ -25,7 +26,7 @@ def pack(folder: Path, arcname: str) -> bytes:
     """A gzip tarball of `folder` (without caches) whose top folder is `arcname`."""
     buffer = io.BytesIO()
 
-    def keep(info: tarfile.TarInfo):
+    def keep(info: tarfile.TarInfo) -> Optional[tarfile.TarInfo]:
         parts = Path(info.name).parts
         if any(p in SKIP for p in parts) or info.name.endswith(".pyc"):
             return None
@@ -51,7 +52,7 @@ def pack_command(remote_dir: str) -> str:
     return f"tar -czf - -C {remote_dir} ."
 
 
-def publish_pull(data: bytes, dest: Path) -> list:
+def publish_pull(data: bytes, dest: Path) -> list[str]:
     """Store a pulled tarball's files in `dest` (created if needed); return their names.
 
     Extraction goes to a hidden temporary folder in `dest`'s parent first; only a complete,
