@@ -170,7 +170,7 @@ def test_default_caps_stop_a_decompression_bomb_before_writing(tmp_path):
     bomb = _zeros_bomb("bench_torch.log", 1 << 30)
     assert len(bomb) < 2 << 20
     dest = tmp_path / "logs" / "h1" / RUN1
-    with pytest.raises(PullError, match="over the 268435456 allowed per file"):
+    with pytest.raises(PullError, match="unpacks to 1024 MiB, over the 256 MiB allowed per file"):
         publish_pull(bomb, dest)
     assert list(dest.parent.iterdir()) == []
 
@@ -196,7 +196,7 @@ def test_the_member_count_is_capped(tmp_path):
 def test_the_limits_come_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUPROV_PULL_MAX_FILE_BYTES", "100")
     dest = tmp_path / "logs" / "h1" / RUN1
-    with pytest.raises(PullError, match="over the 100 allowed per file"):
+    with pytest.raises(PullError, match="unpacks to 101 bytes, over the 100 bytes allowed per file"):
         publish_pull(_tarball({"results.json": bytes(101)}), dest)
     monkeypatch.setenv("GPUPROV_PULL_MAX_FILE_BYTES", "lots")
     with pytest.raises(PullError, match="GPUPROV_PULL_MAX_FILE_BYTES must be a whole number"):

@@ -156,13 +156,13 @@ def _checked_members(tar: tarfile.TarFile, limits: PullLimits) -> list[tarfile.T
         if member.issparse():
             raise PullError(f"the pulled archive has a sparse file: {member.name!r}")
         if member.size > limits.file_bytes:
-            raise PullError(f"the pulled archive's {member.name!r} unpacks to {member.size} "
-                            f"bytes, over the {limits.file_bytes} allowed per file "
-                            "(GPUPROV_PULL_MAX_FILE_BYTES)")
+            raise PullError(f"the pulled archive's {member.name!r} unpacks to "
+                            f"{_size(member.size)}, over the {_size(limits.file_bytes)} allowed "
+                            "per file (GPUPROV_PULL_MAX_FILE_BYTES)")
         total += member.size
         if total > limits.total_bytes:
-            raise PullError(f"the pulled archive unpacks to more than {limits.total_bytes} "
-                            "bytes (GPUPROV_PULL_MAX_BYTES)")
+            raise PullError(f"the pulled archive unpacks to more than "
+                            f"{_size(limits.total_bytes)} (GPUPROV_PULL_MAX_BYTES)")
     return members
 
 
@@ -185,3 +185,8 @@ def _check_new(dest: Path, members: list[tarfile.TarInfo]) -> None:
         if target.exists() or target.is_symlink():
             raise PullError(f"{target} already exists (pulled before?): a pull never replaces "
                             "files; move the folder away to pull again")
+
+
+def _size(count: int) -> str:
+    """`count` bytes for a message: in MiB when it is a whole number of them."""
+    return f"{count >> 20} MiB" if count and count % (1 << 20) == 0 else f"{count} bytes"
