@@ -14,7 +14,7 @@ the group outlives the grace period. Then `Interrupted` is raised.
 
 As in Invoke, whose `Runner` holds the loop while `Local` and Fabric's `Remote` supply
 read/write/close/finished primitives (invoke/runners.py, fabric/runners.py), the loop lives once
-here, in `BaseConnection.run`; a transport starts a command and returns its `RunningCommand`.
+here, in `BaseConnection._pump`; a transport starts a command and returns its `RunningCommand`.
 """
 from __future__ import annotations
 
