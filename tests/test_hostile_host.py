@@ -21,6 +21,8 @@ import pytest
 from tests.conftest import invoke, write_yaml
 from tests.sshd import shared_tmp
 
+pytestmark = [pytest.mark.slow, pytest.mark.root]  # real sshd, started as root
+
 ADDRESS = "127.0.0.41"
 # Run ids as the control side makes them (remote/output/runlog.py new_run_id).
 RUN1 = "20261122T055742.123Z-14af"
