@@ -7,18 +7,21 @@ control side runs unchanged (`invoke logs`, `invoke validate` in a subprocess).
 """
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import os
 import pwd
 import secrets
 import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import invoke, write_yaml
+from tests.conftest import REPO, invoke, write_yaml
+from tests.procs import run_python_module_measured
 from tests.sshd import shared_tmp
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]  # real sshd, started as root
@@ -26,6 +29,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.root]  # real sshd, started as root
 ADDRESS = "127.0.0.41"
 # Run ids as the control side makes them (remote/output/runlog.py new_run_id).
 RUN1 = "20261122T055742.123Z-14af"
+# The control process's peak memory while it refuses a hostile archive (`invoke logs` peaked at
+# 46 MiB with a tiny archive, 66 MiB with the 10 MiB bomb, on the 2-core VM).
+MAX_RSS_MIB = 150
 
 READLINK = """#!/bin/sh
 cat {tools}/latest
@@ -123,3 +129,44 @@ def test_a_pulled_provision_log_cannot_replace_the_control_sides(host, tools, wo
     assert sorted(p.name for p in run.iterdir()) == ["provision.log"]
     log = (run / "provision.log").read_text()
     assert f"run {run.name} on {name}" in log and "every step ok" not in log
+
+
+def ten_gib_of_zeros() -> bytes:
+    """A 10 MiB archive of one 10 GiB file of zeros (gzip members back to back)."""
+    info = tarfile.TarInfo("./bench_torch.log")
+    info.size = 10 << 30
+    mib = gzip.compress(bytes(1 << 20), compresslevel=9)
+    return b"".join([gzip.compress(info.tobuf(format=tarfile.GNU_FORMAT))] + [mib] * 10240
+                    + [gzip.compress(bytes(1024))])
+
+
+def sparse_gib(folder: Path) -> bytes:
+    """A tarball (GNU tar --sparse) of a 1 GiB results.json that is all hole: a few hundred
+    bytes that unpacked to 1 GiB every later reader read whole."""
+    folder.mkdir()
+    with open(folder / "results.json", "wb") as handle:
+        handle.truncate(1 << 30)
+    return subprocess.run(["tar", "--sparse", "-czf", "-", "-C", str(folder), "."],
+                          capture_output=True, check=True).stdout
+
+
+@pytest.mark.parametrize("archive, reason", [
+    (lambda work: ten_gib_of_zeros(), "unpacks to 10240 MiB, over the 256 MiB allowed per file"),
+    (lambda work: sparse_gib(work / "sparse"), "sparse file: './results.json'"),
+], ids=["10 GiB bomb", "1 GiB sparse"])
+def test_oversized_archives_are_refused_before_writing(host, tools, work, archive, reason):
+    """The host answers `invoke logs` with an archive that unpacks far beyond its size:
+    refused from its headers, nothing written, the control process's memory bounded."""
+    name, inventory = host
+    (tools / "latest").write_text(RUN1 + "\n")
+    (tools / "answer.tgz").write_bytes(archive(work))
+    rc, out, err, _, rss = run_python_module_measured(
+        "invoke", ["--search-root", str(REPO), "logs", "--host", name,
+                   "--inventory", str(inventory)],
+        work / "peak_kib", env={"PYTHONPATH": str(REPO), "PATH": os.environ["PATH"]},
+        cwd=str(work), timeout=120)
+    assert rc == 1, (rc, out, err)
+    assert reason in out, out
+    assert tree(work / "logs") == {name: None}, "only the host's folder, empty"
+    assert rss < MAX_RSS_MIB, f"peak RSS {rss:.0f} MiB"
+    print(f"peak RSS {rss:.0f} MiB")
