@@ -509,7 +509,7 @@ def wire_floor(farm: SshdFarm, address: str, count: int = 5) -> dict:
 
     import paramiko
 
-    from remote.transport.connection import _QuickAckSocket
+    from remote.transport.ssh import _QuickAckSocket
 
     out = {}
     for variant in ("default", "tcp_nodelay", "quickack"):

@@ -11,4 +11,5 @@ Packages, imports pointing down only:
 - `report/`    reads log folders and compares hosts and runs (stands alone).
 - `sandbox/`   throwaway local Debian hosts for trying recipes and for the tests (stands alone).
 - `errors`     the one error tree every package raises from.
+- `fileio`     the one atomic file write (imports nothing of gpuprov).
 """

@@ -276,7 +276,7 @@ def facts(host: str, inventory: str, json_path: Optional[str] = None) -> int:
     import json
 
     from .engine.facts import FACTS
-    from .engine.runner import write_atomic
+    from .fileio import write_atomic
 
     try:
         inv, hosts, _ = load_and_check(inventory, host, None, {})

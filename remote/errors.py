@@ -11,7 +11,7 @@
     │   └── BecomeError       sudo refused
     ├── PlanError         the host is in a state a step cannot reach from
     ├── TemplateError     a template failed to render for one host
-    ├── PullError         a pulled tarball could not be stored
+    ├── PullError         a pulled tarball could not be stored, or was refused
     └── Interrupted       Ctrl-C or SIGTERM stopped the work (exit status 130)
 
 The sandbox raises `SandboxError`, its own root: it also runs as a stand-alone script.
@@ -91,7 +91,8 @@ class TemplateError(GpuprovError):
 
 
 class PullError(GpuprovError):
-    """A pulled tarball could not be stored (bad archive, disk full, unwritable folder)."""
+    """A pulled tarball could not be stored (bad archive, disk full, unwritable folder) or was
+    refused (a run id or name the host may not choose, over the size caps)."""
 
 
 class Interrupted(GpuprovError):

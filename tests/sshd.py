@@ -106,7 +106,9 @@ class SshdFarm:
             "KbdInteractiveAuthentication no\nPermitRootLogin no\n"
             f"AllowUsers {self.user}\nPidFile none\nLogLevel ERROR\n"
             f"MaxStartups {self.max_startups}\nMaxSessions 100\nAllowTcpForwarding {forwarding}\n"
-            "PrintMotd no\nUseDNS no\n")
+            "PrintMotd no\nUseDNS no\n"
+            + "".join(f"{key} {value}\n" for key, value in self.options.get(address, {}).items()
+                      if key != "AllowTcpForwarding"))
         return path
 
     def start(self, address: str) -> None:

@@ -354,13 +354,13 @@ def test_a_command_that_closes_its_output_early_does_not_spin(farm, work, invent
     """After the remote end sends EOF, waiting for the exit status must sleep, not poll: a
     command that closes stdout/stderr and keeps running used to busy-loop the client (and
     starve every other host's thread of the GIL)."""
-    from remote.transport.connection import connect
+    from remote.transport.connection import connection_for
     from remote.transport.hostkeys import KnownHosts
     from remote.config.inventory import load_inventory
 
     inv = load_inventory(inventory())
-    conn = connect(inv.hosts["h1"], inv.hosts, inv.timeouts,
-                   KnownHosts(inv.known_hosts, inv.host_key_policy))
+    conn = connection_for(inv.hosts["h1"], inv.hosts, inv.timeouts,
+                          KnownHosts(inv.known_hosts, inv.host_key_policy)).open()
     try:
         cpu = time.thread_time()
         result = conn.run("exec >/dev/null 2>&1; sleep 2; exit 3")  # no remote timeout wrapper
@@ -377,16 +377,17 @@ def test_connections_leave_the_shared_fabric_config_untouched(farm, work, invent
     64 hosts connecting at once, one host now and then failed with "No attribute or config key
     found for 'gateway'". A connection must not write to it at all (the race itself is too rare
     to reproduce on demand; test_forks_bound_concurrency_with_64_hosts is where it showed)."""
-    from remote.transport.connection import _fabric_config, connect
+    from remote.transport.connection import connection_for
     from remote.transport.hostkeys import KnownHosts
+    from remote.transport.ssh import _fabric_config
     from remote.config.inventory import load_inventory
 
     inv = load_inventory(inventory())
     shared = _fabric_config()
     merged = shared._config  # invoke replaces this dict whenever the Config is written to
     before = repr(merged)
-    conn = connect(inv.hosts["h1"], inv.hosts, inv.timeouts,
-                   KnownHosts(inv.known_hosts, inv.host_key_policy))
+    conn = connection_for(inv.hosts["h1"], inv.hosts, inv.timeouts,
+                          KnownHosts(inv.known_hosts, inv.host_key_policy)).open()
     try:
         assert conn.run("echo hi").out == "hi\n"
     finally:
@@ -494,7 +495,7 @@ def test_the_ready_line_is_found_after_a_traced_copy_of_the_command():
     """A login shell with `set -x` echoes our command line, token included, to stderr before
     the real ready line: the PID must still be found, and the trace stays in stderr. (The
     exchange parses bytes; this is the one part tested without a server.)"""
-    from remote.transport.connection import _Exchange
+    from remote.transport.base import _Exchange
 
     exchange = _Exchange("[p]", "[gpuprov-ready-ab12]", None, b"data", True, None)
     exchange.feed_stderr(b"+ exec /bin/sh -c 'printf '%s%s\\n' '[gpuprov-ready-ab12]' \"$$\"'\n")

@@ -210,7 +210,7 @@ def test_pulled_logs_follow_the_users_umask(work, umask):
     data = pack(source, ".")
     old = os.umask(umask)
     try:
-        dest = work / "logs" / "h1" / "run-1"
+        dest = work / "logs" / "h1" / "20261122T055742.123Z-14af"
         publish_pull(data, dest)
     finally:
         os.umask(old)

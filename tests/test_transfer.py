@@ -1,6 +1,8 @@
-"""Pulling result folders: complete or nothing, earlier runs untouched."""
+"""Pulling result folders: complete or nothing, earlier runs untouched, and an archive a hostile
+host crafted (names, sizes, members) refused before anything is written."""
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import subprocess
@@ -8,8 +10,12 @@ import tarfile
 
 import pytest
 
-from remote.transport.transfer import PullError, pack, publish_pull
+from remote.transport.transfer import PullError, PullLimits, pack, publish_pull
 from tests.conftest import REPO
+
+# Run ids as the control side makes them (remote/output/runlog.py new_run_id).
+RUN1 = "20261122T055742.123Z-14af"
+RUN2 = "20261122T060001.000Z-beef"
 
 
 def _results_tarball(tmp_path, size=200_000) -> bytes:
@@ -23,21 +29,21 @@ def _results_tarball(tmp_path, size=200_000) -> bytes:
 
 
 def test_pull_publishes_every_file(tmp_path):
-    dest = tmp_path / "logs" / "h1" / "run2"
+    dest = tmp_path / "logs" / "h1" / RUN2
     names = publish_pull(_results_tarball(tmp_path), dest)
     assert names == ["bench_torch.log", "results.json", "validate.log"]
     assert (dest / "results.json").read_text() == '{"checks": []}'
-    assert [p.name for p in dest.parent.iterdir()] == ["run2"], "no temporary folder left"
+    assert [p.name for p in dest.parent.iterdir()] == [RUN2], "no temporary folder left"
 
 
 def test_interrupted_pull_leaves_no_partial_folder_and_earlier_runs_intact(tmp_path):
-    earlier = tmp_path / "logs" / "h1" / "run1"
+    earlier = tmp_path / "logs" / "h1" / RUN1
     earlier.mkdir(parents=True)
     (earlier / "results.json").write_text("old")
     data = _results_tarball(tmp_path)
     with pytest.raises(PullError, match="damaged or incomplete"):
-        publish_pull(data[: len(data) // 2], tmp_path / "logs" / "h1" / "run2")
-    assert sorted(p.name for p in (tmp_path / "logs" / "h1").iterdir()) == ["run1"]
+        publish_pull(data[: len(data) // 2], tmp_path / "logs" / "h1" / RUN2)
+    assert sorted(p.name for p in (tmp_path / "logs" / "h1").iterdir()) == [RUN1]
     assert (earlier / "results.json").read_text() == "old"
 
 
@@ -51,7 +57,7 @@ def test_unwritable_logs_folder_is_a_clear_error(tmp_path, work):
                 "PullError\ntry:\n publish_pull(sys.stdin.buffer.read(), Path(sys.argv[1]))\n"
                 "except PullError as e:\n print(e); sys.exit(3)")
         proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                               "python3", "-c", code, str(parent / "run2")],
+                               "python3", "-c", code, str(parent / RUN2)],
                               input=_results_tarball(tmp_path), capture_output=True,
                               cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
     finally:
@@ -68,7 +74,7 @@ def test_unsafe_archive_paths_are_refused(tmp_path):
         info.size = 1
         tar.addfile(info, io.BytesIO(b"x"))
     with pytest.raises(PullError, match="unsafe path"):
-        publish_pull(buffer.getvalue(), tmp_path / "h1" / "run")
+        publish_pull(buffer.getvalue(), tmp_path / "h1" / RUN1)
     assert not (tmp_path / "h1" / "escape").exists()
 
 
@@ -79,3 +85,136 @@ def test_pack_leaves_out_caches(tmp_path):
     (pkg / "__main__.py").write_text("print(1)\n")
     with tarfile.open(fileobj=io.BytesIO(pack(pkg, "validate")), mode="r:gz") as tar:
         assert tar.getnames() == ["validate", "validate/__main__.py"]
+
+
+# A hostile host crafts the archive it answers with (the `tar` it runs is its own). Each of
+# these archives was stored before the checks: a run id of `..` replaced another host's run,
+# a provision.log replaced the control side's own, and sizes went unchecked.
+
+def _tarball(files: dict) -> bytes:
+    """A gzip tarball of {name: content}, as a host's tar would write it (`./name`)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, content in files.items():
+            info = tarfile.TarInfo(f"./{name}")
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+    return buffer.getvalue()
+
+
+def _zeros_bomb(name: str, size: int) -> bytes:
+    """A tarball of one `size`-byte file of zeros, about size/1000 bytes long: the gzip stream
+    repeats one compressed MiB of zeros (gzip allows members back to back)."""
+    assert size % (1 << 20) == 0
+    info = tarfile.TarInfo(f"./{name}")
+    info.size = size
+    mib = gzip.compress(bytes(1 << 20), compresslevel=9)
+    return b"".join([gzip.compress(info.tobuf(format=tarfile.GNU_FORMAT))]
+                    + [mib] * (size >> 20) + [gzip.compress(bytes(1024))])
+
+
+def _tree(root) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None
+            for p in sorted(root.rglob("*"))}
+
+
+def test_the_run_id_pattern_matches_the_control_sides_run_ids():
+    from remote.output.runlog import new_run_id
+    from remote.transport.transfer import RUN_ID
+
+    assert all(RUN_ID.match(new_run_id()) for _ in range(50))
+
+
+@pytest.mark.parametrize("run_id", ["..", ".", "latest", RUN1 + "\n", "x" + RUN1, RUN1.upper()])
+def test_a_run_id_not_made_by_the_control_side_is_refused(tmp_path, run_id):
+    """`invoke logs` reads the run id from the host (runs/latest): `..` made the destination
+    logs/ itself, where the pull replaced another host's run with a forged one."""
+    logs = tmp_path / "logs"
+    (logs / "h2" / RUN1).mkdir(parents=True)
+    (logs / "h2" / RUN1 / "results.json").write_text("innocent")
+    (logs / "h1").mkdir()
+    before = _tree(logs)
+    forged = _tarball({f"h2/{RUN1}/results.json": b"forged", "results.json": b"{}"})
+    with pytest.raises(PullError, match="is not one gpuprov makes"):
+        publish_pull(forged, logs / "h1" / run_id)
+    assert _tree(logs) == before
+
+
+def test_a_pull_never_replaces_an_earlier_pull(tmp_path):
+    dest = tmp_path / "logs" / "h1" / RUN1
+    publish_pull(_tarball({"results.json": b"first", "validate.log": b"first"}), dest)
+    with pytest.raises(PullError, match="already exists"):
+        publish_pull(_tarball({"results.json": b"second", "validate.log": b"second"}), dest)
+    assert _tree(dest) == {"results.json": b"first", "validate.log": b"first"}
+    assert sorted(p.name for p in dest.parent.iterdir()) == [RUN1], "no temporary folder left"
+
+
+@pytest.mark.parametrize("control_log_there", [True, False])
+def test_a_pulled_provision_log_is_refused(tmp_path, control_log_there):
+    """The control side writes logs/<host>/<run>/provision.log; a host's archive naming that
+    file replaced it (and `invoke logs`, which writes none, would have stored the host's)."""
+    dest = tmp_path / "logs" / "h1" / RUN1
+    if control_log_there:
+        dest.mkdir(parents=True)
+        (dest / "provision.log").write_text("the control side's record\n")
+    forged = _tarball({"provision.log": b"all steps ok\n", "results.json": b"{}"})
+    with pytest.raises(PullError, match="provision.log, which only the control side writes"):
+        publish_pull(forged, dest)
+    kept = {RUN1: None, f"{RUN1}/provision.log": b"the control side's record\n"}
+    assert _tree(dest.parent) == (kept if control_log_there else {})
+
+
+def test_default_caps_stop_a_decompression_bomb_before_writing(tmp_path):
+    """1 MiB of archive that unpacks to 1 GiB of zeros (the issue's 10 MiB archive wrote
+    10 GiB): refused at its header, over the 256 MiB per-file cap."""
+    bomb = _zeros_bomb("bench_torch.log", 1 << 30)
+    assert len(bomb) < 2 << 20
+    dest = tmp_path / "logs" / "h1" / RUN1
+    with pytest.raises(PullError, match="unpacks to 1024 MiB, over the 256 MiB allowed per file"):
+        publish_pull(bomb, dest)
+    assert list(dest.parent.iterdir()) == []
+
+
+def test_the_unpacked_total_is_capped(tmp_path):
+    archive = _tarball({f"part{i}.log": bytes(1000) for i in range(5)})
+    dest = tmp_path / "logs" / "h1" / RUN1
+    with pytest.raises(PullError, match="unpacks to more than 4000 bytes"):
+        publish_pull(archive, dest, PullLimits(total_bytes=4000))
+    assert list(dest.parent.iterdir()) == []
+    assert publish_pull(archive, dest, PullLimits(total_bytes=5000))  # at the cap: stored
+
+
+def test_the_member_count_is_capped(tmp_path):
+    """200,000 empty members were stored one by one."""
+    archive = _tarball({f"f{i}": b"" for i in range(50)})
+    dest = tmp_path / "logs" / "h1" / RUN1
+    with pytest.raises(PullError, match="more than 40 members"):
+        publish_pull(archive, dest, PullLimits(members=40))
+    assert list(dest.parent.iterdir()) == []
+
+
+def test_the_limits_come_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUPROV_PULL_MAX_FILE_BYTES", "100")
+    dest = tmp_path / "logs" / "h1" / RUN1
+    with pytest.raises(PullError, match="unpacks to 101 bytes, over the 100 bytes allowed per file"):
+        publish_pull(_tarball({"results.json": bytes(101)}), dest)
+    monkeypatch.setenv("GPUPROV_PULL_MAX_FILE_BYTES", "lots")
+    with pytest.raises(PullError, match="GPUPROV_PULL_MAX_FILE_BYTES must be a whole number"):
+        publish_pull(_tarball({"results.json": b"{}"}), dest)
+
+
+@pytest.mark.parametrize("tar_format", ["gnu", "posix"])
+def test_sparse_members_are_refused(tmp_path, tar_format):
+    """A 127-byte archive stored a 1 GiB sparse results.json that every later reader read
+    whole. Made here by GNU tar from a real sparse file, in both of its sparse formats."""
+    src = tmp_path / "src"
+    src.mkdir()
+    with open(src / "results.json", "wb") as handle:
+        handle.truncate(1 << 30)  # a hole: no disk used
+    archive = subprocess.run(["tar", "--sparse", f"--format={tar_format}", "-czf", "-", "-C",
+                              str(src), "."], capture_output=True, check=True).stdout
+    assert len(archive) < 4096
+    dest = tmp_path / "logs" / "h1" / RUN1
+    with pytest.raises(PullError, match="sparse file: './results.json'"):
+        publish_pull(archive, dest)
+    assert list(dest.parent.iterdir()) == []

@@ -14,8 +14,6 @@ Hosts run in a thread pool bounded by `forks`; one host failing never stops the 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -34,7 +32,7 @@ from ..output.recap import Reporter
 from ..config.recipe import Recipe, Step, facts_used
 from ..output.runlog import Redactor, RunLog
 from ..kinds import PlanError
-from ..transport.transfer import current_umask
+from ..fileio import write_atomic
 from ..config.templating import (TemplateError, evaluate, fact_dependent_vars, names_in, render_shell,
                          render_text, resolve_vars)
 
@@ -646,17 +644,3 @@ def write_json(path: Path, results: dict, redact) -> None:
     """Write the `--json` result document (README: Commands) atomically."""
     data = {"hosts": {name: r.to_json(redact) for name, r in results.items()}}
     write_atomic(Path(path), json.dumps(data, indent=2) + "\n")
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o666 & ~current_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

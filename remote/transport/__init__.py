@@ -1,5 +1,11 @@
-"""How commands reach a host and bytes come back: SSH connections (Fabric/Paramiko) and the
-local connection, host-key trust (`hostkeys`), and tarball push/pull (`transfer`).
+"""How commands reach a host and bytes come back.
 
-May import: `remote.errors`, `remote.config` (hosts and timeouts). Never the engine or output.
+- `base`       the command wrapper (sudo, remote timeout, ready line) and the one I/O loop.
+- `ssh`        hosts over SSH (Fabric/Paramiko); `local` this machine through /bin/sh. Each
+               supplies the loop's primitives (write, close stdin, read, exit status, liveness).
+- `connection` `connection_for(host)`: the one entry point the engine uses.
+- `hostkeys`   host-key trust; `transfer` tarball push/pull.
+
+May import: `remote.errors`, `remote.fileio`, `remote.config` (hosts and timeouts). Never the
+engine or output.
 """

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import fcntl
 import os
-import tempfile
 import threading
 from pathlib import Path
+from typing import Optional, Sequence
 
 import paramiko
 from paramiko.hostkeys import HostKeyEntry, HostKeys
 
 from ..errors import HostKeyError
+from ..fileio import write_atomic
 
 
 def default_known_hosts() -> Path:
@@ -32,7 +33,7 @@ class KnownHosts:
     """The trusted keys of one run: read once, shared by every connection, appended atomically
     (also across processes)."""
 
-    def __init__(self, extra_files: list, policy: str = "strict"):
+    def __init__(self, extra_files: Sequence[str | Path], policy: str = "strict"):
         self.files = [default_known_hosts()] + [Path(p) for p in extra_files]
         self.policy = policy
         # accept-new writes to the inventory's own file when it names one, else the user's.
@@ -61,7 +62,7 @@ class KnownHosts:
                     trusted.add(name, key_type, key)
         client.set_missing_host_key_policy(_Policy(self, host_label))
 
-    def locate(self, name: str) -> tuple:
+    def locate(self, name: str) -> tuple[Optional[Path], Optional[int]]:
         """(file, line) of the first entry for `name`, for messages; (None, None) if absent."""
         for path in self.files:
             try:
@@ -91,7 +92,7 @@ class KnownHosts:
         return path
 
     @staticmethod
-    def _lock_file(path: Path):
+    def _lock_file(path: Path) -> Optional[int]:
         """An exclusive lock on FILE.lock (not on FILE, which the rename replaces); None
         where the file system cannot lock (the append is then atomic but not serialised)."""
         try:
@@ -121,15 +122,7 @@ class KnownHosts:
         line = f"{name} {key.get_name()} {key.get_base64()}\n"
         if old and not old.endswith("\n"):
             old += "\n"
-        fd, tmp = tempfile.mkstemp(prefix=".known_hosts.", dir=str(path.parent))
-        try:
-            with os.fdopen(fd, "w") as handle:
-                handle.write(old + line)
-            os.chmod(tmp, 0o600 if not path.exists() else (path.stat().st_mode & 0o777))
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_atomic(path, old + line, mode=(path.stat().st_mode & 0o777) if path.exists() else 0o600)
 
     def changed_message(self, host_label: str, name: str, exc: paramiko.BadHostKeyException) -> str:
         path, line = self.locate(name)
@@ -146,7 +139,8 @@ class _Policy(paramiko.MissingHostKeyPolicy):
         self.store = store
         self.host_label = host_label
 
-    def missing_host_key(self, client, hostname, key):
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str,
+                         key: paramiko.PKey) -> None:
         if self.store.policy == "accept-new":
             self.store.record(hostname, key)
             client.get_host_keys().add(hostname, key.get_name(), key)
@@ -159,7 +153,7 @@ class _Policy(paramiko.MissingHostKeyPolicy):
             f"host_key_policy: accept-new in the inventory to record new keys on first contact")
 
 
-def _parse(line: str):
+def _parse(line: str) -> Optional[HostKeyEntry]:
     line = line.strip()
     if not line or line.startswith("#") or line.startswith("@"):
         return None

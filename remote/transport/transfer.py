@@ -4,26 +4,76 @@
 half. `publish_pull` extracts a pulled tarball beside its destination, checks it is complete,
 then renames its files into place with the `COMMIT_FILE` last, so a reader never sees a
 half-pulled run, and an interrupted pull leaves only a hidden temporary folder behind.
+
+A pulled archive is untrusted: the host chose its run id, its names and its sizes. A pull lands
+only in `<logs>/<host>/<run id>/` with a run id shaped like the ones the control side makes,
+never replaces a file already there (an earlier pull, the control side's provision.log), never
+brings a file the control side writes, and stays within `PullLimits`, all checked before
+anything is written.
 """
 from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import tarfile
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from ..errors import PullError
+from ..fileio import current_umask
+
 COMMIT_FILE = "results.json"
 SKIP = {"__pycache__", ".pytest_cache"}
+# Files the control side itself writes into a run's folder (the engine's run log,
+# logs/<host>/<run>/provision.log): what a host sends never takes their place.
+CONTROL_FILES = frozenset({"provision.log"})
+# The shape of the run ids the control side makes (remote/output/runlog.py `new_run_id`, e.g.
+# 20261122T055742.123Z-14af; tests/test_transfer.py checks the two agree). A run id read from a
+# host names a folder on this machine: `..` or `.` would put the pull in the logs folder itself
+# or over the host's earlier runs.
+RUN_ID = re.compile(r"\A[0-9]{8}T[0-9]{6}\.[0-9]{3}Z-[0-9a-f]{4}\Z")
+
+
+@dataclass(frozen=True)
+class PullLimits:
+    """Caps on what one pulled archive may unpack to, checked from its headers before anything
+    is written (a 10 MiB archive of zeros unpacks to 10 GiB; a sparse member of a few bytes
+    claims 1 GiB). Chosen (unsourced) far above a validation run's output, which is a few dozen
+    files of well under 1 MiB each; `GPUPROV_PULL_MAX_BYTES`, `GPUPROV_PULL_MAX_FILE_BYTES` and
+    `GPUPROV_PULL_MAX_FILES` change them."""
+
+    total_bytes: int = 1 << 30
+    file_bytes: int = 256 << 20
+    members: int = 10_000
+
+    @classmethod
+    def from_env(cls) -> PullLimits:
+        """The defaults, with any of the three environment variables applied."""
+        limits = {}
+        for field, variable in (("total_bytes", "GPUPROV_PULL_MAX_BYTES"),
+                                ("file_bytes", "GPUPROV_PULL_MAX_FILE_BYTES"),
+                                ("members", "GPUPROV_PULL_MAX_FILES")):
+            text = os.environ.get(variable)
+            if text is None:
+                continue
+            try:
+                limits[field] = int(text)
+            except ValueError:
+                raise PullError(f"{variable} must be a whole number, not {text!r}") from None
+            if limits[field] < 1:
+                raise PullError(f"{variable} must be at least 1, not {text!r}")
+        return cls(**limits)
 
 
 def pack(folder: Path, arcname: str) -> bytes:
     """A gzip tarball of `folder` (without caches) whose top folder is `arcname`."""
     buffer = io.BytesIO()
 
-    def keep(info: tarfile.TarInfo):
+    def keep(info: tarfile.TarInfo) -> Optional[tarfile.TarInfo]:
         parts = Path(info.name).parts
         if any(p in SKIP for p in parts) or info.name.endswith(".pyc"):
             return None
@@ -49,12 +99,17 @@ def pack_command(remote_dir: str) -> str:
     return f"tar -czf - -C {remote_dir} ."
 
 
-def publish_pull(data: bytes, dest: Path) -> list:
-    """Store a pulled tarball's files in `dest` (created if needed); return their names.
+def publish_pull(data: bytes, dest: Path, limits: Optional[PullLimits] = None) -> list[str]:
+    """Store a pulled tarball's files in `dest` = `<logs>/<host>/<run id>` (created if needed);
+    return their names. `limits` defaults to `PullLimits.from_env()`.
 
     Extraction goes to a hidden temporary folder in `dest`'s parent first; only a complete,
     safe archive is moved into place, results.json last.
     """
+    if not RUN_ID.match(dest.name):
+        raise PullError(f"the host's run id {dest.name!r} is not one gpuprov makes (like "
+                        "20261122T055742.123Z-14af): refusing to store its files")
+    limits = limits or PullLimits.from_env()
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".pull-{dest.name}-", dir=str(dest.parent)))
@@ -63,9 +118,8 @@ def publish_pull(data: bytes, dest: Path) -> list:
     try:
         try:
             with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-                members = tar.getmembers()
-                for member in members:
-                    _check_member(member)
+                members = _checked_members(tar, limits)
+                _check_new(dest, members)
                 mask = current_umask()
                 # Files land as the user's own umask says, not as the host had them.
                 tar.extractall(str(tmp), members=members, filter=lambda member, where: (
@@ -80,10 +134,7 @@ def publish_pull(data: bytes, dest: Path) -> list:
         try:
             dest.mkdir(exist_ok=True)
             for name in sorted(names, key=lambda n: n == COMMIT_FILE):
-                target = dest / name
-                if target.is_dir() and not target.is_symlink():
-                    shutil.rmtree(target)
-                os.replace(tmp / name, target)
+                os.replace(tmp / name, dest / name)
         except OSError as exc:
             raise PullError(f"cannot store the pulled files in {dest}: {exc.strerror or exc}") from None
         return names
@@ -91,21 +142,51 @@ def publish_pull(data: bytes, dest: Path) -> list:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def current_umask() -> int:
-    """This process's umask, read without changing it (os.umask would race other threads)."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except OSError:
-        pass
-    return 0o022
+def _checked_members(tar: tarfile.TarFile, limits: PullLimits) -> list[tarfile.TarInfo]:
+    """The archive's members, read header by header and refused at the first one past a limit
+    (iterating decompresses only up to that header, so a bomb stops early)."""
+    members: list[tarfile.TarInfo] = []
+    total = 0
+    for member in tar:
+        members.append(member)
+        if len(members) > limits.members:
+            raise PullError(f"the pulled archive has more than {limits.members} members "
+                            "(GPUPROV_PULL_MAX_FILES)")
+        _check_member(member)
+        if member.issparse():
+            raise PullError(f"the pulled archive has a sparse file: {member.name!r}")
+        if member.size > limits.file_bytes:
+            raise PullError(f"the pulled archive's {member.name!r} unpacks to "
+                            f"{_size(member.size)}, over the {_size(limits.file_bytes)} allowed "
+                            "per file (GPUPROV_PULL_MAX_FILE_BYTES)")
+        total += member.size
+        if total > limits.total_bytes:
+            raise PullError(f"the pulled archive unpacks to more than "
+                            f"{_size(limits.total_bytes)} (GPUPROV_PULL_MAX_BYTES)")
+    return members
 
 
 def _check_member(member: tarfile.TarInfo) -> None:
     path = Path(member.name)
     if path.is_absolute() or ".." in path.parts:
-        raise PullError(f"the pulled archive has an unsafe path: {member.name}")
+        raise PullError(f"the pulled archive has an unsafe path: {member.name!r}")
     if not (member.isfile() or member.isdir()):
-        raise PullError(f"the pulled archive has a link or device: {member.name}")
+        raise PullError(f"the pulled archive has a link or device: {member.name!r}")
+    if path.parts and path.parts[0] in CONTROL_FILES:
+        raise PullError(f"the pulled archive has {path.parts[0]}, which only the control side "
+                        "writes: refusing it")
+
+
+def _check_new(dest: Path, members: list[tarfile.TarInfo]) -> None:
+    """Refuse a pull that would replace anything already in `dest` (an earlier pull of the
+    same run, or what the control side wrote there)."""
+    for name in sorted({Path(m.name).parts[0] for m in members if Path(m.name).parts}):
+        target = dest / name
+        if target.exists() or target.is_symlink():
+            raise PullError(f"{target} already exists (pulled before?): a pull never replaces "
+                            "files; move the folder away to pull again")
+
+
+def _size(count: int) -> str:
+    """`count` bytes for a message: in MiB when it is a whole number of them."""
+    return f"{count >> 20} MiB" if count and count % (1 << 20) == 0 else f"{count} bytes"

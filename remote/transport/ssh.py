@@ -1,0 +1,373 @@
+"""Hosts reached over SSH: Fabric's `Connection` (jump hosts, ssh_config) with host keys checked
+by `hostkeys.KnownHosts`, connect/banner/auth timeouts and keepalives; each command runs on its
+own channel of the one transport.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import select
+import socket
+import threading
+import time
+from typing import Any, Optional
+
+import paramiko
+
+from ..config.inventory import Host, Timeouts
+from ..errors import ConnectionLost, HostKeyError, Interrupted, Unreachable
+from .base import BaseConnection, RunningCommand, Stream
+from .hostkeys import KnownHosts, lookup_name
+
+# paramiko logs failures (a missing banner, a reset) with tracebacks; with no handler configured,
+# Python's last-resort handler would print them on the user's terminal. Each failure reaches the
+# user once, as the host's one-line reason (Unreachable, ConnectionLost).
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+KEX_GRACE_S = 10  # after the banner came, the key exchange has this much longer
+
+
+class SSHConnection(BaseConnection):
+    """A host reached over SSH through Fabric, with our host key checks."""
+
+    def __init__(self, host: Host, timeouts: Timeouts, known_hosts: KnownHosts,
+                 become_password: Optional[str] = None, gateway: Optional[SSHConnection] = None):
+        super().__init__(host, timeouts, become_password)
+        self.known_hosts = known_hosts
+        self.gateway = gateway
+        self.fabric: Any = None  # fabric.Connection once `open` ran (fabric ships no types)
+        self.is_root = host.user == "root"
+        self._sock: Optional[socket.socket] = None
+        self._abort_lock = threading.Lock()
+        self._aborted = False
+
+    def abort(self) -> None:
+        """Stop an `open` in progress in another thread (the run was cancelled): shutting the
+        socket down ends a blocked TCP connect, banner wait, key exchange or login at once,
+        and `open` raises `Interrupted` instead of waiting out its timeouts."""
+        with self._abort_lock:
+            self._aborted = True
+            sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # not connected yet or already closed
+                pass
+        if self.gateway is not None:
+            self.gateway.abort()
+
+    def open(self) -> SSHConnection:
+        """Connect and authenticate, or raise `Unreachable` with the reason (`Interrupted`
+        when `abort` stopped it)."""
+        try:
+            return self._open()
+        except Unreachable:
+            if self._aborted:
+                raise Interrupted("interrupted while connecting") from None
+            raise
+
+    def _open(self) -> SSHConnection:
+        connect_kwargs = {"banner_timeout": self.timeouts.banner,
+                          "auth_timeout": self.timeouts.auth,
+                          "channel_timeout": self.timeouts.auth,
+                          "transport_factory": _gcm_first_transport}
+        if self.host.identity_file:
+            path = os.path.expanduser(self.host.identity_file)
+            key = _private_key(path)
+            if key is not None:
+                connect_kwargs["pkey"] = key
+            else:  # paramiko reads it again and reports what is wrong with it
+                connect_kwargs["key_filename"] = path
+        where = f"{self.host.address}:{self.host.port}"
+        if self.gateway is not None:
+            self.gateway.open()
+        else:
+            connect_kwargs["sock"] = self._tcp_socket(where)
+        # Fabric's connect_timeout bounds paramiko's whole negotiation (the TCP connect above
+        # has its own): when it was shorter than the banner wait, a silent server surfaced as
+        # a bare "No existing session" before the banner timeout could say what happened.
+        negotiation_s = int(max(1, self.timeouts.banner) + KEX_GRACE_S)
+        self.fabric = _fabric_connection_class()(
+            self.host.address, user=self.host.user, port=self.host.port,
+            config=_fabric_config(), connect_timeout=negotiation_s,
+            connect_kwargs=connect_kwargs, gateway=self.gateway.fabric if self.gateway else None)
+        self.known_hosts.install(self.fabric.client, self.host.name)
+        try:
+            self.fabric.open()
+        except HostKeyError as exc:
+            raise Unreachable(str(exc)) from None
+        except paramiko.BadHostKeyException as exc:
+            name = lookup_name(self.host.address, self.host.port)
+            raise Unreachable(self.known_hosts.changed_message(self.host.name, name, exc)) from None
+        except paramiko.AuthenticationException as exc:
+            raise Unreachable(f"login as {self.fabric.user} on {where} failed: {exc}. Check the "
+                              "user and identity_file in the inventory") from None
+        except paramiko.ssh_exception.NoValidConnectionsError:
+            raise Unreachable(f"connection to {where} refused (is sshd running there, "
+                              "and the port right?)") from None
+        except socket.timeout:
+            raise Unreachable(f"no answer from {where} within {self.timeouts.connect:g} s "
+                              "(connect timeout)") from None
+        except paramiko.SSHException as exc:
+            text = str(exc)
+            if "banner" in text.lower():
+                text = (f"{where} accepted TCP but sent no SSH banner within "
+                        f"{self.timeouts.banner:g} s")
+            elif text == "No existing session":  # start_client gave up waiting
+                text = (f"{where} sent its SSH banner but the key exchange did not finish "
+                        f"within {negotiation_s} s")
+            raise Unreachable(f"SSH to {where} failed: {text}") from None
+        except EOFError:
+            raise Unreachable(f"SSH to {where} failed: the server closed the connection "
+                              "during login") from None
+        except OSError as exc:
+            raise Unreachable(f"cannot connect to {where}: {exc.strerror or exc}") from None
+        self.fabric.transport.set_keepalive(max(1, int(self.timeouts.keepalive)))
+        return self
+
+    def _tcp_socket(self, where: str) -> socket.socket:
+        """The TCP connection, made here so it can have TCP_NODELAY: paramiko leaves Nagle on,
+        which delays every small SSH message (a new channel, a command) by ~40 ms."""
+        try:
+            sock = self._connect_tcp()
+        except ConnectionRefusedError:
+            raise Unreachable(f"connection to {where} refused (is sshd running there, "
+                              "and the port right?)") from None
+        except socket.timeout:
+            raise Unreachable(f"no answer from {where} within {self.timeouts.connect:g} s "
+                              "(connect timeout)") from None
+        except OSError as exc:
+            raise Unreachable(f"cannot connect to {where}: {exc.strerror or exc}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if _QUICKACK is not None:
+            sock = _QuickAckSocket(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        self._track(sock)
+        return sock
+
+    def _track(self, sock: socket.socket) -> None:
+        """Make `sock` the one `abort` shuts down; raise if the abort came first."""
+        with self._abort_lock:
+            self._sock = sock
+            if self._aborted:
+                sock.close()
+                raise Interrupted("interrupted while connecting")
+
+    def _connect_tcp(self) -> socket.socket:
+        """socket.create_connection, with each socket known to `abort` while it connects
+        (and from then on: the one that connects is the one paramiko uses)."""
+        error: Optional[OSError] = None
+        for family, kind, proto, _, address in socket.getaddrinfo(
+                self.host.address, self.host.port, type=socket.SOCK_STREAM):
+            sock = socket.socket(family, kind, proto)
+            self._track(sock)
+            try:
+                sock.settimeout(self.timeouts.connect)
+                sock.connect(address)
+                return sock
+            except OSError as exc:
+                sock.close()
+                error = exc
+        raise error if error is not None else OSError(f"no address for {self.host.address}")
+
+    def _start(self, command: str) -> RunningCommand:
+        transport: paramiko.Transport = self.fabric.transport
+        try:
+            channel = transport.open_session(timeout=self.timeouts.auth)
+            channel.exec_command(command)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise ConnectionLost(f"SSH session to {self.host.name} lost: {exc}") from None
+        return _SSHCommand(channel, transport, self.host.name,
+                           _Liveness(transport, self.timeouts.keepalive))
+
+    def describe(self) -> str:
+        where = (f"{self.fabric.user}@{self.host.address}:{self.host.port}"
+                 f"{' via ' + self.gateway.host.name if self.gateway else ''}")
+        try:
+            transport = self.fabric.transport
+            key = transport.get_remote_server_key()
+            return (f"{where}: {transport.remote_version}, {transport.remote_cipher}, host key "
+                    f"{key.get_name()} {key.fingerprint}")
+        except Exception:  # noqa: BLE001 - the link may drop right after login; commands say so
+            return where
+
+    def close(self) -> None:
+        if self.fabric is not None:
+            self.fabric.close()
+        if self.gateway is not None:
+            self.gateway.close()
+
+
+class _SSHCommand(RunningCommand):
+    """A command on its own channel of the host's transport."""
+
+    def __init__(self, channel: paramiko.Channel, transport: paramiko.Transport, host_name: str,
+                 liveness: _Liveness):
+        self.channel = channel
+        self.transport = transport
+        self.host_name = host_name
+        self.liveness = liveness
+
+    def write_stdin(self, data: bytes) -> None:
+        self.channel.sendall(data)
+
+    def close_stdin(self) -> None:
+        self.channel.shutdown_write()
+
+    def read(self, wait: float) -> list[tuple[Stream, bytes]]:
+        channel = self.channel
+        if channel.eof_received:
+            # After EOF paramiko keeps the channel's pipe readable for good, so select
+            # would return at once until the exit status comes: wait for that instead
+            # (a spinning thread also starves the others of the GIL).
+            channel.status_event.wait(wait)
+        else:
+            select.select([channel], [], [], wait)
+        chunks: list[tuple[Stream, bytes]] = []
+        while channel.recv_ready():
+            chunks.append(("stdout", channel.recv(65536)))
+        while channel.recv_stderr_ready():
+            chunks.append(("stderr", channel.recv_stderr(65536)))
+        return chunks
+
+    def exit_status(self) -> Optional[int]:
+        channel = self.channel
+        if channel.exit_status_ready() and not channel.recv_ready() \
+                and not channel.recv_stderr_ready() and (channel.eof_received or channel.closed):
+            rc = channel.recv_exit_status()
+            if rc == -1 and not channel.eof_received:
+                # Closed with no EOF and no exit status: the transport died under the
+                # channel (paramiko unlinks channels before it marks itself inactive).
+                raise ConnectionLost(f"SSH session to {self.host_name} lost while a command "
+                                     f"ran: {_transport_error(self.transport)}")
+            return rc
+        return None
+
+    def check_alive(self, heard: bool) -> None:
+        if not self.transport.is_active():
+            raise ConnectionLost(f"SSH session to {self.host_name} closed while a command ran")
+        if not self.liveness.alive(heard=heard):
+            self.transport.close()
+            raise ConnectionLost(
+                f"{self.host_name} stopped answering (no reply to SSH keepalive within "
+                f"{self.liveness.limit:g} s): link down or host gone")
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+def _transport_error(transport: paramiko.Transport) -> str:
+    exc = transport.get_exception()
+    if exc is None or isinstance(exc, EOFError):
+        return "the server closed the connection"
+    return str(exc) or type(exc).__name__
+
+
+class _Liveness:
+    """Notices a dead link while a command is silent.
+
+    paramiko's own keepalives ask for no reply, so they cannot tell a dead peer from a quiet one;
+    after `interval` seconds of silence this sends a global request that the server must answer
+    (OpenSSH replies even to unknown requests) and declares the link dead when no answer comes
+    within `limit` seconds.
+    """
+
+    def __init__(self, transport: paramiko.Transport, interval: float):
+        self.transport = transport
+        self.interval = max(1.0, interval)
+        self.limit = max(2 * self.interval, 10.0)
+        self.last_heard = time.monotonic()
+        self.ping_sent: Optional[float] = None
+        self.ping_done = threading.Event()
+
+    def alive(self, heard: bool) -> bool:
+        now = time.monotonic()
+        if heard or self.ping_done.is_set():
+            self.last_heard = now
+            if self.ping_done.is_set():
+                self.ping_sent = None
+                self.ping_done.clear()
+        if self.ping_sent is None:
+            if now - self.last_heard >= self.interval:
+                self.ping_sent = now
+                threading.Thread(target=self._ping, daemon=True).start()
+            return True
+        return now - self.ping_sent < self.limit
+
+    def _ping(self) -> None:
+        try:
+            self.transport.global_request("keepalive@openssh.com", wait=True)
+        except Exception:  # noqa: BLE001 - a failed ping is judged by its missing answer
+            return
+        if self.transport.is_active():
+            self.ping_done.set()
+
+
+_QUICKACK: Optional[int] = getattr(socket, "TCP_QUICKACK", None)  # Linux only
+
+
+class _QuickAckSocket(socket.socket):
+    """A TCP socket that acknowledges what it receives at once.
+
+    Right after login OpenSSH sends two messages the client never answers (a hostkeys-00
+    request, a debug line about the key's options). The client's kernel delays its ACK for them
+    (up to 40 ms), and sshd's Nagle algorithm holds the reply to our first channel open until
+    that ACK: every host lost ~45 ms before its first command. Linux clears TCP_QUICKACK as
+    it goes, so it is set again after every read."""
+
+    def recv(self, size: int, flags: int = 0) -> bytes:
+        data = super().recv(size, flags)
+        assert _QUICKACK is not None  # only made where the option exists
+        self.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+        return data
+
+
+def _gcm_first_transport(sock: socket.socket, **kwargs: Any) -> paramiko.Transport:
+    """A paramiko Transport that offers AES-GCM first: an AEAD cipher needs no separate MAC,
+    which paramiko checks in Python for every packet (~1 ms less CPU per host). Servers
+    without it still agree on paramiko's other ciphers."""
+    transport = paramiko.Transport(sock, **kwargs)
+    options = transport.get_security_options()
+    gcm = tuple(c for c in options.ciphers if c.endswith("-gcm@openssh.com"))
+    options.ciphers = gcm + tuple(c for c in options.ciphers if c not in gcm)
+    return transport
+
+
+@functools.lru_cache(maxsize=None)
+def _fabric_config() -> Any:
+    """One Fabric configuration (it reads ~/.ssh/config) shared by every connection of a run;
+    the connections only read it (see `_fabric_connection_class`)."""
+    from fabric import Config
+
+    return Config()
+
+
+@functools.lru_cache(maxsize=None)
+def _fabric_connection_class() -> Any:
+    """Fabric's Connection, made safe to build in many threads from one shared Config.
+
+    Fabric 3.2's constructor assigns `self.inline_ssh_env`, an attribute the class does not
+    declare, so invoke's DataProxy stores it in the Config instead and re-merges that Config,
+    emptying it for a moment: a host built in another thread then read `config.gateway` from
+    the empty dict and failed with "No attribute or config key found for 'gateway'" (seen with
+    64 hosts at once). Declared here, the value stays on the connection object. Imported
+    lazily: fabric is the slowest import of a run."""
+    from fabric import Connection
+
+    class _Connection(Connection):  # type: ignore[misc]  # fabric ships no types
+        inline_ssh_env = None
+
+    return _Connection
+
+
+@functools.lru_cache(maxsize=64)
+def _private_key(path: str) -> Optional[paramiko.PKey]:
+    """The key in `path`, read once per run rather than by every connection (paramiko tries
+    each key type in turn, reading the file each time); None when it cannot be read without
+    help (missing, encrypted, unknown type)."""
+    try:
+        return paramiko.PKey.from_path(path)
+    except Exception:  # noqa: BLE001 - encrypted keys raise TypeError, unknown types Exception
+        return None
+
+
