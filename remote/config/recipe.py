@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
 
 from ..errors import InputError, Where
 from .schema import Arg, check_args, check_keys, expect, suggest
@@ -67,13 +67,13 @@ INCLUDE: dict[str, Arg] = {"include": Arg((str,)),
 @dataclass
 class Step:
     name: str
-    kind: Kind
-    args: dict
+    kind: Kind[Any]
+    args: dict[str, Any]
     where: Where
-    when: list = field(default_factory=list)
+    when: list[Any] = field(default_factory=list)
     become: Optional[bool] = None
-    tags: frozenset = frozenset()
-    notify: list = field(default_factory=list)
+    tags: frozenset[str] = frozenset()
+    notify: list[str] = field(default_factory=list)
     retries: int = 0
     delay: float = 1.0
     timeout: Optional[float] = None
@@ -88,20 +88,20 @@ class Step:
 class Recipe:
     path: Path
     name: str
-    vars: dict
-    vars_where: dict
-    steps: list
-    handlers: dict
-    files: list = field(default_factory=list)
+    vars: dict[str, Any]
+    vars_where: dict[str, Where]
+    steps: list[Step]
+    handlers: dict[str, Step]
+    files: list[Path] = field(default_factory=list)
 
-    def select(self, tags: Optional[set]) -> list:
+    def select(self, tags: Optional[set[str]]) -> list[Step]:
         """Steps to run for `--tags` (all when None); steps tagged `always` always run."""
         if not tags:
             return list(self.steps)
         return [s for s in self.steps if s.tags & tags or "always" in s.tags]
 
 
-def load_recipe(path: str | Path, kinds: Mapping[str, Kind]) -> Recipe:
+def load_recipe(path: str | Path, kinds: Mapping[str, Kind[Any]]) -> Recipe:
     """Load a recipe and everything it includes, with the step kinds in `kinds` (name -> kind);
     raise `InputError` at the first flaw."""
     loader = _Loader(kinds)
@@ -118,17 +118,17 @@ def load_recipe(path: str | Path, kinds: Mapping[str, Kind]) -> Recipe:
 
 
 class _Loader:
-    def __init__(self, kinds: Mapping[str, Kind]):
+    def __init__(self, kinds: Mapping[str, Kind[Any]]):
         self.kinds = kinds
-        self.vars: dict = {}
-        self.vars_where: dict = {}
-        self.handlers: dict = {}
-        self.files: list = []
-        self.included: set = set()
+        self.vars: dict[str, Any] = {}
+        self.vars_where: dict[str, Where] = {}
+        self.handlers: dict[str, Step] = {}
+        self.files: list[Path] = []
+        self.included: set[tuple[Path, tuple[str, ...], frozenset[str], Optional[bool]]] = set()
         self.root_name: Optional[str] = None
 
-    def load_file(self, path: Path, stack: list, when: list, tags: frozenset,
-                  become: Optional[bool], included_at: Where) -> list:
+    def load_file(self, path: Path, stack: list[Path], when: list[Any], tags: frozenset[str],
+                  become: Optional[bool], included_at: Where) -> list[Step]:
         resolved = path.resolve()
         if resolved in stack:
             chain = " -> ".join(p.name for p in stack[stack.index(resolved):] + [resolved])
@@ -153,7 +153,7 @@ class _Loader:
         self.files.append(path)
         if not stack:
             self.root_name = str(data["name"]) if data.get("name") else None
-        file_vars = data.get("vars") or {}
+        file_vars = data.get("vars") or YamlMap()
         expect(file_vars, dict, data.at("vars"), "'vars'")
         for name, value in file_vars.items():
             # The including recipe's defaults win over those of the recipe it includes.
@@ -173,7 +173,7 @@ class _Loader:
                 steps += self._include(raw, path, stack, when, tags, become)
             else:
                 steps.append(self._step(raw, path.parent, when, tags, become))
-        handlers_raw = data.get("handlers") or {}
+        handlers_raw = data.get("handlers") or YamlMap()
         expect(handlers_raw, dict, data.at("handlers"), "'handlers'")
         for name, raw in handlers_raw.items():
             at = handlers_raw.at(name)
@@ -260,7 +260,7 @@ def _default_name(kind: Kind[Any], args: dict[str, Any]) -> str:
     return kind.name
 
 
-def step_templates(step: Step):
+def step_templates(step: Step) -> Iterator[tuple[Any, str]]:
     """Every template of a step as (value, kind) with kind "text", "shell", "expression" or
     "result" (an expression that also sees rc/stdout/stderr)."""
     if step.named:
@@ -281,7 +281,7 @@ def step_templates(step: Step):
         yield expr, "expression"
 
 
-def _nested(value: Any, kind: str):
+def _nested(value: Any, kind: str) -> Iterator[tuple[Any, str]]:
     if isinstance(value, str):
         yield value, kind
     elif isinstance(value, dict):
@@ -292,7 +292,8 @@ def _nested(value: Any, kind: str):
             yield from _nested(item, kind)
 
 
-def check_names(recipe: Recipe, known: set, host_label: str, fact_names: frozenset) -> None:
+def check_names(recipe: Recipe, known: set[str], host_label: str,
+                fact_names: frozenset[str]) -> None:
     """Check every template and expression of `recipe` against the names one host defines
     and the facts the engine can gather (`fact_names`)."""
     for step in recipe.steps + list(recipe.handlers.values()):
@@ -308,9 +309,9 @@ def check_names(recipe: Recipe, known: set, host_label: str, fact_names: frozens
                 raise
 
 
-def facts_used(recipe: Recipe, var_layers: list) -> Optional[set]:
+def facts_used(recipe: Recipe, var_layers: list[dict[str, Any]]) -> Optional[set[str]]:
     """Fact names the recipe's templates and these vars can read; None means all of them."""
-    used: set = set()
+    used: set[str] = set()
     sources = [(v, k) for step in recipe.steps + list(recipe.handlers.values())
                for v, k in step_templates(step)]
     for layer in var_layers:

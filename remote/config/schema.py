@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 
 from ..errors import Where
 
-TYPE_NAMES = {str: "a string", int: "a whole number", bool: "true or false", dict: "a mapping",
+TYPE_NAMES: dict[type, str] = {str: "a string", int: "a whole number", bool: "true or false", dict: "a mapping",
               list: "a list", float: "a number"}
 
 
@@ -121,7 +121,7 @@ def _is(value: Any, kind: type) -> bool:
 
 def _position(mapping: Mapping[str, Any], key: str, default: Where) -> Where:
     at = getattr(mapping, "at", None)
-    return at(key) if at is not None else default  # type: ignore[no-any-return]
+    return at(key) if at is not None else default
 
 
 def _one_of(choices: tuple[str, ...]) -> str:
@@ -129,7 +129,7 @@ def _one_of(choices: tuple[str, ...]) -> str:
 
 
 def _plural(kind: type) -> str:
-    return {str: "strings"}.get(kind, TYPE_NAMES.get(kind, kind.__name__) + " values")
+    return "strings" if kind is str else TYPE_NAMES.get(kind, kind.__name__) + " values"
 
 
 def _describe(value: Any) -> str:
