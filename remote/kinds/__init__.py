@@ -4,7 +4,8 @@
 
 Adding a kind means three things: its module here (a `Kind` subclass with `name`, `spec`, and
 `probe`/`parse`/`plan`), its entry in `KINDS` below, and its table of cases in
-`tests/kinds/<name>/` (arguments + probe output -> fact and commands; see tests/kinds/README.md).
+`tests/kinds/<name>/` (arguments + probe output -> fact and commands; the format is in
+tests/test_kinds.py).
 
 May import: `remote.errors`, `remote.config` (schema, templating). Never the engine, transport
 or output.
