@@ -2,7 +2,8 @@
 
 A recipe is a mapping: `name`, `description`, `vars` (defaults, lowest precedence), `steps` (a
 list), `handlers` (a mapping of name -> step). A step has exactly one kind key (see
-`remote.kinds.KINDS`, plus `include`) and the common keys in `COMMON`. `include: other.yaml` inlines
+`remote.kinds.KINDS`, plus `include`) and the common keys of `COMMON`, an argument spec checked
+like a kind's (`remote.config.schema.check_args`). `include: other.yaml` inlines
 another recipe's steps (path relative to the including file), adding its own `when`, `tags` and
 `become` to theirs. Every template's syntax is checked at load; `check_names` then checks every
 name a template reads against what each selected host defines.
@@ -42,6 +43,10 @@ def _retries(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_RETRIES
 
 
+def _bool_or_expression(value: Any) -> bool:
+    return isinstance(value, (bool, str))
+
+
 # The keys every step may have besides its kind, in the order they are checked.
 COMMON: dict[str, Arg] = {
     "name": Arg(),
@@ -53,10 +58,8 @@ COMMON: dict[str, Arg] = {
     "delay": Arg(default=1.0, valid=_seconds,
                  must=f"a positive number of seconds (at most {MAX_SECONDS})"),
     "timeout": Arg(valid=_seconds, must=f"a positive number of seconds (at most {MAX_SECONDS})"),
-    "changed_when": Arg(valid=lambda v: isinstance(v, (bool, str)),
-                        must="true, false or an expression"),
-    "failed_when": Arg(valid=lambda v: isinstance(v, (bool, str)),
-                       must="true, false or an expression"),
+    "changed_when": Arg(valid=_bool_or_expression, must="true, false or an expression"),
+    "failed_when": Arg(valid=_bool_or_expression, must="true, false or an expression"),
     "creates": Arg((str,)),
     "unless": Arg((str,)),
 }

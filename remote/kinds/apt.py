@@ -54,9 +54,9 @@ def parse_apt_state(out: str) -> AptState:
     state = AptState()
     for line in out.splitlines():
         if line.startswith("@now "):
-            state.now = int(line.split()[1] or 0)
+            state.now = _seconds(line)
         elif line.startswith("@updated "):
-            state.updated = int(line.split()[1] or 0)
+            state.updated = _seconds(line)
         elif line.startswith("@held "):
             state.held.add(line.split()[1].split(":")[0])
         else:
@@ -64,6 +64,12 @@ def parse_apt_state(out: str) -> AptState:
             if len(parts) == 3 and dpkg_installed(parts[1]):
                 state.installed[parts[0]] = parts[2]
     return state
+
+
+def _seconds(line: str) -> int:
+    """The number after an `@now`/`@updated` tag; 0 when the host printed none."""
+    fields = line.split()
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
 
 
 class Apt(Kind[AptState]):
