@@ -15,6 +15,26 @@ from tests.sshd import SshdFarm, shared_tmp
 
 REPO = Path(__file__).resolve().parent.parent
 
+# What makes a test slow, found from what it uses rather than written on every test, so that
+# `pytest -m "not slow"` is a fast layer that runs without root. Slow: a test that needs root
+# (marked `root`, or using a fixture that starts real sshd servers or sandbox hosts) ...
+HOST_FIXTURES = {"farm", "sudo_farm", "sandbox_hosts"}
+# ... one using a fixture that runs a whole validation (torch) or a browser ...
+SLOW_FIXTURES = {"full_run", "rendered"}
+# ... and every test of a module whose tests each run a program in a subprocess (the CLI
+# through Invoke, `python -m validate`, a C++ compiler): one to several seconds each.
+SLOW_MODULES = {"test_input_errors", "test_validate_run", "test_validate_cudnn"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))  # with the fixtures fixtures use
+        if used & HOST_FIXTURES:
+            item.add_marker(pytest.mark.root)
+        module = item.module.__name__.rpartition(".")[2] if item.module else ""
+        if item.get_closest_marker("root") or used & SLOW_FIXTURES or module in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def farm():

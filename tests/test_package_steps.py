@@ -2,7 +2,8 @@
 
 pip runs for real over SSH into a virtual environment in a scratch folder. apt never installs on
 this machine (machine safety): here its real probe reads this machine's dpkg database and the
-plan is checked in --check mode; real installs are tested inside sandbox hosts.
+plan is checked in --check mode; real installs are tested inside sandbox hosts. What apt and
+pip plan for a given probe output is in their tables (tests/kinds/apt, tests/kinds/pip).
 """
 from __future__ import annotations
 
@@ -73,24 +74,3 @@ def test_apt_plans_missing_packages_pins_and_holds(work, provision):
     assert "apt-mark hold coreutils" in out
     held = subprocess.run(["apt-mark", "showhold"], capture_output=True, text=True).stdout
     assert "coreutils" not in held, "check mode changed nothing"
-
-
-def _apt_plan(args, probe_out):
-    from remote.kinds import KINDS, Probe
-
-    kind = KINDS["apt"]
-    return [c.shown() for c in kind.plan(kind.load(args, None, None), Probe(0, probe_out))]
-
-
-def test_apt_held_package_counts_as_installed():
-    # dpkg-query's ${db:Status-Abbrev} is "hi " for a held, installed package.
-    probe = "nvidia-open-580\thi \t580.82.07-1\n@now 1000\n@updated 999\n@held nvidia-open-580\n"
-    assert _apt_plan({"packages": ["nvidia-open-580=580.*"], "hold": True}, probe) == []
-    removal = _apt_plan({"packages": ["nvidia-open-580"], "state": "absent"}, probe)
-    assert removal[0] == "apt-mark unhold nvidia-open-580"
-
-
-def test_apt_pinned_change_is_held_again():
-    probe = "nvidia-open-580\thi \t580.82.07-1\n@now 1000\n@updated 999\n@held nvidia-open-580\n"
-    plan = _apt_plan({"packages": ["nvidia-open-580=580.65.*"], "hold": True}, probe)
-    assert plan == ["apt-get install nvidia-open-580=580.65.*", "apt-mark hold nvidia-open-580"]

@@ -13,6 +13,9 @@ from remote.output.runlog import Redactor
 from remote.engine.runner import Run, RunOptions
 from tests.conftest import REPO, write_yaml
 
+# The recipes' `become` steps run on the local connection, which needs root.
+pytestmark = pytest.mark.root
+
 DISTROS = {
     "ubuntu2004-x86_64": {"distro_id": "ubuntu", "distro_version": "20.04", "arch": "x86_64"},
     "ubuntu2204-x86_64": {"distro_id": "ubuntu", "distro_version": "22.04", "arch": "x86_64"},

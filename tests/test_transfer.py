@@ -47,6 +47,7 @@ def test_interrupted_pull_leaves_no_partial_folder_and_earlier_runs_intact(tmp_p
     assert (earlier / "results.json").read_text() == "old"
 
 
+@pytest.mark.root  # drops to nobody with setpriv
 def test_unwritable_logs_folder_is_a_clear_error(tmp_path, work):
     parent = work / "logs" / "h1"
     parent.mkdir(parents=True)

@@ -12,6 +12,7 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Iterable
 
 from ..errors import InputError, Where
 from .schema import check_keys, expect, expect_str_list
@@ -54,7 +55,7 @@ class Host:
     become: bool = False
     jump: str | None = None
     connection: str = "ssh"
-    vars: dict = field(default_factory=dict)
+    vars: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_local(self) -> bool:
@@ -65,33 +66,33 @@ class Host:
 class Group:
     name: str
     where: Where
-    hosts: list = field(default_factory=list)
-    children: list = field(default_factory=list)
-    vars: dict = field(default_factory=dict)
+    hosts: list[str] = field(default_factory=list)
+    children: list[str] = field(default_factory=list)
+    vars: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class Inventory:
     path: Path
-    hosts: dict
-    groups: dict
-    vars: dict
-    vars_where: dict
+    hosts: dict[str, Host]
+    groups: dict[str, Group]
+    vars: dict[str, Any]
+    vars_where: dict[str, Where]
     host_key_policy: str = "strict"
-    known_hosts: list = field(default_factory=list)
+    known_hosts: list[Path] = field(default_factory=list)
     timeouts: Timeouts = field(default_factory=Timeouts)
-    secrets: set = field(default_factory=set)
+    secrets: set[str] = field(default_factory=set)
     # group -> members, group -> depth: computed once (groups may share children, and walking
     # every path through a lattice of groups would take exponential time)
-    _members: dict = field(default_factory=dict, repr=False, compare=False)
-    _depths: dict = field(default_factory=dict, repr=False, compare=False)
+    _members: dict[str, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)
+    _depths: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
-    def select(self, selection: str) -> list:
+    def select(self, selection: str) -> list[Host]:
         """Hosts matching SEL: names, groups, `all`, globs, comma-separated; inventory order."""
         items = [item.strip() for item in (selection or "").split(",")]
         if not any(items):
             raise InputError("--host needs a host, group, glob or 'all'", self.path)
-        chosen: set = set()
+        chosen: set[str] = set()
         for item in items:
             if not item:
                 continue
@@ -103,7 +104,7 @@ class Inventory:
             chosen |= matched
         return [host for name, host in self.hosts.items() if name in chosen]
 
-    def _match(self, item: str) -> set:
+    def _match(self, item: str) -> set[str]:
         if item == "all":
             return set(self.hosts)
         if item in self.hosts:
@@ -117,7 +118,7 @@ class Inventory:
             return found
         return set()
 
-    def group_members(self, group: str) -> set:
+    def group_members(self, group: str) -> set[str]:
         if group not in self._members:
             members = set(self.groups[group].hosts)
             for child in self.groups[group].children:
@@ -125,7 +126,7 @@ class Inventory:
             self._members[group] = frozenset(members)
         return set(self._members[group])
 
-    def groups_of(self, host: str) -> list:
+    def groups_of(self, host: str) -> list[str]:
         """Groups holding `host` directly or through children, parents before children."""
         mine = [g for g in self.groups if host in self.group_members(g)]
         return sorted(mine, key=lambda g: (self._depth(g), g))
@@ -133,7 +134,7 @@ class Inventory:
     def _depth(self, group: str) -> int:
         """The longest chain of parents above `group` (0 for a top-level group)."""
         if not self._depths:
-            parents: dict = {name: [] for name in self.groups}
+            parents: dict[str, list[str]] = {name: [] for name in self.groups}
             for parent in self.groups.values():
                 for child in parent.children:
                     parents[child].append(parent.name)
@@ -147,9 +148,9 @@ class Inventory:
                 depth(name)
         return self._depths.get(group, 0)
 
-    def layered_vars(self, host: Host) -> list:
+    def layered_vars(self, host: Host) -> list[tuple[dict[str, Any], dict[str, Where]]]:
         """The inventory's variable layers for `host`, low to high precedence, with positions."""
-        layers = [(self.vars, self.vars_where)]
+        layers: list[tuple[dict[str, Any], dict[str, Where]]] = [(self.vars, self.vars_where)]
         for group in self.groups_of(host.name):
             g = self.groups[group]
             layers.append((g.vars, getattr(g.vars, "key_where", {})))
@@ -157,10 +158,10 @@ class Inventory:
         return layers
 
 
-def _list(names) -> str:
-    names = list(names)
-    shown = ", ".join(names[:12])
-    return shown + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+def _list(names: Iterable[str]) -> str:
+    listed = list(names)
+    shown = ", ".join(listed[:12])
+    return shown + (f", ... ({len(listed)} in all)" if len(listed) > 12 else "")
 
 
 def _read(path: Path) -> YamlMap:
@@ -192,9 +193,10 @@ def load_inventory(path: str | Path) -> Inventory:
             if part.get("include_if_exists"):
                 raise part.at("include_if_exists").error("an included inventory cannot include others")
             parts.append((included, part))
-    hosts, groups = {}, {}
+    hosts: dict[str, Host] = {}
+    groups: dict[str, Group] = {}
     for _, part in parts:
-        hosts_raw = part.get("hosts") or {}
+        hosts_raw = part.get("hosts") or YamlMap()
         expect(hosts_raw, dict, part.at("hosts"), "'hosts'")
         for name, spec in hosts_raw.items():
             if name in hosts:
@@ -273,7 +275,7 @@ def _load_timeouts(data: YamlMap) -> Timeouts:
     return Timeouts(**values)
 
 
-def _load_host(name: str, spec, where: Where) -> Host:
+def _load_host(name: str, spec: Any, where: Where) -> Host:
     if not NAME.match(name):
         raise where.error(f"host name '{name}' may hold only letters, digits, '.', '_' and '-'")
     if spec is None:
@@ -301,7 +303,7 @@ def _load_host(name: str, spec, where: Where) -> Host:
     return host
 
 
-def _load_group(name: str, spec, where: Where, hosts: dict) -> Group:
+def _load_group(name: str, spec: Any, where: Where, hosts: dict[str, Host]) -> Group:
     if not NAME.match(name):
         raise where.error(f"group name '{name}' may hold only letters, digits, '.', '_' and '-'")
     if name == "all":
@@ -324,12 +326,11 @@ def _load_group(name: str, spec, where: Where, hosts: dict) -> Group:
     return group
 
 
-def _check_jump_chains(hosts: dict) -> None:
+def _check_jump_chains(hosts: dict[str, Host]) -> None:
     """Jump hosts may have jump hosts of their own, but not in a cycle nor without end."""
     for host in hosts.values():
         chain = [host.name]
-        while hosts[chain[-1]].jump is not None:
-            nxt = hosts[chain[-1]].jump
+        while (nxt := hosts[chain[-1]].jump) is not None:
             if nxt in chain:
                 cycle = " -> ".join(chain[chain.index(nxt):] + [nxt])
                 raise hosts[nxt].where.error(f"jump hosts form a cycle: {cycle}")
@@ -339,15 +340,15 @@ def _check_jump_chains(hosts: dict) -> None:
             chain.append(nxt)
 
 
-def _check_children(groups: dict) -> None:
+def _check_children(groups: dict[str, Group]) -> None:
     for group in groups.values():
         for child in group.children:
             if child not in groups:
                 raise group.where.error(f"group '{group.name}' has unknown child group '{child}'")
 
-    state: dict = {}
+    state: dict[str, str] = {}
 
-    def visit(name: str, path: list) -> None:
+    def visit(name: str, path: list[str]) -> None:
         if state.get(name) == "done":
             return
         if state.get(name) == "open":

@@ -2,7 +2,8 @@
 
 A recipe is a mapping: `name`, `description`, `vars` (defaults, lowest precedence), `steps` (a
 list), `handlers` (a mapping of name -> step). A step has exactly one kind key (see
-`remote.kinds.KINDS`, plus `include`) and the common keys in `COMMON`. `include: other.yaml` inlines
+`remote.kinds.KINDS`, plus `include`) and the common keys of `COMMON`, an argument spec checked
+like a kind's (`remote.config.schema.check_args`). `include: other.yaml` inlines
 another recipe's steps (path relative to the including file), adding its own `when`, `tags` and
 `become` to theirs. Every template's syntax is checked at load; `check_names` then checks every
 name a template reads against what each selected host defines.
@@ -11,35 +12,71 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
 
 from ..errors import InputError, Where
-from .schema import check_keys, expect, expect_str_list, suggest
+from .schema import Arg, check_args, check_keys, expect, suggest
 from .templating import RESULT_NAMES, check_template, facts_read, parse
 from .yamlfile import YamlMap, load_yaml
 
 if TYPE_CHECKING:  # the kinds are passed in: config never imports them at run time
     from ..kinds import Kind
 
-COMMON = {"name", "when", "become", "tags", "notify", "retries", "delay", "timeout",
-          "changed_when", "failed_when", "creates", "unless"}
 TOP_KEYS = {"name", "description", "vars", "steps", "handlers"}
-INCLUDE_KEYS = {"include", "name", "when", "tags", "become"}
 MAX_INCLUDE_DEPTH = 20
 MAX_SECONDS = 10_000_000  # ~116 days: anything above is a typo (and .inf/.nan are refused)
 MAX_RETRIES = 1000
 
 
+def _conditions(value: Any) -> bool:
+    return all(isinstance(item, (str, bool)) for item in (value if isinstance(value, list)
+                                                           else [value]))
+
+
+def _seconds(value: Any) -> bool:
+    # `0 < value <= MAX` also refuses NaN, and compares huge ints exactly.
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        0 < value <= MAX_SECONDS
+
+
+def _retries(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_RETRIES
+
+
+def _bool_or_expression(value: Any) -> bool:
+    return isinstance(value, (bool, str))
+
+
+# The keys every step may have besides its kind, in the order they are checked.
+COMMON: dict[str, Arg] = {
+    "name": Arg(),
+    "when": Arg(valid=_conditions, must="an expression, true/false, or a list"),
+    "tags": Arg((list, str), items=str, nullable=True),
+    "become": Arg((bool,), nullable=True),
+    "notify": Arg((list, str), items=str, nullable=True),
+    "retries": Arg(default=0, valid=_retries, must=f"a whole number from 0 to {MAX_RETRIES}"),
+    "delay": Arg(default=1.0, valid=_seconds,
+                 must=f"a positive number of seconds (at most {MAX_SECONDS})"),
+    "timeout": Arg(valid=_seconds, must=f"a positive number of seconds (at most {MAX_SECONDS})"),
+    "changed_when": Arg(valid=_bool_or_expression, must="true, false or an expression"),
+    "failed_when": Arg(valid=_bool_or_expression, must="true, false or an expression"),
+    "creates": Arg((str,)),
+    "unless": Arg((str,)),
+}
+INCLUDE: dict[str, Arg] = {"include": Arg((str,)),
+                           **{key: COMMON[key] for key in ("name", "when", "tags", "become")}}
+
+
 @dataclass
 class Step:
     name: str
-    kind: Kind
-    args: dict
+    kind: Kind[Any]
+    args: dict[str, Any]
     where: Where
-    when: list = field(default_factory=list)
+    when: list[Any] = field(default_factory=list)
     become: Optional[bool] = None
-    tags: frozenset = frozenset()
-    notify: list = field(default_factory=list)
+    tags: frozenset[str] = frozenset()
+    notify: list[str] = field(default_factory=list)
     retries: int = 0
     delay: float = 1.0
     timeout: Optional[float] = None
@@ -54,20 +91,20 @@ class Step:
 class Recipe:
     path: Path
     name: str
-    vars: dict
-    vars_where: dict
-    steps: list
-    handlers: dict
-    files: list = field(default_factory=list)
+    vars: dict[str, Any]
+    vars_where: dict[str, Where]
+    steps: list[Step]
+    handlers: dict[str, Step]
+    files: list[Path] = field(default_factory=list)
 
-    def select(self, tags: Optional[set]) -> list:
+    def select(self, tags: Optional[set[str]]) -> list[Step]:
         """Steps to run for `--tags` (all when None); steps tagged `always` always run."""
         if not tags:
             return list(self.steps)
         return [s for s in self.steps if s.tags & tags or "always" in s.tags]
 
 
-def load_recipe(path: str | Path, kinds: Mapping[str, Kind]) -> Recipe:
+def load_recipe(path: str | Path, kinds: Mapping[str, Kind[Any]]) -> Recipe:
     """Load a recipe and everything it includes, with the step kinds in `kinds` (name -> kind);
     raise `InputError` at the first flaw."""
     loader = _Loader(kinds)
@@ -84,17 +121,17 @@ def load_recipe(path: str | Path, kinds: Mapping[str, Kind]) -> Recipe:
 
 
 class _Loader:
-    def __init__(self, kinds: Mapping[str, Kind]):
+    def __init__(self, kinds: Mapping[str, Kind[Any]]):
         self.kinds = kinds
-        self.vars: dict = {}
-        self.vars_where: dict = {}
-        self.handlers: dict = {}
-        self.files: list = []
-        self.included: set = set()
+        self.vars: dict[str, Any] = {}
+        self.vars_where: dict[str, Where] = {}
+        self.handlers: dict[str, Step] = {}
+        self.files: list[Path] = []
+        self.included: set[tuple[Path, tuple[str, ...], frozenset[str], Optional[bool]]] = set()
         self.root_name: Optional[str] = None
 
-    def load_file(self, path: Path, stack: list, when: list, tags: frozenset,
-                  become: Optional[bool], included_at: Where) -> list:
+    def load_file(self, path: Path, stack: list[Path], when: list[Any], tags: frozenset[str],
+                  become: Optional[bool], included_at: Where) -> list[Step]:
         resolved = path.resolve()
         if resolved in stack:
             chain = " -> ".join(p.name for p in stack[stack.index(resolved):] + [resolved])
@@ -119,7 +156,7 @@ class _Loader:
         self.files.append(path)
         if not stack:
             self.root_name = str(data["name"]) if data.get("name") else None
-        file_vars = data.get("vars") or {}
+        file_vars = data.get("vars") or YamlMap()
         expect(file_vars, dict, data.at("vars"), "'vars'")
         for name, value in file_vars.items():
             # The including recipe's defaults win over those of the recipe it includes.
@@ -139,7 +176,7 @@ class _Loader:
                 steps += self._include(raw, path, stack, when, tags, become)
             else:
                 steps.append(self._step(raw, path.parent, when, tags, become))
-        handlers_raw = data.get("handlers") or {}
+        handlers_raw = data.get("handlers") or YamlMap()
         expect(handlers_raw, dict, data.at("handlers"), "'handlers'")
         for name, raw in handlers_raw.items():
             at = handlers_raw.at(name)
@@ -155,16 +192,16 @@ class _Loader:
             self.handlers[name] = handler
         return steps
 
-    def _include(self, raw: YamlMap, path: Path, stack, when, tags, become) -> list:
-        check_keys(raw, INCLUDE_KEYS, "include")
-        target = expect(raw["include"], str, raw.at("include"), "'include'")
-        inc_when = when + _when_list(raw)
-        inc_tags = tags | frozenset(_tags(raw))
-        inc_become = raw.get("become", become)
-        return self.load_file(path.parent / target, stack, inc_when, inc_tags, inc_become,
-                              raw.at("include"))
+    def _include(self, raw: YamlMap, path: Path, stack: list[Path], when: list[Any],
+                 tags: frozenset[str], become: Optional[bool]) -> list[Step]:
+        check_keys(raw, INCLUDE, "include")
+        common = check_args(raw, INCLUDE, raw.where, known_keys=False)
+        return self.load_file(path.parent / common["include"], stack,
+                              when + _listed(common["when"]), tags | _tags(common["tags"]),
+                              raw.get("become", become), raw.at("include"))
 
-    def _step(self, raw: YamlMap, base_dir: Path, when, tags, become) -> Step:
+    def _step(self, raw: YamlMap, base_dir: Path, when: list[Any], tags: frozenset[str],
+              become: Optional[bool]) -> Step:
         kinds = [k for k in raw if k not in COMMON]
         if not kinds:
             raise raw.where.error("step has no kind: add one of "
@@ -179,76 +216,46 @@ class _Loader:
         kind = self.kinds[kinds[0]]
         where = raw.at(kinds[0])
         args = kind.load(raw[kinds[0]], where, base_dir)
-        step = Step(name=str(raw.get("name") or _default_name(kind, args)), kind=kind,
-                    args=args, where=raw.where, when=when + _when_list(raw),
-                    become=raw.get("become", become), tags=tags | frozenset(_tags(raw)),
-                    named="name" in raw)
-        if step.become is not None:
-            expect(step.become, bool, raw.at("become"), "'become'")
-        notify = raw.get("notify") or []
-        step.notify = [notify] if isinstance(notify, str) else \
-            list(expect_str_list(notify, raw.at("notify"), "'notify'"))
-        for key in ("retries",):
-            if key in raw:
-                value = raw[key]
-                if isinstance(value, bool) or not isinstance(value, int) or \
-                        not 0 <= value <= MAX_RETRIES:
-                    raise raw.at(key).error(f"'{key}' must be a whole number from 0 to "
-                                            f"{MAX_RETRIES}")
-                setattr(step, key, value)
-        for key in ("delay", "timeout"):
-            if key in raw:
-                value = raw[key]
-                # `not 0 < value <= MAX` also refuses NaN, and compares huge ints exactly
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                        not 0 < value <= MAX_SECONDS:
-                    raise raw.at(key).error(f"'{key}' must be a positive number of seconds "
-                                            f"(at most {MAX_SECONDS})")
-                setattr(step, key, float(value))
-        for key in ("changed_when", "failed_when"):
-            if key in raw:
-                value = raw[key]
-                if not isinstance(value, (bool, str)):
-                    raise raw.at(key).error(f"'{key}' must be true, false or an expression")
-                if isinstance(value, str):
-                    parse(value, raw.at(key), expression=True)
-                setattr(step, key, value)
-        for key in ("creates", "unless"):
-            if key in raw:
-                setattr(step, key, expect(raw[key], str, raw.at(key), f"'{key}'"))
+        common = check_args(raw, COMMON, raw.where, known_keys=False)
+        notify = common["notify"] or []
+        step = Step(name=str(common["name"] or _default_name(kind, args)), kind=kind,
+                    args=args, where=raw.where, when=when + _listed(common["when"]),
+                    become=raw.get("become", become), tags=tags | _tags(common["tags"]),
+                    notify=[notify] if isinstance(notify, str) else list(notify),
+                    retries=common["retries"], delay=float(common["delay"]),
+                    timeout=None if common["timeout"] is None else float(common["timeout"]),
+                    changed_when=common["changed_when"], failed_when=common["failed_when"],
+                    creates=common["creates"], unless=common["unless"], named="name" in raw)
         if not kind.remote and (step.creates or step.unless):
             raise raw.where.error(f"'{kind.name}' runs on the control side: creates/unless do "
                                   "not apply")
-        for expr_where, expr in [(raw.at("when"), e) for e in _when_list(raw)]:
+        for key in ("changed_when", "failed_when"):
+            if isinstance(common[key], str):
+                parse(common[key], raw.at(key), expression=True)
+        for expr in _listed(common["when"]):
             if isinstance(expr, str):
-                parse(expr, expr_where, expression=True)
+                parse(expr, raw.at("when"), expression=True)
         for value, _ in kind.templates(args):
             if isinstance(value, str):
                 parse(value, where)
         return step
 
 
-def _when_list(raw: YamlMap) -> list:
-    if "when" not in raw:
-        return []
-    value = raw["when"]
-    values = value if isinstance(value, list) else [value]
-    for item in values:
-        if not isinstance(item, (str, bool)):
-            raise raw.at("when").error("'when' must be an expression, true/false, or a list")
-    return list(values)
+def _listed(value: Any) -> list[Any]:
+    """A `when` as a list of conditions (none when absent)."""
+    return [] if value is None else list(value) if isinstance(value, list) else [value]
 
 
-def _tags(raw: YamlMap) -> list:
-    value = raw.get("tags") or []
+def _tags(value: Any) -> frozenset[str]:
+    """Tags from a list or a comma-separated string."""
     if isinstance(value, str):
-        value = [t.strip() for t in value.split(",") if t.strip()]
-    return expect_str_list(value, raw.at("tags"), "'tags'")
+        return frozenset(t.strip() for t in value.split(",") if t.strip())
+    return frozenset(value or ())
 
 
-def _default_name(kind: Kind, args: dict) -> str:
+def _default_name(kind: Kind[Any], args: dict[str, Any]) -> str:
     for key in ("cmd", "path", "dest", "packages", "that"):
-        if key in args:
+        if args.get(key) is not None:
             value = args[key]
             text = " ".join(map(str, value)) if isinstance(value, list) else str(value)
             text = " ".join(text.split())
@@ -256,7 +263,7 @@ def _default_name(kind: Kind, args: dict) -> str:
     return kind.name
 
 
-def step_templates(step: Step):
+def step_templates(step: Step) -> Iterator[tuple[Any, str]]:
     """Every template of a step as (value, kind) with kind "text", "shell", "expression" or
     "result" (an expression that also sees rc/stdout/stderr)."""
     if step.named:
@@ -277,7 +284,7 @@ def step_templates(step: Step):
         yield expr, "expression"
 
 
-def _nested(value: Any, kind: str):
+def _nested(value: Any, kind: str) -> Iterator[tuple[Any, str]]:
     if isinstance(value, str):
         yield value, kind
     elif isinstance(value, dict):
@@ -288,7 +295,8 @@ def _nested(value: Any, kind: str):
             yield from _nested(item, kind)
 
 
-def check_names(recipe: Recipe, known: set, host_label: str, fact_names: frozenset) -> None:
+def check_names(recipe: Recipe, known: set[str], host_label: str,
+                fact_names: frozenset[str]) -> None:
     """Check every template and expression of `recipe` against the names one host defines
     and the facts the engine can gather (`fact_names`)."""
     for step in recipe.steps + list(recipe.handlers.values()):
@@ -304,9 +312,9 @@ def check_names(recipe: Recipe, known: set, host_label: str, fact_names: frozens
                 raise
 
 
-def facts_used(recipe: Recipe, var_layers: list) -> Optional[set]:
+def facts_used(recipe: Recipe, var_layers: list[dict[str, Any]]) -> Optional[set[str]]:
     """Fact names the recipe's templates and these vars can read; None means all of them."""
-    used: set = set()
+    used: set[str] = set()
     sources = [(v, k) for step in recipe.steps + list(recipe.handlers.values())
                for v, k in step_templates(step)]
     for layer in var_layers:

@@ -15,7 +15,7 @@ import functools
 import posixpath
 import re
 import shlex
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
 import jinja2
 from jinja2 import meta, nodes
@@ -39,7 +39,7 @@ def _quote_for_shell(value: Any) -> str:
     return shlex.quote(str(value))
 
 
-def _make_env(finalize=None) -> jinja2.Environment:
+def _make_env(finalize: Optional[Callable[[Any], Any]] = None) -> jinja2.Environment:
     # Sandboxed: templates see host facts, which a compromised host controls.
     env = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, finalize=finalize,
                                         keep_trailing_newline=True, autoescape=False)
@@ -65,11 +65,11 @@ def is_template(value: Any) -> bool:
     return isinstance(value, str) and ("{{" in value or "{%" in value)
 
 
-def render_text(source: str, context: dict) -> str:
+def render_text(source: str, context: dict[str, Any]) -> str:
     return _render(_TEXT, source, context)
 
 
-def render_shell(source: str, context: dict) -> str:
+def render_shell(source: str, context: dict[str, Any]) -> str:
     return _render(_SHELL, source, context)
 
 
@@ -80,11 +80,11 @@ def _compiled(env: jinja2.Environment, source: str) -> jinja2.Template:
 
 
 @functools.lru_cache(maxsize=4096)
-def _expression(source: str):
+def _expression(source: str) -> Callable[..., Any]:
     return _TEXT.compile_expression(source, undefined_to_none=False)
 
 
-def _render(env: jinja2.Environment, source: str, context: dict) -> str:
+def _render(env: jinja2.Environment, source: str, context: dict[str, Any]) -> str:
     if not is_template(source):
         return source
     with _as_template_error("render", source):
@@ -92,7 +92,7 @@ def _render(env: jinja2.Environment, source: str, context: dict) -> str:
 
 
 @contextlib.contextmanager
-def _as_template_error(verb: str, source: str):
+def _as_template_error(verb: str, source: str) -> Iterator[None]:
     """Turn what Jinja (or a filter) raises into a `TemplateError` naming the template."""
     try:
         yield
@@ -107,7 +107,7 @@ def _as_template_error(verb: str, source: str):
 _ONE_EXPRESSION = re.compile(r"^\{\{((?:(?!\}\}|\{\{).)*)\}\}\Z", re.S)  # \Z: not before a final newline
 
 
-def render_value(value: Any, context: dict) -> Any:
+def render_value(value: Any, context: dict[str, Any]) -> Any:
     """Render every string inside a loaded YAML value (dicts and lists recursively).
 
     A string that is exactly one ``{{ expression }}`` keeps the expression's type, so
@@ -128,7 +128,7 @@ def render_value(value: Any, context: dict) -> Any:
     return value
 
 
-def evaluate(expression: Any, context: dict) -> Any:
+def evaluate(expression: Any, context: dict[str, Any]) -> Any:
     """Evaluate a Jinja expression; YAML booleans and numbers pass through unchanged."""
     if not isinstance(expression, str):
         return expression
@@ -167,24 +167,31 @@ def parse(source: str, where: Where, expression: bool = False) -> nodes.Template
         raise where.error(f"template nested too deeply in '{_short(source)}'") from None
 
 
-def referenced_names(ast: nodes.Template) -> set:
+def referenced_names(ast: nodes.Template) -> set[str]:
     """Top-level names a template reads (its own loop variables and Jinja globals excluded)."""
     return set(meta.find_undeclared_variables(ast)) - set(_TEXT.globals)
 
 
-def referenced_facts(ast: nodes.Template) -> set:
+def referenced_facts(ast: nodes.Template) -> set[str]:
     """Names read as ``facts.NAME`` or ``facts['NAME']``."""
     found = set()
-    for node in ast.find_all((nodes.Getattr, nodes.Getitem)):
-        if isinstance(node.node, nodes.Name) and node.node.name == "facts":
-            if isinstance(node, nodes.Getattr):
-                found.add(node.attr)
-            elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):
-                found.add(node.arg.value)
+    for node in _facts_lookups(ast):
+        if isinstance(node, nodes.Getattr):
+            found.add(node.attr)
+        elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):
+            found.add(node.arg.value)
     return found
 
 
-def facts_read(source: Any, expression: bool = False) -> Optional[set]:
+def _facts_lookups(ast: nodes.Template) -> Iterator[Union[nodes.Getattr, nodes.Getitem]]:
+    """Every ``facts.X`` and ``facts[X]`` in a template."""
+    for node in ast.find_all((nodes.Getattr, nodes.Getitem)):
+        if isinstance(node, (nodes.Getattr, nodes.Getitem)) and \
+                isinstance(node.node, nodes.Name) and node.node.name == "facts":
+            yield node
+
+
+def facts_read(source: Any, expression: bool = False) -> Optional[set[str]]:
     """Fact names a template reads; None when it uses `facts` other than by a constant name
     (``facts[x]``, ``facts | list``), so every fact is needed. Unparsable: an empty set (the
     static checks report the syntax)."""
@@ -197,14 +204,13 @@ def facts_read(source: Any, expression: bool = False) -> Optional[set]:
         return set()
     names = [n for n in ast.find_all(nodes.Name) if n.name == "facts"]
     found = referenced_facts(ast)
-    constant = [n for n in ast.find_all((nodes.Getattr, nodes.Getitem))
-                if isinstance(n.node, nodes.Name) and n.node.name == "facts"
-                and (isinstance(n, nodes.Getattr) or isinstance(n.arg, nodes.Const))]
+    constant = [n for n in _facts_lookups(ast)
+                if isinstance(n, nodes.Getattr) or isinstance(n.arg, nodes.Const)]
     return found if len(constant) == len(names) else None
 
 
 def check_template(source: Any, where: Where, known: Iterable[str], fact_names: Iterable[str],
-                   expression: bool = False, shell: bool = False) -> set:
+                   expression: bool = False, shell: bool = False) -> set[str]:
     """Statically check one template: syntax, names, fact names; return the names it reads.
 
     `known` are the names defined for the host(s) in question; unknown names are an error here,
@@ -229,13 +235,13 @@ def check_template(source: Any, where: Where, known: Iterable[str], fact_names: 
     return names
 
 
-def var_order(raw: dict, where_of_var: dict) -> list:
+def var_order(raw: Mapping[str, Any], where_of_var: Mapping[str, Where]) -> list[str]:
     """Var names in an order where each comes after the vars it refers to; a cycle is an
     input error at the var's position."""
     deps = {name: _names_in_value(value, where_of_var.get(name)) & set(raw)
             for name, value in raw.items()}
-    order: list = []
-    visiting: list = []
+    order: list[str] = []
+    visiting: list[str] = []
 
     def visit(name: str) -> None:
         if name in order:
@@ -255,7 +261,8 @@ def var_order(raw: dict, where_of_var: dict) -> list:
     return order
 
 
-def check_vars(raw: dict, where_of_var: dict, fact_names: Iterable[str]) -> None:
+def check_vars(raw: Mapping[str, Any], where_of_var: Mapping[str, Where],
+               fact_names: Iterable[str]) -> None:
     """Static check of one host's vars: syntax, undefined names, cycles."""
     var_order(raw, where_of_var)
     for name, value in raw.items():
@@ -263,7 +270,7 @@ def check_vars(raw: dict, where_of_var: dict, fact_names: Iterable[str]) -> None
         _check_value(value, where, set(raw), fact_names)
 
 
-def _check_value(value: Any, where: Where, known: set, fact_names) -> None:
+def _check_value(value: Any, where: Where, known: set[str], fact_names: Iterable[str]) -> None:
     if isinstance(value, str):
         check_template(value, where, known, fact_names)
     elif isinstance(value, dict):
@@ -274,12 +281,13 @@ def _check_value(value: Any, where: Where, known: set, fact_names) -> None:
             _check_value(item, where, known, fact_names)
 
 
-def resolve_vars(raw: dict, context: dict, where_of_var: dict) -> dict:
+def resolve_vars(raw: Mapping[str, Any], context: dict[str, Any],
+                 where_of_var: Mapping[str, Where]) -> dict[str, Any]:
     """Render vars that refer to other vars, in dependency order.
 
     `context` holds `host` and `facts`; the result maps every name to its rendered value.
     """
-    resolved: dict = {}
+    resolved: dict[str, Any] = {}
     for name in var_order(raw, where_of_var):
         ctx = dict(context)
         ctx.update(resolved)
@@ -288,7 +296,7 @@ def resolve_vars(raw: dict, context: dict, where_of_var: dict) -> dict:
     return {name: resolved[name] for name in raw}
 
 
-def names_in(value: Any, expression: bool = False) -> set:
+def names_in(value: Any, expression: bool = False) -> set[str]:
     """Top-level names the templates inside a loaded value read (an expression: `when` and
     the like). The value has passed the static checks, so it parses."""
     if expression and isinstance(value, str):
@@ -296,7 +304,7 @@ def names_in(value: Any, expression: bool = False) -> set:
     return _names_in_value(value, None)
 
 
-def fact_dependent_vars(raw: dict) -> set:
+def fact_dependent_vars(raw: Mapping[str, Any]) -> set[str]:
     """Names of the vars whose values read facts, directly or through other vars (or `vars`)."""
     reads = {name: _names_in_value(value, None) for name, value in raw.items()}
     dependent = {name for name, names in reads.items() if names & {"facts", "vars"}}
@@ -311,12 +319,12 @@ def fact_dependent_vars(raw: dict) -> set:
 
 
 @functools.lru_cache(maxsize=4096)
-def _names_in_source(source: str) -> frozenset:
+def _names_in_source(source: str) -> frozenset[str]:
     # Every host's vars and steps hold the same templates: parse each once per run.
     return frozenset(referenced_names(parse(source, Where("<template>", 0))))
 
 
-def _names_in_value(value: Any, where: Where | None) -> set:
+def _names_in_value(value: Any, where: Where | None) -> set[str]:
     if isinstance(value, str):
         if not is_template(value):
             return set()

@@ -10,11 +10,11 @@ files.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 from yaml.events import AliasEvent
-from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from ..errors import InputError, Where
 
@@ -26,30 +26,25 @@ MAX_NODES = 100_000
 PLAIN_TAGS = {"tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"}
 
 
-class YamlMap(dict):
+class YamlMap(dict[str, Any]):
     """A mapping that remembers where it and each of its keys were written."""
 
     where: Where
-    key_where: dict
+    key_where: dict[str, Where]
 
     def at(self, key: str) -> Where:
         """The position of `key` (or of the mapping itself when the key is absent)."""
         return self.key_where.get(key, self.where)
 
 
-class YamlList(list):
+class YamlList(list[Any]):
     """A sequence that remembers where it and each item were written."""
 
     where: Where
-    item_where: list
+    item_where: list[Where]
 
     def at(self, index: int) -> Where:
         return self.item_where[index] if index < len(self.item_where) else self.where
-
-
-def where_of(value: Any, default: Where) -> Where:
-    """The position of a loaded container, or `default` for scalars."""
-    return getattr(value, "where", default)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -59,21 +54,21 @@ class _StrictLoader(yaml.SafeLoader):
         self._depth = 0
         self._nodes = 0
 
-    def compose_node(self, parent, index):  # noqa: D102 - PyYAML hook
+    def compose_node(self, parent: Optional[Node], index: Any) -> Optional[Node]:  # PyYAML hook
         if self.check_event(AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]
             raise InputError(
                 f"YAML alias '*{event.anchor}' is not supported: write the value out "
                 "(anchors and aliases are refused so a file cannot expand without bound)",
                 self.name, event.start_mark.line + 1)
         self._depth += 1
         if self._depth > MAX_DEPTH:
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]
             raise InputError(f"nesting deeper than {MAX_DEPTH} levels", self.name,
                              event.start_mark.line + 1)
         self._nodes += 1
         if self._nodes > MAX_NODES:
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]
             raise InputError(f"more than {MAX_NODES} YAML values: not an inventory or recipe "
                              "a person wrote", self.name, event.start_mark.line + 1)
         try:
@@ -82,7 +77,7 @@ class _StrictLoader(yaml.SafeLoader):
             self._depth -= 1
 
 
-def _convert(loader: _StrictLoader, node) -> Any:
+def _convert(loader: _StrictLoader, node: Node) -> Any:
     where = Where(loader.name, node.start_mark.line + 1)
     if isinstance(node, ScalarNode):
         try:
@@ -95,10 +90,10 @@ def _convert(loader: _StrictLoader, node) -> Any:
         # silently with the tag ignored, so refuse them like unknown scalar tags.
         raise InputError(f"YAML tag '{node.tag}' is not supported", loader.name, where.line)
     if isinstance(node, SequenceNode):
-        out = YamlList(_convert(loader, item) for item in node.value)
-        out.where = where
-        out.item_where = [Where(loader.name, item.start_mark.line + 1) for item in node.value]
-        return out
+        items = YamlList(_convert(loader, item) for item in node.value)
+        items.where = where
+        items.item_where = [Where(loader.name, item.start_mark.line + 1) for item in node.value]
+        return items
     if isinstance(node, MappingNode):
         out = YamlMap()
         out.where = where
@@ -165,8 +160,7 @@ def load_yaml(path: str | Path, what: str = "file") -> Any:
         problem = exc.problem or exc.context or "invalid YAML"
         if "\t" in problem or "'\\t'" in problem:
             problem = "a tab character; YAML indentation must use spaces"
-        line = mark.line + 1 if mark else None
-        raise InputError(f"invalid YAML: {problem}", name, line) from None
+        raise InputError(f"invalid YAML: {problem}", name, mark.line + 1 if mark else None) from None
     except yaml.YAMLError as exc:
         raise InputError(f"invalid YAML: {exc}", name) from None
     except RecursionError:

@@ -407,7 +407,7 @@ class HostRun:
             result.message = "unless: command succeeded"
             return
         try:
-            commands = step.kind.plan(item.args, item.answers.get("kind"))
+            commands = step.kind.plan(item.args, step.kind.fact(item.answers.get("kind")))
         except PlanError as exc:
             result.status, result.message = "failed", str(exc)
             return

@@ -1,15 +1,22 @@
-"""Step kinds, one module each: what a kind's arguments are, what it probes on a host and which
-commands it needs (`base.Kind` says how). `KINDS` is the registry the recipe loader and the
-engine look kinds up in; adding a kind means one module here, its entry below, and its table test.
+"""Step kinds, one module each: what a kind's arguments are (its spec), what it reads on a host
+(its fact: a probe command and a parser) and which commands it needs (`base.Kind` says how).
+`KINDS` is the registry the recipe loader and the engine look kinds up in.
+
+Adding a kind means three things: its module here (a `Kind` subclass with `name`, `spec`, and
+`probe`/`parse`/`plan`), its entry in `KINDS` below, and its table of cases in
+`tests/kinds/<name>/` (arguments + probe output -> fact and commands; the format is in
+tests/test_kinds.py).
 
 May import: `remote.errors`, `remote.config` (schema, templating). Never the engine, transport
 or output.
 """
 from __future__ import annotations
 
+from typing import Any
+
+from ..errors import PlanError
 from .apt import Apt
 from .assertion import Assert
-from ..errors import PlanError
 from .base import Command, Kind, Probe
 from .deb import Deb
 from .file import File
@@ -18,7 +25,7 @@ from .reboot import Reboot
 from .shell import Shell
 from .template import Template
 
-KINDS: dict[str, Kind] = {kind.name: kind for kind in (
+KINDS: dict[str, Kind[Any]] = {kind.name: kind for kind in (
     Shell(), File(), Template(), Pip(), Apt(), Deb(), Reboot(), Assert())}
 
 __all__ = ["KINDS", "Command", "Kind", "PlanError", "Probe"]

@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
 
-from ..errors import PlanError
-from .base import Command, Kind, _listed, q
+from ..config.schema import Arg
+from ..errors import PlanError, Where
+from .base import Args, Command, Kind, listed, q
 
 
-APT_SPEC = re.compile(r"^([a-z0-9][a-z0-9+.-]*)(?::[a-z0-9]+)?(?:=([A-Za-z0-9.+:~*?_-]+))?$")
+APT_PACKAGE = re.compile(r"^([a-z0-9][a-z0-9+.-]*)(?::[a-z0-9]+)?(?:=([A-Za-z0-9.+:~*?_-]+))?$")
 APT_STAMP = "/var/lib/apt/lists/.gpuprov-updated"
 APT_OPTS = ("-y -q -o DPkg::Lock::Timeout={lock} -o Dpkg::Options::=--force-confdef "
             "-o Dpkg::Options::=--force-confold")
@@ -33,38 +37,78 @@ def apt_update_command(lock_timeout: int = 600) -> Command:
     return Command(script, display="apt-get update")
 
 
-class Apt(Kind):
+@dataclass
+class AptState:
+    """What apt's probe says: installed packages (name -> version), held ones, the host's clock
+    and when the package lists were last updated (seconds since the epoch, 0: never)."""
+
+    installed: dict[str, str] = field(default_factory=dict)
+    held: set[str] = field(default_factory=set)
+    now: int = 0
+    updated: int = 0
+
+
+def parse_apt_state(out: str) -> AptState:
+    """Read dpkg-query's `NAME<tab>STATUS<tab>VERSION` lines and the probe's `@now`, `@updated`
+    and `@held` lines."""
+    state = AptState()
+    for line in out.splitlines():
+        if line.startswith("@now "):
+            state.now = _seconds(line)
+        elif line.startswith("@updated "):
+            state.updated = _seconds(line)
+        elif line.startswith("@held "):
+            state.held.add(line.split()[1].split(":")[0])
+        else:
+            parts = line.split("\t")
+            if len(parts) == 3 and dpkg_installed(parts[1]):
+                state.installed[parts[0]] = parts[2]
+    return state
+
+
+def _seconds(line: str) -> int:
+    """The number after an `@now`/`@updated` tag; 0 when the host printed none."""
+    fields = line.split()
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
+
+
+class Apt(Kind[AptState]):
     """Debian packages present or absent, with version pins (globs allowed: `pkg=550.*`), an
     optional hold, and a cache refresh only when something must be installed and the cache is
     older than `cache_valid_time`. Waits for the dpkg lock (cloud-init, unattended-upgrades)."""
 
     name = "apt"
-    fields = {"packages": (list, str), "state": str, "update_cache": bool,
-              "cache_valid_time": int, "hold": bool, "install_recommends": bool,
-              "lock_timeout": int, "purge": bool}
-    required = ("packages",)
+    spec = {
+        "packages": Arg((list, str), required=True),
+        "state": Arg((str,), "present", choices=("present", "absent")),
+        "update_cache": Arg((bool,), False),
+        "cache_valid_time": Arg((int,), 3600),
+        "hold": Arg((bool,), False),
+        # None: apt's own setting; false adds --no-install-recommends.
+        "install_recommends": Arg((bool,), None),
+        "lock_timeout": Arg((int,), 600),
+        "purge": Arg((bool,), False),
+    }
     probe_fields = ("packages", "hold", "state")
 
-    def check(self, args, where, base_dir):
+    def check(self, args: Args, where: Where, base_dir: Path) -> None:
         if isinstance(args["packages"], str) and "{{" not in args["packages"]:
             args["packages"] = args["packages"].split()
-        for spec in _listed(args["packages"]):
-            if "{{" not in str(spec) and not APT_SPEC.match(str(spec)):
-                raise where.error(f"apt: {spec!r} is not a package name (pin as name=version)")
-        if args.get("state", "present") not in ("present", "absent"):
-            raise where.error("apt.state must be present or absent")
+        for package in listed(args["packages"]):
+            if "{{" not in str(package) and not APT_PACKAGE.match(str(package)):
+                raise where.error(f"apt: {package!r} is not a package name (pin as name=version)")
 
     @staticmethod
-    def _specs(args) -> list:
+    def _specs(args: Args) -> list[tuple[str, Optional[str]]]:
         specs = []
-        for spec in _listed(args["packages"]):
-            match = APT_SPEC.match(str(spec))
+        for package in listed(args["packages"]):
+            match = APT_PACKAGE.match(str(package))
             if not match:
-                raise PlanError(f"apt: {spec!r} is not a package name")
+                raise PlanError(f"apt: {package!r} is not a package name")
             specs.append((match.group(1), match.group(2)))
         return specs
 
-    def probe(self, args):
+    def probe(self, args: Args) -> str:
         names = " ".join(q(n) for n, _ in self._specs(args))
         return ("dpkg-query -W -f='${Package}\\t${db:Status-Abbrev}\\t${Version}\\n' -- "
                 f"{names} 2>/dev/null\n"
@@ -74,43 +118,35 @@ class Apt(Kind):
                 'echo "@updated $s"'
                 # apt-mark is slow (it loads the cache): ask only when holds matter.
                 + ("\napt-mark showhold 2>/dev/null | sed 's/^/@held /'"
-                   if args.get("hold") or args.get("state") == "absent" else ""))
+                   if args["hold"] or args["state"] == "absent" else ""))
 
-    def plan(self, args, probe):
-        installed, held, now, updated = {}, set(), 0, 0
-        for line in probe.out.splitlines():
-            if line.startswith("@now "):
-                now = int(line.split()[1] or 0)
-            elif line.startswith("@updated "):
-                updated = int(line.split()[1] or 0)
-            elif line.startswith("@held "):
-                held.add(line.split()[1].split(":")[0])
-            else:
-                parts = line.split("\t")
-                if len(parts) == 3 and dpkg_installed(parts[1]):
-                    installed[parts[0]] = parts[2]
+    def parse(self, out: str) -> AptState:
+        return parse_apt_state(out)
+
+    def plan(self, args: Args, fact: AptState) -> list[Command]:
+        installed, held = fact.installed, fact.held
         specs = self._specs(args)
-        lock = int(args.get("lock_timeout", 600))
+        lock = int(args["lock_timeout"])
         opts = APT_OPTS.format(lock=lock)
         cmds = []
-        if args.get("state", "present") == "absent":
+        if args["state"] == "absent":
             present = [n for n, _ in specs if n in installed]
             if present:
                 unhold = [n for n in present if n in held]
                 if unhold:
                     cmds.append(Command("apt-mark unhold " + " ".join(map(q, unhold))))
-                action = "purge" if args.get("purge") else "remove"
+                action = "purge" if args["purge"] else "remove"
                 cmds.append(Command(f"DEBIAN_FRONTEND=noninteractive apt-get {opts} {action} "
                                     + " ".join(map(q, present))))
             return cmds
         todo = [(n, pin) for n, pin in specs
                 if n not in installed or (pin and not fnmatch.fnmatchcase(installed[n], pin))]
         if todo:
-            stale = now - updated > int(args.get("cache_valid_time", 3600))
-            if args.get("update_cache") and stale:
+            stale = fact.now - fact.updated > int(args["cache_valid_time"])
+            if args["update_cache"] and stale:
                 cmds.append(apt_update_command(lock))
             cmds.append(self._install(todo, args, opts))
-        if args.get("hold"):
+        if args["hold"]:
             # apt-get install drops an existing hold of what it installs (a pinned downgrade
             # or upgrade of a held package): hold those again too.
             touched = {n for n, _ in todo}
@@ -120,7 +156,7 @@ class Apt(Kind):
         return cmds
 
     @staticmethod
-    def _install(todo: list, args: dict, opts: str) -> Command:
+    def _install(todo: list[tuple[str, Optional[str]]], args: Args, opts: str) -> Command:
         lines = ["export DEBIAN_FRONTEND=noninteractive"]
         words = []
         for i, (name, pin) in enumerate(todo):
@@ -135,9 +171,9 @@ class Apt(Kind):
             else:
                 words.append(q(f"{name}={pin}" if pin else name))
         flags = ""
-        if args.get("install_recommends") is False:
+        if args["install_recommends"] is False:
             flags += " --no-install-recommends"
-        if args.get("hold") or any(pin for _, pin in todo):
+        if args["hold"] or any(pin for _, pin in todo):
             flags += " --allow-downgrades --allow-change-held-packages"
         lines.append(f"apt-get {opts}{flags} install " + " ".join(words))
         return Command("\n".join(lines), display="apt-get install " + " ".join(

@@ -1,10 +1,14 @@
-"""The base of every step kind: what a kind checks on a host and which commands it needs.
+"""The base of every step kind: what a kind's arguments are, what it reads on a host and which
+commands it needs.
 
-A kind splits its work the way pyinfra's operations do:
-- `probe(args)`: a read-only sh snippet whose output describes the current state (or None);
-  the runner sends the probes of many steps to a host as one script, one round trip.
-- `plan(args, probe)`: the commands needed to reach the target state; empty when it already
-  holds, so a converged host runs nothing that changes it.
+A kind splits its work the way pyinfra's operations and facts do:
+- `spec`: its arguments, each with types, default, choices, required (`remote.config.schema.Arg`),
+  checked once at load by `load`, which fills in the defaults;
+- a fact: `probe(args)` is a read-only sh snippet whose output describes the current state (or
+  None: nothing to read), and `parse(output)` turns that output into a typed value. The engine
+  sends the probes of many steps to a host as one script, one round trip;
+- `plan(args, fact)`: only decides. The commands needed to reach the target state from what
+  the fact says; empty when it already holds, so a converged host runs nothing that changes it.
 Values are rendered before `probe`/`plan` see them (`render`), shell fields quoted.
 """
 from __future__ import annotations
@@ -12,11 +16,14 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Generic, Optional, TypeVar
 
-from ..errors import Where
-from ..config.schema import check_keys, expect
+from ..config.schema import Arg, check_args, expect
 from ..config.templating import render_shell, render_value
+from ..errors import Where
+
+Args = dict[str, Any]
+FactT = TypeVar("FactT")
 
 
 @dataclass
@@ -34,6 +41,8 @@ class Command:
 
 @dataclass
 class Probe:
+    """A probe's answer as it came back: exit status and output."""
+
     rc: int
     out: str
 
@@ -41,49 +50,38 @@ class Probe:
 q = shlex.quote
 
 
-class Kind:
-    """Base of every step kind."""
+class Kind(Generic[FactT]):
+    """Base of every step kind; `FactT` is the type of what its probe's output says."""
 
     name = ""
-    fields: dict = {}          # field -> type or tuple of types
-    required: tuple = ()
+    spec: dict[str, Arg] = {}
     scalar_field: Optional[str] = None  # `kind: VALUE` shorthand fills this field
-    shell_fields: tuple = ()   # rendered with every value shell-quoted
-    remote = True              # False: evaluated on the control side (assert)
-    probe_fields: tuple = ()   # the arguments `probe` reads (see `render_for_probe`)
+    shell_fields: tuple[str, ...] = ()  # rendered with every value shell-quoted
+    remote = True                       # False: evaluated on the control side (assert)
+    probe_fields: tuple[str, ...] = ()  # the arguments `probe` reads (see `render_for_probe`)
 
-    def load(self, value: Any, where: Where, base_dir: Path) -> dict:
-        """Check the step's arguments as written; return them normalised (still unrendered)."""
+    def load(self, value: Any, where: Where, base_dir: Path) -> Args:
+        """Check the step's arguments as written; return them with defaults (still unrendered)."""
         if self.scalar_field and not isinstance(value, dict):
             value = {self.scalar_field: value}
-            key_where = {self.scalar_field: where}
         else:
             expect(value, dict, where, f"'{self.name}'")
-            check_keys(value, self.fields, f"'{self.name}'")
-            key_where = {k: value.at(k) for k in value} if hasattr(value, "at") else {}
-        args = dict(value)
-        for name in self.required:
-            if args.get(name) in (None, ""):
-                raise where.error(f"'{self.name}' needs '{name}'")
-        for name, val in args.items():
-            kinds = self.fields[name] if isinstance(self.fields[name], tuple) else (self.fields[name],)
-            if not any(_is(val, k) for k in kinds):
-                expect(val, kinds[0], key_where.get(name, where), f"'{self.name}.{name}'")
+        args = check_args(value, self.spec, where, self.name)
         self.check(args, where, base_dir)
         return args
 
-    def check(self, args: dict, where: Where, base_dir: Path) -> None:
-        """Kind-specific checks at load time."""
+    def check(self, args: Args, where: Where, base_dir: Path) -> None:
+        """Kind-specific checks at load time, beyond what the spec says."""
 
-    def templates(self, args: dict) -> list:
+    def templates(self, args: Args) -> list[tuple[Any, bool]]:
         """(value, is_shell) for every field that may hold a template."""
         return [(v, k in self.shell_fields) for k, v in args.items() if not k.startswith("_")]
 
-    def expressions(self, args: dict) -> list:
+    def expressions(self, args: Args) -> list[str]:
         """Jinja expressions among the arguments (checked statically like `when`)."""
         return []
 
-    def render(self, args: dict, context: dict) -> dict:
+    def render(self, args: Args, context: dict[str, Any]) -> Args:
         out = {}
         for key, value in args.items():
             if key.startswith("_"):
@@ -94,34 +92,33 @@ class Kind:
                 out[key] = render_value(value, context)
         return out
 
-    def render_for_probe(self, args: dict, context: dict) -> dict:
+    def render_for_probe(self, args: Args, context: dict[str, Any]) -> Args:
         """Only the arguments `probe` reads, rendered: enough to probe a step before the
         rest of its arguments (a template's content, say) can be rendered."""
         return Kind.render(self, {k: v for k, v in args.items() if k in self.probe_fields},
                            context)
 
-    def probe(self, args: dict) -> Optional[str]:
+    def probe(self, args: Args) -> Optional[str]:
+        """The fact's command: a read-only sh snippet, or None when the kind reads nothing."""
         return None
 
-    def plan(self, args: dict, probe: Optional[Probe]) -> list:
+    def parse(self, out: str) -> FactT:
+        """The fact's parser: what the probe's output says, as a typed value."""
         raise NotImplementedError
 
-    def run_local(self, args: dict, context: dict) -> tuple:
+    def fact(self, probe: Optional[Probe]) -> FactT:
+        """The fact from the probe's answer (a kind without a probe parses nothing)."""
+        return self.parse(probe.out if probe is not None else "")
+
+    def plan(self, args: Args, fact: FactT) -> list[Command]:
+        raise NotImplementedError
+
+    def run_local(self, args: Args, context: dict[str, Any]) -> tuple[bool, str]:
         raise NotImplementedError
 
 
-def _listed(value: Any) -> list:
+def listed(value: Any) -> list[Any]:
     """A packages field as a list: a rendered template may give a list or a spaced string."""
     if isinstance(value, str):
         return [] if "{{" in value else value.split()
     return list(value)
-
-
-def _is(value: Any, kind: type) -> bool:
-    if kind in (int, float) and isinstance(value, bool):
-        return False
-    if kind is float:
-        return isinstance(value, (int, float))
-    return isinstance(value, kind)
-
-

@@ -2,37 +2,54 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from pathlib import Path
 
-from ..errors import PlanError
-from .base import Command, Kind, q
+from ..config.schema import Arg
+from ..errors import PlanError, Where
 from .apt import dpkg_installed
-
+from .base import Args, Command, Kind, q
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
-class Deb(Kind):
+@dataclass
+class DebState:
+    """What dpkg says of one package: installed or not, and at which version."""
+
+    installed: bool
+    version: str
+
+
+class Deb(Kind[DebState]):
     """A .deb downloaded from `url`, verified against `sha256`, installed with dpkg; satisfied
     when package `name` is installed (at `version`, when given)."""
 
     name = "deb"
-    fields = {"name": str, "url": str, "sha256": str, "version": str}
-    required = ("name", "url", "sha256")
+    spec = {
+        "name": Arg((str,), required=True),
+        "url": Arg((str,), required=True),
+        "sha256": Arg((str,), required=True),
+        "version": Arg((str,), None),
+    }
     probe_fields = ("name",)
 
-    def check(self, args, where, base_dir):
+    def check(self, args: Args, where: Where, base_dir: Path) -> None:
         sha = args["sha256"]
         if "{{" not in sha and not SHA256.match(sha):
             raise where.error("deb.sha256 must be 64 lowercase hex digits")
 
-    def probe(self, args):
+    def probe(self, args: Args) -> str:
         return (f"dpkg-query -W -f='${{db:Status-Abbrev}}\t${{Version}}\n' -- {q(args['name'])} "
                 "2>/dev/null")
 
-    def plan(self, args, probe):
-        status, _, version = probe.out.partition("\t")
-        wanted = args.get("version")
-        if dpkg_installed(status) and (not wanted or version.strip() == wanted):
+    def parse(self, out: str) -> DebState:
+        status, _, version = out.partition("\n")[0].partition("\t")
+        return DebState(dpkg_installed(status), version.strip())
+
+    def plan(self, args: Args, fact: DebState) -> list[Command]:
+        wanted = args["version"]
+        if fact.installed and (not wanted or fact.version == wanted):
             return []
         if not SHA256.match(args["sha256"]):
             raise PlanError(f"deb {args['name']}: sha256 {args['sha256']!r} is not 64 hex digits")

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
+from ..config.schema import Arg
 from ..errors import PlanError, Where
-from ..config.schema import suggest
-from .base import Command, Kind, Probe, q
+from .base import Args, Command, Kind, q
 
 
 MODE = re.compile(r"^0?[0-7]{3,4}$")
@@ -22,36 +24,66 @@ elif [ -e "$P" ]; then printf 'file '; stat -c '%a %U %G' -- "$P"; sha256sum < "
 else echo absent; fi"""
 
 
-class File(Kind):
+@dataclass
+class FileState:
+    """What the file probe says of a path: `what` is absent, dangling (a symbolic link to
+    nothing), directory or file; mode (octal digits), owner and group when it exists; the
+    content's sha256 for a file."""
+
+    what: str
+    mode: Optional[str] = None
+    owner: Optional[str] = None
+    group: Optional[str] = None
+    sha256: Optional[str] = None
+
+
+def parse_file_state(out: str) -> FileState:
+    words = out.split()
+    if not words or words[0] not in ("directory", "file"):
+        return FileState(words[0] if words else "absent")
+    mode, owner, group = (words[1:4] + [None, None, None])[:3]
+    return FileState(words[0], mode, owner, group, words[4] if len(words) > 4 else None)
+
+
+# What the file and template kinds share: where the file goes and who owns it.
+FILE_SPEC = {
+    "mode": Arg((str, int)),
+    "owner": Arg((str,)),
+    "group": Arg((str,)),
+}
+
+
+class File(Kind[FileState]):
     """A file (with content), a directory, or nothing, with mode and owner; changed only on a
     difference."""
 
     name = "file"
-    fields = {"path": str, "content": str, "mode": (str, int), "owner": str, "group": str,
-              "state": str}
-    required = ("path",)
-    states = ("file", "directory", "absent")
+    spec = {
+        "path": Arg((str,), required=True),
+        "content": Arg((str,)),
+        **FILE_SPEC,
+        "state": Arg((str,), "file", choices=("file", "directory", "absent")),
+    }
     probe_fields = ("path",)
 
-    def check(self, args, where, base_dir):
+    def check(self, args: Args, where: Where, base_dir: Path) -> None:
         check_mode(args, where)
-        state = args.get("state", "file")
-        if state not in self.states:
-            raise where.error(f"'{self.name}.state' must be one of {', '.join(self.states)}"
-                              f"{suggest(str(state), self.states)}")
-        if state != "file" and "content" in args:
+        if args["state"] != "file" and args["content"] is not None:
             raise where.error(f"'{self.name}': content goes only with state: file")
 
-    def probe(self, args):
+    def probe(self, args: Args) -> str:
         return FILE_PROBE.format(path=q(args["path"]))
 
-    def plan(self, args, probe):
-        return plan_file(args["path"], args.get("content"), args.get("mode"), args.get("owner"),
-                         args.get("group"), args.get("state", "file"), probe)
+    def parse(self, out: str) -> FileState:
+        return parse_file_state(out)
+
+    def plan(self, args: Args, fact: FileState) -> list[Command]:
+        return plan_file(args["path"], args["content"], args["mode"], args["owner"],
+                         args["group"], args["state"], fact)
 
 
-def check_mode(args: dict, where: Where) -> None:
-    mode = args.get("mode")
+def check_mode(args: Args, where: Where) -> None:
+    mode = args["mode"]
     if mode is None:
         return
     if isinstance(mode, int):
@@ -62,10 +94,9 @@ def check_mode(args: dict, where: Where) -> None:
 
 
 def plan_file(path: str, content: Optional[str], mode: Optional[str], owner: Optional[str],
-              group: Optional[str], state: str, probe: Probe) -> list:
-    """Commands that bring `path` to the wanted state, given the file probe's answer."""
-    words = probe.out.split()
-    current = words[0] if words else "absent"
+              group: Optional[str], state: str, fact: FileState) -> list[Command]:
+    """Commands that bring `path` to the wanted state, given what the file probe says."""
+    current = fact.what
     P = q(path)
     if state == "absent":
         if current == "absent":
@@ -78,18 +109,16 @@ def plan_file(path: str, content: Optional[str], mode: Optional[str], owner: Opt
         if current == "file":
             raise PlanError(f"{path} is a file, not a directory")
         cmds = [] if current == "directory" else [Command(f"mkdir -p -- {P}")]
-        have = words[1:4] if current == "directory" else [None, None, None]
-        return cmds + _attr_commands(P, mode, owner, group, have, force=current == "absent")
+        return cmds + _attr_commands(P, mode, owner, group, fact, force=current == "absent")
     if current == "directory":
         raise PlanError(f"{path} is a directory, not a file")
-    have = words[1:4] if current == "file" else [None, None, None]
     if content is None:
         cmds = [Command(f"touch -- {P}")] if current == "absent" else []
-        return cmds + _attr_commands(P, mode, owner, group, have, force=current == "absent")
+        return cmds + _attr_commands(P, mode, owner, group, fact, force=current == "absent")
     data = content.encode()
     digest = hashlib.sha256(data).hexdigest()
-    if current == "file" and len(words) > 4 and words[4] == digest:
-        return _attr_commands(P, mode, owner, group, have, force=False)
+    if current == "file" and fact.sha256 == digest:
+        return _attr_commands(P, mode, owner, group, fact, force=False)
     # Write to a temporary file beside the target, then rename: never a half-written file.
     keep = "" if mode else f'[ -e {P} ] && chmod --reference={P} "$t" || chmod 0644 "$t"\n'
     own = ""
@@ -103,13 +132,14 @@ def plan_file(path: str, content: Optional[str], mode: Optional[str], owner: Opt
     return [Command(script, stdin=data, display=f"write {path} ({len(data)} bytes, sha256 {digest[:12]})")]
 
 
-def _attr_commands(P, mode, owner, group, have, force) -> list:
+def _attr_commands(P: str, mode: Optional[str], owner: Optional[str], group: Optional[str],
+                   have: FileState, force: bool) -> list[Command]:
+    """chmod/chown/chgrp where `have` differs from what is wanted (all of them when `force`)."""
     cmds = []
-    have_mode, have_owner, have_group = have
-    if mode and (force or have_mode is None or int(have_mode, 8) != int(mode, 8)):
+    if mode and (force or have.mode is None or int(have.mode, 8) != int(mode, 8)):
         cmds.append(Command(f"chmod {mode} -- {P}"))
-    if owner and (force or have_owner != owner):
+    if owner and (force or have.owner != owner):
         cmds.append(Command(f"chown {q(owner)} -- {P}"))
-    if group and (force or have_group != group):
+    if group and (force or have.group != group):
         cmds.append(Command(f"chgrp {q(group)} -- {P}"))
     return cmds

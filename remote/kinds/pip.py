@@ -1,9 +1,12 @@
 """The `pip` step kind."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from ..errors import PlanError
-from .base import Command, Kind, _listed, q
+from ..config.schema import Arg
+from ..errors import PlanError, Where
+from .base import Args, Command, Kind, listed, q
 
 
 _PIP_PROBE = """PY={python}
@@ -22,77 +25,92 @@ for name in sys.argv[1:]:
 EOF"""
 
 
-class Pip(Kind):
+@dataclass
+class PipState:
+    """What the pip probe says: the python is missing, or each package's installed version
+    (name -> version, "" when not installed)."""
+
+    python_missing: bool = False
+    versions: dict[str, str] = field(default_factory=dict)
+
+
+class Pip(Kind[PipState]):
     """Python packages in a virtual environment (created when missing), from an index or mirror;
     satisfied when the installed versions already match."""
 
     name = "pip"
-    fields = {"packages": (list, str), "venv": str, "python": str, "index_url": str,
-              "extra_index_url": (list, str), "state": str, "extra_args": list}
-    required = ("packages",)
+    spec = {
+        "packages": Arg((list, str), required=True),
+        "venv": Arg((str,)),
+        "python": Arg((str,)),
+        "index_url": Arg((str,)),
+        "extra_index_url": Arg((list, str)),
+        "state": Arg((str,), "present", choices=("present", "absent")),
+        "extra_args": Arg((list,)),
+    }
     probe_fields = ("packages", "venv", "python")
 
-    def check(self, args, where, base_dir):
+    def check(self, args: Args, where: Where, base_dir: Path) -> None:
         from packaging.requirements import InvalidRequirement, Requirement
 
         if isinstance(args["packages"], str) and "{{" not in args["packages"]:
             args["packages"] = args["packages"].split()
-        for spec in _listed(args["packages"]):
-            if "{{" in str(spec):
+        for package in listed(args["packages"]):
+            if "{{" in str(package):
                 continue
             try:
-                req = Requirement(str(spec))
+                req = Requirement(str(package))
             except InvalidRequirement as exc:
-                raise where.error(f"pip: {spec!r} is not a requirement: {exc}") from None
+                raise where.error(f"pip: {package!r} is not a requirement: {exc}") from None
             if req.url:
-                raise where.error(f"pip: {spec!r}: URL requirements cannot be checked for "
+                raise where.error(f"pip: {package!r}: URL requirements cannot be checked for "
                                   "idempotence; use a shell step with creates:")
-        if args.get("state", "present") not in ("present", "absent"):
-            raise where.error("pip.state must be present or absent")
 
-    def _python(self, args) -> str:
-        if args.get("venv"):
-            return args["venv"].rstrip("/") + "/bin/python"
-        return args.get("python") or "python3"
+    @staticmethod
+    def _python(args: Args) -> str:
+        if args["venv"]:
+            return str(args["venv"]).rstrip("/") + "/bin/python"
+        return str(args["python"] or "python3")
 
-    def probe(self, args):
+    def probe(self, args: Args) -> str:
         from packaging.requirements import Requirement
 
-        names = " ".join(q(Requirement(str(s)).name) for s in _listed(args["packages"]))
+        names = " ".join(q(Requirement(str(s)).name) for s in listed(args["packages"]))
         return _PIP_PROBE.format(python=q(self._python(args)), names=names)
 
-    def plan(self, args, probe):
+    def parse(self, out: str) -> PipState:
+        if out.strip() == "@missing":
+            return PipState(python_missing=True)
+        return PipState(versions=dict(line.partition("=")[::2] for line in out.splitlines()))
+
+    def plan(self, args: Args, fact: PipState) -> list[Command]:
         from packaging.requirements import Requirement
 
-        reqs = [Requirement(str(s)) for s in _listed(args["packages"])]
-        missing_env = probe.out.strip() == "@missing"
-        installed = {}
-        for line in probe.out.splitlines():
-            name, _, version = line.partition("=")
-            installed[name] = version
+        reqs = [Requirement(str(s)) for s in listed(args["packages"])]
+        installed = fact.versions
         py = q(self._python(args))
         cmds = []
-        if args.get("state", "present") == "absent":
+        if args["state"] == "absent":
             present = [r.name for r in reqs if installed.get(r.name)]
-            if present and not missing_env:
+            if present:
                 cmds.append(Command(f"{py} -m pip uninstall -y -q " + " ".join(map(q, present))))
             return cmds
         todo = [r for r in reqs if not installed.get(r.name)
                 or not r.specifier.contains(installed[r.name], prereleases=True)]
         if not todo:
             return []
-        if missing_env:
-            if not args.get("venv"):
+        if fact.python_missing:
+            if not args["venv"]:
                 raise PlanError(f"python {self._python(args)} not found on the host")
-            base = q(args.get("python") or "python3")
+            base = q(args["python"] or "python3")
             cmds.append(Command(f"{base} -m venv {q(args['venv'])}"))
         opts = ["--disable-pip-version-check", "--no-input", "-q"]
-        if args.get("index_url"):
+        if args["index_url"]:
             opts += ["--index-url", q(args["index_url"])]
-        extra = args.get("extra_index_url") or []
+        extra = args["extra_index_url"] or []
         for url in [extra] if isinstance(extra, str) else extra:
             opts += ["--extra-index-url", q(url)]
-        opts += [q(str(a)) for a in args.get("extra_args") or []]
+        opts += [q(str(a)) for a in args["extra_args"] or []]
         cmds.append(Command(f"{py} -m pip install {' '.join(opts)} " +
                             " ".join(q(str(r)) for r in todo)))
         return cmds

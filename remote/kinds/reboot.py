@@ -1,30 +1,36 @@
 """The `reboot` step kind."""
 from __future__ import annotations
 
+from typing import Any
 
+from ..config.schema import Arg
 from ..errors import PlanError
-from .base import Command, Kind
+from .base import Args, Command, Kind
 
 
-class Reboot(Kind):
+class Reboot(Kind[None]):
     """Reboot the host and wait until it is back with a new boot_id (refused on the local
     connection: that would reboot the control machine)."""
 
     name = "reboot"
-    fields = {"timeout": (int, float, str), "msg": str}
+    # A string: the timeout may be a template (`"{{ reboot_timeout }}"`), a number once rendered.
+    spec = {"timeout": Arg((int, float, str), 900), "msg": Arg((str,))}
     scalar_field = "msg"
 
-    def plan(self, args, probe):
+    def parse(self, out: str) -> None:
+        return None
+
+    def plan(self, args: Args, fact: None) -> list[Command]:
         return [Command("reboot", display=f"reboot and wait up to {self.timeout(args):g} s for a "
                                           "new boot_id")]
 
     @staticmethod
-    def timeout(args) -> float:
+    def timeout(args: Args) -> float:
         try:
-            return float(args.get("timeout", 900))
+            return float(args["timeout"])
         except (TypeError, ValueError):
-            raise PlanError(f"reboot.timeout {args.get('timeout')!r} is not a number") from None
+            raise PlanError(f"reboot.timeout {args['timeout']!r} is not a number") from None
 
-    def run_on_host(self, host_run, args) -> tuple:
+    def run_on_host(self, host_run: Any, args: Args) -> tuple[str, str]:
         """(status, message). Called by the runner instead of running the plan's command."""
-        return host_run.reboot(self.timeout(args))
+        return host_run.reboot(self.timeout(args))  # type: ignore[no-any-return]

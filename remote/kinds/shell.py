@@ -3,27 +3,35 @@ from __future__ import annotations
 
 import re
 
+from ..config.schema import Arg
 from ..errors import PlanError
-from .base import Command, Kind, q
+from .base import Args, Command, Kind, q
 
 
-class Shell(Kind):
+class Shell(Kind[None]):
     """Run a command. `creates`/`unless` (common keys) make it idempotent."""
 
     name = "shell"
-    fields = {"cmd": str, "chdir": str, "env": dict, "executable": str}
-    required = ("cmd",)
+    spec = {
+        "cmd": Arg((str,), required=True),
+        "chdir": Arg((str,)),
+        "env": Arg((dict,)),
+        "executable": Arg((str,), "/bin/sh"),
+    }
     scalar_field = "cmd"
     shell_fields = ("cmd",)
 
-    def plan(self, args, probe):
+    def parse(self, out: str) -> None:
+        return None
+
+    def plan(self, args: Args, fact: None) -> list[Command]:
         parts = []
-        if args.get("chdir"):
+        if args["chdir"]:
             parts.append(f"cd {q(args['chdir'])} || exit 1")
-        for key, value in (args.get("env") or {}).items():
+        for key, value in (args["env"] or {}).items():
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(key)):
                 raise PlanError(f"env name {key!r} is not a valid variable name")
             parts.append(f"export {key}={q(str(value))}")
         parts.append(args["cmd"])
         return [Command("\n".join(parts), display=args["cmd"],
-                        shell=args.get("executable") or "/bin/sh")]
+                        shell=args["executable"] or "/bin/sh")]

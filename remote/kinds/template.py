@@ -2,22 +2,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+from ..config.schema import Arg
+from ..config.templating import parse as parse_template, render_text
 from ..errors import Where
-from ..config.templating import parse, render_text
-from .base import Kind, q
-from .file import FILE_PROBE, check_mode, plan_file
+from .base import Args, Command, Kind, q
+from .file import FILE_PROBE, FILE_SPEC, FileState, check_mode, parse_file_state, plan_file
 
 
-class Template(Kind):
+class Template(Kind[FileState]):
     """A Jinja2 file (relative to the recipe) rendered with the host's vars and facts to `dest`."""
 
     name = "template"
-    fields = {"src": str, "dest": str, "mode": (str, int), "owner": str, "group": str}
-    required = ("src", "dest")
+    spec = {"src": Arg((str,), required=True), "dest": Arg((str,), required=True), **FILE_SPEC}
     probe_fields = ("dest",)
 
-    def check(self, args, where, base_dir):
+    def check(self, args: Args, where: Where, base_dir: Path) -> None:
         check_mode(args, where)
         src = Path(args["src"])
         path = src if src.is_absolute() else base_dir / src
@@ -27,19 +28,22 @@ class Template(Kind):
             raise where.error(f"template source {path} cannot be read: "
                               f"{getattr(exc, 'strerror', None) or exc}") from None
         args["_source_path"] = str(path)
-        parse(args["_source"], Where(str(path), 1))
+        parse_template(args["_source"], Where(str(path), 1))
 
-    def templates(self, args):
+    def templates(self, args: Args) -> list[tuple[Any, bool]]:
         return [(args["dest"], False), (args["_source"], False)]
 
-    def render(self, args, context):
+    def render(self, args: Args, context: dict[str, Any]) -> Args:
         out = super().render({k: v for k, v in args.items() if k != "_source"}, context)
         out["content"] = render_text(args["_source"], context)
         return out
 
-    def probe(self, args):
+    def probe(self, args: Args) -> str:
         return FILE_PROBE.format(path=q(args["dest"]))
 
-    def plan(self, args, probe):
-        return plan_file(args["dest"], args["content"], args.get("mode"), args.get("owner"),
-                         args.get("group"), "file", probe)
+    def parse(self, out: str) -> FileState:
+        return parse_file_state(out)
+
+    def plan(self, args: Args, fact: FileState) -> list[Command]:
+        return plan_file(args["dest"], args["content"], args["mode"], args["owner"],
+                         args["group"], "file", fact)

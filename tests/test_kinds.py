@@ -1,0 +1,105 @@
+"""Every step kind as a table of cases, pyinfra's model (`tests/operations/apt.packages/*.json`
+in pyinfra-dev/pyinfra): arguments + probe output -> the parsed fact and the planned commands.
+No host, no root, no sshd: the whole table runs in well under a second.
+
+A case is one YAML file, `tests/kinds/<kind>/<case>.yaml`:
+
+    args: {packages: [curl]}   # the kind's arguments as a recipe writes them (the scalar
+                               # shorthand too: `args: echo hi`), loaded through the kind's spec
+    vars: {v: 1}               # names the arguments' templates read (rendered as on a host)
+    probe: |                   # the probe's output on the host (omitted: no output)
+      curl<TAB>ii <TAB>7.88.1-10
+    probe_has: [apt-mark]      # text the probe command holds / lacks
+    probe_lacks: [apt-mark]
+    fact: {installed: {curl: 7.88.1-10}}   # fields of the parsed fact (sets as sorted lists)
+    commands: [apt-get update] # plan()'s commands as shown; a mapping compares the fields it
+                               # names (script, stdin, shell, shown); [] is the converged case
+    error: 'apt.state ...'     # instead of commands: the load or plan error's message
+    result: [false, message]   # assert only: run_local's answer
+
+Adding a kind: add its folder here with at least the converged case and one case per branch.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remote.config.yamlfile import load_yaml
+from remote.errors import InputError, PlanError, Where
+from remote.kinds import KINDS, Probe
+
+TABLES = Path(__file__).parent / "kinds"
+CASES = sorted(TABLES.glob("*/*.yaml"))
+
+
+def _plain(value: Any) -> Any:
+    """A fact as YAML writes it: dataclasses as mappings, sets as sorted lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def test_every_kind_has_a_table():
+    assert {p.parent.name for p in CASES} == set(KINDS)
+
+
+@pytest.mark.parametrize("path", CASES, ids=[f"{p.parent.name}/{p.stem}" for p in CASES])
+def test_kind_case(path: Path):
+    case = load_yaml(path, "case")
+    unknown = set(case) - {"args", "vars", "probe", "probe_has", "probe_lacks", "fact",
+                           "commands", "error", "result"}
+    assert not unknown, f"unknown keys in the case: {unknown}"
+    kind = KINDS[path.parent.name]
+    try:
+        args = kind.load(case["args"], case.at("args"), path.parent)
+        args = kind.render(args, dict(case.get("vars") or {}))
+        if not kind.remote:
+            assert list(kind.run_local(args, dict(case.get("vars") or {}))) == case["result"]
+            return
+        command = kind.probe(args)
+        for text in case.get("probe_has") or []:
+            assert text in (command or "")
+        for text in case.get("probe_lacks") or []:
+            assert text not in (command or "")
+        fact = kind.fact(Probe(0, case.get("probe") or "") if command is not None else None)
+        if "fact" in case:
+            plain = _plain(fact)
+            assert {k: plain[k] for k in case["fact"]} == case["fact"]
+        commands = kind.plan(args, fact)
+    except (InputError, PlanError) as exc:
+        assert "error" in case, f"unexpected error: {exc}"
+        assert getattr(exc, "message", str(exc)) == case["error"]
+        return
+    assert "error" not in case, f"no error; commands: {[c.shown() for c in commands]}"
+    assert len(commands) == len(case["commands"]), [c.shown() for c in commands]
+    for got, want in zip(commands, case["commands"]):
+        if isinstance(want, str):
+            assert got.shown() == want
+        else:
+            fields = {"shown": got.shown(), "script": got.script, "shell": got.shell,
+                      "stdin": got.stdin.decode() if got.stdin is not None else None}
+            assert {k: fields[k] for k in want} == dict(want)
+
+
+def test_load_error_names_the_line_of_the_argument(tmp_path: Path):
+    """A wrong type points at the argument's own line, not the step's."""
+    case = tmp_path / "c.yaml"
+    case.write_text("args:\n  packages: [curl]\n  hold: maybe\n")
+    data = load_yaml(case, "case")
+    with pytest.raises(InputError) as caught:
+        KINDS["apt"].load(data["args"], data.at("args"), tmp_path)
+    assert str(caught.value) == f"{case}:3: 'apt.hold' must be true or false, not 'maybe'"
+
+
+def test_defaults_come_from_the_spec():
+    args = KINDS["apt"].load({"packages": "curl"}, Where("r.yaml", 1), Path("."))
+    assert args == {"packages": ["curl"], "state": "present", "update_cache": False,
+                    "cache_valid_time": 3600, "hold": False, "install_recommends": None,
+                    "lock_timeout": 600, "purge": False}
