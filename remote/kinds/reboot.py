@@ -24,7 +24,3 @@ class Reboot(Kind):
             return float(args.get("timeout", 900))
         except (TypeError, ValueError):
             raise PlanError(f"reboot.timeout {args.get('timeout')!r} is not a number") from None
-
-    def run_on_host(self, host_run, args) -> tuple:
-        """(status, message). Called by the runner instead of running the plan's command."""
-        return host_run.reboot(self.timeout(args))
