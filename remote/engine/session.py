@@ -72,7 +72,7 @@ def union(*names: Optional[set[str]]) -> Optional[set[str]]:
     return total
 
 
-class VarsFailed(Exception):
+class _VarsFailed(Exception):
     """A var does not render for this host (`{{ 1 // 0 }}`, a bad filter argument)."""
 
 
@@ -119,7 +119,7 @@ class HostSession:
             self.result.interrupted = True
             self.result.message = "interrupted"
             self.log.event("interrupted")
-        except VarsFailed as exc:
+        except _VarsFailed as exc:
             self.fail("vars", str(exc))
         except Exception as exc:  # noqa: BLE001 - a bug must fail this host, not the run
             self.fail("internal error", f"{type(exc).__name__}: {exc}")
@@ -159,18 +159,18 @@ class HostSession:
             raise Interrupted("interrupted")
 
     # ------------------------------------------------------------------ facts and vars
-    def gather_facts(self, names: Optional[set[str]], probes: Iterable[str] = ()
-                     ) -> dict[str, Probe]:
-        """Gather the facts `names` (None: all) into `facts`; the read-only `probes` (sh
-        snippets) ride along in the same round trip. Returns their answers by snippet; a
-        probe that got none is absent."""
+    def gather_facts(self, names: Optional[set[str]],
+                     probes: Callable[[], Iterable[str]] = tuple) -> dict[str, Probe]:
+        """Gather the facts `names` (None: all) into `facts`. When that takes a round trip,
+        the read-only sh snippets `probes()` returns ride along; their answers come back by
+        snippet (a probe that got none is absent)."""
         if names == set() and self.host.user and not self.host.is_local:
             # Nothing reads a fact and the login user is known: save the round trip.
             uid = 0 if self.host.user == "root" else -1
             self._store_facts(f"user={self.host.user}\nuid={uid}")
             return {}
         script = facts_mod.script(self.host.python, names, over_ssh=not self.host.is_local)
-        early = list(dict.fromkeys(probes))
+        early = list(dict.fromkeys(probes()))
         answers: dict[str, Probe] = {}
         result, label, fact_lines, probe_lines = None, "gather facts", "", ""
         if early:
@@ -209,13 +209,13 @@ class HostSession:
 
     def build_context(self, recipe: Optional[Recipe] = None) -> None:
         """Resolve the vars with the gathered facts into the context every template sees:
-        the vars, `vars`, `host` and `facts`. `VarsFailed` when one does not render."""
+        the vars, `vars`, `host` and `facts`. A var that does not render fails the host."""
         raw, where = self.vars(recipe)
         base = {"host": self.host.name, "facts": self.facts}
         try:
             values = resolve_vars(raw, base, where)
         except TemplateError as exc:
-            raise VarsFailed(str(exc)) from None
+            raise _VarsFailed(str(exc)) from None
         self.note_secrets(values)
         self.context = dict(values)
         self.context.update(base, vars=values)

@@ -26,7 +26,7 @@ from ...kinds.reboot import Reboot
 from ...transport.connection import CommandResult
 from ..probes import batch_script, parse_batch
 from ..results import StepResult, StepStatus
-from ..session import HostSession, union
+from ..session import HostSession, facts_read_by_vars, union
 from .validate import Validate
 
 PROBE_SLOTS = ("kind", "creates", "unless")
@@ -55,8 +55,8 @@ class ApplyRecipe:
         self.recipe = recipe
         self.tags = tags
         self.validate = validate
-        # The facts the recipe's templates read, worked out once for every host.
-        self.fact_names = facts_used(recipe, [recipe.vars])
+        # The facts the recipe's steps and vars read, worked out once for every host.
+        self.fact_names = union(facts_used(recipe, []), facts_read_by_vars([recipe.vars]))
 
     @property
     def outcome(self) -> Optional[str]:
@@ -83,7 +83,7 @@ class _HostApply:
         """Facts (the recipe's `fact_names` and the vars'), context, steps, handlers."""
         session = self.session
         self.early_answers = session.gather_facts(union(session.var_facts, fact_names),
-                                                  self.early_probes(steps))
+                                                  lambda: self.early_probes(steps))
         session.build_context(self.recipe)
         if self.run_steps(steps) and self.notified:
             self.run_steps([h for name, h in self.recipe.handlers.items() if name in self.notified])
