@@ -35,6 +35,7 @@ from .output.runlog import Redactor, new_run_id
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 BECOME_PASSWORD_ENV = "GPUPROV_BECOME_PASSWORD"
 RESERVED = ("host", "facts", "vars")
+Checked = tuple[Inventory, list[Host], Optional[Recipe]]  # what `load_and_check` returns
 
 
 def fail_input(exc: InputError) -> int:
@@ -80,7 +81,7 @@ def become_password(ask: bool) -> Optional[str]:
 
 
 def load_and_check(inventory_path: str, selection: str, recipe_path: Optional[str],
-                   extra_vars: dict[str, Any]) -> tuple[Inventory, list[Host], Optional[Recipe]]:
+                   extra_vars: dict[str, Any]) -> Checked:
     """Inventory, selected hosts and recipe, all checked; raises `InputError`."""
     inventory = load_inventory(inventory_path)
     hosts = inventory.select(selection)
@@ -102,8 +103,7 @@ def load_and_check(inventory_path: str, selection: str, recipe_path: Optional[st
 
 
 def _run_inputs(inventory: str, host: str, recipe: Optional[str], var: Optional[list[str]],
-                forks: Union[int, str], suite: str
-                ) -> tuple[dict[str, Any], int, str, tuple[Inventory, list[Host], Optional[Recipe]]]:
+                forks: Union[int, str], suite: str) -> tuple[dict[str, Any], int, str, Checked]:
     """The options every run shares, checked: (vars, forks, suite, (inventory, hosts, recipe))."""
     extra_vars = parse_vars(var)
     return (extra_vars, check_forks(forks), check_suite(suite),
@@ -111,9 +111,9 @@ def _run_inputs(inventory: str, host: str, recipe: Optional[str], var: Optional[
 
 
 def provision(host: str, recipe: str, inventory: str, check: bool = False, tags: str = "",
-              var: Optional[list[str]] = None, forks: Union[int, str] = 16, json_path: Optional[str] = None,
-              ask_become_pass: bool = False, logs_dir: str = "logs", validate: bool = True,
-              suite: str = "quick") -> int:
+              var: Optional[list[str]] = None, forks: Union[int, str] = 16,
+              json_path: Optional[str] = None, ask_become_pass: bool = False,
+              logs_dir: str = "logs", validate: bool = True, suite: str = "quick") -> int:
     """`invoke provision`: run a recipe on the selected hosts, then validate them."""
     try:
         extra_vars, forks_n, suite, (inv, hosts, rec) = _run_inputs(inventory, host, recipe,
@@ -127,7 +127,8 @@ def provision(host: str, recipe: str, inventory: str, check: bool = False, tags:
 
 
 def validate(host: str, inventory: str, suite: str = "quick", json_path: Optional[str] = None,
-             var: Optional[list[str]] = None, forks: Union[int, str] = 16, logs_dir: str = "logs") -> int:
+             var: Optional[list[str]] = None, forks: Union[int, str] = 16,
+             logs_dir: str = "logs") -> int:
     """`invoke validate`: push validate/, run it on the selected hosts, pull the results."""
     try:
         extra_vars, forks_n, suite, (inv, hosts, _) = _run_inputs(inventory, host, None, var,

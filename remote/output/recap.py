@@ -40,6 +40,8 @@ class StepLine(Protocol):
 
 
 class Verdict(Protocol):
+    """What the recap's extra column shows of a job's outcome (the engine's `Outcome`)."""
+
     @property
     def text(self) -> str: ...
 
@@ -157,10 +159,11 @@ class Reporter:
         rows: list[list[Cell]] = []
         for name, result in results.items():
             counts = result.counts()
-            row: list[Cell] = [(name, ""), (str(counts["ok"]), "green"), (str(counts["changed"]), "yellow"),
-                   (str(counts["skipped"]), "cyan"), (str(counts["failed"]), "bold red"),
-                   ("yes", "bold red") if result.unreachable else ("no", ""),
-                   (f"{result.elapsed_s:.2f}s", "")]
+            row: list[Cell] = [
+                (name, ""), (str(counts["ok"]), "green"), (str(counts["changed"]), "yellow"),
+                (str(counts["skipped"]), "cyan"), (str(counts["failed"]), "bold red"),
+                ("yes", "bold red") if result.unreachable else ("no", ""),
+                (f"{result.elapsed_s:.2f}s", "")]
             if extra_column:
                 row.append((result.outcome.text if result.outcome else "-", ""))
             rows.append(row)
