@@ -54,19 +54,21 @@ def install_phase_timers() -> None:
     import remote.cli as cli
     import remote.transport.connection as connection
     import remote.output.recap as recap
-    import remote.engine.runner as runner
+    import remote.engine.jobs.apply as apply
+    import remote.engine.run as run
+    import remote.engine.session as session
 
     timed(cli, "load_and_check", "load + check inventory, recipe, templates")
-    timed(runner.Run, "connect", "connect: TCP + SSH handshake + auth (per host)")
-    timed(runner.HostRun, "gather_facts", "facts + fact-free probes round trip (per host)")
-    timed(runner.HostRun, "build_context", "resolve vars (per host)")
-    timed(runner.HostRun, "prepare", "render one step (when/templates)")
-    timed(runner.HostRun, "probe", "remaining probes round trip, if any (per host)")
-    timed(runner.HostRun, "execute", "judge/execute one step")
-    timed(runner.HostRun, "__call__", "one host, connect to close")
+    timed(run.Run, "connect", "connect: TCP + SSH handshake + auth (per host)")
+    timed(session.HostSession, "gather_facts", "facts + fact-free probes round trip (per host)")
+    timed(session.HostSession, "build_context", "resolve vars (per host)")
+    timed(apply._HostApply, "prepare", "render one step (when/templates)")
+    timed(apply._HostApply, "probe", "remaining probes round trip, if any (per host)")
+    timed(apply._HostApply, "execute", "judge/execute one step")
+    timed(session.HostSession, "run_job", "one host, connect to close")
     timed(connection.BaseConnection, "run", "any remote command (round trip)")
     timed(connection.SSHConnection, "close", "close connection")
-    timed(runner.Run, "execute", "all hosts in parallel (wall)")
+    timed(run.Run, "execute", "all hosts in parallel (wall)")
     timed(recap.Reporter, "recap", "print recap")
     timed(cli, "write_json", "write --json")
 

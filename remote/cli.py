@@ -12,21 +12,31 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Iterable, Optional
+from types import FrameType
+from typing import Any, Callable, Iterable, Optional, Union
 
 from .errors import InputError
-from .engine.facts import FACT_NAMES
+from .engine.facts import FACT_NAMES, FACTS
+from .engine.jobs import Job
+from .engine.jobs.apply import ApplyRecipe
+from .engine.jobs.gather import GatherFacts
+from .engine.jobs.logs import PullLogs
+from .engine.jobs.validate import SUITES, Validate
+from .engine.results import write_json
+from .fileio import write_atomic
+from .engine.run import Run, RunInterrupted, RunOptions
+from .engine.session import layered_vars
 from .kinds import KINDS
 from .config.templating import check_vars
-from .config.inventory import load_inventory
+from .config.inventory import Host, Inventory, load_inventory
 from .output.recap import Reporter
-from .config.recipe import check_names, load_recipe
+from .config.recipe import Recipe, check_names, load_recipe
 from .output.runlog import Redactor, new_run_id
-from .engine.runner import Run, RunInterrupted, RunOptions, write_json
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 BECOME_PASSWORD_ENV = "GPUPROV_BECOME_PASSWORD"
 RESERVED = ("host", "facts", "vars")
+Checked = tuple[Inventory, list[Host], Optional[Recipe]]  # what `load_and_check` returns
 
 
 def fail_input(exc: InputError) -> int:
@@ -34,10 +44,10 @@ def fail_input(exc: InputError) -> int:
     return EXIT_INPUT
 
 
-def parse_vars(pairs: Optional[Iterable[str]]) -> dict:
+def parse_vars(pairs: Optional[Iterable[str]]) -> dict[str, Any]:
     """`--var k=v` pairs as a dict. Values stay strings as typed (so 12.8 stays "12.8"), except
     true/false, which become booleans so that `when: with_torch` means what it says."""
-    out = {}
+    out: dict[str, Any] = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         key = key.strip()
@@ -50,12 +60,12 @@ def parse_vars(pairs: Optional[Iterable[str]]) -> dict:
     return out
 
 
-def parse_tags(text: Optional[str]) -> Optional[set]:
+def parse_tags(text: Optional[str]) -> Optional[set[str]]:
     tags = {t.strip() for t in (text or "").split(",") if t.strip()}
     return tags or None
 
 
-def check_forks(forks) -> int:
+def check_forks(forks: Union[int, str]) -> int:
     try:
         value = int(forks)
     except (TypeError, ValueError):
@@ -72,19 +82,15 @@ def become_password(ask: bool) -> Optional[str]:
 
 
 def load_and_check(inventory_path: str, selection: str, recipe_path: Optional[str],
-                   extra_vars: dict):
+                   extra_vars: dict[str, Any]) -> Checked:
     """Inventory, selected hosts and recipe, all checked; raises `InputError`."""
     inventory = load_inventory(inventory_path)
     hosts = inventory.select(selection)
     recipe = load_recipe(recipe_path, KINDS) if recipe_path else None
     if recipe is not None:
-        checked = set()
+        checked: set[frozenset[str]] = set()
         for host in hosts:
-            raw, where = dict(recipe.vars), dict(recipe.vars_where)
-            for layer, layer_where in inventory.layered_vars(host):
-                raw.update(layer)
-                where.update(layer_where)
-            raw.update(extra_vars)
+            raw, where = layered_vars(inventory, host, extra_vars, recipe)
             for name in RESERVED:
                 if name in raw:
                     raise InputError(f"'{name}' is a reserved name and cannot be a variable",
@@ -97,7 +103,8 @@ def load_and_check(inventory_path: str, selection: str, recipe_path: Optional[st
     return inventory, hosts, recipe
 
 
-def _run_inputs(inventory: str, host: str, recipe: Optional[str], var, forks, suite) -> tuple:
+def _run_inputs(inventory: str, host: str, recipe: Optional[str], var: Optional[list[str]],
+                forks: Union[int, str], suite: str) -> tuple[dict[str, Any], int, str, Checked]:
     """The options every run shares, checked: (vars, forks, suite, (inventory, hosts, recipe))."""
     extra_vars = parse_vars(var)
     return (extra_vars, check_forks(forks), check_suite(suite),
@@ -105,69 +112,50 @@ def _run_inputs(inventory: str, host: str, recipe: Optional[str], var, forks, su
 
 
 def provision(host: str, recipe: str, inventory: str, check: bool = False, tags: str = "",
-              var: Optional[list] = None, forks=16, json_path: Optional[str] = None,
-              ask_become_pass: bool = False, logs_dir: str = "logs", validate: bool = True,
-              suite: str = "quick") -> int:
+              var: Optional[list[str]] = None, forks: Union[int, str] = 16,
+              json_path: Optional[str] = None, ask_become_pass: bool = False,
+              logs_dir: str = "logs", validate: bool = True, suite: str = "quick") -> int:
     """`invoke provision`: run a recipe on the selected hosts, then validate them."""
     try:
         extra_vars, forks_n, suite, (inv, hosts, rec) = _run_inputs(inventory, host, recipe,
                                                                      var, forks, suite)
     except InputError as exc:
         return fail_input(exc)
-    after = None
-    if validate and not check:
-        from .engine.validation import Validator
-        after = Validator(suite)
-    return _execute(inv, hosts, rec, extra_vars, forks_n, json_path, ask_become_pass, logs_dir,
-                    check=check, tags=parse_tags(tags), after_steps=after)
+    assert rec is not None  # a recipe path was given, so it was loaded
+    then = Validate(suite, Path(logs_dir)) if validate and not check else None
+    return _execute(inv, hosts, rec.name, ApplyRecipe(rec, parse_tags(tags), then), extra_vars,
+                    forks_n, json_path, ask_become_pass, logs_dir, check=check)
 
 
 def validate(host: str, inventory: str, suite: str = "quick", json_path: Optional[str] = None,
-             var: Optional[list] = None, forks=16, logs_dir: str = "logs") -> int:
+             var: Optional[list[str]] = None, forks: Union[int, str] = 16,
+             logs_dir: str = "logs") -> int:
     """`invoke validate`: push validate/, run it on the selected hosts, pull the results."""
-    from .engine.validation import Validator
-
     try:
         extra_vars, forks_n, suite, (inv, hosts, _) = _run_inputs(inventory, host, None, var,
                                                                    forks, suite)
     except InputError as exc:
         return fail_input(exc)
-    return _execute(inv, hosts, _empty_recipe("validate"), extra_vars, forks_n, json_path, False,
-                    logs_dir, after_steps=Validator(suite))
+    return _execute(inv, hosts, "validate", Validate(suite, Path(logs_dir)), extra_vars, forks_n,
+                    json_path, False, logs_dir)
 
 
 def logs(host: str, inventory: str, logs_dir: str = "logs") -> int:
     """`invoke logs`: pull what the last validation left on each selected host."""
-    from .engine.validation import latest_run_id, pull_results
-
     try:
         inv, hosts, _ = load_and_check(inventory, host, None, {})
     except InputError as exc:
         return fail_input(exc)
-
-    def pull(host_run) -> None:
-        run_id = latest_run_id(host_run.conn, host_run.host.name)
-        if run_id is None:
-            host_run.result.validation = "no validation run found on the host"
-            host_run.result.validation_ok = False
-            return
-        dest = Path(logs_dir) / host_run.host.name / run_id
-        text, ok = pull_results(host_run, run_id, 0, dest)
-        host_run.result.validation = f"{run_id}: {text}"
-        host_run.result.validation_ok = ok or text.startswith("failed")
-        host_run.run.reporter.note(f"{host_run.host.name}: logs of run {run_id} in "
-                                   f"{dest}")
-
-    return _execute(inv, hosts, _empty_recipe("logs"), {}, 16, None, False, logs_dir,
-                    after_steps=pull, write_logs=False)
+    return _execute(inv, hosts, "logs", PullLogs(Path(logs_dir)), {}, 16, None, False, logs_dir,
+                    write_logs=False)
 
 
 def report(logs: str = "logs", out: Optional[str] = None, baseline: Optional[str] = None,
-           threshold=None, fail_on_outlier: bool = False) -> int:
+           threshold: Union[str, float, None] = None, fail_on_outlier: bool = False) -> int:
     """`invoke report`: merged table, slow hosts, regressions, pictures, HTML."""
     from .report import run_report
 
-    kwargs = {}
+    kwargs: dict[str, float] = {}
     if threshold is not None:
         try:
             value = float(threshold)
@@ -180,7 +168,7 @@ def report(logs: str = "logs", out: Optional[str] = None, baseline: Optional[str
                       fail_on_outlier=fail_on_outlier, **kwargs)
 
 
-def sandbox(action: str, hosts=2, state_dir: str = ".sandbox") -> int:
+def sandbox(action: str, hosts: Union[int, str] = 2, state_dir: str = ".sandbox") -> int:
     """`invoke sandbox up|down`: throwaway local hosts for trying recipes."""
     from . import sandbox as sb
 
@@ -205,23 +193,14 @@ def sandbox(action: str, hosts=2, state_dir: str = ".sandbox") -> int:
 
 
 def check_suite(suite: str) -> str:
-    from .engine.validation import SUITES
-
     if suite not in SUITES:
         raise InputError(f"--suite must be one of {', '.join(SUITES)}, not {suite!r}")
     return suite
 
 
-def _empty_recipe(name: str):
-    from .config.recipe import Recipe
-
-    return Recipe(path=Path(f"<{name}>"), name=name, vars={}, vars_where={}, steps=[],
-                  handlers={})
-
-
-def _execute(inv, hosts, rec, extra_vars: dict, forks: int, json_path, ask_become_pass: bool,
-             logs_dir: str, check: bool = False, tags=None, after_steps=None,
-             write_logs: bool = True) -> int:
+def _execute(inv: Inventory, hosts: list[Host], title: str, job: Job, extra_vars: dict[str, Any],
+             forks: int, json_path: Optional[str], ask_become_pass: bool, logs_dir: str,
+             check: bool = False, write_logs: bool = True) -> int:
     password = become_password(ask_become_pass)
     redact = Redactor([password] if password else [])
     for name in inv.secrets:
@@ -229,20 +208,20 @@ def _execute(inv, hosts, rec, extra_vars: dict, forks: int, json_path, ask_becom
             redact.add(extra_vars[name])
     reporter = Reporter(redact, check=check)
     reporter.set_hosts([h.name for h in hosts])
-    options = RunOptions(check=check, tags=tags, extra_vars=extra_vars, forks=forks,
+    options = RunOptions(check=check, extra_vars=extra_vars, forks=forks,
                          become_password=password,
                          logs_dir=Path(logs_dir) if write_logs else None, run_id=new_run_id())
-    run = Run(inv, rec, hosts, options, reporter, redact, after_steps=after_steps)
+    run = Run(inv, hosts, options, reporter, redact)
     mode = "check (nothing will change)" if check else "apply"
-    reporter.note(f"{rec.name}: {len(hosts)} host(s), {mode}, run {options.run_id}")
+    reporter.note(f"{title}: {len(hosts)} host(s), {mode}, run {options.run_id}")
     status = EXIT_OK
     with _sigterm_as_interrupt():
         try:
-            results = run.execute()
+            results = run.execute(job)
         except RunInterrupted as exc:
             results, status = exc.results, EXIT_INTERRUPTED
             reporter.note("interrupted: stopped the hosts; what they did so far is kept")
-    reporter.recap(results, extra_column="validation" if after_steps else None)
+    reporter.recap(results, extra_column=job.outcome)
     if json_path:
         write_json(Path(json_path), results, redact)
     if status == EXIT_OK and not all(r.ok for r in results.values()):
@@ -253,7 +232,9 @@ def _execute(inv, hosts, rec, extra_vars: dict, forks: int, json_path, ask_becom
 class _sigterm_as_interrupt:
     """Treat SIGTERM like Ctrl-C during a run, so both stop hosts and keep the recap."""
 
-    def __enter__(self):
+    previous: Union[Callable[[int, Optional[FrameType]], Any], int, None]
+
+    def __enter__(self) -> _sigterm_as_interrupt:
         self.previous = signal.getsignal(signal.SIGTERM)
         try:
             signal.signal(signal.SIGTERM, self._raise)
@@ -262,21 +243,17 @@ class _sigterm_as_interrupt:
         return self
 
     @staticmethod
-    def _raise(signum, frame):
+    def _raise(signum: int, frame: Optional[FrameType]) -> None:
         raise KeyboardInterrupt()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         if self.previous is not None:
             signal.signal(signal.SIGTERM, self.previous)
-        return False
 
 
 def facts(host: str, inventory: str, json_path: Optional[str] = None) -> int:
     """`invoke facts`: gather and print facts of the selected hosts."""
     import json
-
-    from .engine.facts import FACTS
-    from .fileio import write_atomic
 
     try:
         inv, hosts, _ = load_and_check(inventory, host, None, {})
@@ -285,13 +262,8 @@ def facts(host: str, inventory: str, json_path: Optional[str] = None) -> int:
     redact = Redactor()
     reporter = Reporter(redact)
     reporter.set_hosts([h.name for h in hosts])
-    options = RunOptions(run_id=new_run_id(), logs_dir=None, all_facts=True)
-
-    def gather(hr):
-        hr.result.facts = hr.facts  # facts were gathered before any step
-
-    run = Run(inv, _empty_recipe("facts"), hosts, options, reporter, redact, after_steps=gather)
-    results = run.execute()
+    options = RunOptions(run_id=new_run_id(), logs_dir=None)
+    results = Run(inv, hosts, options, reporter, redact).execute(GatherFacts())
     rows = []
     for fact in FACTS:
         row = [fact]
@@ -309,4 +281,3 @@ def facts(host: str, inventory: str, json_path: Optional[str] = None) -> int:
                           for name, r in results.items()}}
         write_atomic(Path(json_path), json.dumps(data, indent=2) + "\n")
     return EXIT_OK if all(r.facts is not None for r in results.values()) else EXIT_FAILED
-

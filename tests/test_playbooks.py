@@ -10,7 +10,8 @@ import pytest
 from remote.cli import load_and_check
 from remote.output.recap import Reporter
 from remote.output.runlog import Redactor
-from remote.engine.runner import Run, RunOptions
+from remote.engine.jobs.apply import ApplyRecipe
+from remote.engine.run import Run, RunOptions
 from tests.conftest import REPO, write_yaml
 
 # The recipes' `become` steps run on the local connection, which needs root.
@@ -40,7 +41,7 @@ def plan(work, recipe, facts, extra_vars=None):
                                              driver_version=""))
     reporter = Reporter(Redactor())
     reporter.set_hosts(["localhost"])
-    result = Run(inventory, rec, hosts, options, reporter, Redactor()).execute()["localhost"]
+    result = Run(inventory, hosts, options, reporter, Redactor()).execute(ApplyRecipe(rec))["localhost"]
     return {s.name: s for s in result.steps}
 
 
@@ -101,7 +102,7 @@ def test_secure_boot_is_a_clear_failure(work):
                                            str(REPO / "playbooks" / "nvidia-driver.yaml"), {})
     options = RunOptions(check=True, logs_dir=None, run_id="plan",
                          facts_override=dict(facts, gpu_count=1, secure_boot="enabled"))
-    result = Run(inventory, rec, hosts, options, Reporter(Redactor()), Redactor()).execute()
+    result = Run(inventory, hosts, options, Reporter(Redactor()), Redactor()).execute(ApplyRecipe(rec))
     steps = result["localhost"].steps
     failed = [s for s in steps if s.status == "failed"]
     assert failed and failed[0].name == "Secure Boot is off"

@@ -6,11 +6,12 @@ random token, so a probe's own output can neither end another's nor forge a resu
 from __future__ import annotations
 
 import secrets
+from typing import Optional
 
 from ..kinds import Probe
 
 
-def batch_script(probes: list) -> tuple:
+def batch_script(probes: list[tuple[int, str]]) -> tuple[str, str]:
     """(script, token) running `probes` [(key, snippet)] in order; keys are small ints."""
     token = "@gpuprov-" + secrets.token_hex(6)
     parts = []
@@ -21,11 +22,11 @@ def batch_script(probes: list) -> tuple:
     return "\n".join(parts) + "\n", token
 
 
-def parse_batch(output: str, token: str) -> dict:
+def parse_batch(output: str, token: str) -> dict[int, Probe]:
     """{key: Probe} from the batch script's output; a probe cut short is absent."""
-    results: dict = {}
-    current = None
-    lines: list = []
+    results: dict[int, Probe] = {}
+    current: Optional[str] = None
+    lines: list[str] = []
     for line in output.split("\n"):
         if line.startswith(token + " "):
             fields = line.split()

@@ -1,7 +1,6 @@
 """The `reboot` step kind."""
 from __future__ import annotations
 
-from typing import Any
 
 from ..config.schema import Arg
 from ..errors import PlanError
@@ -30,7 +29,3 @@ class Reboot(Kind[None]):
             return float(args["timeout"])
         except (TypeError, ValueError):
             raise PlanError(f"reboot.timeout {args['timeout']!r} is not a number") from None
-
-    def run_on_host(self, host_run: Any, args: Args) -> tuple[str, str]:
-        """(status, message). Called by the runner instead of running the plan's command."""
-        return host_run.reboot(self.timeout(args))  # type: ignore[no-any-return]

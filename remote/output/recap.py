@@ -11,7 +11,7 @@ import os
 import re
 import sys
 import threading
-from typing import Optional, TextIO
+from typing import Callable, Iterable, Mapping, Optional, Protocol, Sequence, TextIO, Union
 
 # SGR codes of the styles used below.
 _SGR = {"green": "32", "yellow": "33", "cyan": "36", "bold red": "1;31", "dim": "2"}
@@ -20,6 +20,42 @@ STYLE = {"ok": "green", "changed": "yellow", "skipped": "cyan", "failed": "bold 
 # Control characters (ESC above all) from a host's output must not drive the terminal.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 RECAP_COLUMNS = ("host", "ok", "changed", "skipped", "failed", "unreachable", "elapsed")
+
+Cell = Union[str, tuple[str, str]]  # text, or (text, style)
+
+
+class StepLine(Protocol):
+    """What a step line shows of a step's result (the engine's `StepResult`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def elapsed_s(self) -> float: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def commands(self) -> Sequence[str]: ...
+
+
+class Verdict(Protocol):
+    """What the recap's extra column shows of a job's outcome (the engine's `Outcome`)."""
+
+    @property
+    def text(self) -> str: ...
+
+
+class RecapRow(Protocol):
+    """What the recap shows of a host's result (the engine's `HostResult`)."""
+
+    @property
+    def unreachable(self) -> bool: ...
+    @property
+    def elapsed_s(self) -> float: ...
+    @property
+    def outcome(self) -> Optional[Verdict]: ...
+    def counts(self) -> dict[str, int]: ...
 
 
 def wants_color(stream: TextIO) -> bool:
@@ -36,8 +72,8 @@ class Reporter:
     """Prints one run's step lines, validation progress and recap to `stream` (stdout).
     `check`: a dry run, so "changed" reads "would change" and each planned command is listed."""
 
-    def __init__(self, redact, stream: Optional[TextIO] = None, check: bool = False,
-                 width: int = 0, color: Optional[bool] = None):
+    def __init__(self, redact: Callable[[str], str], stream: Optional[TextIO] = None,
+                 check: bool = False, width: int = 0, color: Optional[bool] = None):
         self.redact = redact
         self.stream = stream or sys.stdout
         self.color = wants_color(self.stream) if color is None else color
@@ -46,7 +82,7 @@ class Reporter:
         self._lock = threading.Lock()
         self._gone = False
 
-    def set_hosts(self, names) -> None:
+    def set_hosts(self, names: Iterable[str]) -> None:
         self.width = max([len(n) for n in names] + [4])
 
     def _paint(self, text: str, style: str) -> str:
@@ -58,7 +94,7 @@ class Reporter:
         """`text` as it may be printed: secrets redacted, control characters made visible."""
         return _CONTROL.sub("?", self.redact(text))
 
-    def _print(self, lines: list) -> None:
+    def _print(self, lines: list[str]) -> None:
         text = "".join(line + "\n" for line in lines)
         with self._lock:
             if self._gone:
@@ -89,8 +125,8 @@ class Reporter:
             line += " " + self._paint(self._shown(detail), "dim")
         return line
 
-    def step(self, host: str, result) -> None:
-        status = result.status
+    def step(self, host: str, result: StepLine) -> None:
+        status = str(result.status)
         if self.check and status == "changed":
             status = "would change"
         detail = f"({result.elapsed_s:.2f}s)"
@@ -117,37 +153,39 @@ class Reporter:
     def note(self, text: str) -> None:
         self._print([self._shown(text)])
 
-    def recap(self, results: dict, extra_column: Optional[str] = None) -> None:
+    def recap(self, results: Mapping[str, RecapRow], extra_column: Optional[str] = None) -> None:
         """The table at the end: a row per host, counts coloured when not zero."""
         header = list(RECAP_COLUMNS) + ([extra_column] if extra_column else [])
-        rows = []
+        rows: list[list[Cell]] = []
         for name, result in results.items():
             counts = result.counts()
-            row = [(name, ""), (str(counts["ok"]), "green"), (str(counts["changed"]), "yellow"),
-                   (str(counts["skipped"]), "cyan"), (str(counts["failed"]), "bold red"),
-                   ("yes", "bold red") if result.unreachable else ("no", ""),
-                   (f"{result.elapsed_s:.2f}s", "")]
+            row: list[Cell] = [
+                (name, ""), (str(counts["ok"]), "green"), (str(counts["changed"]), "yellow"),
+                (str(counts["skipped"]), "cyan"), (str(counts["failed"]), "bold red"),
+                ("yes", "bold red") if result.unreachable else ("no", ""),
+                (f"{result.elapsed_s:.2f}s", "")]
             if extra_column:
-                row.append((result.validation or "-", ""))
+                row.append((result.outcome.text if result.outcome else "-", ""))
             rows.append(row)
         # host and the extra column read left to right; the numbers line up on the right
         right = set(range(1, len(RECAP_COLUMNS)))
         self.table(header, rows, right_aligned=right, title="RECAP")
 
-    def table(self, header: list, rows: list, right_aligned: frozenset = frozenset(),
-              title: str = "") -> None:
+    def table(self, header: Sequence[str], rows: Sequence[Sequence[Cell]],
+              right_aligned: Iterable[int] = frozenset(), title: str = "") -> None:
         """Columns separated by two spaces; a cell is text or (text, style), and "0"/"no"
         stay uncoloured so that what needs attention stands out."""
-        rows = [[c if isinstance(c, tuple) else (c, "") for c in row] for row in rows]
-        rows = [[(self._shown(text), style) for text, style in row] for row in rows]
-        widths = [max([len(h)] + [len(r[i][0]) for r in rows]) for i, h in enumerate(header)]
+        styled = [[c if isinstance(c, tuple) else (c, "") for c in row] for row in rows]
+        shown = [[(self._shown(text), style) for text, style in row] for row in styled]
+        widths = [max([len(h)] + [len(r[i][0]) for r in shown]) for i, h in enumerate(header)]
+        right = set(right_aligned)
 
         def cell(i: int, text: str, style: str = "") -> str:
-            padded = text.rjust(widths[i]) if i in right_aligned else text.ljust(widths[i])
+            padded = text.rjust(widths[i]) if i in right else text.ljust(widths[i])
             return self._paint(padded, style if text not in ("0", "no") else "")
 
         lines = ["", title] if title else []
         lines.append("  ".join(cell(i, h) for i, h in enumerate(header)).rstrip())
         lines += ["  ".join(cell(i, text, style) for i, (text, style) in enumerate(row)).rstrip()
-                  for row in rows]
+                  for row in shown]
         self._print(lines)

@@ -11,7 +11,7 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Optional, TextIO
 
 MASK = "***"
 
@@ -27,12 +27,12 @@ def new_run_id() -> str:
 class Redactor:
     """Masks known secret values in any text."""
 
-    def __init__(self, values: Iterable[str] = ()):
-        self._values: list = []
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        self._values: list[str] = []
         for value in values:
             self.add(value)
 
-    def add(self, value: Optional[str]) -> None:
+    def add(self, value: object) -> None:
         if value is None:
             return
         text = str(value)
@@ -51,23 +51,23 @@ class Redactor:
 class RunLog:
     """Appends a host's run to its provision.log, redacted, flushed after every record."""
 
-    def __init__(self, path: Optional[Path], redact: Redactor):
+    def __init__(self, path: Optional[Path], redact: Redactor) -> None:
         self.path = path
         self.redact = redact
         self._lock = threading.Lock()
-        self._handle = None
+        self._handle: Optional[TextIO] = None
 
-    def _open(self):
+    def _open(self, path: Path) -> TextIO:
         if self._handle is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._handle = open(self.path, "a", encoding="utf-8")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle = open(path, "a", encoding="utf-8")
         return self._handle
 
     def write(self, text: str) -> None:
         if self.path is None:
             return
         with self._lock:
-            handle = self._open()
+            handle = self._open(self.path)
             handle.write(self.redact(text))
             if not text.endswith("\n"):
                 handle.write("\n")

@@ -8,7 +8,7 @@ stdin only when sudo prints our prompt token, and never appears in a command lin
 
 The READY line on stderr (stripped from the output) carries the PID that becomes the `timeout`
 process, which leads the command's process group. When the run is cancelled (Ctrl-C, SIGTERM:
-the runner sets `cancel`), the command is stopped on the host with `kill -TERM -- -PGID` sent on
+the engine sets `cancel`), the command is stopped on the host with `kill -TERM -- -PGID` sent on
 a fresh channel (through sudo when the command used it); `timeout -k` follows with SIGKILL if
 the group outlives the grace period. Then `Interrupted` is raised.
 
@@ -194,11 +194,11 @@ class RunningCommand(abc.ABC):
 
 
 class BaseConnection:
-    """What the runner needs of a connection; subclasses implement `_start`."""
+    """What the engine needs of a connection; subclasses implement `_start`."""
 
     host: Host
     is_root: bool = False
-    cancel: Optional[threading.Event] = None  # set by the runner: stop commands when it is set
+    cancel: Optional[threading.Event] = None  # set by the engine: stop commands when it is set
 
     def __init__(self, host: Host, timeouts: Timeouts, become_password: Optional[str] = None):
         self.host = host

@@ -23,7 +23,7 @@ __all__ = ["BaseConnection", "BecomeError", "CommandResult", "CommandTimeout", "
 def connection_for(host: Host, hosts: dict[str, Host], timeouts: Timeouts,
                    known_hosts: KnownHosts,
                    become_password: Optional[str] = None) -> BaseConnection:
-    """The right connection for `host`, not opened yet (so a runner can `abort` the open)."""
+    """The right connection for `host`, not opened yet (so the engine can `abort` the open)."""
     if host.is_local:
         return LocalConnection(host, timeouts, become_password)
     return _ssh(host, hosts, timeouts, known_hosts, become_password)

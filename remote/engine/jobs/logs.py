@@ -1,0 +1,85 @@
+"""Pull what a validation left on a host (`logs`), and the pull every validation ends with.
+
+On the host a validation's output lives in `$HOME/.gpuprov/<host>/runs/<run-id>/` (kept, so it
+can be fetched again) with `runs/latest` naming the newest; it comes back as one tarball into
+`<logs>/<host>/<run-id>/`, its `results.json` written last.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Optional
+
+from ...errors import PullError
+from ...transport.transfer import COMMIT_FILE, pack_command, publish_pull
+from ..results import Outcome
+from ..session import HostSession
+
+OUTCOME = "validation"
+
+
+def remote_root(host_name: str) -> str:
+    """The host's gpuprov folder, as a shell word."""
+    return f'"$HOME"/.gpuprov/{shlex.quote(host_name)}'
+
+
+def pull_run(session: HostSession, run_id: str, rc: Optional[int], dest: Path) -> tuple[str, bool]:
+    """Pull validation run `run_id`'s output folder from the host into `dest`; (recap text, ok)
+    judged from its results.json and the validation's exit status `rc`."""
+    remote = f"{remote_root(session.host.name)}/runs/{shlex.quote(run_id)}"
+    res = session.conn.run(pack_command(remote), timeout=600)
+    if res.rc != 0:
+        return f"not validated: no output on the host ({res.err.strip()[:200]})", False
+    try:
+        names = publish_pull(res.stdout, dest)
+    except PullError as exc:
+        session.log.event(f"pull failed: {exc}")
+        return f"not validated: {exc}", False
+    session.log.event(f"pulled {len(res.stdout)} bytes into {dest}: {', '.join(names)}")
+    return summarize(dest / COMMIT_FILE, rc)
+
+
+def summarize(results_path: Path, rc: Optional[int]) -> tuple[str, bool]:
+    """(text for the recap, ok) from a pulled results.json."""
+    try:
+        data = json.loads(results_path.read_text())
+        checks = data["checks"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"not validated: no readable {COMMIT_FILE} (validate exit {rc})", False
+    failed = [c["name"] for c in checks if c.get("required") and c.get("status") == "fail"]
+    skipped = [c["name"] for c in checks if c.get("required") and c.get("status") == "skip"]
+    if failed:
+        return "failed: " + ", ".join(failed), False
+    if skipped:
+        return "not validated: " + ", ".join(skipped) + " skipped", False
+    ok = bool(data.get("ok", True)) and rc == 0
+    passed = sum(1 for c in checks if c.get("status") == "pass")
+    return (f"passed ({passed} checks)" if ok else f"failed (validate exit {rc})"), ok
+
+
+def latest_run_id(session: HostSession) -> Optional[str]:
+    """The run id `runs/latest` names on the host, if any."""
+    res = session.conn.run(f"readlink {remote_root(session.host.name)}/runs/latest", timeout=60)
+    run_id = res.out.strip()
+    return run_id if res.rc == 0 and run_id and "/" not in run_id else None
+
+
+class PullLogs:
+    """The `logs` job: the latest validation run's folder into `<logs_dir>/<host>/<run-id>/`."""
+
+    outcome = OUTCOME
+
+    def __init__(self, logs_dir: Path):
+        self.logs_dir = logs_dir
+
+    def __call__(self, session: HostSession) -> None:
+        run_id = latest_run_id(session)
+        if run_id is None:
+            session.conclude(Outcome(OUTCOME, "no validation run found on the host", False))
+            return
+        dest = self.logs_dir / session.host.name / run_id
+        text, ok = pull_run(session, run_id, 0, dest)
+        # The pull succeeded even when the validation it fetched had failed.
+        session.conclude(Outcome(OUTCOME, f"{run_id}: {text}", ok or text.startswith("failed")))
+        session.reporter.note(f"{session.host.name}: logs of run {run_id} in {dest}")

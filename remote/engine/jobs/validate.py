@@ -1,0 +1,130 @@
+"""Validate a host (`validate`, and `provision` after its steps): push `validate/`, run it
+there, pull its results into `<logs>/<host>/<run-id>/`.
+
+One round trip pushes and runs (the package travels as a tarball on the command's stdin and is
+unpacked into a fresh folder), one more pulls the output folder back as a tarball (`logs`).
+"""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any, Callable
+
+from ...errors import CommandTimeout
+from ...transport.transfer import pack, unpack_command
+from ..results import Outcome
+from ..session import HostSession
+from .logs import OUTCOME, pull_run, remote_root
+
+PACKAGE_DIR = Path(__file__).resolve().parents[3] / "validate"
+SUITES = ("quick", "full")
+DEFAULT_TIMEOUT_S = 7200.0
+UNPACK_FAILED = 90  # the exit status of `validate_command` when the package did not unpack
+
+
+def package_bytes() -> bytes:
+    """The validate/ package as one gzip tarball (built once per run)."""
+    return pack(PACKAGE_DIR, "validate")
+
+
+def validate_command(host_name: str, python: str, run_id: str, args: list[str],
+                     remember: bool = False) -> str:
+    """The command that unpacks the package (on stdin) and runs it with `python`.
+
+    With `remember`, `python` was chosen explicitly (`validate_python`) and is written to the
+    host's .gpuprov folder; without, a python remembered there wins over `python` (the host's
+    default), so `invoke validate` after provisioning uses the venv the recipe built.
+    """
+    root = remote_root(host_name)
+    out = f'{root}/runs/{shlex.quote(run_id)}'
+    pkg = f'{root}/pkg-{shlex.quote(run_id)}'
+    quoted = " ".join(shlex.quote(a) for a in args)
+    if remember:
+        choose = f'PY={shlex.quote(python)}; printf "%s\\n" "$PY" > {root}/python\n'
+    else:
+        # a remembered python that is gone (venv deleted) falls back to the default
+        choose = (f'PY=$(cat {root}/python 2>/dev/null); '
+                  f'command -v "$PY" >/dev/null 2>&1 || PY={shlex.quote(python)}\n')
+    return (f"mkdir -p {root}/runs && {unpack_command(pkg)} || exit {UNPACK_FAILED}\n"
+            f"{choose}"
+            f'echo "validate: python $PY"\n'
+            f'cd {pkg} && PYTHONUNBUFFERED=1 "$PY" -m validate --out {out} {quoted}\n'
+            f"rc=$?\ncd / && rm -rf {pkg}\n"
+            f"ln -sfn {shlex.quote(run_id)} {root}/runs/latest\nexit $rc")
+
+
+def suite_args(suite: str, context: dict[str, Any]) -> list[str]:
+    """validate's arguments for `suite` and the host's vars (`gpu_expected`, `validate_args`)."""
+    args = ["--quick"] if suite == "quick" else []
+    expected = context.get("gpu_expected")
+    if expected not in (None, ""):
+        args += ["--expect-gpus", str(expected)]
+    extra = context.get("validate_args") or []
+    args += shlex.split(extra) if isinstance(extra, str) else [str(a) for a in extra]
+    return args
+
+
+class _LineSplitter:
+    """Turns streamed output chunks into whole lines for the reporter."""
+
+    def __init__(self, emit: Callable[[str], None]):
+        self.emit = emit
+        self.buffer = {"stdout": "", "stderr": ""}
+
+    def __call__(self, stream: str, text: str) -> None:
+        self.buffer[stream] += text
+        *lines, self.buffer[stream] = self.buffer[stream].split("\n")
+        for line in lines:
+            if line.strip():
+                self.emit(line.rstrip("\r"))
+
+    def flush(self) -> None:
+        for stream, rest in self.buffer.items():
+            if rest.strip():
+                self.emit(rest)
+            self.buffer[stream] = ""
+
+
+class Validate:
+    """The `validate` job; `run` is the part `provision` does after the steps."""
+
+    outcome = OUTCOME
+
+    def __init__(self, suite: str, logs_dir: Path, timeout: float = DEFAULT_TIMEOUT_S):
+        self.suite = suite
+        self.logs_dir = logs_dir
+        self.timeout = timeout
+        self.package = package_bytes()
+
+    def __call__(self, session: HostSession) -> None:
+        session.gather_facts(session.var_facts)
+        session.build_context()
+        self.run(session)
+
+    def run(self, session: HostSession) -> None:
+        """Validate the host of `session`, whose context is built; conclude with the verdict."""
+        host, log = session.host, session.log
+        run_id = session.options.run_id
+        chosen = session.context.get("validate_python")
+        python = str(chosen or host.python)
+        args = suite_args(self.suite, session.context)
+        session.reporter.running(host.name, f"validate ({self.suite})")
+        lines = _LineSplitter(lambda line: session.reporter.output(host.name, line))
+        try:
+            res = session.conn.run(validate_command(host.name, python, run_id, args,
+                                                    remember=bool(chosen)),
+                                   stdin=self.package, timeout=self.timeout, on_output=lines)
+        except CommandTimeout as exc:
+            lines.flush()
+            session.conclude(Outcome(OUTCOME, f"not validated: {exc}", False))
+            log.event(f"validate {exc}")
+            return
+        lines.flush()
+        log.command("validate", f"python -m validate {' '.join(args)} ({len(self.package)} bytes "
+                    "pushed)", res.rc, res.elapsed_s, res.out, res.err)
+        if res.rc == UNPACK_FAILED:
+            session.conclude(Outcome(OUTCOME, "not validated: could not unpack the package "
+                                     f"({res.err.strip()[:200]})", False))
+            return
+        text, ok = pull_run(session, run_id, res.rc, self.logs_dir / host.name / run_id)
+        session.conclude(Outcome(OUTCOME, text, ok))

@@ -1,0 +1,92 @@
+"""What a run produced per host: the steps' statuses, the job's outcome, and the `--json`
+document (README: Commands) built from them.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from ..fileio import write_atomic
+
+Redact = Callable[[str], str]
+
+
+class StepStatus(str, Enum):
+    """How a step ended; the value is what the recap prints and `--json` holds."""
+
+    OK = "ok"            # succeeded and changed nothing
+    CHANGED = "changed"  # succeeded and changed the host (in check mode: would change it)
+    SKIPPED = "skipped"  # `when` was false
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class StepResult:
+    name: str
+    status: StepStatus
+    elapsed_s: float = 0.0
+    message: str = ""
+    commands: list[str] = field(default_factory=list)  # what ran (or would run), as shown
+
+    def to_json(self, redact: Redact) -> dict[str, Any]:
+        return {"name": redact(self.name), "status": self.status.value,
+                "elapsed_s": round(self.elapsed_s, 4), "message": redact(self.message)}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A job's verdict beyond its steps (a validation, a pull of logs): `text` goes in the
+    recap's `name` column and under `name` in `--json`; a host whose outcome is not `ok` failed."""
+
+    name: str
+    text: str
+    ok: bool
+
+
+@dataclass
+class HostResult:
+    name: str
+    steps: list[StepResult] = field(default_factory=list)
+    unreachable: bool = False
+    message: str = ""
+    elapsed_s: float = 0.0
+    facts: Optional[dict[str, Any]] = None
+    outcome: Optional[Outcome] = None
+    interrupted: bool = False
+
+    def counts(self) -> dict[str, int]:
+        counts = {status.value: 0 for status in StepStatus}
+        for step in self.steps:
+            counts[step.status.value] += 1
+        return counts
+
+    @property
+    def ok(self) -> bool:
+        return (not self.unreachable and not self.interrupted
+                and not any(s.status is StepStatus.FAILED for s in self.steps)
+                and (self.outcome is None or self.outcome.ok))
+
+    def to_json(self, redact: Redact) -> dict[str, Any]:
+        data: dict[str, Any] = dict(self.counts())
+        data.update(unreachable=self.unreachable, elapsed_s=round(self.elapsed_s, 3),
+                    steps=[s.to_json(redact) for s in self.steps])
+        if self.message:
+            data["message"] = redact(self.message)
+        if self.outcome is not None:
+            data[self.outcome.name] = redact(self.outcome.text)
+        if self.interrupted:
+            data["interrupted"] = True
+        return data
+
+
+def write_json(path: Path, results: dict[str, HostResult], redact: Redact) -> None:
+    """Write the `--json` result document (README: Commands) atomically."""
+    data = {"hosts": {name: r.to_json(redact) for name, r in results.items()}}
+    write_atomic(Path(path), json.dumps(data, indent=2) + "\n")
+

@@ -1,0 +1,119 @@
+"""The pool: one job run on many hosts at once, each host in its own `HostSession` on its own
+connection, at most `forks` at a time; one host failing never stops the others. Ctrl-C (or
+SIGTERM, which the command line turns into one) cancels the run: running commands are stopped
+on their hosts and connections still opening give up at once.
+"""
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ..config.inventory import Host, Inventory
+from ..errors import GpuprovError, Interrupted
+from ..output.recap import Reporter
+from ..output.runlog import Redactor
+from ..transport.connection import BaseConnection, connection_for
+from ..transport.hostkeys import KnownHosts
+from .jobs import Job
+from .results import HostResult
+from .session import HostSession, facts_read_by_vars
+
+
+@dataclass
+class RunOptions:
+    check: bool = False
+    extra_vars: dict[str, Any] = field(default_factory=dict)
+    forks: int = 16
+    become_password: Optional[str] = None
+    logs_dir: Optional[Path] = Path("logs")  # None: keep no provision.log
+    run_id: str = ""
+    # Facts to use instead of the gathered ones (plans for another distro in check mode).
+    facts_override: dict[str, Any] = field(default_factory=dict)
+
+
+class RunInterrupted(GpuprovError):
+    """Ctrl-C or SIGTERM: `results` holds what every host got to."""
+
+    def __init__(self, results: dict[str, HostResult]):
+        super().__init__("interrupted")
+        self.results = results
+
+
+class Run:
+    """Hosts of one inventory, the options of one run, and where its lines go."""
+
+    def __init__(self, inventory: Inventory, hosts: list[Host], options: RunOptions,
+                 reporter: Reporter, redact: Redactor):
+        self.inventory = inventory
+        self.hosts = hosts
+        self.options = options
+        self.reporter = reporter
+        self.redact = redact
+        self.cancel = threading.Event()
+        # Connections still opening: a cancel aborts them rather than wait out their timeouts.
+        self._opening: set[BaseConnection] = set()
+        self._opening_lock = threading.Lock()
+        self.known_hosts = KnownHosts(inventory.known_hosts, inventory.host_key_policy)
+        # Only the facts something can read are gathered: the vars' share, worked out once.
+        layers = [inventory.vars, options.extra_vars]
+        layers += [g.vars for g in inventory.groups.values()]
+        layers += [h.vars for h in inventory.hosts.values()]
+        self.var_facts = facts_read_by_vars(layers)
+
+    def execute(self, job: Job) -> dict[str, HostResult]:
+        """Run `job` on every host; return {name: HostResult} in inventory order."""
+        results: dict[str, HostResult] = {}
+        workers = max(1, min(self.options.forks, len(self.hosts)))
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="host")
+        futures: dict[str, Future[HostResult]] = {
+            h.name: pool.submit(self.session(h).run_job, job) for h in self.hosts}
+        try:
+            for name, future in futures.items():
+                results[name] = future.result()
+        except KeyboardInterrupt:
+            self.stop()
+            for name, future in futures.items():
+                if future.cancel():
+                    results[name] = HostResult(name, interrupted=True, message="interrupted")
+            for name, future in futures.items():
+                if name not in results:
+                    results[name] = future.result()
+            raise RunInterrupted(results) from None
+        finally:
+            pool.shutdown(wait=True)
+        return results
+
+    def session(self, host: Host) -> HostSession:
+        return HostSession(host, self.inventory, self.options, self.reporter, self.redact,
+                           self.connect, self.cancel, self.var_facts)
+
+    def connect(self, host: Host) -> BaseConnection:
+        """An open connection to `host`; `Interrupted` once the run is cancelled."""
+        conn = connection_for(host, self.inventory.hosts, self.inventory.timeouts,
+                              self.known_hosts, self.options.become_password)
+        conn.cancel = self.cancel  # a cancelled run stops the host's running command
+        with self._opening_lock:
+            if self.cancel.is_set():
+                raise Interrupted("interrupted")
+            self._opening.add(conn)
+        try:
+            conn.open()
+        finally:
+            with self._opening_lock:
+                self._opening.discard(conn)
+        if self.cancel.is_set():  # cancelled as it opened: its socket may be shut already
+            conn.close()
+            raise Interrupted("interrupted")
+        return conn
+
+    def stop(self) -> None:
+        """Cancel the run: hosts stop their running commands, and opening connections give up
+        at once instead of waiting out their connect, banner or login timeouts."""
+        with self._opening_lock:
+            self.cancel.set()
+            opening = list(self._opening)
+        for conn in opening:
+            conn.abort()
