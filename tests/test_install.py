@@ -5,6 +5,7 @@ into any venv gives a working `gpuprov` (recipes and tasks shipped as package da
 from __future__ import annotations
 
 import io
+import re
 import os
 import subprocess
 import sys
@@ -58,16 +59,15 @@ def test_fresh_debian_installs_and_runs_gpuprov(sandbox_hosts, user, host):  # n
         rc, out, err = _run_with_input(client, "rm -rf ~/gpuprov && tar -xzf - -C ~",
                                        _tree_tarball())
         assert rc == 0, err
-        rc, before, _ = run(client, "df -Pm / | awk 'NR==2 {print $3}'")
         started = time.monotonic()
         rc, out, err = run(client, "cd ~/gpuprov && .ci/setup", timeout=900)
         took = time.monotonic() - started
         assert rc == 0, out + err
-        rc, after, _ = run(client, "df -Pm / | awk 'NR==2 {print $3}'; "
-                                   "du -sm ~/.local/share/gpuprov/venv | cut -f1")
-        disk, venv = after.split()
-        print(f"{user}@{host}: .ci/setup took {took:.0f} s; disk used {int(disk) - int(before)} MB, "
-              f"of which the venv {venv} MB")
+        apt_mb = re.search(r"After this operation, ([0-9.]+ [kM]B) of additional", out)
+        rc, sizes, _ = run(client, "du -sm ~/.local/share/gpuprov/venv ~/.cache/pip | cut -f1")
+        venv_mb, cache_mb = sizes.split()
+        print(f"{user}@{host}: .ci/setup took {took:.0f} s; installed: Debian packages "
+              f"{apt_mb.group(1) if apt_mb else 'none'}, venv {venv_mb} MB, pip cache {cache_mb} MB")
         assert "Next: open a new login shell" in out and "gpuprov --help" in out
 
         rc, out, err = run(client, "bash -lc 'cd / && gpuprov --help'")
@@ -98,8 +98,11 @@ def test_pip_install_into_any_venv_ships_recipes_and_tasks(work):
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(work / "dist"), str(REPO)], check=True, env=env, cwd=work)
+    wheel = next((work / "dist").glob("gpuprov-*.whl"))
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
-                    "--no-build-isolation", str(REPO)], check=True, env=env, cwd=work)
+                    str(wheel)], check=True, env=env, cwd=work)
     gpuprov = str(venv / "bin" / "gpuprov")
     (work / "inv.yaml").write_text(LOCAL_INVENTORY)
     where = subprocess.run([str(venv / "bin" / "python"), "-c", "import remote; print(remote.__file__)"],
