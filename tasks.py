@@ -63,9 +63,8 @@ def provision(c, host=None, recipe=None, inventory=None, check=False, tags="", v
     _need_host(host, "provision")
     inventory = _inventory(inventory)
     _exit(cli.provision(host=host, recipe=paths.recipe_path(recipe), inventory=inventory,
-                        check=check, tags=tags,
-                        var=var, forks=forks, json_path=json, ask_become_pass=ask_become_pass,
-                        validate=validate, suite=suite))
+                        check=check, tags=tags, var=var, forks=forks, json_path=json,
+                        ask_become_pass=ask_become_pass, validate=validate, suite=suite))
 
 
 @task(help={"host": "hosts to query: a name, a group, a comma list, a glob, or 'all'",
