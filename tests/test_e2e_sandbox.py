@@ -59,9 +59,20 @@ def test_cuda_wheels_provision_validate_and_rerun(sandbox_hosts, work):
     assert len(pulled) == 1 and (pulled[0] / "results.json").exists()
 
 
+def test_site_does_nothing_without_a_gpu_unless_asked(sandbox_hosts, work):
+    result = invoke("provision", "--host", "sandbox2", "--inventory", str(sandbox_hosts.inventory),
+                    "--recipe", str(REPO / "playbooks" / "site.yaml"), "--no-validate",
+                    "--json", str(work / "g.json"), cwd=work, timeout=300)
+    assert result.rc == 0, result.out + result.err
+    assert "no NVIDIA GPU found (lspci): nothing to install" in result.out
+    counts = _json(work / "g.json")["sandbox2"]
+    assert (counts["ok"], counts["changed"], counts["failed"]) == (1, 0, 0)
+
+
 def test_site_check_plans_cleanly_without_a_gpu(sandbox_hosts, work):
     result = invoke("provision", "--host", "sandbox2", "--inventory", str(sandbox_hosts.inventory),
                     "--recipe", str(REPO / "playbooks" / "site.yaml"), "--check",
+                    "--var", "allow_without_gpu=true",
                     "--var", "cuda_keyring_sha256=" + "0" * 64, "--json", str(work / "c.json"),
                     cwd=work, timeout=300)
     assert result.rc == 0, result.out + result.err
