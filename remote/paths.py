@@ -17,6 +17,7 @@ from .errors import InputError
 INSTALL_ROOT = Path(__file__).resolve().parent.parent
 RECIPES_DIR = INSTALL_ROOT / "playbooks"
 TASKS_FILE = INSTALL_ROOT / "tasks.py"
+VALIDATE_DIR = INSTALL_ROOT / "validate"  # the payload pushed to hosts
 DEFAULT_RECIPE_NAME = "site.yaml"
 INVENTORY_NAME = "inventory.yaml"
 USER_INVENTORY = Path("~/.config/gpuprov") / INVENTORY_NAME

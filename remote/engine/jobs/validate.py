@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...errors import CommandTimeout
+from ...paths import VALIDATE_DIR
 from ...transport.transfer import pack, unpack_command
 from ..results import Outcome
 from ..session import HostSession
 from .logs import OUTCOME, pull_run, remote_root
 
-PACKAGE_DIR = Path(__file__).resolve().parents[3] / "validate"
 SUITES = ("quick", "full")
 DEFAULT_TIMEOUT_S = 7200.0
 UNPACK_FAILED = 90  # the exit status of `validate_command` when the package did not unpack
@@ -24,7 +24,7 @@ UNPACK_FAILED = 90  # the exit status of `validate_command` when the package did
 
 def package_bytes() -> bytes:
     """The validate/ package as one gzip tarball (built once per run)."""
-    return pack(PACKAGE_DIR, "validate")
+    return pack(VALIDATE_DIR, "validate")
 
 
 def validate_command(host_name: str, python: str, run_id: str, args: list[str],
