@@ -19,11 +19,17 @@ DISTROS = {
     "ubuntu2404-x86_64": {"distro_id": "ubuntu", "distro_version": "24.04", "arch": "x86_64"},
     "ubuntu2404-sbsa": {"distro_id": "ubuntu", "distro_version": "24.04", "arch": "aarch64"},
     "debian12-x86_64": {"distro_id": "debian", "distro_version": "12", "arch": "x86_64"},
+    "debian13-x86_64": {"distro_id": "debian", "distro_version": "13", "arch": "x86_64"},
+    "debian13-sbsa": {"distro_id": "debian", "distro_version": "13", "arch": "aarch64"},
 }
+# The first 12 hex digits of each sum in stack.yaml (sources cited there); debian13/sbsa has none.
 KNOWN_SUMS = {
-    "ubuntu2204-x86_64": "7c0a531d0662",
+    "ubuntu2004-x86_64": "cf5ca9853118",
+    "ubuntu2204-x86_64": "d93190d50b98",
     "ubuntu2404-x86_64": "d2a6b11c0963",
     "ubuntu2404-sbsa": "6ea7d2737648",
+    "debian12-x86_64": "e7f219eab6fe",
+    "debian13-x86_64": "dd28f1f6ba00",
 }
 
 
