@@ -37,10 +37,12 @@ def plan(work, recipe, facts, extra_vars=None):
     inv = write_yaml(work / "inv.yaml", {"hosts": {"localhost": {"connection": "local"}}})
     inventory, hosts, rec = load_and_check(str(inv), "localhost", str(REPO / "playbooks" / recipe),
                                            extra_vars or {})
+    # A fresh GPU host unless `facts` says otherwise (the target's facts win).
+    host = dict(gpu_count=1, gpus=["NVIDIA H100"], kernel="6.8.0-1012-aws",
+                secure_boot="disabled", driver_version="", driver_source="", driver_packages=[],
+                driver_package_version="", driver_held=[], nvswitch_count=0)
     options = RunOptions(check=True, logs_dir=None, run_id="plan", extra_vars=extra_vars or {},
-                         facts_override=dict(facts, gpu_count=1, gpus=["NVIDIA H100"],
-                                             kernel="6.8.0-1012-aws", secure_boot="disabled",
-                                             driver_version=""))
+                         facts_override=dict(host, **facts))
     reporter = Reporter(Redactor())
     reporter.set_hosts(["localhost"])
     result = Run(inventory, rec, hosts, options, reporter, Redactor()).execute()["localhost"]
@@ -64,8 +66,12 @@ def test_driver_plan_per_distro(work, distro):
         f"cuda-keyring_1.1-1_all.deb, verify sha256 {KNOWN_SUMS[distro]}..., dpkg -i"]
     assert "apt-get install linux-headers-6.8.0-1012-aws" in \
         " ".join(steps["Kernel headers for 6.8.0-1012-aws and DKMS"].commands)
-    driver = steps["Driver branch 570 (nvidia-open-570), held"]
-    assert driver.commands[-2:] == ["apt-get install nvidia-open-570", "apt-mark hold nvidia-open-570"]
+    # The fleet's branch (R580); Debian's branch is held by NVIDIA's pinning package.
+    package = "nvidia-open" if distro.startswith("debian") else "nvidia-open-580"
+    driver = steps[f"Driver branch 580 ({package}), held"]
+    assert driver.commands[-2:] == [f"apt-get install {package}", f"apt-mark hold {package}"]
+    pinning = steps["Driver branch 580 pinned (nvidia-driver-pinning-580)"]
+    assert pinning.status == ("changed" if distro.startswith("debian") else "skipped")
     assert steps["Blacklist nouveau"].commands[0].startswith("write /etc/modprobe.d/blacklist-nouveau.conf")
 
 
@@ -75,7 +81,7 @@ def test_cuda_version_picks_the_row(work):
     assert "apt-get install cuda-toolkit-11-8" in steps["CUDA toolkit 11.8"].commands
     assert steps["cuDNN 8 for CUDA 11.8"].commands[-1] == \
         "apt-get install libcudnn8=8.9.7.29-1+cuda11.8 libcudnn8-dev=8.9.7.29-1+cuda11.8"
-    assert "apt-get install nvidia-open-535" in steps["Driver branch 535 (nvidia-open-535), held"].commands
+    assert steps["Driver: none found, installing branch 580 (nvidia-open-580)"].status == "ok"
     torch = steps["torch 2.4.1 + torchvision (cu118)"].commands[-1]
     assert "--index-url https://download.pytorch.org/whl/cu118 torch==2.4.1 torchvision==0.19.1" in torch
 
