@@ -76,14 +76,14 @@ def test_driver_plan_per_distro(work, distro):
 
 
 def test_cuda_version_picks_the_row(work):
-    facts = DISTROS["ubuntu2404-x86_64"]
+    facts = DISTROS["ubuntu2204-x86_64"]   # NVIDIA's 24.04 repository has no 11.8
     steps = plan(work, "site.yaml", facts, {"cuda_version": "11.8"})
     assert "apt-get install cuda-toolkit-11-8" in steps["CUDA toolkit 11.8"].commands
     assert steps["cuDNN 8 for CUDA 11.8"].commands[-1] == \
         "apt-get install libcudnn8=8.9.7.29-1+cuda11.8 libcudnn8-dev=8.9.7.29-1+cuda11.8"
     assert steps["Driver: none found, installing branch 580 (nvidia-open-580)"].status == "ok"
-    torch = steps["torch 2.4.1 + torchvision (cu118)"].commands[-1]
-    assert "--index-url https://download.pytorch.org/whl/cu118 torch==2.4.1 torchvision==0.19.1" in torch
+    torch = steps["torch 2.7.1 + torchvision (cu118)"].commands[-1]
+    assert "--index-url https://download.pytorch.org/whl/cu118 torch==2.7.1 torchvision==0.22.1" in torch
 
 
 def test_unknown_cuda_version_fails_with_the_known_ones(work):
@@ -100,7 +100,7 @@ def test_mirrors_replace_nvidia_and_pytorch_urls(work):
     assert steps["NVIDIA repository keyring"].commands[0].startswith(
         "download http://mirror.internal/nvidia/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb")
     assert any("--index-url http://mirror.internal/torch" in c
-               for c in steps["torch 2.7.1 + torchvision (cu128)"].commands)
+               for c in steps["torch 2.10.0 + torchvision (cu128)"].commands)
 
 
 def test_secure_boot_is_a_clear_failure(work):
