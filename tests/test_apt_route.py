@@ -25,7 +25,7 @@ import pytest
 from remote import sandbox
 from tests.conftest import REPO, invoke, write_yaml
 from tests.sandbox_fixture import sandbox_hosts  # noqa: F401  (session fixture)
-from tests.standin_repo import KEYRING_PATH, STANDIN, StandinRepo
+from tests.standin_repo import FIXTURES, IMAGE_DRIVER, KEYRING_PATH, STANDIN, StandinRepo
 
 pytestmark = [pytest.mark.slow, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="sandbox hosts need root")]
@@ -34,7 +34,24 @@ HOST = "sandbox1"
 CUDA = REPO / "playbooks" / "cuda.yaml"
 CUDNN = REPO / "playbooks" / "cudnn.yaml"
 DRIVER = REPO / "playbooks" / "nvidia-driver.yaml"
-STANDIN_PACKAGES = ("cuda-keyring", "cuda-toolkit-13-0", "cudnn9-cuda-13", "nvidia-open-580")
+STANDIN_PACKAGES = ("cuda-keyring", "cuda-toolkit-13-0", "cudnn9-cuda-13", "nvidia-open-580",
+                    "nvidia-fabricmanager-580", "nvidia-driver")
+# Stand-ins this module puts on the host (removed at the end): an HGX board's lspci, and a
+# systemctl (the sandbox host has no systemd) that records its calls and keeps enabled/active marks.
+STANDIN_TOOLS = ("/usr/local/bin/lspci", "/usr/local/bin/systemctl")
+SYSTEMCTL_STATE = "/var/lib/gpuprov-standin-systemctl"
+SYSTEMCTL = f"""#!/bin/sh
+# STAND-IN for systemctl, from gpuprov's tests: no systemd runs in a sandbox host
+d={SYSTEMCTL_STATE}; mkdir -p $d; echo "$*" >> $d/log
+cmd=$1; shift; now=; unit=
+for a in "$@"; do case $a in --now) now=1;; --*) ;; *) unit=$a;; esac; done
+case $cmd in
+  enable) touch "$d/$unit.enabled"; [ -z "$now" ] || touch "$d/$unit.active";;
+  start|restart) touch "$d/$unit.active";;
+  is-enabled) exec test -e "$d/$unit.enabled";;
+  is-active) exec test -e "$d/$unit.active";;
+esac
+"""
 BACKUP = "/root/.gpuprov-apt-route-backup"
 RUN_TIMEOUT = 240     # one provision run (apt retries included) never takes longer
 
@@ -91,7 +108,8 @@ printf 'Acquire::http::Proxy::127.0.0.1 "DIRECT";\\n' > /etc/apt/apt.conf.d/99gp
         root_sh(box, f"""apt-mark unhold {names} >/dev/null 2>&1
 dpkg --purge --force-remove-reinstreq {names} >/dev/null 2>&1
 set -e
-rm -f /etc/profile.d/cuda.sh /etc/apt/apt.conf.d/99gpuprov-standin
+rm -f /etc/profile.d/cuda.sh /etc/apt/apt.conf.d/99gpuprov-standin {" ".join(STANDIN_TOOLS)}
+rm -rf {SYSTEMCTL_STATE} /etc/systemd/system/nvidia-persistenced.service.d
 rm -rf /etc/apt/sources.list.d /var/lib/apt/lists
 mv {BACKUP}/sources.list.d /etc/apt/sources.list.d
 mv {BACKUP}/lists /var/lib/apt/lists
@@ -274,3 +292,62 @@ def test_pinned_install_hold_and_downgrade(host, repo, tmp_path):
     assert "no version of nvidia-open-580 matches 575.*" in run.steps[
         "nvidia-open-580=575.*, held"]["message"]
     assert installed(host, "nvidia-open-580") == {"nvidia-open-580": "580.65.06-1"}
+
+
+def put(box, path: str, text: str, mode: str = "0644") -> None:
+    root_sh(box, f"cat > {shlex.quote(path)} <<'GPUPROV_EOF'\n{text}GPUPROV_EOF\nchmod {mode} {shlex.quote(path)}")
+
+
+def test_another_entry_for_the_repository_is_set_aside(host, repo, tmp_path):
+    # An older install's list under another name, with another keyring: apt refuses both.
+    other = "/etc/apt/sources.list.d/cuda.list"
+    put(host, other, f"deb [signed-by=/usr/share/keyrings/cuda-old.gpg] {repo.url}/{repo.repo_path}/ /\n")
+    rc, out, err = host.run(HOST, "apt-get update", user="root", timeout=120)
+    assert rc != 0 and "Conflicting values set for option Signed-By" in out + err, (rc, out, err)
+    name = f"NVIDIA's {repo.repo_path} repository set aside"
+    run = provision(host, tmp_path, CUDA, repo)
+    assert run.rc == 0, run
+    assert run.status(f"Other entries for {name}") == "changed"
+    assert exists(host, f"{other}.disabled") and not exists(host, other)
+    root_sh(host, "apt-get update", timeout=120)         # apt reads its sources again
+    run = provision(host, tmp_path, CUDA, repo)
+    assert (run.rc, run.host["changed"]) == (0, 0), run.host["steps"]
+
+
+def test_image_driver_kept_and_fabric_manager_matched(host, repo, tmp_path):
+    """An HGX image: NVSwitches on the bus, a driver at the row's branch already installed and
+    held by someone else. The driver stays, Fabric Manager comes at exactly its version."""
+    root_sh(host, "apt-mark unhold nvidia-open-580 >/dev/null; dpkg --purge nvidia-open-580 >/dev/null")
+    lspci = (FIXTURES / "lspci-hgx-h100.txt").read_text()
+    put(host, "/usr/local/bin/lspci",
+        f"#!/bin/sh\n# STAND-IN for lspci (an HGX board)\ncat <<'EOF'\n{lspci}EOF\n", "0755")
+    put(host, "/usr/local/bin/systemctl", SYSTEMCTL, "0755")
+    root_sh(host, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+            f"nvidia-driver={IMAGE_DRIVER}-1 >/dev/null && apt-mark hold nvidia-driver", timeout=120)
+
+    run = provision(host, tmp_path, DRIVER, repo)
+    assert run.rc == 0, run
+    case = f"Driver: {IMAGE_DRIVER} (package) kept: branch 580 meets the minimum 580 of CUDA 13.0"
+    assert run.status(case) == "ok", list(run.steps)
+    for name, step in run.steps.items():
+        if name.startswith(("Driver branch ", "Kernel headers ", "Blacklist nouveau")):
+            assert step["status"] == "skipped", step
+    assert run.status("Fabric Manager (nvidia-fabricmanager-580) at the driver's version, held") == "changed"
+    # exactly the driver's version (the repository also has an older and a newer one), both held
+    assert installed(host, "nvidia-driver", "nvidia-fabricmanager-580", "nvidia-open") == {
+        "nvidia-driver": f"{IMAGE_DRIVER}-1", "nvidia-fabricmanager-580": f"{IMAGE_DRIVER}-1"}
+    assert sorted(held(host)) == ["nvidia-driver", "nvidia-fabricmanager-580"]
+    assert run.status("fabric manager") == "changed" and run.status("persistence mode") == "changed"
+    # nvidia-smi (stand-in: a captured HGX H800 with its fabric Completed) and cuInit (stand-in
+    # libcuda returning 0) pass the check
+    assert run.status("driver answers") == "ok", run.steps["driver answers"]
+    calls = [c for c in root_sh(host, f"cat {SYSTEMCTL_STATE}/log").splitlines()
+             if not c.startswith("is-")]        # the probes' questions aside
+    assert calls == ["enable nvidia-fabricmanager", "restart nvidia-fabricmanager", "daemon-reload",
+                     "enable nvidia-persistenced", "restart nvidia-persistenced"], calls
+    assert root_sh(host, "cat /etc/systemd/system/nvidia-persistenced.service.d/override.conf") == (
+        "[Service]\nExecStart=\nExecStart=/usr/bin/nvidia-persistenced --user root --persistence-mode --verbose\n")
+
+    run = provision(host, tmp_path, DRIVER, repo)
+    assert run.rc == 0, run
+    assert run.host["changed"] == 0, [s for s in run.host["steps"] if s["status"] == "changed"]
