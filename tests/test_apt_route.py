@@ -351,3 +351,17 @@ def test_image_driver_kept_and_fabric_manager_matched(host, repo, tmp_path):
     run = provision(host, tmp_path, DRIVER, repo)
     assert run.rc == 0, run
     assert run.host["changed"] == 0, [s for s in run.host["steps"] if s["status"] == "changed"]
+
+
+def test_missing_kernel_headers_are_named(host, repo, tmp_path):
+    """A GPU, no driver, and no headers for the running kernel anywhere (the stand-in repository
+    carries none, like an archive that dropped an image's old kernel): a plain message."""
+    root_sh(host, "apt-mark unhold nvidia-driver >/dev/null; dpkg --purge nvidia-driver >/dev/null")
+    run = provision(host, tmp_path, DRIVER, repo)
+    assert run.rc == 1, run
+    kernel = root_sh(host, "uname -r").strip()
+    check = run.steps[f"Headers for kernel {kernel} are in the archive"]
+    assert check["status"] == "failed", run.host["steps"]
+    assert f"no linux-headers-{kernel} in the configured repositories" in check["message"], check
+    assert "Upgrade the kernel (apt-get install linux-image-" in check["message"]
+    assert list(run.steps)[-1] == check["name"]

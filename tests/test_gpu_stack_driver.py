@@ -17,7 +17,7 @@ from tests.test_playbooks import DISTROS, plan
 FIXTURES = Path(__file__).parent / "fixtures" / "facts"
 UBUNTU = DISTROS["ubuntu2204-x86_64"]
 DEBIAN = DISTROS["debian12-x86_64"]
-OPEN_580 = "NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build"
+HEADERS = "Kernel headers for 6.8.0-1012-aws (linux-headers-6.8.0-1012-aws linux-headers-aws) and DKMS"
 
 
 def driver_plan(work, facts=None, distro=UBUNTU, **variables):
@@ -40,7 +40,7 @@ def test_fresh_host_installs_the_fleet_branch(work):
     case, steps = driver_plan(work)
     assert case.name == "Driver: none found, installing branch 580 (nvidia-open-580)"
     assert install_step(steps).status == "changed"
-    assert {"Kernel headers for 6.8.0-1012-aws and DKMS", "Blacklist nouveau", "reboot"} <= set(ran(steps))
+    assert {HEADERS, "Blacklist nouveau", "reboot"} <= set(ran(steps))
 
 
 def test_newer_driver_from_the_image_is_kept(work):
@@ -52,7 +52,7 @@ def test_newer_driver_from_the_image_is_kept(work):
     assert case.status == "ok"
     assert case.name == "Driver: 580.95.05 (package) kept: branch 580 meets the minimum 570 of CUDA 12.8"
     assert install_step(steps).status == "skipped"
-    for name in ("Kernel headers for 6.8.0-1012-aws and DKMS", "Blacklist nouveau",
+    for name in (HEADERS, "Blacklist nouveau",
                  "Someone else's holds released (driver_policy replace)", "Secure Boot is off"):
         assert steps[name].status == "skipped", name
     assert "reboot" not in steps and "rebuild initramfs" not in steps
@@ -126,6 +126,29 @@ def test_driver_package_names_per_branch(work, distro, branch, flavor, pinned, p
     assert pinning.status == ("changed" if pinned else "skipped")
     if pinned:
         assert pinning.commands[-1] == f"apt-get install nvidia-driver-pinning-{branch}"
+
+
+@pytest.mark.parametrize("kernel, meta", [
+    ("6.8.0-1012-aws", "linux-headers-aws"),                 # Ubuntu on AWS
+    ("6.8.0-1015-gcp", "linux-headers-gcp"),                 # Ubuntu on GCP
+    ("6.1.0-18-cloud-amd64", "linux-headers-cloud-amd64"),   # Debian 12 cloud image
+    ("6.12.43+deb13-cloud-amd64", "linux-headers-cloud-amd64"),   # Debian 13's version format
+    ("5.15.0-91-generic", "linux-headers-generic"),
+])
+def test_kernel_headers_follow_the_flavour(work, kernel, meta):
+    _, steps = driver_plan(work, {"kernel": kernel}, hold_kernel="true")
+    headers = steps[f"Kernel headers for {kernel} (linux-headers-{kernel} {meta}) and DKMS"]
+    assert headers.commands[-1] == f"apt-get install linux-headers-{kernel} {meta} dkms"
+    check = steps[f"Headers for kernel {kernel} are in the archive"].commands[0]
+    assert f"apt-cache show linux-headers-{kernel}" in check
+    assert f"Upgrade the kernel (apt-get install linux-image-{meta[len('linux-headers-'):]})" in check
+    hold = steps[f"Kernel {kernel} and its headers held (hold_kernel)"]
+    assert hold.commands[-1] == f"apt-mark hold linux-image-{kernel} linux-headers-{kernel} {meta}"
+
+
+def test_kernel_is_not_held_by_default(work):
+    _, steps = driver_plan(work)
+    assert steps["Kernel 6.8.0-1012-aws and its headers held (hold_kernel)"].status == "skipped"
 
 
 def test_nvswitch_board_gets_fabric_manager_with_the_driver(work):

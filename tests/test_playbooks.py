@@ -64,8 +64,8 @@ def test_driver_plan_per_distro(work, distro):
     assert keyring.commands == [
         f"download https://developer.download.nvidia.com/compute/cuda/repos/{repo}/"
         f"cuda-keyring_1.1-1_all.deb, verify sha256 {KNOWN_SUMS[distro]}..., dpkg -i"]
-    assert "apt-get install linux-headers-6.8.0-1012-aws" in \
-        " ".join(steps["Kernel headers for 6.8.0-1012-aws and DKMS"].commands)
+    headers = steps["Kernel headers for 6.8.0-1012-aws (linux-headers-6.8.0-1012-aws linux-headers-aws) and DKMS"]
+    assert "apt-get install linux-headers-6.8.0-1012-aws linux-headers-aws dkms" in headers.commands
     # The fleet's branch (R580); Debian's branch is held by NVIDIA's pinning package.
     package = "nvidia-open" if distro.startswith("debian") else "nvidia-open-580"
     driver = steps[f"Driver branch 580 ({package}), held"]
