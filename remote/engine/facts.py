@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 # name -> (type, what it is). Types: str, int, float, bool, list (repeated lines).
 FACTS = {
@@ -157,10 +157,11 @@ def script(python: str = "python3", names: Optional[Iterable[str]] = None,
     return "\n".join(parts) + "\n"
 
 
-def parse(output: str) -> dict:
+def parse(output: str) -> dict[str, Any]:
     """Typed facts from the script's output; every name in `FACTS` is present."""
-    raw: dict = {}
-    gpus, packages = [], []
+    raw: dict[str, str] = {}
+    gpus: list[str] = []
+    packages: list[list[str]] = []
     for line in output.splitlines():
         name, sep, value = line.partition("=")
         if not sep:
@@ -197,7 +198,7 @@ def parse(output: str) -> dict:
 _DOTTED = re.compile(r"(?:^|\s)(\d+\.\d+(?:\.\d+)*)(?=\s|$)")
 
 
-def driver_from_banner(banner: str) -> tuple:
+def driver_from_banner(banner: str) -> tuple[str, str]:
     """(version, flavour) from the NVRM line of /proc/driver/nvidia/version; ("", "") if none."""
     match = _DOTTED.search(banner)
     if not match:
@@ -205,7 +206,7 @@ def driver_from_banner(banner: str) -> tuple:
     return match.group(1), "open" if "Open Kernel Module" in banner else "proprietary"
 
 
-def _driver_packages(rows: list, loaded: str, runfile: bool) -> dict:
+def _driver_packages(rows: list[list[str]], loaded: str, runfile: bool) -> dict[str, Any]:
     """The package facts from dpkg-query rows [name, status, version] (status as dpkg's
     ${db:Status-Abbrev}: `ii` installed, `hi` installed and held)."""
     installed = [(row[0], row[1], row[2]) for row in rows
@@ -227,7 +228,7 @@ def _driver_packages(rows: list, loaded: str, runfile: bool) -> dict:
             "driver_source": source}
 
 
-def _version_key(version: str) -> tuple:
+def _version_key(version: str) -> tuple[int, ...]:
     return tuple(_int(part, 0) for part in version.split("."))
 
 
@@ -240,12 +241,12 @@ def _gpu_name(lspci_text: str) -> str:
     return text
 
 
-def _int(value, default: int) -> int:
+def _int(value: Optional[str], default: int) -> int:
     try:
-        return int(value)
+        return int(value or "")
     except (TypeError, ValueError):
         return default
 
 
-def _empty(kind):
+def _empty(kind: type) -> Any:
     return {str: "", int: 0, float: 0.0, bool: False, list: []}[kind]
