@@ -107,3 +107,16 @@ def test_11_8_toolkit_is_refused_where_the_repository_lacks_it(work, distro, ref
         assert check.message.startswith(f"CUDA 11.8 is not in NVIDIA's {repo} repository "
                                         "(no cuda-toolkit-11-8)")
         assert "NVIDIA repository keyring" not in steps
+
+
+@pytest.mark.parametrize("recipe", ["site.yaml", "nvidia-driver.yaml", "cuda.yaml", "cudnn.yaml"])
+def test_a_host_without_apt_stops_at_the_start(work, recipe):
+    rocky = {"distro_id": "rocky", "distro_version": "9.4", "arch": "x86_64", "pkg_manager": "dnf"}
+    steps = plan(work, recipe, rocky)
+    failed = [s for s in steps.values() if s.status == "failed"]
+    assert [s.name for s in failed] == ["localhost has apt (Ubuntu or Debian)"]
+    assert failed[0].message == ("rocky 9.4 has no apt: the NVIDIA recipes support Ubuntu "
+                                 "20.04/22.04/24.04 and Debian 12/13 (cuda-wheels.yaml needs only "
+                                 "python3 with venv)")
+    assert list(steps)[-1] == failed[0].name
+    assert all(s.status in ("ok", "skipped") for s in list(steps.values())[:-1])
