@@ -56,7 +56,18 @@ def test_newer_driver_from_the_image_is_kept(work):
                  "Someone else's holds released (driver_policy replace)", "Secure Boot is off"):
         assert steps[name].status == "skipped", name
     assert "reboot" not in steps and "rebuild initramfs" not in steps
+    assert steps["Driver 580.95.05 installed, not loaded yet"].status == "skipped"
     assert steps["nvidia-persistenced running"].status == "changed"
+
+
+def test_a_kept_driver_not_loaded_yet_gets_its_reboot(work):
+    case, steps = driver_plan(work, {"driver_source": "package", "driver_package_version": "580.95.05",
+                                     "driver_packages": ["nvidia-open-580=580.95.05-1"]})
+    assert case.name.endswith("kept: branch 580 meets the minimum 570 of CUDA 12.8, not loaded yet: reboot")
+    assert steps["Driver 580.95.05 installed, not loaded yet"].status == "changed"
+    assert install_step(steps).status == "skipped"
+    assert [name for name in ("reboot", "persistence mode", "driver answers") if name in steps] == [
+        "reboot", "persistence mode", "driver answers"]
 
 
 def test_a_newer_branch_is_never_downgraded(work):
