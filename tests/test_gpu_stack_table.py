@@ -120,3 +120,21 @@ def test_a_host_without_apt_stops_at_the_start(work, recipe):
                                  "python3 with venv)")
     assert list(steps)[-1] == failed[0].name
     assert all(s.status in ("ok", "skipped") for s in list(steps.values())[:-1])
+
+
+def test_dcgm_for_the_rows_cuda_major(work):
+    steps = plan(work, "dcgm.yaml", DISTROS["ubuntu2204-x86_64"], {"cuda_version": "13.0"})
+    assert steps["DCGM 4 has a build for CUDA 13 on ubuntu2204/x86_64"].status == "ok"
+    dcgm = steps["DCGM 4 for CUDA 13 (datacenter-gpu-manager-4-cuda13)"]
+    assert dcgm.commands[-1] == "apt-get install datacenter-gpu-manager-4-cuda13"
+    steps = plan(work, "dcgm.yaml", DISTROS["ubuntu2204-x86_64"], {"cuda_version": "11.8"})
+    check = steps["DCGM 4 has a build for CUDA 11 on ubuntu2204/x86_64"]
+    assert check.status == "failed" and list(steps)[-1] == check.name
+    steps = plan(work, "dcgm.yaml", DISTROS["debian13-x86_64"], {"cuda_version": "13.0"})
+    assert steps["DCGM 4 has a build for CUDA 13 on debian13/x86_64"].status == "failed"
+
+
+def test_container_toolkit_plan(work):
+    steps = plan(work, "container-toolkit.yaml", DISTROS["debian12-x86_64"])
+    assert steps["nvidia-container-toolkit"].commands[-1] == "apt-get install nvidia-container-toolkit"
+    assert "NVIDIA repository keyring" in steps
