@@ -21,8 +21,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from remote import sandbox
+from remote.config.templating import render_text
 from tests.conftest import REPO, invoke, write_yaml
 from tests.sandbox_fixture import sandbox_hosts  # noqa: F401  (session fixture)
 from tests.standin_repo import FIXTURES, IMAGE_DRIVER, KEYRING_PATH, STANDIN, StandinRepo
@@ -292,6 +294,25 @@ def test_pinned_install_hold_and_downgrade(host, repo, tmp_path):
     assert "no version of nvidia-open-580 matches 575.*" in run.steps[
         "nvidia-open-580=575.*, held"]["message"]
     assert installed(host, "nvidia-open-580") == {"nvidia-open-580": "580.65.06-1"}
+
+
+def test_driver_packages_are_held_together(host, repo, tmp_path):
+    """nvidia-driver.yaml's hold of every package at the driver's version, run on the host's
+    real dpkg: the driver's and Fabric Manager's packages of 580.82.07 are found and held."""
+    recipe = yaml.safe_load(DRIVER.read_text())
+    unheld = render_text(recipe["vars"]["driver_unheld"],
+                         {"driver_install_packages": ["nvidia-open-580"]})
+    hold = recipe["steps"][[s.get("name") for s in recipe["steps"]].index(
+        "The driver's packages of its version held together")]
+    root_sh(host, "apt-mark unhold nvidia-open-580 >/dev/null; DEBIAN_FRONTEND=noninteractive "
+            "apt-get install -y -q --allow-downgrades nvidia-open-580=580.82.07-1 "
+            "nvidia-fabricmanager-580=580.82.07-1 >/dev/null", timeout=120)
+    assert sorted(root_sh(host, unheld).split()) == ["nvidia-fabricmanager-580", "nvidia-open-580"]
+    root_sh(host, hold["shell"].replace("{{ driver_unheld | verbatim }}", unheld))
+    assert sorted(held(host)) == ["nvidia-fabricmanager-580", "nvidia-open-580"]
+    assert root_sh(host, unheld).strip() == ""
+    root_sh(host, "apt-mark unhold nvidia-fabricmanager-580 >/dev/null; "
+            "dpkg --purge nvidia-fabricmanager-580 >/dev/null")
 
 
 def put(box, path: str, text: str, mode: str = "0644") -> None:
