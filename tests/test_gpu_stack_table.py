@@ -138,3 +138,11 @@ def test_container_toolkit_plan(work):
     steps = plan(work, "container-toolkit.yaml", DISTROS["debian12-x86_64"])
     assert steps["nvidia-container-toolkit"].commands[-1] == "apt-get install nvidia-container-toolkit"
     assert "NVIDIA repository keyring" in steps
+
+
+def test_peermem_leaves_a_host_without_the_peer_memory_api_alone(work):
+    # This machine's kernel has no ib_register_peer_memory_client: the probe says so for real.
+    assert "ib_register_peer_memory_client" not in open("/proc/kallsyms").read()
+    steps = plan(work, "peermem.yaml", dict(DISTROS["ubuntu2204-x86_64"], driver_version="580.95.05"))
+    step = steps["nvidia-peermem loaded, and at boot (where the peer-memory API exists)"]
+    assert (step.status, step.commands) == ("ok", [])
