@@ -95,6 +95,8 @@ def test_replace_takes_the_hold_over(work):
     assert case.name == "Driver: 535.104.05 (package) replaced by branch 580 (driver_policy: replace)"
     assert steps["Someone else's holds released (driver_policy replace)"].commands == [
         "apt-mark unhold nvidia-driver-535-server"]
+    # the old driver's daemon is left to the reboot; the handler starts the new one
+    assert steps["nvidia-persistenced running"].status == "skipped"
     assert install_step(steps).commands[-2:] == ["apt-get install nvidia-open-580",
                                                  "apt-mark hold nvidia-open-580"]
 
