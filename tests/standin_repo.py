@@ -53,6 +53,7 @@ class Package:
     files: Dict[str, Tuple[Union[str, bytes], int]] = field(default_factory=dict)
     conffiles: Tuple[str, ...] = ()
     arch: str = "all"
+    depends: str = ""
 
     @property
     def filename(self) -> str:
@@ -61,7 +62,8 @@ class Package:
     def control(self) -> str:
         return (f"Package: {self.name}\nVersion: {self.version}\nArchitecture: {self.arch}\n"
                 f"Maintainer: {MAINTAINER}\nSection: misc\nPriority: optional\n"
-                f"Description: {STANDIN}\n"
+                + (f"Depends: {self.depends}\n" if self.depends else "")
+                + f"Description: {STANDIN}\n"
                 f" Stand-in for {self.name} from NVIDIA's CUDA repository, made for gpuprov's\n"
                 " apt-route tests. Its contents are a few bytes of text.\n")
 
@@ -199,6 +201,15 @@ class StandinRepo:
         return next(p for p in self.packages
                     if p.name == name and (version is None or p.version == version))
 
+    def publish(self, packages: List[Package]) -> None:
+        """Add `packages` to the served repository: built, indexed and signed again."""
+        work = self.tmp / "build"
+        for pkg in packages:
+            build_deb(pkg, self.repo_dir, work)
+        self.packages += packages
+        write_index(self.repo_dir, self.packages)
+        self._sign()
+
     def sources_line(self) -> str:
         """The sources line NVIDIA's cuda-keyring ships (and the recipe writes), for this URL."""
         return f"deb [signed-by={KEYRING_PATH}] {self.url}/{self.repo_path}/ /\n"
@@ -248,9 +259,20 @@ class StandinRepo:
                '  -L) echo "GPU 0: NVIDIA H800 (UUID: GPU-34bf77d1-c686-6821-79a8-32d326c5039c)";;\n'
                "  -q) cat <<'EOF'\n" + (FIXTURES / "nvidia-smi-q-h800.txt").read_text() + "EOF\n;;\n"
                "esac\n")
-        image_driver = Package("nvidia-driver", f"{IMAGE_DRIVER}-1", {
-            "/usr/bin/nvidia-smi": (smi, 0o755),
-            "/usr/lib/x86_64-linux-gnu/libcuda.so.1": (self._libcuda(), 0o644)})
+        driver_files = {"/usr/bin/nvidia-smi": (smi, 0o755),
+                        "/usr/lib/x86_64-linux-gnu/libcuda.so.1": (self._libcuda(), 0o644)}
+        image_driver = Package("nvidia-driver", f"{IMAGE_DRIVER}-1", driver_files)
+        # What the recipe installs on Debian for branch 580: the pinning package, then the
+        # unversioned nvidia-open (the same stand-in nvidia-smi and libcuda as the image's
+        # driver; never installed beside it), which pulls a library of the same version.
+        doc = "/usr/share/doc/{}/STANDIN"
+        pinned_driver = [
+            Package("nvidia-driver-pinning-580", f"{IMAGE_DRIVER}-1",
+                    {doc.format("nvidia-driver-pinning-580"): (STANDIN + "\n", 0o644)}),
+            Package("libnvidia-compute-580", f"{IMAGE_DRIVER}-1",
+                    {doc.format("libnvidia-compute-580"): (STANDIN + "\n", 0o644)}),
+            Package("nvidia-open", f"{IMAGE_DRIVER}-1", dict(driver_files),
+                    depends=f"libnvidia-compute-580 (= {IMAGE_DRIVER}-1)")]
         return [
             Package("cuda-keyring", "1.1-1", {
                 KEYRING_PATH: (self.public_key, 0o644),
@@ -260,7 +282,7 @@ class StandinRepo:
                 "/usr/local/cuda-13.0/STANDIN": (STANDIN + "\n", 0o644)}),
             Package("cudnn9-cuda-13", "9.13.0.50-1", {
                 "/usr/include/cudnn_version.h": (cudnn_h, 0o644)}),
-            *driver, *fabricmanager, image_driver,
+            *driver, *fabricmanager, image_driver, *pinned_driver,
         ]
 
     def _libcuda(self) -> bytes:

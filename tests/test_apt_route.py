@@ -2,10 +2,13 @@
 
 The NVIDIA repository here is a STAND-IN (tests/standin_repo.py): a tiny signed flat apt
 repository with NVIDIA's layout and package names (`cuda-keyring`, `cuda-toolkit-13-0`,
-`cudnn9-cuda-13`, `nvidia-open-580`), contents of a few bytes, built by this module with dpkg-deb
-and a throwaway GPG key, and served on 127.0.0.1. It is NOT NVIDIA's repository and NOT NVIDIA
-software. The recipes reach it through their mirror var `nvidia_repo_base`, exactly as a fenced
-fleet would reach an internal mirror.
+`cudnn9-cuda-13`, `nvidia-open-580`, `nvidia-open` with its pinning package and library,
+`nvidia-fabricmanager-580`, an image's `nvidia-driver`), contents of a few bytes, built by this
+module with dpkg-deb and a throwaway GPG key, and served on 127.0.0.1. Later tests make the host
+look like a GPU cloud's: a stand-in lspci of an HGX board (GPUs and NVSwitches), a stand-in
+systemctl, a driver already installed and held by someone else, another entry for the
+repository. It is NOT NVIDIA's repository and NOT NVIDIA software. The recipes reach it through
+their mirror var `nvidia_repo_base`, exactly as a fenced fleet would reach an internal mirror.
 
 While this module runs, the sandbox host's Debian sources are set aside so that every apt fetch
 goes to the stand-in on loopback (nothing leaves 127.0.0.0/8); the module puts the host's apt
@@ -27,7 +30,8 @@ from remote import sandbox
 from remote.config.templating import render_text
 from tests.conftest import REPO, invoke, write_yaml
 from tests.sandbox_fixture import sandbox_hosts  # noqa: F401  (session fixture)
-from tests.standin_repo import FIXTURES, IMAGE_DRIVER, KEYRING_PATH, STANDIN, StandinRepo
+from tests.standin_repo import (FIXTURES, IMAGE_DRIVER, KEYRING_PATH, MAINTAINER, STANDIN, Package,
+                                StandinRepo)
 
 pytestmark = [pytest.mark.slow, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="sandbox hosts need root")]
@@ -40,7 +44,7 @@ STANDIN_PACKAGES = ("cuda-keyring", "cuda-toolkit-13-0", "cudnn9-cuda-13", "nvid
                     "nvidia-fabricmanager-580", "nvidia-driver")
 # Stand-ins this module puts on the host (removed at the end): an HGX board's lspci, and a
 # systemctl (the sandbox host has no systemd) that records its calls and keeps enabled/active marks.
-STANDIN_TOOLS = ("/usr/local/bin/lspci", "/usr/local/bin/systemctl")
+STANDIN_TOOLS = ("/usr/local/bin/lspci", "/usr/local/bin/systemctl", "/usr/local/sbin/update-initramfs")
 SYSTEMCTL_STATE = "/var/lib/gpuprov-standin-systemctl"
 SYSTEMCTL = f"""#!/bin/sh
 # STAND-IN for systemctl, from gpuprov's tests: no systemd runs in a sandbox host
@@ -106,12 +110,15 @@ printf 'Acquire::http::Proxy::127.0.0.1 "DIRECT";\\n' > /etc/apt/apt.conf.d/99gp
     try:
         yield box
     finally:
-        names = " ".join(STANDIN_PACKAGES)
+        # every package the stand-in repository built (its maintainer), whatever the test added
+        names = (f"$(dpkg-query -W -f='${{Package}}\\t${{Maintainer}}\\n' | "
+                 f"awk -F'\\t' '$2 == \"{MAINTAINER}\" {{print $1}}')")
         root_sh(box, f"""apt-mark unhold {names} >/dev/null 2>&1
 dpkg --purge --force-remove-reinstreq {names} >/dev/null 2>&1
 set -e
 rm -f /etc/profile.d/cuda.sh /etc/apt/apt.conf.d/99gpuprov-standin {" ".join(STANDIN_TOOLS)}
 rm -rf {SYSTEMCTL_STATE} /etc/systemd/system/nvidia-persistenced.service.d
+rm -f /etc/modprobe.d/blacklist-nouveau.conf /etc/modules-load.d/nvidia-peermem.conf
 rm -rf /etc/apt/sources.list.d /var/lib/apt/lists
 mv {BACKUP}/sources.list.d /etc/apt/sources.list.d
 mv {BACKUP}/lists /var/lib/apt/lists
@@ -396,3 +403,37 @@ def test_missing_kernel_headers_are_named(host, repo, tmp_path):
     assert f"no linux-headers-{kernel} in the configured repositories" in check["message"], check
     assert "Upgrade the kernel (apt-get install linux-image-" in check["message"]
     assert list(run.steps)[-1] == check["name"]
+
+
+def test_fresh_hgx_host_converges_with_fabric_manager(host, repo, tmp_path):
+    """A fresh HGX host (after the previous test: no driver; lspci shows GPUs and NVSwitches):
+    pinning package, driver, its library held with it, Fabric Manager at the version apt just
+    installed, a real reboot of the sandbox host, then the CUDA check passes."""
+    root_sh(host, "apt-mark unhold nvidia-fabricmanager-580 >/dev/null; "
+            "dpkg --purge nvidia-fabricmanager-580 >/dev/null")     # the kept image's
+    kernel = root_sh(host, "uname -r").strip()
+    flavour = "-".join(part for part in kernel.split("-") if not part[:1].isdigit())
+    headers = [f"linux-headers-{kernel}", f"linux-headers-{flavour}", "dkms"]
+    repo.publish([Package(name, "0.0-1", {f"/usr/share/doc/{name}/STANDIN": (STANDIN + "\n", 0o644)})
+                  for name in headers])
+    put(host, "/usr/local/sbin/update-initramfs",
+        "#!/bin/sh\n# STAND-IN for update-initramfs (not in a sandbox host)\nexit 0\n", "0755")
+    boot = root_sh(host, "cat /proc/sys/kernel/random/boot_id").strip()
+
+    run = provision(host, tmp_path, DRIVER, repo)
+    assert run.rc == 0, run
+    assert run.status("Driver: none found, installing branch 580 (nvidia-open)") == "ok"
+    for name in ("Driver branch 580 pinned (nvidia-driver-pinning-580)", "Driver branch 580 (nvidia-open), held",
+                 "Blacklist nouveau", "The driver's packages of its version held together",
+                 "Fabric Manager (nvidia-fabricmanager-580) at the driver's version, held",
+                 "rebuild initramfs", "reboot", "fabric manager", "persistence mode"):
+        assert run.status(name) == "changed", name
+    assert run.status("driver answers") == "ok"
+    assert root_sh(host, "cat /proc/sys/kernel/random/boot_id").strip() != boot
+    want = {"nvidia-driver-pinning-580": f"{IMAGE_DRIVER}-1", "nvidia-open": f"{IMAGE_DRIVER}-1",
+            "libnvidia-compute-580": f"{IMAGE_DRIVER}-1",
+            # the driver's version, not the newest (580.105.08-1 is in the repository too)
+            "nvidia-fabricmanager-580": f"{IMAGE_DRIVER}-1"}
+    assert installed(host, *want) == want
+    assert sorted(held(host)) == ["libnvidia-compute-580", "nvidia-driver-pinning-580",
+                                  "nvidia-fabricmanager-580", "nvidia-open"]
