@@ -1,9 +1,11 @@
 """A STAND-IN for NVIDIA's CUDA apt repository, built and served on loopback by the tests.
 
 NOT NVIDIA SOFTWARE. The packages carry the names the recipes install (`cuda-keyring`,
-`cuda-toolkit-13-0`, `cudnn9-cuda-13`, `nvidia-open-580`) but their contents are a few bytes of
-text written here (a shell script that prints a version, a header with version macros); every
-package description says it is a stand-in. The repository is signed with a throwaway GPG key
+`cuda-toolkit-13-0`, `cudnn9-cuda-13`, `nvidia-open-580`, `nvidia-fabricmanager-580`) and one a
+cloud image may already hold (`nvidia-driver`, Debian's name), but their contents are a few bytes
+written here (a shell script that prints a version or a captured `nvidia-smi -q`, a header with
+version macros, a C stub whose `cuInit` returns 0); every package description says it is a
+stand-in. The repository is signed with a throwaway GPG key
 made in a temporary GNUPGHOME, has NVIDIA's flat layout (`deb URL/debian12/x86_64/ /`) and is
 served by a Python http.server on 127.0.0.1 only.
 
@@ -35,6 +37,12 @@ STANDIN = "STAND-IN for NVIDIA's package, built by gpuprov's tests (tiny, not NV
 MAINTAINER = "gpuprov tests <tests@gpuprov.invalid>"
 KEYRING_PATH = "/usr/share/keyrings/cuda-archive-keyring.gpg"
 TOOL_TIMEOUT = 60
+FIXTURES = Path(__file__).parent / "fixtures" / "facts"
+# The driver a stand-in image already has (NVIDIA's 580.95.05: the issue's example), and the
+# Fabric Manager versions beside it: older, the same, newer (580.105.08: public installs of
+# nvidia-fabricmanager-580=580.105.08-1). Exactly the driver's must be chosen.
+IMAGE_DRIVER = "580.95.05"
+FABRICMANAGER_VERSIONS = ("580.82.07-1", "580.95.05-1", "580.105.08-1")
 
 
 @dataclass
@@ -45,6 +53,7 @@ class Package:
     files: Dict[str, Tuple[Union[str, bytes], int]] = field(default_factory=dict)
     conffiles: Tuple[str, ...] = ()
     arch: str = "all"
+    depends: str = ""
 
     @property
     def filename(self) -> str:
@@ -53,7 +62,8 @@ class Package:
     def control(self) -> str:
         return (f"Package: {self.name}\nVersion: {self.version}\nArchitecture: {self.arch}\n"
                 f"Maintainer: {MAINTAINER}\nSection: misc\nPriority: optional\n"
-                f"Description: {STANDIN}\n"
+                + (f"Depends: {self.depends}\n" if self.depends else "")
+                + f"Description: {STANDIN}\n"
                 f" Stand-in for {self.name} from NVIDIA's CUDA repository, made for gpuprov's\n"
                 " apt-route tests. Its contents are a few bytes of text.\n")
 
@@ -191,6 +201,15 @@ class StandinRepo:
         return next(p for p in self.packages
                     if p.name == name and (version is None or p.version == version))
 
+    def publish(self, packages: List[Package]) -> None:
+        """Add `packages` to the served repository: built, indexed and signed again."""
+        work = self.tmp / "build"
+        for pkg in packages:
+            build_deb(pkg, self.repo_dir, work)
+        self.packages += packages
+        write_index(self.repo_dir, self.packages)
+        self._sign()
+
     def sources_line(self) -> str:
         """The sources line NVIDIA's cuda-keyring ships (and the recipe writes), for this URL."""
         return f"deb [signed-by={KEYRING_PATH}] {self.url}/{self.repo_path}/ /\n"
@@ -231,6 +250,29 @@ class StandinRepo:
         driver = [Package("nvidia-open-580", v, {
             "/usr/share/doc/nvidia-open-580/STANDIN": (f"{STANDIN}\nversion {v}\n", 0o644)})
             for v in ("580.65.06-1", "580.82.07-1")]
+        fabricmanager = [Package("nvidia-fabricmanager-580", v, {
+            "/usr/share/doc/nvidia-fabricmanager-580/STANDIN": (f"{STANDIN}\nversion {v}\n", 0o644)})
+            for v in FABRICMANAGER_VERSIONS]
+        smi = ("#!/bin/sh\n# STAND-IN for nvidia-smi, from gpuprov's test repository: a captured\n"
+               "# `nvidia-smi -q -i 0` of an HGX H800 (tests/fixtures/facts)\n"
+               'case "$1" in\n'
+               '  -L) echo "GPU 0: NVIDIA H800 (UUID: GPU-34bf77d1-c686-6821-79a8-32d326c5039c)";;\n'
+               "  -q) cat <<'EOF'\n" + (FIXTURES / "nvidia-smi-q-h800.txt").read_text() + "EOF\n;;\n"
+               "esac\n")
+        driver_files = {"/usr/bin/nvidia-smi": (smi, 0o755),
+                        "/usr/lib/x86_64-linux-gnu/libcuda.so.1": (self._libcuda(), 0o644)}
+        image_driver = Package("nvidia-driver", f"{IMAGE_DRIVER}-1", driver_files)
+        # What the recipe installs on Debian for branch 580: the pinning package, then the
+        # unversioned nvidia-open (the same stand-in nvidia-smi and libcuda as the image's
+        # driver; never installed beside it), which pulls a library of the same version.
+        doc = "/usr/share/doc/{}/STANDIN"
+        pinned_driver = [
+            Package("nvidia-driver-pinning-580", f"{IMAGE_DRIVER}-1",
+                    {doc.format("nvidia-driver-pinning-580"): (STANDIN + "\n", 0o644)}),
+            Package("libnvidia-compute-580", f"{IMAGE_DRIVER}-1",
+                    {doc.format("libnvidia-compute-580"): (STANDIN + "\n", 0o644)}),
+            Package("nvidia-open", f"{IMAGE_DRIVER}-1", dict(driver_files),
+                    depends=f"libnvidia-compute-580 (= {IMAGE_DRIVER}-1)")]
         return [
             Package("cuda-keyring", "1.1-1", {
                 KEYRING_PATH: (self.public_key, 0o644),
@@ -240,6 +282,15 @@ class StandinRepo:
                 "/usr/local/cuda-13.0/STANDIN": (STANDIN + "\n", 0o644)}),
             Package("cudnn9-cuda-13", "9.13.0.50-1", {
                 "/usr/include/cudnn_version.h": (cudnn_h, 0o644)}),
-            *driver,
+            *driver, *fabricmanager, image_driver, *pinned_driver,
         ]
+
+    def _libcuda(self) -> bytes:
+        """A stand-in libcuda.so.1 whose cuInit returns 0 (CUDA_SUCCESS), built with cc."""
+        src = self.tmp / "libcuda.c"
+        src.write_text("/* STAND-IN for libcuda, gpuprov's tests */\n"
+                       "int cuInit(unsigned int flags) { (void)flags; return 0; }\n")
+        out = self.tmp / "libcuda.so.1"
+        _tool("cc", "-shared", "-fPIC", "-o", str(out), str(src))
+        return out.read_bytes()
 

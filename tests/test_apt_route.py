@@ -2,10 +2,13 @@
 
 The NVIDIA repository here is a STAND-IN (tests/standin_repo.py): a tiny signed flat apt
 repository with NVIDIA's layout and package names (`cuda-keyring`, `cuda-toolkit-13-0`,
-`cudnn9-cuda-13`, `nvidia-open-580`), contents of a few bytes, built by this module with dpkg-deb
-and a throwaway GPG key, and served on 127.0.0.1. It is NOT NVIDIA's repository and NOT NVIDIA
-software. The recipes reach it through their mirror var `nvidia_repo_base`, exactly as a fenced
-fleet would reach an internal mirror.
+`cudnn9-cuda-13`, `nvidia-open-580`, `nvidia-open` with its pinning package and library,
+`nvidia-fabricmanager-580`, an image's `nvidia-driver`), contents of a few bytes, built by this
+module with dpkg-deb and a throwaway GPG key, and served on 127.0.0.1. Later tests make the host
+look like a GPU cloud's: a stand-in lspci of an HGX board (GPUs and NVSwitches), a stand-in
+systemctl, a driver already installed and held by someone else, another entry for the
+repository. It is NOT NVIDIA's repository and NOT NVIDIA software. The recipes reach it through
+their mirror var `nvidia_repo_base`, exactly as a fenced fleet would reach an internal mirror.
 
 While this module runs, the sandbox host's Debian sources are set aside so that every apt fetch
 goes to the stand-in on loopback (nothing leaves 127.0.0.0/8); the module puts the host's apt
@@ -21,11 +24,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from remote import sandbox
+from remote.config.templating import render_text
 from tests.conftest import REPO, invoke, write_yaml
 from tests.sandbox_fixture import sandbox_hosts  # noqa: F401  (session fixture)
-from tests.standin_repo import KEYRING_PATH, STANDIN, StandinRepo
+from tests.standin_repo import (FIXTURES, IMAGE_DRIVER, KEYRING_PATH, MAINTAINER, STANDIN, Package,
+                                StandinRepo)
 
 pytestmark = [pytest.mark.slow, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="sandbox hosts need root")]
@@ -34,7 +40,24 @@ HOST = "sandbox1"
 CUDA = REPO / "playbooks" / "cuda.yaml"
 CUDNN = REPO / "playbooks" / "cudnn.yaml"
 DRIVER = REPO / "playbooks" / "nvidia-driver.yaml"
-STANDIN_PACKAGES = ("cuda-keyring", "cuda-toolkit-13-0", "cudnn9-cuda-13", "nvidia-open-580")
+STANDIN_PACKAGES = ("cuda-keyring", "cuda-toolkit-13-0", "cudnn9-cuda-13", "nvidia-open-580",
+                    "nvidia-fabricmanager-580", "nvidia-driver")
+# Stand-ins this module puts on the host (removed at the end): an HGX board's lspci, and a
+# systemctl (the sandbox host has no systemd) that records its calls and keeps enabled/active marks.
+STANDIN_TOOLS = ("/usr/local/bin/lspci", "/usr/local/bin/systemctl", "/usr/local/sbin/update-initramfs")
+SYSTEMCTL_STATE = "/var/lib/gpuprov-standin-systemctl"
+SYSTEMCTL = f"""#!/bin/sh
+# STAND-IN for systemctl, from gpuprov's tests: no systemd runs in a sandbox host
+d={SYSTEMCTL_STATE}; mkdir -p $d; echo "$*" >> $d/log
+cmd=$1; shift; now=; unit=
+for a in "$@"; do case $a in --now) now=1;; --*) ;; *) unit=$a;; esac; done
+case $cmd in
+  enable) touch "$d/$unit.enabled"; [ -z "$now" ] || touch "$d/$unit.active";;
+  start|restart) touch "$d/$unit.active";;
+  is-enabled) exec test -e "$d/$unit.enabled";;
+  is-active) exec test -e "$d/$unit.active";;
+esac
+"""
 BACKUP = "/root/.gpuprov-apt-route-backup"
 RUN_TIMEOUT = 240     # one provision run (apt retries included) never takes longer
 
@@ -87,11 +110,15 @@ printf 'Acquire::http::Proxy::127.0.0.1 "DIRECT";\\n' > /etc/apt/apt.conf.d/99gp
     try:
         yield box
     finally:
-        names = " ".join(STANDIN_PACKAGES)
+        # every package the stand-in repository built (its maintainer), whatever the test added
+        names = (f"$(dpkg-query -W -f='${{Package}}\\t${{Maintainer}}\\n' | "
+                 f"awk -F'\\t' '$2 == \"{MAINTAINER}\" {{print $1}}')")
         root_sh(box, f"""apt-mark unhold {names} >/dev/null 2>&1
 dpkg --purge --force-remove-reinstreq {names} >/dev/null 2>&1
 set -e
-rm -f /etc/profile.d/cuda.sh /etc/apt/apt.conf.d/99gpuprov-standin
+rm -f /etc/profile.d/cuda.sh /etc/apt/apt.conf.d/99gpuprov-standin {" ".join(STANDIN_TOOLS)}
+rm -rf {SYSTEMCTL_STATE} /etc/systemd/system/nvidia-persistenced.service.d
+rm -f /etc/modprobe.d/blacklist-nouveau.conf /etc/modules-load.d/nvidia-peermem.conf
 rm -rf /etc/apt/sources.list.d /var/lib/apt/lists
 mv {BACKUP}/sources.list.d /etc/apt/sources.list.d
 mv {BACKUP}/lists /var/lib/apt/lists
@@ -228,10 +255,10 @@ def test_driver_route_is_skipped_without_a_gpu(host, repo, tmp_path):
     assert steps[0]["name"] == "CUDA 13.0 is in the compatibility table"
     assert steps[0]["status"] == "ok"
     assert len(steps) > 5 and {s["status"] for s in steps[1:]} == {"skipped"}, steps
-    assert run.status("Driver branch 580 (nvidia-open-580), held") == "skipped"
+    assert run.status("Driver branch 580 (nvidia-open), held") == "skipped"
     assert run.status("NVIDIA repository keyring") == "skipped"
     assert run.host["changed"] == 0
-    assert "nvidia-open-580" not in installed(host, "nvidia-open-580")
+    assert installed(host, "nvidia-open", "nvidia-open-580") == {}
 
 
 def pin_recipe(path: Path, pin: str) -> Path:
@@ -274,3 +301,139 @@ def test_pinned_install_hold_and_downgrade(host, repo, tmp_path):
     assert "no version of nvidia-open-580 matches 575.*" in run.steps[
         "nvidia-open-580=575.*, held"]["message"]
     assert installed(host, "nvidia-open-580") == {"nvidia-open-580": "580.65.06-1"}
+
+
+def test_driver_packages_are_held_together(host, repo, tmp_path):
+    """nvidia-driver.yaml's hold of every package at the driver's version, run on the host's
+    real dpkg: the driver's and Fabric Manager's packages of 580.82.07 are found and held."""
+    recipe = yaml.safe_load(DRIVER.read_text())
+    unheld = render_text(recipe["vars"]["driver_unheld"],
+                         {"driver_install_packages": ["nvidia-open-580"]})
+    hold = recipe["steps"][[s.get("name") for s in recipe["steps"]].index(
+        "The driver's packages of its version held together")]
+    root_sh(host, "apt-mark unhold nvidia-open-580 >/dev/null; DEBIAN_FRONTEND=noninteractive "
+            "apt-get install -y -q --allow-downgrades nvidia-open-580=580.82.07-1 "
+            "nvidia-fabricmanager-580=580.82.07-1 >/dev/null", timeout=120)
+    assert sorted(root_sh(host, unheld).split()) == ["nvidia-fabricmanager-580", "nvidia-open-580"]
+    root_sh(host, hold["shell"].replace("{{ driver_unheld | verbatim }}", unheld))
+    assert sorted(held(host)) == ["nvidia-fabricmanager-580", "nvidia-open-580"]
+    assert root_sh(host, unheld).strip() == ""
+    root_sh(host, "apt-mark unhold nvidia-fabricmanager-580 >/dev/null; "
+            "dpkg --purge nvidia-fabricmanager-580 >/dev/null")
+
+
+def put(box, path: str, text: str, mode: str = "0644") -> None:
+    root_sh(box, f"cat > {shlex.quote(path)} <<'GPUPROV_EOF'\n{text}GPUPROV_EOF\nchmod {mode} {shlex.quote(path)}")
+
+
+def test_another_entry_for_the_repository_is_set_aside(host, repo, tmp_path):
+    # An older install's list under another name, with another keyring: apt refuses both.
+    other = "/etc/apt/sources.list.d/cuda.list"
+    put(host, other, f"deb [signed-by=/usr/share/keyrings/cuda-old.gpg] {repo.url}/{repo.repo_path}/ /\n")
+    rc, out, err = host.run(HOST, "apt-get update", user="root", timeout=120)
+    assert rc != 0 and "Conflicting values set for option Signed-By" in out + err, (rc, out, err)
+    name = f"NVIDIA's {repo.repo_path} repository set aside"
+    run = provision(host, tmp_path, CUDA, repo)
+    assert run.rc == 0, run
+    assert run.status(f"Other entries for {name}") == "changed"
+    assert exists(host, f"{other}.disabled") and not exists(host, other)
+    root_sh(host, "apt-get update", timeout=120)         # apt reads its sources again
+    run = provision(host, tmp_path, CUDA, repo)
+    assert (run.rc, run.host["changed"]) == (0, 0), run.host["steps"]
+
+
+def test_image_driver_kept_and_fabric_manager_matched(host, repo, tmp_path):
+    """An HGX image: NVSwitches on the bus, a driver at the row's branch already installed and
+    held by someone else. The driver stays, Fabric Manager comes at exactly its version."""
+    root_sh(host, "apt-mark unhold nvidia-open-580 >/dev/null; dpkg --purge nvidia-open-580 >/dev/null")
+    lspci = (FIXTURES / "lspci-hgx-h100.txt").read_text()
+    put(host, "/usr/local/bin/lspci",
+        f"#!/bin/sh\n# STAND-IN for lspci (an HGX board)\ncat <<'EOF'\n{lspci}EOF\n", "0755")
+    put(host, "/usr/local/bin/systemctl", SYSTEMCTL, "0755")
+    root_sh(host, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+            f"nvidia-driver={IMAGE_DRIVER}-1 >/dev/null && apt-mark hold nvidia-driver", timeout=120)
+
+    run = provision(host, tmp_path, DRIVER, repo)
+    assert run.rc == 0, run
+    # The stand-in's module cannot be loaded in a sandbox host: installed, not loaded, as on an
+    # image built without a reboot, so the run reboots the host (for real) before the check.
+    case = (f"Driver: {IMAGE_DRIVER} (package) kept: branch 580 meets the minimum 580 of CUDA 13.0, "
+            "not loaded yet: reboot")
+    assert run.status(case) == "ok", list(run.steps)
+    for name, step in run.steps.items():
+        if name.startswith(("Driver branch ", "Kernel headers ", "Blacklist nouveau")):
+            assert step["status"] == "skipped", step
+    assert run.status("Fabric Manager (nvidia-fabricmanager-580) at the driver's version, held") == "changed"
+    # exactly the driver's version (the repository also has an older and a newer one), both held
+    assert installed(host, "nvidia-driver", "nvidia-fabricmanager-580", "nvidia-open") == {
+        "nvidia-driver": f"{IMAGE_DRIVER}-1", "nvidia-fabricmanager-580": f"{IMAGE_DRIVER}-1"}
+    assert sorted(held(host)) == ["nvidia-driver", "nvidia-fabricmanager-580"]
+    for name in ("reboot", "fabric manager", "persistence mode"):
+        assert run.status(name) == "changed", name
+    # nvidia-smi (stand-in: a captured HGX H800 with its fabric Completed) and cuInit (stand-in
+    # libcuda returning 0) pass the check
+    assert run.status("driver answers") == "ok", run.steps["driver answers"]
+    calls = [c for c in root_sh(host, f"cat {SYSTEMCTL_STATE}/log").splitlines()
+             if not c.startswith("is-")]        # the probes' questions aside
+    assert calls == ["enable nvidia-fabricmanager", "restart nvidia-fabricmanager", "daemon-reload",
+                     "enable nvidia-persistenced", "restart nvidia-persistenced"], calls
+    assert root_sh(host, "cat /etc/systemd/system/nvidia-persistenced.service.d/override.conf") == (
+        "[Service]\nExecStart=\nExecStart=/usr/bin/nvidia-persistenced --user root --persistence-mode --verbose\n")
+
+    # Again: the packages, holds and files stay; only the pending reboot is still pending (the
+    # stand-in never loads), so it and its handlers run once more.
+    run = provision(host, tmp_path, DRIVER, repo)
+    assert run.rc == 0, run
+    assert sorted(s["name"] for s in run.host["steps"] if s["status"] == "changed") == sorted([
+        f"Driver {IMAGE_DRIVER} installed, not loaded yet", "reboot", "fabric manager",
+        "persistence mode"])
+    assert installed(host, "nvidia-driver", "nvidia-fabricmanager-580") == {
+        "nvidia-driver": f"{IMAGE_DRIVER}-1", "nvidia-fabricmanager-580": f"{IMAGE_DRIVER}-1"}
+
+
+def test_missing_kernel_headers_are_named(host, repo, tmp_path):
+    """A GPU, no driver, and no headers for the running kernel anywhere (the stand-in repository
+    carries none, like an archive that dropped an image's old kernel): a plain message."""
+    root_sh(host, "apt-mark unhold nvidia-driver >/dev/null; dpkg --purge nvidia-driver >/dev/null")
+    run = provision(host, tmp_path, DRIVER, repo)
+    assert run.rc == 1, run
+    kernel = root_sh(host, "uname -r").strip()
+    check = run.steps[f"Headers for kernel {kernel} are in the archive"]
+    assert check["status"] == "failed", run.host["steps"]
+    assert f"no linux-headers-{kernel} in the configured repositories" in check["message"], check
+    assert "Upgrade the kernel (apt-get install linux-image-" in check["message"]
+    assert list(run.steps)[-1] == check["name"]
+
+
+def test_fresh_hgx_host_converges_with_fabric_manager(host, repo, tmp_path):
+    """A fresh HGX host (after the previous test: no driver; lspci shows GPUs and NVSwitches):
+    pinning package, driver, its library held with it, Fabric Manager at the version apt just
+    installed, a real reboot of the sandbox host, then the CUDA check passes."""
+    root_sh(host, "apt-mark unhold nvidia-fabricmanager-580 >/dev/null; "
+            "dpkg --purge nvidia-fabricmanager-580 >/dev/null")     # the kept image's
+    kernel = root_sh(host, "uname -r").strip()
+    flavour = "-".join(part for part in kernel.split("-") if not part[:1].isdigit())
+    headers = [f"linux-headers-{kernel}", f"linux-headers-{flavour}", "dkms"]
+    repo.publish([Package(name, "0.0-1", {f"/usr/share/doc/{name}/STANDIN": (STANDIN + "\n", 0o644)})
+                  for name in headers])
+    put(host, "/usr/local/sbin/update-initramfs",
+        "#!/bin/sh\n# STAND-IN for update-initramfs (not in a sandbox host)\nexit 0\n", "0755")
+    boot = root_sh(host, "cat /proc/sys/kernel/random/boot_id").strip()
+
+    run = provision(host, tmp_path, DRIVER, repo)
+    assert run.rc == 0, run
+    assert run.status("Driver: none found, installing branch 580 (nvidia-open)") == "ok"
+    for name in ("Driver branch 580 pinned (nvidia-driver-pinning-580)", "Driver branch 580 (nvidia-open), held",
+                 "Blacklist nouveau", "The driver's packages of its version held together",
+                 "Fabric Manager (nvidia-fabricmanager-580) at the driver's version, held",
+                 "rebuild initramfs", "reboot", "fabric manager", "persistence mode"):
+        assert run.status(name) == "changed", name
+    assert run.status("driver answers") == "ok"
+    assert root_sh(host, "cat /proc/sys/kernel/random/boot_id").strip() != boot
+    want = {"nvidia-driver-pinning-580": f"{IMAGE_DRIVER}-1", "nvidia-open": f"{IMAGE_DRIVER}-1",
+            "libnvidia-compute-580": f"{IMAGE_DRIVER}-1",
+            # the driver's version, not the newest (580.105.08-1 is in the repository too)
+            "nvidia-fabricmanager-580": f"{IMAGE_DRIVER}-1"}
+    assert installed(host, *want) == want
+    assert sorted(held(host)) == ["libnvidia-compute-580", "nvidia-driver-pinning-580",
+                                  "nvidia-fabricmanager-580", "nvidia-open"]

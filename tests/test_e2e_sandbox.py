@@ -78,7 +78,7 @@ def test_site_check_plans_cleanly_without_a_gpu(sandbox_hosts, work):
     assert result.rc == 0, result.out + result.err
     steps = _json(work / "c.json")["sandbox2"]["steps"]
     statuses = {s["name"]: s["status"] for s in steps}
-    assert statuses["Driver branch 570 (nvidia-open-570), held"] == "skipped"
+    assert statuses["Driver branch 580 (nvidia-open), held"] == "skipped"
     assert statuses["CUDA toolkit 12.8"] == "changed"
     assert "apt-get install cuda-toolkit-12-8" in result.out
     assert "debian12/x86_64/cuda-keyring_1.1-1_all.deb" in result.out

@@ -23,11 +23,17 @@ DISTROS = {
     "ubuntu2404-x86_64": {"distro_id": "ubuntu", "distro_version": "24.04", "arch": "x86_64"},
     "ubuntu2404-sbsa": {"distro_id": "ubuntu", "distro_version": "24.04", "arch": "aarch64"},
     "debian12-x86_64": {"distro_id": "debian", "distro_version": "12", "arch": "x86_64"},
+    "debian13-x86_64": {"distro_id": "debian", "distro_version": "13", "arch": "x86_64"},
+    "debian13-sbsa": {"distro_id": "debian", "distro_version": "13", "arch": "aarch64"},
 }
+# The first 12 hex digits of each sum in stack.yaml (sources cited there); debian13/sbsa has none.
 KNOWN_SUMS = {
-    "ubuntu2204-x86_64": "7c0a531d0662",
+    "ubuntu2004-x86_64": "cf5ca9853118",
+    "ubuntu2204-x86_64": "d93190d50b98",
     "ubuntu2404-x86_64": "d2a6b11c0963",
     "ubuntu2404-sbsa": "6ea7d2737648",
+    "debian12-x86_64": "e7f219eab6fe",
+    "debian13-x86_64": "dd28f1f6ba00",
 }
 
 
@@ -35,10 +41,12 @@ def plan(work, recipe, facts, extra_vars=None):
     inv = write_yaml(work / "inv.yaml", {"hosts": {"localhost": {"connection": "local"}}})
     inventory, hosts, rec = load_and_check(str(inv), "localhost", str(REPO / "playbooks" / recipe),
                                            extra_vars or {})
+    # A fresh GPU host unless `facts` says otherwise (the target's facts win).
+    host = dict(gpu_count=1, gpus=["NVIDIA H100"], kernel="6.8.0-1012-aws",
+                secure_boot="disabled", driver_version="", driver_source="", driver_packages=[],
+                driver_package_version="", driver_held=[], nvswitch_count=0)
     options = RunOptions(check=True, logs_dir=None, run_id="plan", extra_vars=extra_vars or {},
-                         facts_override=dict(facts, gpu_count=1, gpus=["NVIDIA H100"],
-                                             kernel="6.8.0-1012-aws", secure_boot="disabled",
-                                             driver_version=""))
+                         facts_override=dict(host, **facts))
     reporter = Reporter(Redactor())
     reporter.set_hosts(["localhost"])
     result = Run(inventory, hosts, options, reporter, Redactor()).execute(ApplyRecipe(rec))["localhost"]
@@ -60,22 +68,26 @@ def test_driver_plan_per_distro(work, distro):
     assert keyring.commands == [
         f"download https://developer.download.nvidia.com/compute/cuda/repos/{repo}/"
         f"cuda-keyring_1.1-1_all.deb, verify sha256 {KNOWN_SUMS[distro]}..., dpkg -i"]
-    assert "apt-get install linux-headers-6.8.0-1012-aws" in \
-        " ".join(steps["Kernel headers for 6.8.0-1012-aws and DKMS"].commands)
-    driver = steps["Driver branch 570 (nvidia-open-570), held"]
-    assert driver.commands[-2:] == ["apt-get install nvidia-open-570", "apt-mark hold nvidia-open-570"]
+    headers = steps["Kernel headers for 6.8.0-1012-aws (linux-headers-6.8.0-1012-aws linux-headers-aws) and DKMS"]
+    assert "apt-get install linux-headers-6.8.0-1012-aws linux-headers-aws dkms" in headers.commands
+    # The fleet's branch (R580); Debian's branch is held by NVIDIA's pinning package.
+    package = "nvidia-open" if distro.startswith("debian") else "nvidia-open-580"
+    driver = steps[f"Driver branch 580 ({package}), held"]
+    assert driver.commands[-2:] == [f"apt-get install {package}", f"apt-mark hold {package}"]
+    pinning = steps["Driver branch 580 pinned (nvidia-driver-pinning-580)"]
+    assert pinning.status == ("changed" if distro.startswith("debian") else "skipped")
     assert steps["Blacklist nouveau"].commands[0].startswith("write /etc/modprobe.d/blacklist-nouveau.conf")
 
 
 def test_cuda_version_picks_the_row(work):
-    facts = DISTROS["ubuntu2404-x86_64"]
+    facts = DISTROS["ubuntu2204-x86_64"]   # NVIDIA's 24.04 repository has no 11.8
     steps = plan(work, "site.yaml", facts, {"cuda_version": "11.8"})
     assert "apt-get install cuda-toolkit-11-8" in steps["CUDA toolkit 11.8"].commands
     assert steps["cuDNN 8 for CUDA 11.8"].commands[-1] == \
         "apt-get install libcudnn8=8.9.7.29-1+cuda11.8 libcudnn8-dev=8.9.7.29-1+cuda11.8"
-    assert "apt-get install nvidia-open-535" in steps["Driver branch 535 (nvidia-open-535), held"].commands
-    torch = steps["torch 2.4.1 + torchvision (cu118)"].commands[-1]
-    assert "--index-url https://download.pytorch.org/whl/cu118 torch==2.4.1 torchvision==0.19.1" in torch
+    assert steps["Driver: none found, installing branch 580 (nvidia-open-580)"].status == "ok"
+    torch = steps["torch 2.7.1 + torchvision (cu118)"].commands[-1]
+    assert "--index-url https://download.pytorch.org/whl/cu118 torch==2.7.1 torchvision==0.22.1" in torch
 
 
 def test_unknown_cuda_version_fails_with_the_known_ones(work):
@@ -92,7 +104,7 @@ def test_mirrors_replace_nvidia_and_pytorch_urls(work):
     assert steps["NVIDIA repository keyring"].commands[0].startswith(
         "download http://mirror.internal/nvidia/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb")
     assert any("--index-url http://mirror.internal/torch" in c
-               for c in steps["torch 2.7.1 + torchvision (cu128)"].commands)
+               for c in steps["torch 2.10.0 + torchvision (cu128)"].commands)
 
 
 def test_secure_boot_is_a_clear_failure(work):
