@@ -158,6 +158,11 @@ CASES = [
      "unknown child group 'zz'", {}),
     ("group named like a host", {INV: "hosts: {h1: {}}\ngroups:\n  h1: {hosts: [h1]}\n"}, INV, 3,
      "both a host and a group", {}),
+    # `$` in a name regex matches before a final newline
+    ("host name ending in a newline", {INV: 'hosts:\n  "gpu1\\n": {}\n'}, INV, 2,
+     "host name 'gpu1\\n' may hold only letters", {}),
+    ("group name ending in a newline", {INV: 'hosts: {h1: {}}\ngroups:\n  "g\\n": {hosts: [h1]}\n'},
+     INV, 3, "group name 'g\\n' may hold only letters", {}),
     ("own jump host", {INV: "hosts:\n  h1: {jump: h1}\n"}, INV, 2, "its own jump host", {}),
     ("jump hosts in a cycle", {INV: "hosts:\n  h1: {jump: h2}\n  h2: {jump: h3}\n  h3: {jump: h1}\n"},
      INV, 2, "jump hosts form a cycle: h1 -> h2 -> h3 -> h1", {}),
