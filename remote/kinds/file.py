@@ -13,6 +13,7 @@ from .base import Args, Command, Kind, q
 
 
 MODE = re.compile(r"0?[0-7]{3,4}")  # used with fullmatch: `$` would pass a final newline
+OCTAL = re.compile(r"[0-7]{1,4}")  # a mode as `stat -c %a` prints it
 
 # Answers "absent", "dangling", "directory MODE OWNER GROUP" or "file MODE OWNER GROUP" and the
 # content's sha256 on the next line ("HASH  -"). Two commands per file and no subshells: on a
@@ -42,6 +43,8 @@ def parse_file_state(out: str) -> FileState:
     if not words or words[0] not in ("directory", "file"):
         return FileState(words[0] if words else "absent")
     mode, owner, group = (words[1:4] + [None, None, None])[:3]
+    if mode is not None and not OCTAL.fullmatch(mode):
+        mode = None  # not what stat prints: read as unknown, so a wanted mode is set again
     return FileState(words[0], mode, owner, group, words[4] if len(words) > 4 else None)
 
 
