@@ -18,7 +18,7 @@ from ..errors import InputError, Where
 from .schema import check_keys, expect, expect_str_list
 from .yamlfile import YamlMap, load_yaml
 
-NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # used with fullmatch: `$` would pass a final newline
 
 HOST_KEYS = {"address", "user", "port", "identity_file", "python", "become", "jump",
              "connection", "vars"}
@@ -276,8 +276,8 @@ def _load_timeouts(data: YamlMap) -> Timeouts:
 
 
 def _load_host(name: str, spec: Any, where: Where) -> Host:
-    if not NAME.match(name):
-        raise where.error(f"host name '{name}' may hold only letters, digits, '.', '_' and '-'")
+    if not NAME.fullmatch(name):
+        raise where.error(f"host name {name!r} may hold only letters, digits, '.', '_' and '-'")
     if spec is None:
         spec = YamlMap()
         spec.where, spec.key_where = where, {}
@@ -304,8 +304,8 @@ def _load_host(name: str, spec: Any, where: Where) -> Host:
 
 
 def _load_group(name: str, spec: Any, where: Where, hosts: dict[str, Host]) -> Group:
-    if not NAME.match(name):
-        raise where.error(f"group name '{name}' may hold only letters, digits, '.', '_' and '-'")
+    if not NAME.fullmatch(name):
+        raise where.error(f"group name {name!r} may hold only letters, digits, '.', '_' and '-'")
     if name == "all":
         raise where.error("'all' is reserved: it already means every host")
     spec = spec or YamlMap()

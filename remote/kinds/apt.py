@@ -12,7 +12,8 @@ from ..errors import PlanError, Where
 from .base import Args, Command, Kind, listed, q
 
 
-APT_PACKAGE = re.compile(r"^([a-z0-9][a-z0-9+.-]*)(?::[a-z0-9]+)?(?:=([A-Za-z0-9.+:~*?_-]+))?$")
+# Used with fullmatch: `$` would let a name end in a newline.
+APT_PACKAGE = re.compile(r"([a-z0-9][a-z0-9+.-]*)(?::[a-z0-9]+)?(?:=([A-Za-z0-9.+:~*?_-]+))?")
 APT_STAMP = "/var/lib/apt/lists/.gpuprov-updated"
 APT_OPTS = ("-y -q -o DPkg::Lock::Timeout={lock} -o Dpkg::Options::=--force-confdef "
             "-o Dpkg::Options::=--force-confold")
@@ -35,6 +36,13 @@ def apt_update_command(lock_timeout: int = 600) -> Command:
         "  echo 'apt-get update reported errors (see above)' >&2; exit 1\nfi\n"
         f"touch {APT_STAMP}")
     return Command(script, display="apt-get update")
+
+
+def glob_pattern(pin: str) -> str:
+    """A version glob as a `case` pattern: `*` and `?` stay wildcards, every other run of
+    characters is quoted (`550.*` -> `'550.'*`)."""
+    return "".join(part if part in ("*", "?") else q(part)
+                   for part in re.split(r"([*?])", pin) if part)
 
 
 @dataclass
@@ -95,14 +103,14 @@ class Apt(Kind[AptState]):
         if isinstance(args["packages"], str) and "{{" not in args["packages"]:
             args["packages"] = args["packages"].split()
         for package in listed(args["packages"]):
-            if "{{" not in str(package) and not APT_PACKAGE.match(str(package)):
+            if "{{" not in str(package) and not APT_PACKAGE.fullmatch(str(package)):
                 raise where.error(f"apt: {package!r} is not a package name (pin as name=version)")
 
     @staticmethod
     def _specs(args: Args) -> list[tuple[str, Optional[str]]]:
         specs = []
         for package in listed(args["packages"]):
-            match = APT_PACKAGE.match(str(package))
+            match = APT_PACKAGE.fullmatch(str(package))
             if not match:
                 raise PlanError(f"apt: {package!r} is not a package name")
             specs.append((match.group(1), match.group(2)))
@@ -164,9 +172,10 @@ class Apt(Kind[AptState]):
                 # apt wants an exact version: pick the newest available one matching the glob.
                 lines.append(
                     f"v{i}=$(apt-cache madison {q(name)} | awk -F'|' '{{gsub(/ /, \"\", $2); print $2}}' "
-                    f"| while read -r v; do case \"$v\" in {pin}) echo \"$v\"; break;; esac; done)")
-                lines.append(f'[ -n "$v{i}" ] || {{ echo "apt: no version of {name} matches '
-                             f'{pin}" >&2; exit 100; }}')
+                    f"| while read -r v; do case \"$v\" in {glob_pattern(pin)}) echo \"$v\"; break;; "
+                    "esac; done)")
+                lines.append(f'[ -n "$v{i}" ] || {{ echo '
+                             f'{q(f"apt: no version of {name} matches {pin}")} >&2; exit 100; }}')
                 words.append(f'{q(name)}="$v{i}"')
             else:
                 words.append(q(f"{name}={pin}" if pin else name))

@@ -10,7 +10,7 @@ from ..errors import PlanError, Where
 from .apt import dpkg_installed
 from .base import Args, Command, Kind, q
 
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
+SHA256 = re.compile(r"[0-9a-f]{64}")  # used with fullmatch: `$` would pass a final newline
 
 
 @dataclass
@@ -36,7 +36,7 @@ class Deb(Kind[DebState]):
 
     def check(self, args: Args, where: Where, base_dir: Path) -> None:
         sha = args["sha256"]
-        if "{{" not in sha and not SHA256.match(sha):
+        if "{{" not in sha and not SHA256.fullmatch(sha):
             raise where.error("deb.sha256 must be 64 lowercase hex digits")
 
     def probe(self, args: Args) -> str:
@@ -51,16 +51,17 @@ class Deb(Kind[DebState]):
         wanted = args["version"]
         if fact.installed and (not wanted or fact.version == wanted):
             return []
-        if not SHA256.match(args["sha256"]):
+        if not SHA256.fullmatch(args["sha256"]):
             raise PlanError(f"deb {args['name']}: sha256 {args['sha256']!r} is not 64 hex digits")
         url = q(args["url"])
         script = (
             't=$(mktemp --suffix=.deb) || exit 1\ntrap \'rm -f "$t"\' EXIT\n'
-            f'if command -v curl >/dev/null 2>&1; then curl -fsSL --retry 3 -o "$t" {url}\n'
-            f'elif command -v wget >/dev/null 2>&1; then wget -q -O "$t" {url}\n'
+            f'if command -v curl >/dev/null 2>&1; then curl -fsSL --retry 3 -o "$t" -- {url}\n'
+            f'elif command -v wget >/dev/null 2>&1; then wget -q -O "$t" -- {url}\n'
             'else echo "neither curl nor wget is installed" >&2; exit 1; fi || exit 1\n'
-            f'echo "{args["sha256"]}  $t" | sha256sum -c --quiet - >/dev/null 2>&1 || '
-            f'{{ echo "checksum mismatch for {args["url"]}: got $(sha256sum "$t" | cut -c1-64)" >&2; exit 1; }}\n'
+            f'echo {q(args["sha256"])}"  $t" | sha256sum -c --quiet - >/dev/null 2>&1 || '
+            f"{{ printf 'checksum mismatch for %s: got %s\\n' {url} "
+            '"$(sha256sum "$t" | cut -c1-64)" >&2; exit 1; }\n'
             'DEBIAN_FRONTEND=noninteractive dpkg -i "$t"')
         return [Command(script, display=f"download {args['url']}, verify sha256 "
                                         f"{args['sha256'][:12]}..., dpkg -i")]

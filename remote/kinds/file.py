@@ -12,7 +12,8 @@ from ..errors import PlanError, Where
 from .base import Args, Command, Kind, q
 
 
-MODE = re.compile(r"^0?[0-7]{3,4}$")
+MODE = re.compile(r"0?[0-7]{3,4}")  # used with fullmatch: `$` would pass a final newline
+OCTAL = re.compile(r"[0-7]{1,4}")  # a mode as `stat -c %a` prints it
 
 # Answers "absent", "dangling", "directory MODE OWNER GROUP" or "file MODE OWNER GROUP" and the
 # content's sha256 on the next line ("HASH  -"). Two commands per file and no subshells: on a
@@ -42,6 +43,8 @@ def parse_file_state(out: str) -> FileState:
     if not words or words[0] not in ("directory", "file"):
         return FileState(words[0] if words else "absent")
     mode, owner, group = (words[1:4] + [None, None, None])[:3]
+    if mode is not None and not OCTAL.fullmatch(mode):
+        mode = None  # not what stat prints: read as unknown, so a wanted mode is set again
     return FileState(words[0], mode, owner, group, words[4] if len(words) > 4 else None)
 
 
@@ -89,7 +92,7 @@ def check_mode(args: Args, where: Where) -> None:
     if isinstance(mode, int):
         raise where.error("write mode as a quoted string such as '0644' (an unquoted number is "
                           "read as decimal or octal depending on the leading zero)")
-    if not MODE.match(mode):
+    if not MODE.fullmatch(mode):
         raise where.error(f"mode {mode!r} is not an octal mode such as '0644'")
 
 
@@ -126,7 +129,7 @@ def plan_file(path: str, content: Optional[str], mode: Optional[str], owner: Opt
         own = f'chown {q((owner or "") + (":" + group if group else ""))} "$t" || {{ rm -f "$t"; exit 1; }}\n'
     elif current == "file":
         own = f'chown --reference={P} "$t" 2>/dev/null\n'
-    chmod = f'chmod {mode} "$t" || {{ rm -f "$t"; exit 1; }}\n' if mode else keep
+    chmod = f'chmod {q(mode)} "$t" || {{ rm -f "$t"; exit 1; }}\n' if mode else keep
     script = (f't=$(mktemp "$(dirname -- {P})/.gpuprov.XXXXXX") || exit 1\n'
               f'cat > "$t" || {{ rm -f "$t"; exit 1; }}\n{chmod}{own}mv -f -- "$t" {P}')
     return [Command(script, stdin=data, display=f"write {path} ({len(data)} bytes, sha256 {digest[:12]})")]
@@ -137,7 +140,7 @@ def _attr_commands(P: str, mode: Optional[str], owner: Optional[str], group: Opt
     """chmod/chown/chgrp where `have` differs from what is wanted (all of them when `force`)."""
     cmds = []
     if mode and (force or have.mode is None or int(have.mode, 8) != int(mode, 8)):
-        cmds.append(Command(f"chmod {mode} -- {P}"))
+        cmds.append(Command(f"chmod {q(mode)} -- {P}"))
     if owner and (force or have.owner != owner):
         cmds.append(Command(f"chown {q(owner)} -- {P}"))
     if group and (force or have.group != group):

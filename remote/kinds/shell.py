@@ -7,6 +7,8 @@ from ..config.schema import Arg
 from ..errors import PlanError
 from .base import Args, Command, Kind, q
 
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # used with fullmatch: `$` would pass a final newline
+
 
 class Shell(Kind[None]):
     """Run a command. `creates`/`unless` (common keys) make it idempotent."""
@@ -29,7 +31,7 @@ class Shell(Kind[None]):
         if args["chdir"]:
             parts.append(f"cd {q(args['chdir'])} || exit 1")
         for key, value in (args["env"] or {}).items():
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(key)):
+            if not ENV_NAME.fullmatch(str(key)):
                 raise PlanError(f"env name {key!r} is not a valid variable name")
             parts.append(f"export {key}={q(str(value))}")
         parts.append(args["cmd"])
