@@ -85,7 +85,6 @@ def test_a_fact_in_commands_stays_literal(farm, work, tools, answers, inventory,
     assert not (work / "pwned").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="needs fact_shapes wired into the engine")
 def test_a_hostile_arch_fails_the_host_before_any_step(farm, work, tools, answers, inventory,
                                                        provision):
     """`uname -m` answering with a command substitution: the host fails at its facts with a
@@ -102,7 +101,6 @@ def test_a_hostile_arch_fails_the_host_before_any_step(farm, work, tools, answer
     assert not (work / "pwned").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="needs fact_shapes wired into the engine")
 def test_a_hostile_python_version_fails_the_host(farm, work, tools, inventory, provision):
     """The inventory's python answering `--version` with a command substitution."""
     python = tools / "python-evil"

@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
 from . import facts as facts_mod
+from .fact_shapes import FactShapeError, check_fact_shapes
 from ..config.inventory import Host, Inventory
 from ..config.recipe import Recipe
 from ..config.templating import facts_read, resolve_vars
@@ -121,6 +122,8 @@ class HostSession:
             self.log.event("interrupted")
         except _VarsFailed as exc:
             self.fail("vars", str(exc))
+        except FactShapeError as exc:
+            self.fail("facts", str(exc))
         except Exception as exc:  # noqa: BLE001 - a bug must fail this host, not the run
             self.fail("internal error", f"{type(exc).__name__}: {exc}")
         finally:
@@ -200,6 +203,7 @@ class HostSession:
 
     def _store_facts(self, lines: str) -> None:
         self.facts = facts_mod.parse(lines)
+        check_fact_shapes(self.facts)  # what the host answered is untrusted: refuse odd shapes
         self.facts.update(self.options.facts_override)
         self.result.facts = self.facts
 
