@@ -137,7 +137,10 @@ def write_outputs(report: Report, out_dir: Path) -> dict[str, Path]:
         "html": out_dir / "report.html",
     }
     paths["csv"].write_text(table_csv(report.table), encoding="utf-8")
-    paths["json"].write_text(json.dumps(flags_json(report), indent=2) + "\n", encoding="utf-8")
+    # Strict JSON (RFC 8259 has no Infinity or NaN): collect keeps every figure finite, and a
+    # figure that is not would stop here rather than be written for other tools to choke on.
+    paths["json"].write_text(json.dumps(flags_json(report), indent=2, allow_nan=False) + "\n",
+                             encoding="utf-8")
     plot.latency_png(report, paths["latency_png"])
     plot.regressions_png(report, paths["regressions_png"])
     html.write_html(report, paths["html"],

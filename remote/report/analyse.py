@@ -358,7 +358,7 @@ def _spec_figures(results: Results, check_name: str) -> list[SpecFigure]:
         spec = num(get(figs, "spec", key))
         ratio = num(get(figs, "ratio", key))
         if ratio is None and value is not None and spec:
-            ratio = value / spec
+            ratio = num(value / spec)  # 1e308 / 1e-308 overflows to inf
         if value is not None or spec is not None:
             out.append(SpecFigure(key, value, spec, ratio))
     return out
@@ -378,9 +378,7 @@ def health_summary(runs: list[Run]) -> list[HostHealth]:
         if not isinstance(info, dict):
             info = {}
         checks = []
-        for item in res.get("checks") or []:
-            if not isinstance(item, dict):
-                continue
+        for item in res.get("checks") or []:  # a list of objects: collect checked
             checks.append(CheckRow(
                 name=str(item.get("name", "?")),
                 status=str(item.get("status", "?")),
@@ -391,7 +389,7 @@ def health_summary(runs: list[Run]) -> list[HostHealth]:
         ok = res.get("ok")
         out.append(HostHealth(
             host=host, run_id=run.run_id,
-            ok=ok if isinstance(ok, bool) else None,
+            ok=ok if isinstance(ok, bool) and checks else None,  # no check ran: not a pass
             device=info.get("device") if isinstance(info.get("device"), str) else None,
             gpu=run.gpu_name,
             gpu_count=count if isinstance(count, int) and not isinstance(count, bool) else None,

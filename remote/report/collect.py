@@ -16,6 +16,11 @@ from typing import Any, Dict, Optional
 BENCH_LOG = "bench_torch.log"
 RESULTS = "results.json"
 MISSING = "-"
+# The latencies a run may contribute: below a nanosecond (one clock cycle at 1 GHz) or above
+# a day (86.4e6 ms) a value is not a batch-1 timing but a broken or hostile log. The bounds
+# also keep every ratio between two values, and so every figure in flags.json, finite.
+MIN_MS = 1e-6
+MAX_MS = 86.4e6
 
 # head label (None: values before any #head line) -> model -> batch-1 latency in ms
 Latency = Dict[Optional[str], Dict[str, float]]
@@ -130,6 +135,10 @@ def parse_bench_log(text: str, path: str = BENCH_LOG) -> tuple[Latency, list[Pro
                         lineno)
             )
             continue
+        if not MIN_MS <= value <= MAX_MS:
+            problems.append(Problem(path, f"malformed line {shown!r}: {_out_of_range(value)}",
+                                    lineno))
+            continue
         column = columns.setdefault(label, {})
         if name in column:
             problems.append(
@@ -166,13 +175,26 @@ def read_results(path: Path, shown: str) -> tuple[Results | None, list[Problem]]
         line = getattr(exc, "lineno", None)
         msg = getattr(exc, "msg", str(exc))
         return None, [Problem(shown, f"not valid JSON ({msg}): skipped", line)]
+    except RecursionError:  # the decoder recurses once per level: [[[[... a million deep
+        return None, [Problem(shown, "not valid JSON (nested too deeply): skipped")]
     if not isinstance(data, dict):
         return None, [Problem(shown, f"not a JSON object (a {type(data).__name__}): skipped")]
+    checks, host = data.get("checks", []), data.get("host", {})
+    if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
+        return None, [Problem(shown, "'checks' is not a list of objects: skipped")]
+    if not isinstance(host, dict):
+        return None, [Problem(shown, f"'host' is not an object (a {type(host).__name__}): skipped")]
     problems: list[Problem] = []
     schema = data.get("schema")
     if schema != 1:
         problems.append(Problem(shown, f"schema {schema!r} is not 1; reading what matches"))
+    if not checks:
+        problems.append(Problem(shown, "no checks ran: not a pass"))
     return data, problems
+
+
+def _out_of_range(value: float) -> str:
+    return f"latency {value!r} ms is outside {MIN_MS:g}..{MAX_MS:g} ms: skipped"
 
 
 def num(value: Any) -> float | None:
@@ -203,16 +225,22 @@ def check(results: Results | None, name: str) -> dict[str, Any] | None:
     return None
 
 
-def bench_from_results(results: Results | None) -> dict[str, float]:
-    """Batch-1 median latency per model from the ``bench`` check's figures."""
+def bench_from_results(results: Results | None, shown: str) -> tuple[dict[str, float], list[Problem]]:
+    """Batch-1 median latency per model from the ``bench`` check's figures; a median out of
+    the plausible range is a problem (an entry that holds no number is ignored)."""
     models = get(check(results, "bench"), "figures", "models")
     out: dict[str, float] = {}
+    problems: list[Problem] = []
     if isinstance(models, dict):
         for model, figs in models.items():
             value = num(get(figs, "latency_ms", "median"))
-            if isinstance(model, str) and model and value is not None and value > 0:
+            if not isinstance(model, str) or not model or value is None or value <= 0:
+                continue
+            if MIN_MS <= value <= MAX_MS:
                 out[model] = value
-    return out
+            else:
+                problems.append(Problem(shown, f"bench {model}: {_out_of_range(value)}"))
+    return out, problems
 
 
 def collect(logs_dir: Path) -> tuple[list[Run], list[Problem]]:
@@ -242,7 +270,8 @@ def collect(logs_dir: Path) -> tuple[list[Run], list[Problem]]:
                 if columns:
                     run.latency, run.source = columns, BENCH_LOG
             if not run.latency:
-                values = bench_from_results(run.results)
+                values, probs = bench_from_results(run.results, str(res_path))
+                problems += probs
                 if values:
                     run.latency, run.source = {None: values}, RESULTS
             if run.results is None and not run.latency:

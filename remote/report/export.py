@@ -20,12 +20,25 @@ def _csv_value(value: float | None) -> str:
     return f"{value:.6f}".rstrip("0").rstrip(".")
 
 
+# A cell starting with one of these is a formula to a spreadsheet (=HYPERLINK(...), =cmd|...);
+# a leading single quote makes it text (OWASP, https://owasp.org/www-community/attacks/CSV_Injection;
+# ASVS 5.0 requirement 1.2.10 adds NUL; CWE-1236).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\0")
+
+
+def csv_text(text: str) -> str:
+    """A name from a log as a CSV cell that a spreadsheet shows and never evaluates."""
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
 def table_csv(table: Table) -> str:
+    """Model names and host/run columns come from the logs, so they are neutralised; the
+    values are numbers this code formats, and MISSING is its own marker."""
     buf = io.StringIO()
     writer = csv.writer(buf, delimiter=";", lineterminator="\n")
-    writer.writerow(["model"] + [c.name for c in table.columns])
+    writer.writerow(["model"] + [csv_text(c.name) for c in table.columns])
     for model in table.models:
-        writer.writerow([model] + [_csv_value(table.cell(model, c)) for c in table.columns])
+        writer.writerow([csv_text(model)] + [_csv_value(table.cell(model, c)) for c in table.columns])
     return buf.getvalue()
 
 

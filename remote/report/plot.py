@@ -5,10 +5,13 @@
 - ``regressions_png(report, path)``: latency change of each host's latest run vs its previous
   run (or the baseline), per model; beyond the threshold in red.
 
-Figures are built with ``matplotlib.figure.Figure`` directly (no pyplot, no global backend
-state), which renders through Agg.
+Names from the logs are drawn made printable, as text, never parsed as mathtext (a model called
+``$\\undefinedcmd$`` would stop the drawing); with more than ``MAX_MODEL_LABELS`` models the
+latency chart numbers its ticks instead of naming each. Figures are built with
+``matplotlib.figure.Figure`` directly (no pyplot, no global backend state), which renders
+through Agg.
 
-May import: `analyse`, `collect`.
+May import: `remote.output.term`, `analyse`, `collect`.
 """
 from __future__ import annotations
 
@@ -16,8 +19,9 @@ from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
+from ..output.term import printable_line
 from .analyse import Report, has_label
 
 SLOW = "#d62728"
@@ -28,6 +32,7 @@ _PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#
             "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94"]
 _MARKERS = "osD^v<>ph*"
 MAX_BARS = 40
+MAX_MODEL_LABELS = 60  # more models than this: numbered ticks instead of a name each
 
 
 Series = Tuple[str, str, Optional[str], Dict[str, float]]  # name, host, label, {model: ms}
@@ -42,7 +47,7 @@ def _latest_series(report: Report) -> list[Series]:
             continue
         cells = {m: report.table.cell(m, col) for m in report.table.models}
         values = {m: v for m, v in cells.items() if v is not None}
-        name = col.host + (f" [{col.label}]" if has_label(col) else "")
+        name = printable_line(col.host + (f" [{col.label}]" if has_label(col) else ""))
         series.append((name, col.host, col.label, values))
     return series
 
@@ -55,14 +60,19 @@ def _empty(fig: Figure, message: str) -> None:
 
 
 def latency_png(report: Report, path: Path) -> Path:
+    latency_figure(report).savefig(path, format="png")
+    return path
+
+
+def latency_figure(report: Report) -> Figure:
     series = _latest_series(report)
     models = sorted({m for *_, values in series for m in values})
     width = max(8.0, min(24.0, 3.0 + 0.55 * len(models)))
     fig = Figure(figsize=(width, 5.2), dpi=100, layout="constrained")
     if not series or not models:
         _empty(fig, "No benchmark values found")
-        fig.savefig(path, format="png")
-        return path
+        return fig
+    labelled = len(models) <= MAX_MODEL_LABELS
     slow = {h.host: h for h in report.outliers}
     ax = fig.add_subplot()
     ax.set_yscale("log")
@@ -76,18 +86,25 @@ def latency_png(report: Report, path: Path) -> Path:
         px, py = [p[0] for p in pts], [p[1] for p in pts]
         if host in slow:
             label = f"{name}: SLOW {slow[host].typical_pct:+.0f}% vs peers"
-            ax.plot(px, py, color=SLOW, lw=1.2, alpha=0.5, zorder=3)
+            if labelled:  # a line across thousands of models is only ink
+                ax.plot(px, py, color=SLOW, lw=1.2, alpha=0.5, zorder=3)
             ax.scatter(px, py, s=90, marker="X", color=SLOW, edgecolor="black",
                        linewidth=0.6, zorder=4, label=label)
         else:
             color = _PALETTE[normal % len(_PALETTE)]
             marker = _MARKERS[normal % len(_MARKERS)]
             normal += 1
-            ax.plot(px, py, color=color, lw=0.8, alpha=0.35, zorder=2)
+            if labelled:
+                ax.plot(px, py, color=color, lw=0.8, alpha=0.35, zorder=2)
             ax.scatter(px, py, s=36, marker=marker, color=color, zorder=3, label=name)
-    ax.set_xticks(range(len(models)))
-    ax.set_xticklabels(models, rotation=35 if len(models) > 6 else 0,
-                       ha="right" if len(models) > 6 else "center")
+    if labelled:
+        ax.set_xticks(range(len(models)))
+        ax.set_xticklabels([printable_line(m) for m in models], rotation=35 if len(models) > 6 else 0,
+                           ha="right" if len(models) > 6 else "center", parse_math=False)
+    else:  # a label per model would be unreadable, and laying out each costs seconds
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel(f"model number, 0 to {len(models) - 1} in name order "
+                      "(names in merged.csv and report.html)")
     ax.set_xlim(-0.6, len(models) - 0.4)
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
@@ -95,14 +112,15 @@ def latency_png(report: Report, path: Path) -> Path:
     ax.set_ylabel("batch-1 latency, ms (log scale)")
     ax.set_title("Latency per model, latest run per host (lower is better)")
     ax.grid(True, which="both", axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False,
-              ncols=1 if n <= 18 else 2)
-    fig.savefig(path, format="png")
-    return path
+    legend = ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False,
+                       ncols=1 if n <= 18 else 2)
+    for text in legend.get_texts():
+        text.set_parse_math(False)
+    return fig
 
 
 def regressions_png(report: Report, path: Path) -> Path:
-    rows = [(f"{c.host}: {r.name}", r.pct)
+    rows = [(printable_line(f"{c.host}: {r.name}"), r.pct)
             for c in report.comparisons for r in c.changes]
     rows.sort(key=lambda row: -row[1])
     shown = rows[:MAX_BARS]
@@ -120,7 +138,7 @@ def regressions_png(report: Report, path: Path) -> Path:
               for p in pcts]
     ax.barh(range(len(pcts)), pcts, color=colors, height=0.7)
     ax.set_yticks(range(len(pcts)))
-    ax.set_yticklabels(names, fontsize=8)
+    ax.set_yticklabels(names, fontsize=8, parse_math=False)
     ax.axvline(0, color="black", lw=0.8)
     ax.axvline(threshold, color=REGRESSED, lw=1, ls="--",
                label=f"regression threshold +{threshold:g}%")
@@ -134,7 +152,7 @@ def regressions_png(report: Report, path: Path) -> Path:
     title = f"Latency change, latest run vs {what} (right = slower)"
     if len(rows) > len(shown):
         title += f"; {len(shown)} largest of {len(rows)}"
-    ax.set_title(title)
+    ax.set_title(title, parse_math=False)
     ax.set_xlabel("change in batch-1 latency, %")
     ax.grid(True, axis="x", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
