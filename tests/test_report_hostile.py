@@ -9,6 +9,8 @@ import json
 import os
 import pty
 import re
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -17,7 +19,8 @@ import pytest
 from remote.output.term import Terminal
 from remote.report import build_report, run_report
 from remote.report.plot import MAX_MODEL_LABELS, latency_figure
-from tests.test_report_common import printed, recording_terminal, results_json, seed_log, write_run
+from tests.test_report_common import (REPO, printed, recording_terminal, results_json, seed_log,
+                                      write_run)
 
 A100 = "NVIDIA A100-SXM4-40GB"
 BASE = {"alexnet": 1.20, "resnet18": 2.10, "resnet50": 5.00}
@@ -206,3 +209,39 @@ def test_many_models_get_numbered_ticks_not_a_label_each(tmp_path, count):
     else:
         assert len(ax.get_xticks()) < 20 and not any(label.startswith("model") for label in labels)
         assert "model number" in ax.get_xlabel()
+
+
+# The report run in a child, so that its peak memory (VmHWM) is its own and not pytest's.
+_MEASURED = """
+import sys
+from pathlib import Path
+from remote.report import build_report
+report = build_report(Path(sys.argv[1]))
+print("\\n".join(str(p) for p in report.problems))
+print("hosts", sorted({r.host for r in report.runs}))
+peak = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print("VmHWM", int(peak.split()[1]) // 1024)
+"""
+PEAK_MIB = 200  # this process reading a few small logs; the 1 GiB file alone would be 2 GiB
+
+
+def test_huge_sparse_and_special_files_are_refused_unread(tmp_path):
+    logs = tmp_path / "logs"
+    write_run(logs, "gpu-a", "r1", seed_log(BASE), results_json(A100))
+    huge = write_run(logs, "huge", "r1") / "results.json"
+    with open(huge, "wb") as f:  # 1 GiB that takes no disk: a sparse file, as a tar can make
+        f.truncate(1 << 30)
+    huge_log = write_run(logs, "huge-log", "r1") / "bench_torch.log"
+    huge_log.write_text("#m;1.0\n" * (3 << 20))  # 21 MiB of valid lines
+    os.mkfifo(write_run(logs, "fifo", "r1") / "results.json")  # would block a plain read
+    proc = subprocess.run([sys.executable, "-c", _MEASURED, str(logs)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert f"{huge}: larger than 16 MiB: skipped" in out
+    assert f"{huge_log}: larger than 16 MiB: skipped" in out
+    assert "fifo/r1/results.json: not a regular file: skipped" in out
+    assert "hosts ['gpu-a']" in out
+    peak = int(out.split("VmHWM", 1)[1])
+    print(f"report over a 1 GiB sparse results.json: VmHWM {peak} MiB")
+    assert peak < PEAK_MIB

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -21,6 +23,9 @@ MISSING = "-"
 # also keep every ratio between two values, and so every figure in flags.json, finite.
 MIN_MS = 1e-6
 MAX_MS = 86.4e6
+# The largest results.json or bench_torch.log read: the validation package writes a few KiB,
+# and a log of 20,000 models is under 1 MiB. Anything larger is not read at all.
+MAX_FILE_BYTES = 16 << 20
 
 # head label (None: values before any #head line) -> model -> batch-1 latency in ms
 Latency = Dict[Optional[str], Dict[str, float]]
@@ -149,11 +154,30 @@ def parse_bench_log(text: str, path: str = BENCH_LOG) -> tuple[Latency, list[Pro
     return {k: v for k, v in columns.items() if v}, problems
 
 
-def read_bench_log(path: Path, shown: str) -> tuple[Latency, list[Problem]]:
+def read_log_file(path: Path, shown: str) -> tuple[bytes | None, list[Problem]]:
+    """The bytes of a regular file of at most MAX_FILE_BYTES; None and why otherwise. Never
+    reads more than the limit (a sparse 1 GiB results.json costs nothing), never blocks on a
+    FIFO."""
     try:
-        data = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
-        return {}, [Problem(shown, f"unreadable ({exc.strerror or exc}): skipped")]
+        return None, [Problem(shown, f"unreadable ({exc.strerror or exc}): skipped")]
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, [Problem(shown, "not a regular file: skipped")]
+        try:
+            data = f.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            return None, [Problem(shown, f"unreadable ({exc.strerror or exc}): skipped")]
+    if len(data) > MAX_FILE_BYTES:
+        return None, [Problem(shown, f"larger than {MAX_FILE_BYTES >> 20} MiB: skipped")]
+    return data, []
+
+
+def read_bench_log(path: Path, shown: str) -> tuple[Latency, list[Problem]]:
+    data, problems = read_log_file(path, shown)
+    if data is None:
+        return {}, problems
     if not data.strip():
         return {}, [Problem(shown, "empty file: skipped")]
     columns, problems = parse_bench_log(data.decode("utf-8", errors="replace"), shown)
@@ -163,10 +187,10 @@ def read_bench_log(path: Path, shown: str) -> tuple[Latency, list[Problem]]:
 
 
 def read_results(path: Path, shown: str) -> tuple[Results | None, list[Problem]]:
-    try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except OSError as exc:
-        return None, [Problem(shown, f"unreadable ({exc.strerror or exc}): skipped")]
+    raw, problems = read_log_file(path, shown)
+    if raw is None:
+        return None, problems
+    text = raw.decode("utf-8", errors="replace")
     if not text.strip():
         return None, [Problem(shown, "empty file: skipped")]
     try:
@@ -184,7 +208,6 @@ def read_results(path: Path, shown: str) -> tuple[Results | None, list[Problem]]
         return None, [Problem(shown, "'checks' is not a list of objects: skipped")]
     if not isinstance(host, dict):
         return None, [Problem(shown, f"'host' is not an object (a {type(host).__name__}): skipped")]
-    problems: list[Problem] = []
     schema = data.get("schema")
     if schema != 1:
         problems.append(Problem(shown, f"schema {schema!r} is not 1; reading what matches"))
