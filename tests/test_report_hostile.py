@@ -240,7 +240,7 @@ def test_huge_sparse_and_special_files_are_refused_unread(tmp_path):
     out = proc.stdout
     assert f"{huge}: larger than 16 MiB: skipped" in out
     assert f"{huge_log}: larger than 16 MiB: skipped" in out
-    assert "fifo/r1/results.json: not a regular file: skipped" in out
+    assert "fifo/r1/results.json: unreadable (not a regular file): skipped" in out
     assert "hosts ['gpu-a']" in out
     peak = int(out.split("VmHWM", 1)[1])
     print(f"report over a 1 GiB sparse results.json: VmHWM {peak} MiB")

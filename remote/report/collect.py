@@ -162,9 +162,10 @@ def read_log_file(path: Path, shown: str) -> tuple[bytes | None, list[Problem]]:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         return None, [Problem(shown, f"unreadable ({exc.strerror or exc}): skipped")]
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder, a FIFO, a device
+        os.close(fd)
+        return None, [Problem(shown, "unreadable (not a regular file): skipped")]
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None, [Problem(shown, "not a regular file: skipped")]
         try:
             data = f.read(MAX_FILE_BYTES + 1)
         except OSError as exc:
