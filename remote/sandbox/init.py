@@ -143,6 +143,9 @@ def _ro_tmpfs(target: str, subdirs: Iterable[str] = ()) -> None:
 
 
 class Init:
+    """PID 1 of one host: mounts, boots sshd, then waits for signals (see the module docstring).
+    `cfg_path` is the host's init.json, written by `hosts`."""
+
     def __init__(self, cfg_path: str):
         self.cfg = json.loads(Path(cfg_path).read_text())
         self.dir = Path(self.cfg["dir"])
