@@ -16,6 +16,12 @@ flagged (a slow host *or* a regression); 2 on bad input (logs folder missing, ``
 names no host or run), with a one-line message on stderr. Bad or unreadable log files are
 never an error: each is reported by file (and line) and skipped.
 
+Logs are untrusted (a compromised host writes them): a file that is not regular or is over
+``collect.MAX_FILE_BYTES`` (16 MiB) is not read; a latency outside ``collect.MIN_MS`` ..
+``collect.MAX_MS`` (1 ns .. 1 day) is a bad line; results.json must be an object whose
+``checks`` is a list of objects, and no checks is not a pass; printed text shows control
+characters as ``?``; names are never mathtext in the charts nor formulas in merged.csv.
+
 Inputs: every ``LOGS/<host>/<run-id>/`` folder (run ids sort by time, e.g.
 ``20261122T040512Z``) holding ``results.json`` (validation package, schema 1) and/or
 ``bench_torch.log`` (the seed's format: ``#head;LABEL`` names a column, ``#<model>;<ms>``
