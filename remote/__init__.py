@@ -8,7 +8,8 @@ Packages, imports pointing down only:
                host is contacted.
 - `transport/` SSH and local connections, host keys, tarball transfer.
 - `output/`    what the user sees and keeps: the live lines and recap, the run log, redaction.
-- `report/`    reads log folders and compares hosts and runs (stands alone).
+- `report/`    reads log folders and compares hosts and runs (stands alone but for
+               `errors` and `output.term`, the terminal styling it shares with the recap).
 - `sandbox/`   throwaway local Debian hosts for trying recipes and for the tests (stands alone).
 - `errors`     the one error tree every package raises from.
 - `fileio`     the one atomic file write (imports nothing of gpuprov).

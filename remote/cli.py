@@ -155,7 +155,7 @@ def report(logs: str = "logs", out: Optional[str] = None, baseline: Optional[str
     """`invoke report`: merged table, slow hosts, regressions, pictures, HTML."""
     from .report import run_report
 
-    kwargs: dict[str, float] = {}
+    kwargs: dict[str, Any] = {}  # only the percentages given; run_report has the defaults
     if threshold is not None:
         try:
             value = float(threshold)

@@ -92,7 +92,7 @@ def repo(box):
     with StandinRepo(repo_path) as standin:
         yield standin
     assert not standin.gnupghome.exists() and not standin.tmp.exists()
-    assert sandbox._port_free("127.0.0.1", int(standin.url.rsplit(":", 1)[1]))
+    assert sandbox.hosts.port_free("127.0.0.1", int(standin.url.rsplit(":", 1)[1]))
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import matplotlib.image
 import pytest
 
 from remote.report import build_report, parse_bench_log, run_report
-from tests.test_report_common import (fleet_copy, printed, recording_console, results_json,
+from tests.test_report_common import (fleet_copy, printed, recording_terminal, results_json,
                                       seed_log, write_run)
 
 A100 = "NVIDIA A100-SXM4-40GB"
@@ -23,10 +23,10 @@ def scaled(factor: float, models=BASE) -> dict[str, float]:
 
 def report_of(logs: Path, tmp_path: Path, **kw):
     """run_report into tmp_path/out; returns (exit status, printed text, out dir)."""
-    console = recording_console()
+    terminal = recording_terminal()
     out = tmp_path / "out"
-    rc = run_report(logs, out, console=console, **kw)
-    return rc, printed(console), out
+    rc = run_report(logs, out, terminal=terminal, **kw)
+    return rc, printed(terminal), out
 
 
 def read_csv(path: Path) -> list[list[str]]:
@@ -154,7 +154,7 @@ def test_baseline_run_id_host_or_host_run(tmp_path):
 
 def test_unknown_baseline_is_bad_input_exit_2(tmp_path, capsys):
     logs = fleet_copy(tmp_path)
-    rc = run_report(logs, tmp_path / "out", baseline="nosuchhost", console=recording_console())
+    rc = run_report(logs, tmp_path / "out", baseline="nosuchhost", terminal=recording_terminal())
     assert rc == 2
     err = capsys.readouterr().err
     assert "nosuchhost" in err and len(err.strip().splitlines()) == 1
@@ -162,7 +162,7 @@ def test_unknown_baseline_is_bad_input_exit_2(tmp_path, capsys):
 
 
 def test_missing_logs_folder_is_bad_input_exit_2(tmp_path, capsys):
-    rc = run_report(tmp_path / "nope", tmp_path / "out", console=recording_console())
+    rc = run_report(tmp_path / "nope", tmp_path / "out", terminal=recording_terminal())
     assert rc == 2
     assert "nope" in capsys.readouterr().err
 
@@ -256,9 +256,9 @@ def test_merged_csv_row_per_model_column_per_host_run_dash_for_missing(tmp_path)
 
 def test_printed_table_is_aligned_and_split_to_fit_the_terminal(tmp_path):
     logs = fleet_copy(tmp_path)
-    console = recording_console(width=100)
-    run_report(logs, tmp_path / "out", console=console)
-    text = printed(console)
+    terminal = recording_terminal(width=100)
+    run_report(logs, tmp_path / "out", terminal=terminal)
+    text = printed(terminal)
     table = text.split("Batch-1 latency, ms", 1)[1].split("red column: slow host", 1)[0]
     assert "part 1 of" in table
     body = [line for line in table.splitlines() if line.startswith("│ ")]
@@ -295,25 +295,25 @@ def test_health_summary_lists_failed_and_skipped_checks_and_spec_ratios(tmp_path
 
 def test_fail_on_outlier_exit_status(tmp_path):
     logs = fleet_copy(tmp_path)
-    assert run_report(logs, tmp_path / "o1", console=recording_console()) == 0
+    assert run_report(logs, tmp_path / "o1", terminal=recording_terminal()) == 0
     assert run_report(logs, tmp_path / "o2", fail_on_outlier=True,
-                      console=recording_console()) == 1
+                      terminal=recording_terminal()) == 1
 
     # only a slow host, no history: still flagged
     slow = tmp_path / "slow"
     write_run(slow, "a", "r1", seed_log(BASE), results_json(A100))
     write_run(slow, "b", "r1", seed_log(scaled(1.3)), results_json(A100))
     assert run_report(slow, tmp_path / "o3", fail_on_outlier=True,
-                      console=recording_console()) == 1
+                      terminal=recording_terminal()) == 1
 
     # peers within 2% and unchanged history: nothing flagged
     calm = tmp_path / "calm"
     write_run(calm, "a", "r1", seed_log(BASE), results_json(A100))
     write_run(calm, "a", "r2", seed_log(scaled(1.01)), results_json(A100))
     write_run(calm, "b", "r1", seed_log(scaled(1.02)), results_json(A100))
-    console = recording_console()
-    assert run_report(calm, tmp_path / "o4", fail_on_outlier=True, console=console) == 0
-    assert "FLAGS: none" in printed(console)
+    terminal = recording_terminal()
+    assert run_report(calm, tmp_path / "o4", fail_on_outlier=True, terminal=terminal) == 0
+    assert "FLAGS: none" in printed(terminal)
 
 
 def test_output_files_default_folder_and_pictures(tmp_path, monkeypatch):
@@ -321,14 +321,14 @@ def test_output_files_default_folder_and_pictures(tmp_path, monkeypatch):
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    console = recording_console()
-    assert run_report(logs, console=console) == 0
+    terminal = recording_terminal()
+    assert run_report(logs, terminal=terminal) == 0
     (out,) = (work / "reports").iterdir()
     assert out.name[:8].isdigit() and out.name.endswith("Z")
     names = sorted(p.name for p in out.iterdir())
     assert names == ["flags.json", "latency.png", "merged.csv", "regressions.png",
                      "report.html", "report.txt"]
-    assert f"Wrote reports/{out.name}/" in printed(console)
+    assert f"Wrote reports/{out.name}/" in printed(terminal)
     for png in ("latency.png", "regressions.png"):
         img = matplotlib.image.imread(out / png)
         assert img.shape[0] > 200 and img.shape[1] > 500

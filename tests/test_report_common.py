@@ -1,4 +1,4 @@
-"""Helpers shared by tests/test_report*.py (no tests here): log trees, a recording console."""
+"""Helpers shared by tests/test_report*.py (no tests here): log trees, a recording terminal."""
 from __future__ import annotations
 
 import io
@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from rich.console import Console
+from remote.output.term import Terminal
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
 REPO = Path(__file__).resolve().parents[1]
@@ -54,10 +54,11 @@ def write_run(root: Path, host: str, run: str, log: str | None = None,
     return d
 
 
-def recording_console(width: int = 160) -> Console:
-    return Console(file=io.StringIO(), width=width, color_system=None, highlight=False,
-                   emoji=False)
+def recording_terminal(width: int = 160) -> Terminal:
+    """A terminal of `width` columns, without colours, that keeps what is printed."""
+    return Terminal(io.StringIO(), width=width, color=False)
 
 
-def printed(console: Console) -> str:
-    return console.file.getvalue()
+def printed(terminal: Terminal) -> str:
+    assert isinstance(terminal.stream, io.StringIO)
+    return terminal.stream.getvalue()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from remote.report import run_report
-from tests.test_report_common import fleet_copy, recording_console
+from tests.test_report_common import fleet_copy, recording_terminal
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium: apt-get install -y chromium")
@@ -79,7 +79,7 @@ def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 def rendered(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("html")
     out = tmp / "report"
-    assert run_report(fleet_copy(tmp), out, console=recording_console()) == 0
+    assert run_report(fleet_copy(tmp), out, terminal=recording_terminal()) == 0
     html = out / "report.html"
     shot = tmp / "screenshot.png"
     r1 = chromium(tmp, f"--screenshot={shot}", "--window-size=1400,2000", html.as_uri())

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from remote.report import build_report, run_report
-from tests.test_report_common import REPO, printed, recording_console, seed_log, write_run
+from tests.test_report_common import REPO, printed, recording_terminal, seed_log, write_run
 
 # Real CPU runs of the validation package (torch and torchvision come with `.[dev]`).
 pytestmark = [pytest.mark.slow]
@@ -44,9 +44,9 @@ def test_report_reads_a_real_cpu_validation_run(cpu_logs, tmp_path):
     bench = next(c for c in results["checks"] if c["name"] == "bench")
     median = bench["figures"]["models"]["resnet18"]["latency_ms"]["median"]
 
-    console = recording_console()
-    assert run_report(logs, tmp_path / "out", console=console) == 0
-    text = printed(console)
+    terminal = recording_terminal()
+    assert run_report(logs, tmp_path / "out", terminal=terminal) == 0
+    text = printed(terminal)
 
     report = build_report(logs)
     # nothing the package wrote is reported as bad

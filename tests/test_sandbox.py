@@ -330,7 +330,7 @@ def test_down_removes_every_mount_and_process(box):
     state = json.loads((box.state_dir / "state.json").read_text())
     statuses = sandbox.status(box.state_dir)
     pids = [s["init_pid"] for s in statuses] + [h["unshare_pid"] for h in state["hosts"].values()]
-    assert all(sandbox._alive(p) for p in pids)
+    assert all(sandbox.hosts.alive(p) for p in pids)
     state_path = str(box.state_dir.resolve())
     assert _all_mountinfo_mentioning(state_path), "expected the hosts' overlay mounts"
     assert _all_mountinfo_mentioning(state_path) and not [
@@ -340,11 +340,11 @@ def test_down_removes_every_mount_and_process(box):
     started = time.monotonic()
     sandbox.down(box.state_dir, progress=lambda line: None)
     took = time.monotonic() - started
-    assert not [p for p in pids if sandbox._alive(p)]
+    assert not [p for p in pids if sandbox.hosts.alive(p)]
     assert _all_mountinfo_mentioning(state_path) == []
     assert not box.state_dir.exists()
     for h in box.inv["hosts"].values():
-        assert sandbox._port_free(h["address"], h["port"])
+        assert sandbox.hosts.port_free(h["address"], h["port"])
     sandbox.down(box.state_dir, progress=lambda line: None)     # idempotent
     print(f"sandbox down (2 hosts): {took:.2f} s")
 
@@ -363,19 +363,20 @@ def test_down_cleans_up_after_an_interrupted_up(tmp_path):
     state_file.write_text(json.dumps(state))
     try:
         sandbox.down(state_dir, progress=lambda line: None)
-        assert not [p for p in pids if sandbox._alive(p)]
+        assert not [p for p in pids if sandbox.hosts.alive(p)]
         assert _all_mountinfo_mentioning(str(state_dir.resolve())) == []
         assert not state_dir.exists()
     finally:
         for pid in pids:
-            if sandbox._alive(pid):
+            if sandbox.hosts.alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
 def test_not_root_is_a_clear_error(tmp_path):
     """Without root: exit status 2 and a one-line message that says root is needed."""
-    cmd_tail = [str(REPO / "remote" / "sandbox" / "__init__.py"), "up", "--hosts", "1",
-                "--state", str(tmp_path / "state")]
+    # The command line as users run it, with this checkout's code first on the path.
+    cmd_tail = ["-m", "remote.sandbox", "up", "--hosts", "1", "--state", str(tmp_path / "state")]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO)}
     if os.geteuid() == 0:
         tmp_path.chmod(0o777)
         setpriv = shutil.which("setpriv")
@@ -388,10 +389,10 @@ def test_not_root_is_a_clear_error(tmp_path):
             drop + [p, "-c", "pass"], capture_output=True, timeout=30).returncode == 0), None)
         if python is None:
             pytest.skip("no python that user 65534 can run")
-        cmd = drop + [python, "-I"] + cmd_tail
+        cmd = drop + [python] + cmd_tail
     else:
-        cmd = [sys.executable, "-I"] + cmd_tail
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        cmd = [sys.executable] + cmd_tail
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "needs root" in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1

@@ -8,17 +8,14 @@ prints a line per step per host, and that must cost next to nothing.
 from __future__ import annotations
 
 import os
-import re
 import sys
 import threading
 from typing import Callable, Iterable, Mapping, Optional, Protocol, Sequence, TextIO, Union
 
-# SGR codes of the styles used below.
-_SGR = {"green": "32", "yellow": "33", "cyan": "36", "bold red": "1;31", "dim": "2"}
+from .term import paint, printable, wants_color
+
 STYLE = {"ok": "green", "changed": "yellow", "skipped": "cyan", "failed": "bold red",
          "unreachable": "bold red", "running": "dim", "would change": "yellow"}
-# Control characters (ESC above all) from a host's output must not drive the terminal.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 RECAP_COLUMNS = ("host", "ok", "changed", "skipped", "failed", "unreachable", "elapsed")
 
 Cell = Union[str, tuple[str, str]]  # text, or (text, style)
@@ -58,16 +55,6 @@ class RecapRow(Protocol):
     def counts(self) -> dict[str, int]: ...
 
 
-def wants_color(stream: TextIO) -> bool:
-    """Colour only on a terminal that can show it, and never under NO_COLOR (no-color.org)."""
-    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
-        return False
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
 class Reporter:
     """Prints one run's step lines, validation progress and recap to `stream` (stdout).
     `check`: a dry run, so "changed" reads "would change" and each planned command is listed."""
@@ -86,13 +73,11 @@ class Reporter:
         self.width = max([len(n) for n in names] + [4])
 
     def _paint(self, text: str, style: str) -> str:
-        if not self.color or not style:
-            return text
-        return f"\x1b[{_SGR[style]}m{text}\x1b[0m"
+        return paint(text, style, self.color)
 
     def _shown(self, text: str) -> str:
         """`text` as it may be printed: secrets redacted, control characters made visible."""
-        return _CONTROL.sub("?", self.redact(text))
+        return printable(self.redact(text))
 
     def _print(self, lines: list[str]) -> None:
         text = "".join(line + "\n" for line in lines)

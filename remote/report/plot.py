@@ -1,26 +1,28 @@
-"""Pictures and the HTML page for remote.report (headless: matplotlib's Agg canvas).
+"""The charts of a report (headless: matplotlib's Agg canvas).
 
 - ``latency_png(report, path)``: batch-1 latency per model, one series per host (its latest
   run; per head label when a run has several), log scale; slow hosts drawn in red.
 - ``regressions_png(report, path)``: latency change of each host's latest run vs its previous
   run (or the baseline), per model; beyond the threshold in red.
-- ``write_html(report, path, images)``: one self-contained page (inline CSS, PNGs as base64
-  data: URIs, no script, no external reference) with the flags first, then bad logs, the
-  merged table, the pictures, the fleet comparison and the health summary.
 
-Figures are built with ``matplotlib.figure.Figure`` directly (no pyplot, no global backend
-state), which renders through Agg.
+Names from the logs are drawn made printable, as text, never parsed as mathtext (a model called
+``$\\undefinedcmd$`` would stop the drawing); with more than ``MAX_MODEL_LABELS`` models the
+latency chart numbers its ticks instead of naming each. Figures are built with
+``matplotlib.figure.Figure`` directly (no pyplot, no global backend state), which renders
+through Agg.
+
+May import: `remote.output.term`, `analyse`, `collect`.
 """
 from __future__ import annotations
 
-import base64
 from pathlib import Path
+from typing import Dict, Optional, Tuple
 
-from jinja2 import Environment
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
-from . import (MISSING, Report, fmt_ms, has_label)
+from ..output.term import printable_line
+from .analyse import Report, has_label
 
 SLOW = "#d62728"
 REGRESSED = "#d62728"
@@ -30,18 +32,22 @@ _PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#
             "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94"]
 _MARKERS = "osD^v<>ph*"
 MAX_BARS = 40
+MAX_MODEL_LABELS = 60  # more models than this: numbered ticks instead of a name each
 
 
-def _latest_series(report: Report):
+Series = Tuple[str, str, Optional[str], Dict[str, float]]  # name, host, label, {model: ms}
+
+
+def _latest_series(report: Report) -> list[Series]:
     """[(name, host, label, {model: ms})] for each host's latest run, in table order."""
     latest = {h.host: h.run_id for h in report.fleet}
     series = []
     for col in report.table.columns:
         if latest.get(col.host) != col.run_id:
             continue
-        values = {m: report.table.cell(m, col) for m in report.table.models}
-        values = {m: v for m, v in values.items() if v is not None}
-        name = col.host + (f" [{col.label}]" if has_label(col) else "")
+        cells = {m: report.table.cell(m, col) for m in report.table.models}
+        values = {m: v for m, v in cells.items() if v is not None}
+        name = printable_line(col.host + (f" [{col.label}]" if has_label(col) else ""))
         series.append((name, col.host, col.label, values))
     return series
 
@@ -54,14 +60,19 @@ def _empty(fig: Figure, message: str) -> None:
 
 
 def latency_png(report: Report, path: Path) -> Path:
+    latency_figure(report).savefig(path, format="png")
+    return path
+
+
+def latency_figure(report: Report) -> Figure:
     series = _latest_series(report)
     models = sorted({m for *_, values in series for m in values})
     width = max(8.0, min(24.0, 3.0 + 0.55 * len(models)))
     fig = Figure(figsize=(width, 5.2), dpi=100, layout="constrained")
     if not series or not models:
         _empty(fig, "No benchmark values found")
-        fig.savefig(path, format="png")
-        return path
+        return fig
+    labelled = len(models) <= MAX_MODEL_LABELS
     slow = {h.host: h for h in report.outliers}
     ax = fig.add_subplot()
     ax.set_yscale("log")
@@ -75,18 +86,25 @@ def latency_png(report: Report, path: Path) -> Path:
         px, py = [p[0] for p in pts], [p[1] for p in pts]
         if host in slow:
             label = f"{name}: SLOW {slow[host].typical_pct:+.0f}% vs peers"
-            ax.plot(px, py, color=SLOW, lw=1.2, alpha=0.5, zorder=3)
+            if labelled:  # a line across thousands of models is only ink
+                ax.plot(px, py, color=SLOW, lw=1.2, alpha=0.5, zorder=3)
             ax.scatter(px, py, s=90, marker="X", color=SLOW, edgecolor="black",
                        linewidth=0.6, zorder=4, label=label)
         else:
             color = _PALETTE[normal % len(_PALETTE)]
             marker = _MARKERS[normal % len(_MARKERS)]
             normal += 1
-            ax.plot(px, py, color=color, lw=0.8, alpha=0.35, zorder=2)
+            if labelled:
+                ax.plot(px, py, color=color, lw=0.8, alpha=0.35, zorder=2)
             ax.scatter(px, py, s=36, marker=marker, color=color, zorder=3, label=name)
-    ax.set_xticks(range(len(models)))
-    ax.set_xticklabels(models, rotation=35 if len(models) > 6 else 0,
-                       ha="right" if len(models) > 6 else "center")
+    if labelled:
+        ax.set_xticks(range(len(models)))
+        ax.set_xticklabels([printable_line(m) for m in models], rotation=35 if len(models) > 6 else 0,
+                           ha="right" if len(models) > 6 else "center", parse_math=False)
+    else:  # a label per model would be unreadable, and laying out each costs seconds
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel(f"model number, 0 to {len(models) - 1} in name order "
+                      "(names in merged.csv and report.html)")
     ax.set_xlim(-0.6, len(models) - 0.4)
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
@@ -94,14 +112,15 @@ def latency_png(report: Report, path: Path) -> Path:
     ax.set_ylabel("batch-1 latency, ms (log scale)")
     ax.set_title("Latency per model, latest run per host (lower is better)")
     ax.grid(True, which="both", axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False,
-              ncols=1 if n <= 18 else 2)
-    fig.savefig(path, format="png")
-    return path
+    legend = ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False,
+                       ncols=1 if n <= 18 else 2)
+    for text in legend.get_texts():
+        text.set_parse_math(False)
+    return fig
 
 
 def regressions_png(report: Report, path: Path) -> Path:
-    rows = [(f"{c.host}: {r.name}", r.pct)
+    rows = [(printable_line(f"{c.host}: {r.name}"), r.pct)
             for c in report.comparisons for r in c.changes]
     rows.sort(key=lambda row: -row[1])
     shown = rows[:MAX_BARS]
@@ -119,7 +138,7 @@ def regressions_png(report: Report, path: Path) -> Path:
               for p in pcts]
     ax.barh(range(len(pcts)), pcts, color=colors, height=0.7)
     ax.set_yticks(range(len(pcts)))
-    ax.set_yticklabels(names, fontsize=8)
+    ax.set_yticklabels(names, fontsize=8, parse_math=False)
     ax.axvline(0, color="black", lw=0.8)
     ax.axvline(threshold, color=REGRESSED, lw=1, ls="--",
                label=f"regression threshold +{threshold:g}%")
@@ -133,142 +152,10 @@ def regressions_png(report: Report, path: Path) -> Path:
     title = f"Latency change, latest run vs {what} (right = slower)"
     if len(rows) > len(shown):
         title += f"; {len(shown)} largest of {len(rows)}"
-    ax.set_title(title)
+    ax.set_title(title, parse_math=False)
     ax.set_xlabel("change in batch-1 latency, %")
     ax.grid(True, axis="x", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.savefig(path, format="png")
     return path
 
-
-def data_uri(path: Path) -> str:
-    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
-
-
-_TEMPLATE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<title>gpuprov report: {{ r.logs_dir }}</title>
-<style>
-body { font-family: DejaVu Sans, Arial, sans-serif; margin: 24px; color: #222; }
-h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 26px 0 8px; }
-.meta { color: #555; font-size: 13px; }
-.flags { border: 2px solid #d62728; background: #fdecea; padding: 8px 14px; }
-.noflags { border: 2px solid #2ca02c; background: #eaf6ea; padding: 8px 14px; }
-.flags li { color: #a01010; margin: 3px 0; font-family: DejaVu Sans Mono, monospace;
-  font-size: 13px; }
-.problems { border: 1px solid #c9a400; background: #fff8dc; padding: 6px 14px; }
-.problems li { font-family: DejaVu Sans Mono, monospace; font-size: 12px; margin: 2px 0; }
-table { border-collapse: collapse; font-size: 13px; }
-th, td { border: 1px solid #ccc; padding: 3px 8px; }
-th { background: #f0f0f0; vertical-align: bottom; }
-td.num { text-align: right; font-family: DejaVu Sans Mono, monospace; }
-td.missing { color: #999; text-align: center; }
-td.bad { background: #f8c9c9; color: #900; font-weight: bold; }
-th.slow { background: #f8c9c9; color: #900; }
-td.slow { background: #fdecea; }
-.tag { font-weight: bold; color: #fff; background: #d62728; padding: 0 5px; border-radius: 3px; }
-.ok { color: #1a7f1a; font-weight: bold; } .fail { color: #c00; font-weight: bold; }
-.small { font-size: 12px; color: #555; }
-.scroll { overflow-x: auto; max-width: 100%; }
-table.merged th { font-size: 12px; white-space: nowrap; }
-table.merged th .small { font-size: 11px; font-weight: normal; }
-td { vertical-align: top; } .nowrap { white-space: nowrap; }
-img { max-width: 100%; border: 1px solid #ddd; margin: 6px 0; }
-</style></head><body>
-<h1>gpuprov benchmark report</h1>
-<div class="meta">{{ r.generated }} &middot; logs: {{ r.logs_dir }} &middot;
-{{ r.runs|length }} run{{ '' if r.runs|length == 1 else 's' }} on {{ hosts }} host{{ '' if hosts == 1 else 's' }} &middot; slow host: &gt; {{ '%g' % r.outlier_pct }}%
-vs GPU-group peers &middot; regression: &gt; {{ '%g' % r.regression_pct }}% vs
-{{ ('baseline ' ~ r.baseline) if r.baseline else 'previous run' }}</div>
-
-<h2 id="flags">Flags</h2>
-{% if flags %}<div class="flags"><ul>
-{% for line in flags %}<li>{{ line }}</li>
-{% endfor %}</ul></div>
-{% else %}<div class="noflags">No flags: no slow host, no regression.</div>{% endif %}
-
-{% if r.problems %}<h2 id="problems">Skipped / bad logs ({{ r.problems|length }})</h2>
-<div class="problems"><ul>
-{% for p in r.problems %}<li>{{ p }}</li>
-{% endfor %}</ul></div>{% endif %}
-
-<h2 id="table">Batch-1 latency, ms</h2>
-{% if t.columns %}<div class="scroll"><table class="merged"><thead><tr><th>model</th>
-{% for c in t.columns %}<th class="{{ 'slow' if slow.get(c.host) == c.run_id else '' }}">{{ c.host }}<br>
-<span class="small">{{ c.run_id }}{% if labelled(c) %}<br>{{ c.label if c.label is not none else '-' }}{% endif %}</span>
-{% if slow.get(c.host) == c.run_id %}<br><span class="tag">SLOW</span>{% endif %}</th>
-{% endfor %}</tr></thead><tbody>
-{% for m in t.models %}<tr><td>{{ m }}</td>
-{% for c in t.columns %}{% set v = t.cell(m, c) %}{% set reg = regressed.get((c.host, c.run_id, c.label, m)) %}
-{% if v is none %}<td class="missing">{{ missing }}</td>
-{% elif reg %}<td class="num bad" title="{{ reg[1] }}">{{ ms(v) }} ({{ reg[0] }})</td>
-{% else %}<td class="num {{ 'slow' if slow.get(c.host) == c.run_id else '' }}">{{ ms(v) }}</td>{% endif %}
-{% endfor %}</tr>
-{% endfor %}</tbody></table></div>
-<p class="small">Column per host/run (and head label when a run has several); red header: slow
-host; red cell: regression vs the earlier run. Also in merged.csv.</p>
-{% else %}<p>No benchmark values found.</p>{% endif %}
-
-<h2 id="plots">Pictures</h2>
-{% for name, src in images %}<div><img alt="{{ name }} chart" src="{{ src }}"></div>
-{% endfor %}
-
-{% if r.fleet %}<h2 id="fleet">Fleet: latest run vs GPU-group peers</h2>
-<table><thead><tr><th>host</th><th>GPU group</th><th>run</th><th>peers</th><th>models</th>
-<th>typical vs peers</th><th>worst model</th></tr></thead><tbody>
-{% for h in r.fleet %}<tr><td>{{ h.host }}{% if h.slow %} <span class="tag">SLOW</span>{% endif %}</td>
-<td>{{ h.gpu }}</td><td>{{ h.run_id }}</td><td class="num">{{ h.peers|length }}</td>
-<td class="num">{{ h.ratios|length }}</td>
-<td class="num{{ ' bad' if h.slow else '' }}">{{ missing if h.typical_pct is none else '%+.1f%%' % h.typical_pct }}</td>
-<td>{% if h.worst %}{{ h.worst.name }} {{ '%+.1f%%' % h.worst.pct }}{% else %}{{ missing }}{% endif %}</td></tr>
-{% endfor %}</tbody></table>{% endif %}
-
-{% if r.health %}<h2 id="health">Health (latest results.json per host)</h2>
-<div class="scroll"><table><thead><tr><th>host</th><th>run</th><th>result</th><th>device / GPU</th><th>versions</th>
-<th>passed</th><th style="min-width:150px">failed</th><th style="min-width:150px">skipped</th><th>matmul TFLOPS<br>measured / spec</th><th>bandwidth GB/s<br>measured / spec</th>
-</tr></thead><tbody>
-{% for h in r.health %}<tr><td class="nowrap">{{ h.host }}</td><td>{{ h.run_id }}</td>
-<td>{% if h.ok %}<span class="ok">ok</span>{% elif h.ok is sameas false %}<span class="fail">FAIL</span>{% else %}?{% endif %}</td>
-<td class="nowrap">{% if h.gpu %}{{ h.gpu_count or '?' }}&times; {{ h.gpu }}{% else %}{{ h.device or '?' }}{% endif %}</td>
-<td class="small nowrap">{% for k, v in h.versions.items() %}{{ k }} {{ v }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td>
-<td class="num">{{ h.passed|length }}</td>
-<td>{% for c in h.failed %}<div class="fail">{{ c.name }}{% if not c.required %} (optional){% endif %}</div><div class="small">{{ c.reason }}</div>{% else %}-{% endfor %}</td>
-<td>{% for req, reason, names in h.skipped_groups() %}<div>{{ names|join(', ') }}{% if req %} <b>(required: not validated)</b>{% endif %}</div><div class="small">{{ reason }}</div>{% else %}-{% endfor %}</td>
-<td class="nowrap">{% for f in h.matmul %}{{ spec(f) }}{% if not loop.last %}<br>{% endif %}{% else %}-{% endfor %}</td>
-<td class="nowrap">{% for f in h.bandwidth %}{{ spec(f) }}{% if not loop.last %}<br>{% endif %}{% else %}-{% endfor %}</td></tr>
-{% endfor %}</tbody></table></div>{% endif %}
-
-{% if r.notes %}<h2 id="notes">Notes</h2><ul class="small">
-{% for n in r.notes %}<li>{{ n }}</li>
-{% endfor %}</ul>{% endif %}
-</body></html>
-"""
-
-
-def _spec(f) -> str:
-    """'bf16 231 / 312 (74%)': measured / spec (ratio); the unit is in the column head."""
-    name = f.name.rsplit("_", 1)[0]
-    text = f"{name} {MISSING if f.value is None else f'{f.value:.4g}'}"
-    if f.spec is not None:
-        text += f" / {f.spec:.4g}"
-    if f.ratio is not None:
-        text += f" ({f.ratio * 100:.0f}%)"
-    return text
-
-
-def write_html(report: Report, path: Path, images: dict[str, Path]) -> Path:
-    env = Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True)
-    regressed = {
-        (c.host, c.run_id, r.label, r.model): (f"{r.pct:+.0f}%",
-                                                f"{r.pct:+.1f}% vs {c.base_key}")
-        for c, r in report.regressions
-    }
-    html = env.from_string(_TEMPLATE).render(
-        r=report, t=report.table, flags=report.flag_lines(),
-        hosts=len({run.host for run in report.runs}),
-        slow={h.host: h.run_id for h in report.outliers},
-        regressed=regressed, missing=MISSING, ms=fmt_ms, spec=_spec, labelled=has_label,
-        images=[(name, data_uri(p)) for name, p in images.items()],
-    )
-    Path(path).write_text(html, encoding="utf-8")
-    return Path(path)

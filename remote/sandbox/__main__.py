@@ -1,6 +1,6 @@
 """`python3 -m remote.sandbox ...`: the sandbox's own command line."""
 import sys
 
-from . import main
+from .cli import main
 
 sys.exit(main())

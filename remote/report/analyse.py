@@ -1,0 +1,441 @@
+"""Merging and comparing runs: the merged table, fleet outliers (a host against its GPU group's
+peers), regressions (a run against the previous one or a baseline) and the health summary,
+gathered in one `Report`. Returns data, never prints.
+
+May import: `remote.errors`, `collect`.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from ..errors import InputError
+from .collect import Problem, Results, Run, check, collect, fmt_ms, get, num
+
+UNKNOWN_GPU = "unknown GPU"
+MAX_REGRESSION_LINES = 5  # more regressions than this on one host: one line for the host
+
+
+@dataclass
+class Column:
+    host: str
+    run_id: str
+    label: str | None
+    name: str
+
+
+@dataclass
+class Table:
+    columns: list[Column]
+    models: list[str]
+    values: dict[tuple[str, str], float]  # (model, column name) -> ms
+
+    def cell(self, model: str, column: Column) -> float | None:
+        return self.values.get((model, column.name))
+
+
+@dataclass
+class ModelRatio:
+    label: str | None
+    model: str
+    value: float
+    reference: float  # the peers' median (outliers) or the baseline value (regressions)
+    multi: bool = False  # the run has several head labels: name the label when showing it
+
+    @property
+    def name(self) -> str:
+        return f"{self.model} [{self.label}]" if self.multi else self.model
+
+    @property
+    def pct(self) -> float:
+        return (self.value / self.reference - 1.0) * 100.0
+
+
+@dataclass
+class HostComparison:
+    """One host's latest run against the median of its GPU group's peers."""
+
+    host: str
+    run_id: str
+    gpu: str
+    peers: list[str]
+    ratios: list[ModelRatio]
+    typical_pct: float | None  # median over models of (value / peers' median - 1) * 100
+    slow: bool
+
+    @property
+    def worst(self) -> ModelRatio | None:
+        return max(self.ratios, key=lambda r: r.pct) if self.ratios else None
+
+    def describe(self) -> str:
+        worst = self.worst
+        pct = self.typical_pct or 0.0
+        return (
+            f"{self.host} ({self.gpu}): {abs(pct):.1f}% {'slower' if pct >= 0 else 'faster'} "
+            f"than the median of its {len(self.peers)} peer{'s' if len(self.peers) != 1 else ''}"
+            f" (typical of {len(self.ratios)} model{'s' if len(self.ratios) != 1 else ''}"
+            + (f"; worst {worst.name} {worst.pct:+.1f}%" if worst else "")
+            + f"), run {self.run_id}"
+        )
+
+
+@dataclass
+class RunComparison:
+    """One host's latest run against its previous run or the baseline."""
+
+    host: str
+    run_id: str
+    base_host: str
+    base_run_id: str
+    changes: list[ModelRatio]
+    regressions: list[ModelRatio]
+
+    @property
+    def base_key(self) -> str:
+        return f"{self.base_host}/{self.base_run_id}"
+
+
+@dataclass
+class CheckRow:
+    name: str
+    status: str
+    required: bool
+    reason: str
+
+
+@dataclass
+class SpecFigure:
+    name: str  # e.g. "bf16_tflops", "d2d_gbs"
+    value: float | None
+    spec: float | None
+    ratio: float | None
+
+
+@dataclass
+class HostHealth:
+    host: str
+    run_id: str
+    ok: bool | None
+    device: str | None
+    gpu: str | None
+    gpu_count: int | None
+    versions: dict[str, str]
+    checks: list[CheckRow]
+    matmul: list[SpecFigure]
+    bandwidth: list[SpecFigure]
+
+    @property
+    def failed(self) -> list[CheckRow]:
+        return [c for c in self.checks if c.status == "fail"]
+
+    @property
+    def skipped(self) -> list[CheckRow]:
+        return [c for c in self.checks if c.status == "skip"]
+
+    def skipped_groups(self) -> list[tuple[bool, str, list[str]]]:
+        """Skipped checks grouped by (required, reason): [(required, reason, names)],
+        required first, so eleven "not selected" skips read as one line."""
+        groups: dict[tuple[bool, str], list[str]] = {}
+        for c in self.skipped:
+            groups.setdefault((c.required, c.reason), []).append(c.name)
+        return [(req, reason, names) for (req, reason), names in
+                sorted(groups.items(), key=lambda kv: not kv[0][0])]
+
+    @property
+    def passed(self) -> list[CheckRow]:
+        return [c for c in self.checks if c.status == "pass"]
+
+
+@dataclass
+class Report:
+    logs_dir: Path
+    generated: str
+    outlier_pct: float
+    regression_pct: float
+    baseline: str | None
+    runs: list[Run]
+    problems: list[Problem]
+    table: Table
+    groups: dict[str, list[str]]  # GPU model -> hosts
+    fleet: list[HostComparison]
+    comparisons: list[RunComparison]
+    health: list[HostHealth]
+    notes: list[str]
+
+    @property
+    def outliers(self) -> list[HostComparison]:
+        return [h for h in self.fleet if h.slow]
+
+    @property
+    def regressions(self) -> list[tuple[RunComparison, ModelRatio]]:
+        return [(c, r) for c in self.comparisons for r in c.regressions]
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.outliers or self.regressions)
+
+    def flag_lines(self) -> list[str]:
+        """One line per flag, slow hosts first: what an operator reads first."""
+        lines = [f"SLOW HOST {h.describe()}" for h in self.outliers]
+        for comp in self.comparisons:
+            regs = comp.regressions
+            if len(regs) > MAX_REGRESSION_LINES:  # one line for the host, worst first
+                lines.append(
+                    f"REGRESSION {comp.host}: {len(regs)} of {len(comp.changes)} models slower "
+                    f"by more than {self.regression_pct:g}%: "
+                    + ", ".join(f"{r.name} {r.pct:+.1f}%" for r in regs)
+                    + f"; run {comp.run_id} vs {comp.base_key}"
+                )
+                continue
+            for r in regs:
+                lines.append(
+                    f"REGRESSION {comp.host} {r.name}: {fmt_ms(r.reference)} -> "
+                    f"{fmt_ms(r.value)} ms ({r.pct:+.1f}%), run {comp.run_id} vs {comp.base_key}"
+                )
+        return lines
+
+
+class BadInput(InputError):
+    """Bad option or missing folder: exit status 2 with this one-line message."""
+
+
+# ---------------------------------------------------------------------------------------
+# merging and comparing
+
+
+def has_label(col: Column) -> bool:
+    """True when the column's name carries its head label (its run has several)."""
+    return col.name != f"{col.host}/{col.run_id}"
+
+
+def merge_table(runs: Iterable[Run]) -> Table:
+    columns: list[Column] = []
+    values: dict[tuple[str, str], float] = {}
+    models: set[str] = set()
+    for run in runs:
+        labels = sorted(run.latency, key=lambda lab: (lab is not None, lab or ""))
+        for label in labels:
+            col = Column(run.host, run.run_id, label, run.column_name(label))
+            columns.append(col)
+            for model, ms in run.latency[label].items():
+                values[(model, col.name)] = ms
+                models.add(model)
+    return Table(columns, sorted(models), values)
+
+
+def counterpart(label: str | None, run: Run, other: Run) -> dict[str, float] | None:
+    """The values of ``other`` under the label that matches ``label`` of ``run``; None when
+    no label does (two runs with one column each match whatever their labels)."""
+    if label in other.latency:
+        return other.latency[label]
+    if len(run.latency) == 1 and len(other.latency) == 1:
+        return next(iter(other.latency.values()))
+    return None
+
+
+def _latest_with_values(runs: list[Run]) -> dict[str, Run]:
+    latest: dict[str, Run] = {}
+    for run in runs:  # sorted by run id within a host
+        if run.latency:
+            latest[run.host] = run
+    return latest
+
+
+def host_gpus(runs: list[Run]) -> dict[str, str]:
+    """Host -> its group from its latest results.json that names one: the GPU model, or
+    "CPU only (...)" for a CPU run; UNKNOWN_GPU when no results.json says."""
+    gpus: dict[str, str] = {}
+    for run in runs:
+        gpus.setdefault(run.host, UNKNOWN_GPU)
+        if run.group:
+            gpus[run.host] = run.group
+    return gpus
+
+
+def find_outliers(runs: list[Run], outlier_pct: float) -> tuple[dict[str, list[str]], list[HostComparison]]:
+    latest = _latest_with_values(runs)
+    gpus = host_gpus(runs)
+    groups: dict[str, list[str]] = {}
+    for host in sorted(latest):
+        groups.setdefault(gpus[host], []).append(host)
+    fleet: list[HostComparison] = []
+    for gpu, hosts in groups.items():
+        for host in hosts:
+            run = latest[host]
+            peers = [latest[h] for h in hosts if h != host]
+            ratios: list[ModelRatio] = []
+            for label, models in run.latency.items():
+                for model, value in models.items():
+                    refs = []
+                    for peer in peers:
+                        peer_values = counterpart(label, run, peer)
+                        if peer_values is not None and model in peer_values:
+                            refs.append(peer_values[model])
+                    if refs:
+                        ratios.append(ModelRatio(label, model, value, statistics.median(refs),
+                                                 multi=len(run.latency) > 1))
+            typical = statistics.median(r.pct for r in ratios) if ratios else None
+            fleet.append(
+                HostComparison(
+                    host, run.run_id, gpu, [p.host for p in peers], ratios, typical,
+                    slow=typical is not None and typical > outlier_pct,
+                )
+            )
+    return groups, fleet
+
+
+def _baseline_runs(runs: list[Run], baseline: str | None) -> dict[str, Run | None]:
+    """Host -> the run its latest run is compared with (None: nothing to compare with)."""
+    latest = _latest_with_values(runs)
+    by_host: dict[str, list[Run]] = {}
+    for run in runs:
+        if run.latency:
+            by_host.setdefault(run.host, []).append(run)
+    out: dict[str, Run | None] = {}
+    if baseline is None:
+        for host, run in latest.items():
+            earlier = [r for r in by_host[host] if r.run_id < run.run_id]
+            out[host] = earlier[-1] if earlier else None
+        return out
+    base = baseline.strip().strip("/")
+    if "/" in base:
+        b_host, b_run = base.split("/", 1)
+        match = [r for r in by_host.get(b_host, []) if r.run_id == b_run]
+        if not match:
+            raise BadInput(f"--baseline {baseline}: no run {b_run!r} with benchmark values "
+                           f"for host {b_host!r}")
+        return {host: match[0] for host in latest}
+    if base in by_host:
+        return {host: (latest[base] if host != base else None) for host in latest}
+    if any(r.run_id == base for rs in by_host.values() for r in rs):
+        return {
+            host: next((r for r in by_host[host] if r.run_id == base), None) for host in latest
+        }
+    raise BadInput(f"--baseline {baseline}: names no host or run with benchmark values")
+
+
+def find_regressions(runs: list[Run], regression_pct: float, baseline: str | None = None) -> list[RunComparison]:
+    latest = _latest_with_values(runs)
+    bases = _baseline_runs(runs, baseline)
+    out: list[RunComparison] = []
+    for host in sorted(latest):
+        run, base = latest[host], bases.get(host)
+        if base is None or base is run:
+            continue
+        changes: list[ModelRatio] = []
+        for label, models in run.latency.items():
+            base_values = counterpart(label, run, base)
+            if base_values is None:
+                continue
+            for model, value in models.items():
+                ref = base_values.get(model)
+                if ref is not None:
+                    changes.append(ModelRatio(label, model, value, ref,
+                                              multi=len(run.latency) > 1))
+        regressions = sorted(
+            (c for c in changes if c.pct > regression_pct), key=lambda c: -c.pct
+        )
+        out.append(RunComparison(host, run.run_id, base.host, base.run_id, changes, regressions))
+    return out
+
+
+SPEC_KEYS = {
+    "matmul": ("fp32_tflops", "tf32_tflops", "bf16_tflops"),
+    "bandwidth": ("d2d_gbs", "h2d_gbs", "d2h_gbs"),
+}
+
+
+def _spec_figures(results: Results, check_name: str) -> list[SpecFigure]:
+    figs = get(check(results, check_name), "figures")
+    if not isinstance(figs, dict):
+        return []
+    out = []
+    for key in SPEC_KEYS[check_name]:
+        value = num(figs.get(key))
+        spec = num(get(figs, "spec", key))
+        ratio = num(get(figs, "ratio", key))
+        if ratio is None and value is not None and spec:
+            ratio = num(value / spec)  # 1e308 / 1e-308 overflows to inf
+        if value is not None or spec is not None:
+            out.append(SpecFigure(key, value, spec, ratio))
+    return out
+
+
+def health_summary(runs: list[Run]) -> list[HostHealth]:
+    """Per host, its latest run with a readable results.json."""
+    latest: dict[str, Run] = {}
+    for run in runs:
+        if run.results is not None:
+            latest[run.host] = run
+    out = []
+    for host in sorted(latest):
+        run = latest[host]
+        res = run.results or {}
+        info = res.get("host")
+        if not isinstance(info, dict):
+            info = {}
+        checks = []
+        for item in res.get("checks") or []:  # a list of objects: collect checked
+            checks.append(CheckRow(
+                name=str(item.get("name", "?")),
+                status=str(item.get("status", "?")),
+                required=bool(item.get("required", False)),
+                reason=str(item.get("reason") or ""),
+            ))
+        count = info.get("gpu_count")
+        ok = res.get("ok")
+        out.append(HostHealth(
+            host=host, run_id=run.run_id,
+            ok=ok if isinstance(ok, bool) and checks else None,  # no check ran: not a pass
+            device=info.get("device") if isinstance(info.get("device"), str) else None,
+            gpu=run.gpu_name,
+            gpu_count=count if isinstance(count, int) and not isinstance(count, bool) else None,
+            versions={k: str(info[k]) for k in ("driver", "cuda", "torch")
+                      if info.get(k) not in (None, "")},
+            checks=checks,
+            matmul=_spec_figures(res, "matmul"),
+            bandwidth=_spec_figures(res, "bandwidth"),
+        ))
+    return out
+
+
+def build_report(
+    logs_dir: Path,
+    baseline: str | None = None,
+    outlier_pct: float = 15.0,
+    regression_pct: float = 10.0,
+) -> Report:
+    """Read, merge and compare; no output. Raises BadInput for a missing logs folder or
+    a baseline that names nothing."""
+    logs_dir = Path(logs_dir)
+    if not logs_dir.is_dir():
+        raise BadInput(f"logs folder {logs_dir} does not exist")
+    runs, problems = collect(logs_dir)
+    groups, fleet = find_outliers(runs, outlier_pct)
+    comparisons = find_regressions(runs, regression_pct, baseline)
+    notes = []
+    if not runs:
+        notes.append(f"no runs found under {logs_dir}/<host>/<run>/")
+    for gpu, hosts in groups.items():
+        if len(hosts) == 1:
+            notes.append(f"{hosts[0]} is the only host in its GPU group ({gpu}): "
+                         "no fleet comparison")
+    with_values = {r.host for r in runs if r.latency}
+    uncompared = sorted(with_values - {c.host for c in comparisons})
+    if uncompared:
+        notes.append(
+            ("no earlier run to compare with: " if baseline is None
+             else f"baseline {baseline} gives nothing to compare with: ")
+            + ", ".join(uncompared)
+        )
+    return Report(
+        logs_dir=logs_dir,
+        generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        outlier_pct=outlier_pct, regression_pct=regression_pct, baseline=baseline,
+        runs=runs, problems=problems, table=merge_table(runs), groups=groups,
+        fleet=fleet, comparisons=comparisons, health=health_summary(runs), notes=notes,
+    )
+

@@ -1,0 +1,315 @@
+"""Reading log folders: every ``<logs>/<host>/<run>/`` with its ``bench_torch.log`` (the seed's
+format) and ``results.json`` (the validation package's, schema 1), into `Run`s and the
+`Problem`s found on the way. A bad file is a problem and is skipped, never an error.
+
+Imports nothing of remote/.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+BENCH_LOG = "bench_torch.log"
+RESULTS = "results.json"
+MISSING = "-"
+# The latencies a run may contribute: below a nanosecond (one clock cycle at 1 GHz) or above
+# a day (86.4e6 ms) a value is not a batch-1 timing but a broken or hostile log. The bounds
+# also keep every ratio between two values, and so every figure in flags.json, finite.
+MIN_MS = 1e-6
+MAX_MS = 86.4e6
+# The largest results.json or bench_torch.log read: the validation package writes a few KiB,
+# and a log of 20,000 models is under 1 MiB. Anything larger is not read at all.
+MAX_FILE_BYTES = 16 << 20
+
+# head label (None: values before any #head line) -> model -> batch-1 latency in ms
+Latency = Dict[Optional[str], Dict[str, float]]
+Results = Dict[str, Any]  # a parsed results.json
+
+
+@dataclass
+class Problem:
+    """A file (or line) that could not be used; it was skipped."""
+
+    path: str
+    message: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = self.path if self.line is None else f"{self.path}:{self.line}"
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class Run:
+    host: str
+    run_id: str
+    path: Path
+    latency: Latency = field(default_factory=dict)
+    source: str | None = None  # BENCH_LOG or RESULTS: where `latency` came from
+    results: Results | None = None  # parsed results.json, None when absent or bad
+
+    @property
+    def key(self) -> str:
+        return f"{self.host}/{self.run_id}"
+
+    @property
+    def gpu_name(self) -> str | None:
+        host = (self.results or {}).get("host")
+        name = host.get("gpu_name") if isinstance(host, dict) else None
+        return name.strip() if isinstance(name, str) and name.strip() else None
+
+    @property
+    def group(self) -> str | None:
+        """Fleet group: the GPU model; for a run on CPU (device "cpu", no GPU name)
+        "CPU only" plus the CPU model when known; None when results.json does not say."""
+        if self.gpu_name:
+            return self.gpu_name
+        host = (self.results or {}).get("host")
+        if isinstance(host, dict) and host.get("device") == "cpu":
+            cpu = host.get("cpu")
+            return f"CPU only ({cpu.strip()})" if isinstance(cpu, str) and cpu.strip() else "CPU only"
+        return None
+
+    def column_name(self, label: str | None) -> str:
+        if len(self.latency) > 1:
+            return f"{self.key}/{label if label is not None else MISSING}"
+        return self.key
+
+
+def fmt_ms(value: float | None) -> str:
+    if value is None:
+        return MISSING
+    if value >= 100:
+        return f"{value:.1f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+
+_LINE = re.compile(r"^#([^;]*);(.*)$")
+
+
+def parse_bench_log(text: str, path: str = BENCH_LOG) -> tuple[Latency, list[Problem]]:
+    """Parse the seed's format. Returns ({label: {model: ms}}, problems).
+
+    ``#head;LABEL`` starts a column, ``#model;ms`` records a value (a positive number).
+    Lines not starting with ``#`` or without ``;`` are ignored (program output, comments,
+    ``#!/bin/bash``). A ``#...;...`` line that does not parse is a problem and is skipped;
+    a repeated model within a column keeps the last value (reported).
+    """
+    columns: Latency = {}
+    problems: list[Problem] = []
+    label: str | None = None
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        m = _LINE.match(line)
+        if not m:
+            continue
+        name, rest = m.group(1).strip(), m.group(2).strip()
+        shown = line if len(line) <= 60 else line[:57] + "..."
+        if name == "head":
+            if not rest or ";" in rest:
+                problems.append(Problem(path, f"malformed head line {shown!r}: skipped", lineno))
+                continue
+            label = rest
+            columns.setdefault(label, {})
+            continue
+        if not name or any(ch.isspace() for ch in name):
+            problems.append(
+                Problem(path, f"malformed line {shown!r}: no model name: skipped", lineno)
+            )
+            continue
+        try:
+            value = float(rest)
+        except ValueError:
+            problems.append(
+                Problem(path, f"malformed line {shown!r}: {rest!r} is not a number: skipped",
+                        lineno)
+            )
+            continue
+        if not math.isfinite(value) or value <= 0:
+            problems.append(
+                Problem(path, f"malformed line {shown!r}: latency must be > 0 ms: skipped",
+                        lineno)
+            )
+            continue
+        if not MIN_MS <= value <= MAX_MS:
+            problems.append(Problem(path, f"malformed line {shown!r}: {_out_of_range(value)}",
+                                    lineno))
+            continue
+        column = columns.setdefault(label, {})
+        if name in column:
+            problems.append(
+                Problem(path, f"{name} appears again (was {fmt_ms(column[name])} ms); "
+                        "keeping the later value", lineno)
+            )
+        column[name] = value
+    return {k: v for k, v in columns.items() if v}, problems
+
+
+def read_log_file(path: Path, shown: str) -> tuple[bytes | None, list[Problem]]:
+    """The bytes of a regular file of at most MAX_FILE_BYTES; None and why otherwise. Never
+    reads more than the limit (a sparse 1 GiB results.json costs nothing), never blocks on a
+    FIFO."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        return None, [Problem(shown, f"unreadable ({exc.strerror or exc}): skipped")]
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder, a FIFO, a device
+        os.close(fd)
+        return None, [Problem(shown, "unreadable (not a regular file): skipped")]
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            return None, [Problem(shown, f"unreadable ({exc.strerror or exc}): skipped")]
+    if len(data) > MAX_FILE_BYTES:
+        return None, [Problem(shown, f"larger than {MAX_FILE_BYTES >> 20} MiB: skipped")]
+    return data, []
+
+
+def read_bench_log(path: Path, shown: str) -> tuple[Latency, list[Problem]]:
+    data, problems = read_log_file(path, shown)
+    if data is None:
+        return {}, problems
+    if not data.strip():
+        return {}, [Problem(shown, "empty file: skipped")]
+    columns, problems = parse_bench_log(data.decode("utf-8", errors="replace"), shown)
+    if not columns:
+        problems.append(Problem(shown, "no benchmark values (no '#model;ms' lines): skipped"))
+    return columns, problems
+
+
+def read_results(path: Path, shown: str) -> tuple[Results | None, list[Problem]]:
+    raw, problems = read_log_file(path, shown)
+    if raw is None:
+        return None, problems
+    text = raw.decode("utf-8", errors="replace")
+    if not text.strip():
+        return None, [Problem(shown, "empty file: skipped")]
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        line = getattr(exc, "lineno", None)
+        msg = getattr(exc, "msg", str(exc))
+        return None, [Problem(shown, f"not valid JSON ({msg}): skipped", line)]
+    except RecursionError:  # the decoder recurses once per level: [[[[... a million deep
+        return None, [Problem(shown, "not valid JSON (nested too deeply): skipped")]
+    if not isinstance(data, dict):
+        return None, [Problem(shown, f"not a JSON object (a {type(data).__name__}): skipped")]
+    checks, host = data.get("checks", []), data.get("host", {})
+    if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
+        return None, [Problem(shown, "'checks' is not a list of objects: skipped")]
+    if not isinstance(host, dict):
+        return None, [Problem(shown, f"'host' is not an object (a {type(host).__name__}): skipped")]
+    schema = data.get("schema")
+    if schema != 1:
+        problems.append(Problem(shown, f"schema {schema!r} is not 1; reading what matches"))
+    if not checks:
+        problems.append(Problem(shown, "no checks ran: not a pass"))
+    return data, problems
+
+
+def _out_of_range(value: float) -> str:
+    return f"latency {value!r} ms is outside {MIN_MS:g}..{MAX_MS:g} ms: skipped"
+
+
+def num(value: Any) -> float | None:
+    """`value` as a finite float; None for anything else (text, booleans, inf, NaN)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def get(obj: Any, *keys: str) -> Any:
+    """``obj[k1][k2]...`` through nested dicts; None where a level is missing or not a dict."""
+    for key in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def check(results: Results | None, name: str) -> dict[str, Any] | None:
+    """The first check called ``name`` in results.json, or None."""
+    checks = (results or {}).get("checks")
+    if not isinstance(checks, list):
+        return None
+    for item in checks:
+        if isinstance(item, dict) and item.get("name") == name:
+            return item
+    return None
+
+
+def bench_from_results(results: Results | None, shown: str) -> tuple[dict[str, float], list[Problem]]:
+    """Batch-1 median latency per model from the ``bench`` check's figures; a median out of
+    the plausible range is a problem (an entry that holds no number is ignored)."""
+    models = get(check(results, "bench"), "figures", "models")
+    out: dict[str, float] = {}
+    problems: list[Problem] = []
+    if isinstance(models, dict):
+        for model, figs in models.items():
+            value = num(get(figs, "latency_ms", "median"))
+            if not isinstance(model, str) or not model or value is None or value <= 0:
+                continue
+            if MIN_MS <= value <= MAX_MS:
+                out[model] = value
+            else:
+                problems.append(Problem(shown, f"bench {model}: {_out_of_range(value)}"))
+    return out, problems
+
+
+def collect(logs_dir: Path) -> tuple[list[Run], list[Problem]]:
+    """Read every ``logs_dir/<host>/<run>/``. Runs sorted by host, then run id."""
+    logs_dir = Path(logs_dir)
+    runs: list[Run] = []
+    problems: list[Problem] = []
+
+    for host_dir in _subdirs(logs_dir, problems):
+        run_dirs = _subdirs(host_dir, problems)
+        if not run_dirs:
+            problems.append(Problem(str(host_dir), "no run folders: skipped"))
+        for run_dir in run_dirs:
+            run = Run(host=host_dir.name, run_id=run_dir.name, path=run_dir)
+            res_path, log_path = run_dir / RESULTS, run_dir / BENCH_LOG
+            if not res_path.exists() and not log_path.exists():
+                problems.append(
+                    Problem(str(run_dir), f"neither {RESULTS} nor {BENCH_LOG}: skipped")
+                )
+                continue
+            if res_path.exists():
+                run.results, probs = read_results(res_path, str(res_path))
+                problems += probs
+            if log_path.exists():
+                columns, probs = read_bench_log(log_path, str(log_path))
+                problems += probs
+                if columns:
+                    run.latency, run.source = columns, BENCH_LOG
+            if not run.latency:
+                values, probs = bench_from_results(run.results, str(res_path))
+                problems += probs
+                if values:
+                    run.latency, run.source = {None: values}, RESULTS
+            if run.results is None and not run.latency:
+                continue  # nothing usable; the problems above say why
+            runs.append(run)
+    runs.sort(key=lambda r: (r.host, r.run_id))
+    return runs, problems
+
+
+def _subdirs(path: Path, problems: list[Problem]) -> list[Path]:
+    try:
+        entries = sorted(path.iterdir())
+    except OSError as exc:
+        problems.append(Problem(str(path), f"unreadable folder ({exc.strerror or exc}): skipped"))
+        return []
+    return [e for e in entries if e.is_dir() and not e.name.startswith(".")]
+

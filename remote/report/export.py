@@ -1,0 +1,93 @@
+"""The machine-readable outputs: ``merged.csv`` (row per model, column per host/run) and
+``flags.json`` (what was flagged, and everything it was decided from).
+
+May import: `analyse`, `collect`.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import asdict
+from typing import Any
+
+from .analyse import ModelRatio, Report, Table
+from .collect import MISSING
+
+
+def _csv_value(value: float | None) -> str:
+    if value is None:
+        return MISSING
+    return f"{value:.6f}".rstrip("0").rstrip(".")
+
+
+# A cell starting with one of these is a formula to a spreadsheet (=HYPERLINK(...), =cmd|...);
+# a leading single quote makes it text (OWASP, https://owasp.org/www-community/attacks/CSV_Injection;
+# ASVS 5.0 requirement 1.2.10 adds NUL; CWE-1236).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\0")
+
+
+def csv_text(text: str) -> str:
+    """A name from a log as a CSV cell that a spreadsheet shows and never evaluates."""
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def table_csv(table: Table) -> str:
+    """Model names and host/run columns come from the logs, so they are neutralised; the
+    values are numbers this code formats, and MISSING is its own marker."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, delimiter=";", lineterminator="\n")
+    writer.writerow(["model"] + [csv_text(c.name) for c in table.columns])
+    for model in table.models:
+        writer.writerow([csv_text(model)] + [_csv_value(table.cell(model, c)) for c in table.columns])
+    return buf.getvalue()
+
+
+def flags_json(report: Report) -> dict[str, Any]:
+    def ratio(r: ModelRatio, ref_name: str) -> dict[str, Any]:
+        return {"model": r.model, "label": r.label, "ms": r.value, ref_name: r.reference,
+                "pct": round(r.pct, 3)}
+
+    return {
+        "schema": 1,
+        "generated": report.generated,
+        "logs_dir": str(report.logs_dir),
+        "thresholds": {"outlier_pct": report.outlier_pct,
+                       "regression_pct": report.regression_pct},
+        "baseline": report.baseline,
+        "flagged": report.flagged,
+        "flags": report.flag_lines(),
+        "outliers": [
+            {"host": h.host, "run": h.run_id, "gpu": h.gpu, "peers": h.peers,
+             "typical_pct": round(h.typical_pct or 0.0, 3), "models": len(h.ratios),
+             "worst": ratio(h.worst, "peers_median_ms") if h.worst else None}
+            for h in report.outliers
+        ],
+        "regressions": [
+            {"host": c.host, "run": c.run_id, "baseline": c.base_key,
+             **ratio(r, "baseline_ms")}
+            for c, r in report.regressions
+        ],
+        "fleet": [
+            {"host": h.host, "run": h.run_id, "gpu": h.gpu, "peers": h.peers,
+             "typical_pct": None if h.typical_pct is None else round(h.typical_pct, 3),
+             "slow": h.slow, "models": [ratio(r, "peers_median_ms") for r in h.ratios]}
+            for h in report.fleet
+        ],
+        "comparisons": [
+            {"host": c.host, "run": c.run_id, "baseline": c.base_key,
+             "changes": [ratio(r, "baseline_ms") for r in c.changes]}
+            for c in report.comparisons
+        ],
+        "health": [
+            {**{k: v for k, v in asdict(h).items() if k not in ("checks",)},
+             "failed": [asdict(c) for c in h.failed],
+             "skipped": [asdict(c) for c in h.skipped],
+             "passed": [c.name for c in h.passed]}
+            for h in report.health
+        ],
+        "problems": [asdict(p) for p in report.problems],
+        "notes": report.notes,
+        "runs": [{"host": r.host, "run": r.run_id, "source": r.source,
+                  "gpu": r.gpu_name} for r in report.runs],
+    }
+

@@ -1,0 +1,231 @@
+"""The printed report (terminal and ``report.txt``): flags first, then bad logs, notes, the
+fleet, health, and the merged table split into parts that fit the width.
+
+`render` returns lines of styled segments and `paint` turns them into text: colours only when
+asked for (a terminal), and every string made printable on the way, so a name or a message
+from a host's log can never drive the terminal or forge lines of the report.
+
+May import: `remote.output.term`, `analyse`, `collect`.
+"""
+from __future__ import annotations
+
+from typing import List, Tuple
+
+from ..output.term import cells, paint as paint_text, printable_line
+from .analyse import SPEC_KEYS, CheckRow, Column, HostHealth, Report, SpecFigure, has_label
+from .collect import MISSING, fmt_ms
+
+Segment = Tuple[str, str]  # (text, style); style "" or a style of remote.output.term
+Line = List[Segment]
+
+LATENCY_TITLE = "Batch-1 latency, ms (row per model, column per host/run)"
+
+
+def paint(lines: list[Line], color: bool) -> str:
+    """The lines as text, each segment made printable (one line each) and coloured if asked."""
+    return "".join("".join(paint_text(printable_line(text), style, color) for text, style in line)
+                   .rstrip(" ") + "\n" for line in lines)
+
+
+def render(report: Report, width: int) -> list[Line]:
+    """The report as lines: flags first, then bad logs, fleet, health, the merged table."""
+    n_hosts = len({r.host for r in report.runs})
+    lines: list[Line] = [_rule(f"gpuprov report: {report.logs_dir}", width), [(
+        f"{_plural(len(report.runs), 'run')} on {_plural(n_hosts, 'host')}; "
+        f"slow host: > {report.outlier_pct:g}% vs GPU-group peers; regression: > "
+        f"{report.regression_pct:g}% vs "
+        + (f"baseline {report.baseline}" if report.baseline else "previous run"), "")], []]
+    flags = report.flag_lines()
+    if flags:
+        lines.append([(f"FLAGS ({len(flags)})", "bold red")])
+        lines += [[("  " + flag, "red")] for flag in flags]
+    else:
+        lines.append([("FLAGS: none (no slow host, no regression)", "bold green")])
+    if report.problems:
+        lines += [[], [(f"SKIPPED / BAD LOGS ({len(report.problems)})", "bold yellow")]]
+        lines += [[(f"  {p}", "yellow")] for p in report.problems]
+    if report.notes:
+        lines.append([])
+        lines += [[(f"note: {note}", "dim")] for note in report.notes]
+    if report.fleet:
+        lines += [[], [("Fleet: latest run vs GPU-group peers", "")]]
+        lines += _fleet_table(report)
+    if report.health:
+        lines += [[], [("Health (latest results.json per host)", "")]]
+        lines += _health_table(report)
+    lines.append([])
+    for title, table in latency_tables(report, width):
+        lines.append([(title, "")])
+        lines += table
+    lines.append([("red column: slow host; red value: regression", "dim")])
+    return lines
+
+
+def _rule(title: str, width: int) -> Line:
+    """A horizontal line across `width` with `title` in its middle."""
+    title = f" {title} "
+    side = max(0, width - _width([(title, "")]))
+    return [("─" * (side // 2) + title + "─" * (side - side // 2), "")]
+
+
+def _width(cell: Line) -> int:
+    return sum(cells(printable_line(text)) for text, _style in cell)
+
+
+def _pad(cell: Line, width: int, right: bool) -> Line:
+    fill = " " * (width - _width(cell))
+    return [(fill, "")] + cell if right else cell + [(fill, "")]
+
+
+def plain_table(header: list[str], rows: list[list[Line]], right: set[int]) -> list[Line]:
+    """Columns two spaces apart, a header cell's lines aligned at the bottom, numbers (the
+    columns in `right`) aligned on the right."""
+    heads = [h.split("\n") for h in header]
+    height = max(len(h) for h in heads)
+    heads = [[""] * (height - len(h)) + h for h in heads]
+    widths = [max([cells(line) for line in heads[i]] + [_width(row[i]) for row in rows])
+              for i in range(len(header))]
+    out: list[Line] = []
+    for n in range(height):
+        out.append(_joined([_pad([(heads[i][n], "")], w, i in right)
+                            for i, w in enumerate(widths)], [("  ", "")]))
+    for row in rows:
+        out.append(_joined([_pad(cell, w, i in right) for i, (cell, w) in
+                            enumerate(zip(row, widths))], [("  ", "")]))
+    return out
+
+
+def boxed_table(header: list[list[Line]], rows: list[list[Line]], right: set[int]) -> list[Line]:
+    """A table in box-drawing characters, heavy above the header's rule: rows of models
+    read across many columns of numbers. Header cells may hold several lines (bottom-aligned)."""
+    height = max(len(h) for h in header)
+    header = [[[] for _ in range(height - len(h))] + h for h in header]
+    widths = [max([_width(line) for line in header[i]] + [_width(row[i]) for row in rows])
+              for i in range(len(header))]
+
+    def rule(left: str, mid: str, end: str, fill: str) -> Line:
+        return [(left + mid.join(fill * (w + 2) for w in widths) + end, "")]
+
+    def row_line(row: list[Line], bar: str) -> Line:
+        padded = [[(" ", "")] + _pad(cell, w, i in right) + [(" ", "")]
+                  for i, (cell, w) in enumerate(zip(row, widths))]
+        return [(bar, "")] + _joined(padded, [(bar, "")]) + [(bar, "")]
+
+    out = [rule("┏", "┳", "┓", "━")]
+    out += [row_line([header[i][n] for i in range(len(header))], "┃") for n in range(height)]
+    out.append(rule("┡", "╇", "┩", "━"))
+    out += [row_line(row, "│") for row in rows]
+    out.append(rule("└", "┴", "┘", "─"))
+    return out
+
+
+def _joined(parts: list[Line], separator: Line) -> Line:
+    out: Line = []
+    for i, part in enumerate(parts):
+        out += (separator if i else []) + part
+    return out
+
+
+def _fleet_table(report: Report) -> list[Line]:
+    rows: list[list[Line]] = []
+    for h in report.fleet:
+        worst = h.worst
+        host: Line = [(h.host, "")] + ([(" SLOW", "bold red")] if h.slow else [])
+        typical = MISSING if h.typical_pct is None else f"{h.typical_pct:+.1f}%"
+        rows.append([host, [(h.gpu, "")], [(h.run_id, "")], [(str(len(h.peers)), "")],
+                     [(str(len(h.ratios)), "")], [(typical, "bold red" if h.slow else "")],
+                     [(f"{worst.name} {worst.pct:+.1f}%" if worst else MISSING, "")]])
+    return plain_table(["host", "GPU group", "run", "peers", "models", "typical", "worst model"],
+                       rows, right={3, 4, 5})
+
+
+def _health_table(report: Report) -> list[Line]:
+    rows: list[list[Line]] = []
+    for h in report.health:
+        result = "ok" if h.ok else ("FAIL" if h.ok is False else "?")
+        counts: Line = [(f"{len(h.passed)}/", ""), (str(len(h.failed)), "bold red" if h.failed else ""),
+                        (f"/{len(h.skipped)}", "yellow" if h.skipped else "")]
+        rows.append([[(h.host, "")], [(h.run_id, "")], [(result, "green" if h.ok else "bold red")],
+                     [(_device_text(h), "")], counts,
+                     [(_spec_text(h.matmul, SPEC_KEYS["matmul"]), "")],
+                     [(_spec_text(h.bandwidth, SPEC_KEYS["bandwidth"]), "")]])
+    lines = plain_table(["host", "run", "result", "GPU", "checks\npass/fail/skip",
+                         "matmul %spec\nfp32/tf32/bf16", "bandwidth %spec\nd2d/h2d/d2h"],
+                        rows, right=set())
+    for h in report.health:
+        lines += [[(f"  {h.host}: FAILED {_check_text(c)}", "red")] for c in h.failed]
+        for required, reason, names in h.skipped_groups():
+            what = " (required: not validated)" if required else " (optional)"
+            lines.append([(f"  {h.host}: SKIPPED {', '.join(names)}{what}"
+                           + (f": {reason}" if reason else ""), "yellow" if required else "")])
+    return lines
+
+
+def latency_tables(report: Report, width: int) -> list[tuple[str, list[Line]]]:
+    """The merged table as (title, lines) parts, its columns split into chunks that fit
+    ``width`` (the model column repeated), like a wide data frame in a narrow terminal."""
+    table = report.table
+    slow_hosts = {h.host: h.run_id for h in report.outliers}
+    regressed = {(c.host, c.run_id, r.label, r.model) for c, r in report.regressions}
+    model_w = max([len("model")] + [_width([(m, "")]) for m in table.models]) + 3
+    chunks: list[list[Column]] = [[]]
+    used = model_w + 1
+    for col in table.columns:
+        w = _column_width(col) + 3
+        if chunks[-1] and used + w > width:
+            chunks.append([])
+            used = model_w + 1
+        chunks[-1].append(col)
+        used += w
+    out = []
+    for i, cols in enumerate(chunks):
+        title = LATENCY_TITLE + (f", part {i + 1} of {len(chunks)}" if len(chunks) > 1 else "")
+        header: list[list[Line]] = [[[("model", "")]]]
+        for col in cols:
+            style = "bold red" if slow_hosts.get(col.host) == col.run_id else ""
+            head = [col.host, col.run_id] + ([col.label or MISSING] if has_label(col) else [])
+            header.append([[(text, style)] for text in head])
+        rows: list[list[Line]] = []
+        for model in table.models:
+            row: list[Line] = [[(model, "")]]
+            for col in cols:
+                bad = (col.host, col.run_id, col.label, model) in regressed
+                row.append([(fmt_ms(table.cell(model, col)), "bold red" if bad else "")])
+            rows.append(row)
+        out.append((title, boxed_table(header, rows, right=set(range(1, len(cols) + 1)))))
+    return out
+
+
+def _column_width(col: Column) -> int:
+    texts = [col.host, col.run_id] + ([col.label or MISSING] if has_label(col) else [])
+    return max([_width([(text, "")]) for text in texts] + [7])
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _check_text(c: CheckRow) -> str:
+    if c.status == "skip" and c.required:
+        req = " (required: not validated)"
+    else:
+        req = "" if c.required else " (optional)"
+    return f"{c.name}{req}: {c.reason}" if c.reason else f"{c.name}{req}"
+
+
+def _device_text(h: HostHealth) -> str:
+    if h.gpu:
+        name = h.gpu[len("NVIDIA "):] if h.gpu.startswith("NVIDIA ") else h.gpu
+        return f"{h.gpu_count or '?'}x {name}"
+    return f"({h.device or '?'})"
+
+
+def _spec_text(figs: list[SpecFigure], keys: tuple[str, ...]) -> str:
+    """Ratios vs spec in ``keys`` order, e.g. '93/76/74%'; '-' where unknown."""
+    by_name = {f.name: f for f in figs}
+    parts = []
+    for key in keys:
+        f = by_name.get(key)
+        parts.append(f"{f.ratio * 100:.0f}" if f and f.ratio is not None else MISSING)
+    return MISSING if all(p == MISSING for p in parts) else "/".join(parts) + "%"
+
