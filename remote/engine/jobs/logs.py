@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Optional
 
 from ...errors import PullError
-from ...transport.transfer import COMMIT_FILE, pack_command, publish_pull
+from ...output.term import printable_line
+from ...transport.transfer import COMMIT_FILE, RUN_ID, pack_command, publish_pull
 from ..results import Outcome
 from ..session import HostSession
 
@@ -40,20 +41,37 @@ def pull_run(session: HostSession, run_id: str, rc: Optional[int], dest: Path) -
     return summarize(dest / COMMIT_FILE, rc)
 
 
+# A results.json larger than this is not read: validate writes a few hundred KiB at most, and
+# a host could otherwise make the control side hold gigabytes (a sparse file costs it nothing).
+MAX_RESULTS_BYTES = 16 * 1024 * 1024
+
+
 def summarize(results_path: Path, rc: Optional[int]) -> tuple[str, bool]:
-    """(text for the recap, ok) from a pulled results.json."""
+    """(text for the recap, ok) from a pulled results.json: what the host wrote is untrusted, so
+    anything but a list of checks with names is 'not validated', and so are zero checks."""
     try:
+        if results_path.stat().st_size > MAX_RESULTS_BYTES:
+            return f"not validated: {COMMIT_FILE} is larger than {MAX_RESULTS_BYTES >> 20} MiB", False
         data = json.loads(results_path.read_text())
         checks = data["checks"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return f"not validated: no readable {COMMIT_FILE} (validate exit {rc})", False
-    failed = [c["name"] for c in checks if c.get("required") and c.get("status") == "fail"]
-    skipped = [c["name"] for c in checks if c.get("required") and c.get("status") == "skip"]
-    if failed:
-        return "failed: " + ", ".join(failed), False
-    if skipped:
-        return "not validated: " + ", ".join(skipped) + " skipped", False
-    ok = bool(data.get("ok", True)) and rc == 0
+    if not isinstance(checks, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str)
+                                               for c in checks):
+        return f"not validated: {COMMIT_FILE} has no list of named checks", False
+    if not checks:
+        return f"not validated: {COMMIT_FILE} lists no checks", False
+
+    def names(status: str) -> str:
+        # printable_line: a check name from the host cannot forge lines of the recap
+        return ", ".join(printable_line(c["name"]) for c in checks
+                         if c.get("required") and c.get("status") == status)
+
+    if names("fail"):
+        return "failed: " + names("fail"), False
+    if names("skip"):
+        return "not validated: " + names("skip") + " skipped", False
+    ok = data.get("ok") is True and rc == 0
     passed = sum(1 for c in checks if c.get("status") == "pass")
     return (f"passed ({passed} checks)" if ok else f"failed (validate exit {rc})"), ok
 
@@ -62,7 +80,8 @@ def latest_run_id(session: HostSession) -> Optional[str]:
     """The run id `runs/latest` names on the host, if any."""
     res = session.conn.run(f"readlink {remote_root(session.host.name)}/runs/latest", timeout=60)
     run_id = res.out.strip()
-    return run_id if res.rc == 0 and run_id and "/" not in run_id else None
+    # only a run id of the control side's own format: never `..`, `.` or a path
+    return run_id if res.rc == 0 and RUN_ID.match(run_id) else None
 
 
 class PullLogs:
