@@ -398,12 +398,16 @@ def test_connections_leave_the_shared_fabric_config_untouched(farm, work, invent
 
 def test_host_output_cannot_drive_the_terminal(farm, work, inventory, provision):
     """Escape sequences in what a host prints (here in a failing step's stderr) are shown
-    as '?', not passed to the terminal (they could retitle it, hide text, move the cursor)."""
+    as '?', not passed to the terminal or kept in provision.log (they could retitle it, hide
+    text, move the cursor)."""
     rec = recipe(work, [{"name": "noisy", "shell": r"printf 'x\033]0;owned\007\033[2Jy\n' >&2; exit 1"}])
     result = provision("h1", rec, inventory())
     assert result.rc == 1
     assert "\x1b" not in result.out and "\x07" not in result.out
     assert "x?]0;owned??[2Jy" in result.out
+    # nor does provision.log keep them: `cat provision.log` would replay them
+    log = _last_log(work, "h1").read_text()
+    assert "\x1b" not in log and "\x07" not in log and "x?]0;owned??[2Jy" in log
 
 
 def test_run_log_records_what_was_trusted(farm, work, inventory, provision):

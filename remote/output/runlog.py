@@ -13,6 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Optional, TextIO
 
+from .term import printable
+
 MASK = "***"
 
 
@@ -68,7 +70,8 @@ class RunLog:
             return
         with self._lock:
             handle = self._open(self.path)
-            handle.write(self.redact(text))
+            # printable: `cat provision.log` must not replay a host's escape sequences
+            handle.write(printable(self.redact(text)))
             if not text.endswith("\n"):
                 handle.write("\n")
             handle.flush()
