@@ -11,8 +11,8 @@ import tempfile
 import pytest
 
 from remote.config.inventory import Host, Timeouts
-from remote.errors import InputError, OutputTooLarge, Where
-from remote.transport.base import BoundedStream, LineSplitter, output_max_bytes
+from remote.errors import HostError, InputError, OutputTooLarge, Where
+from remote.transport.base import LineSplitter, _Exchange, output_max_bytes
 from remote.transport.local import LocalConnection
 
 
@@ -53,22 +53,25 @@ def test_output_past_the_limit_keeps_its_first_and_last_halves(monkeypatch):
 def test_an_incomplete_answer_is_refused_with_its_reason(monkeypatch):
     monkeypatch.setenv("GPUPROV_OUTPUT_MAX_BYTES", "100")
     result = local().run("seq 1000")
-    with pytest.raises(Exception, match=r"h1: facts: the host answered 3893 bytes, more than the "
-                                        r"100 kept \(GPUPROV_OUTPUT_MAX_BYTES\)"):
+    with pytest.raises(HostError, match=r"h1: facts: the host's answer is over the 100 bytes "
+                                        r"kept \(GPUPROV_OUTPUT_MAX_BYTES\); 3793 bytes not kept"):
         result.require_complete("h1: facts")
     local().run("seq 10").require_complete("facts")
 
 
-def test_stderr_before_the_ready_line_is_bounded_too(monkeypatch):
+def test_stderr_before_the_ready_line_is_bounded_too():
     """A login shell printing endlessly before our command starts (its rc file): that stderr
-    was held whole, and searched again for the ready line at every chunk."""
-    monkeypatch.setenv("GPUPROV_OUTPUT_MAX_BYTES", "4096")
-    result = local().run("echo ok")
-    assert result.out == "ok\n"
-    exchange_stream = BoundedStream("stderr", 4096, None)
-    for _ in range(1000):
-        exchange_stream.feed(b"x" * 1000)
-    assert len(exchange_stream.kept()) < 4096 + 200
+    was held whole until the ready line came, and searched again at every chunk. Now only what
+    could start a ready line is held; the rest goes to the bounded stderr."""
+    exchange = _Exchange("[p]", "[gpuprov-ready-ab12]", None, None, False, None, limit=4096)
+    for _ in range(10_000):
+        exchange.feed_stderr(b"noise from a login rc file, [gpuprov-ready-ab1\n" * 20)
+        assert len(exchange._pending_err) <= 64
+    exchange.feed_stderr(b"[gpuprov-ready-ab12]4242\nlater\n")
+    exchange.finish()
+    assert exchange.pid == 4242
+    kept = exchange.stderr.kept()
+    assert len(kept) < 4096 + 200 and kept.startswith(b"noise") and kept.endswith(b"later\n")
 
 
 def test_the_limit_comes_from_the_environment(monkeypatch):
