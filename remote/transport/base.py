@@ -89,8 +89,9 @@ class CommandResult:
         """Raise `HostError` naming `what` when part of the output was not kept: an answer
         that must be read whole (facts, probes) was larger than any honest host sends."""
         if not self.complete:
-            raise HostError(f"{what}: the host answered {self.stdout_bytes} bytes, more than the "
-                            f"{output_max_bytes()} kept ({OUTPUT_MAX_VARIABLE})")
+            raise HostError(f"{what}: the host's answer is over the {output_max_bytes()} bytes "
+                            f"kept ({OUTPUT_MAX_VARIABLE}); "
+                            f"{self.stdout_dropped + self.stderr_dropped} bytes not kept")
 
     @property
     def out(self) -> str:
