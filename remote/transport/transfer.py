@@ -112,6 +112,7 @@ def pull(conn: BaseConnection, remote_dir: str, dest: Path, timeout: float = 600
 
     The archive streams into an unnamed file in `dest`'s parent, never whole in memory, and is
     refused with `PullError` past `limits.archive_bytes`; `result.stdout_bytes` is its size."""
+    _check_run_id(dest)  # before anything is made in `dest`'s parent
     limits = limits or PullLimits.from_env()
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -143,9 +144,7 @@ def publish_pull(data: Union[bytes, BinaryIO], dest: Path,
     Extraction goes to a hidden temporary folder in `dest`'s parent first; only a complete,
     safe archive is moved into place, results.json last.
     """
-    if not RUN_ID.match(dest.name):
-        raise PullError(f"the host's run id {dest.name!r} is not one gpuprov makes (like "
-                        "20261122T055742.123Z-14af): refusing to store its files")
+    _check_run_id(dest)
     limits = limits or PullLimits.from_env()
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -178,6 +177,12 @@ def publish_pull(data: Union[bytes, BinaryIO], dest: Path,
         return names
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_run_id(dest: Path) -> None:
+    if not RUN_ID.match(dest.name):
+        raise PullError(f"the host's run id {dest.name!r} is not one gpuprov makes (like "
+                        "20261122T055742.123Z-14af): refusing to store its files")
 
 
 def _checked_members(tar: tarfile.TarFile, limits: PullLimits) -> list[tarfile.TarInfo]:
