@@ -4,8 +4,9 @@ item 8: 64 MiB without newlines took 69 s, against 4.3 s with).
     python3 bench/line_split.py [MiB ...]        (default: 16 64)
 
 For each size, feeds that much text in 64 KiB chunks (what one SSH read returns) to:
-- `engine`: the splitter `invoke validate` used (remote/engine/validation.py `_LineSplitter`:
-  appends each chunk to the pending text and splits all of it again);
+- `engine`: the splitter `invoke validate` used (remote/engine/validation.py `_LineSplitter`
+  before issue 15, copied here as `PendingTextSplitter`: appends each chunk to the pending text
+  and splits all of it again);
 - `transport`: `remote.transport.base.LineSplitter` (sets a chunk without a newline aside);
 - `end to end`: a local command printing it, through the I/O loop into `LineSplitter`, with the
   default output limit (1 MiB kept) and with GPUPROV_OUTPUT_MAX_BYTES raised past the size.
@@ -21,12 +22,32 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from remote.config.inventory import Host, Timeouts  # noqa: E402
-from remote.engine.validation import _LineSplitter  # noqa: E402
 from remote.errors import Where  # noqa: E402
 from remote.transport.base import LineSplitter  # noqa: E402
 from remote.transport.local import LocalConnection  # noqa: E402
 
 CHUNK = 64 << 10
+
+
+class PendingTextSplitter:
+    """The engine's splitter as it was: quadratic in a line's length."""
+
+    def __init__(self, emit):
+        self.emit = emit
+        self.buffer = {"stdout": "", "stderr": ""}
+
+    def __call__(self, stream: str, text: str) -> None:
+        self.buffer[stream] += text
+        *lines, self.buffer[stream] = self.buffer[stream].split("\n")
+        for line in lines:
+            if line.strip():
+                self.emit(line.rstrip("\r"))
+
+    def flush(self) -> None:
+        for stream, rest in self.buffer.items():
+            if rest.strip():
+                self.emit(rest)
+            self.buffer[stream] = ""
 
 
 def text(mib: int, newlines: bool) -> str:
@@ -67,7 +88,7 @@ def main() -> None:
     for mib in sizes:
         for newlines in (True, False):
             data = text(mib, newlines)
-            old = (f"{split_time(_LineSplitter, data):8.2f}"
+            old = (f"{split_time(PendingTextSplitter, data):8.2f}"
                    if newlines or mib <= 64 else f"{'-':>8}")
             new = split_time(LineSplitter, data)
             capped = end_to_end(mib, newlines, None)
