@@ -8,6 +8,7 @@
     │   ├── HostKeyError      the host's key is unknown or changed
     │   ├── ConnectionLost    the session died while a command ran
     │   ├── CommandTimeout    a command ran past its timeout (and was killed on the host)
+    │   ├── OutputTooLarge    a command's stdout, streamed into a file, passed its cap
     │   └── BecomeError       sudo refused
     ├── PlanError         the host is in a state a step cannot reach from
     ├── TemplateError     a template failed to render for one host
@@ -80,6 +81,11 @@ class CommandTimeout(HostError):
 
 class BecomeError(HostError):
     """sudo refused: no password given where one is needed, or a wrong one."""
+
+
+class OutputTooLarge(HostError):
+    """A command's stdout, streamed into a file (a pulled archive), passed its cap; the
+    command was stopped."""
 
 
 class PlanError(GpuprovError):

@@ -1,9 +1,11 @@
-"""A compromised host answering pulls with crafted output, over real OpenSSH.
+"""A compromised host answering with crafted output, over real OpenSSH.
 
-The host here is an sshd whose login PATH starts with a folder of the test's own `readlink` and
-`tar` (sshd_config `SetEnv PATH=...`): `readlink runs/latest` names the run the test chooses and
-`tar -czf` answers with the archive the test crafted, as a compromised host's tools would. The
-control side runs unchanged (`invoke logs`, `invoke validate` in a subprocess).
+The host here is an sshd whose login PATH starts with a folder of the test's own `readlink`,
+`tar` and `lspci` (sshd_config `SetEnv PATH=...`): `readlink runs/latest` names the run the test
+chooses, `tar -czf` answers with what the test's `pack` script prints (the archive it crafted,
+or a gigabyte of anything), `lspci` with what its `lspci-answer` prints, as a compromised
+host's tools would. The control side runs unchanged (`invoke logs`, `invoke validate`,
+`invoke facts` in a subprocess; the transport's `pull` in a small program of its own).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import io
 import json
 import os
 import pwd
+import re
 import secrets
 import shutil
 import subprocess
@@ -30,8 +33,10 @@ ADDRESS = "127.0.0.41"
 # Run ids as the control side makes them (remote/output/runlog.py new_run_id).
 RUN1 = "20261122T055742.123Z-14af"
 # The control process's peak memory while it refuses a hostile archive (`invoke logs` peaked at
-# 46 MiB with a tiny archive, 66 MiB with the 10 MiB bomb, on the 2-core VM).
+# 46 MiB with a tiny archive, 66 MiB with the 10 MiB bomb, on the 2-core VM), or reads a 1 GiB
+# answer (a validate run or facts: about 2 GiB before output was capped).
 MAX_RSS_MIB = 150
+GIB = 1 << 30
 
 READLINK = """#!/bin/sh
 cat {tools}/latest
@@ -40,19 +45,27 @@ cat {tools}/latest
 # validate package still works.
 TAR = """#!/bin/sh
 case "$1" in
-  -czf) cat {tools}/answer.tgz ;;
+  -czf) exec {tools}/pack ;;
   *) exec /usr/bin/tar "$@" ;;
 esac
 """
+# `lspci` (which the facts script reads the GPUs from) answers what `lspci-answer` prints.
+LSPCI = """#!/bin/sh
+[ -x {tools}/lspci-answer ] && exec {tools}/lspci-answer
+exit 0
+"""
 # `validate_python`: writes nothing and succeeds at once (the archive is what matters).
 PYTHON = "#!/bin/sh\nexit 0\n"
+# Another `validate_python`: prints what its `talk` script prints, then succeeds.
+TALKER = "#!/bin/sh\n{tools}/talk\nexit 0\n"
 
 
 @pytest.fixture(scope="module")
 def tools(farm):
     """The host's tools folder, first on its login PATH."""
     folder = shared_tmp("gpuprov-hostile-")
-    for name, text in (("readlink", READLINK), ("tar", TAR), ("python", PYTHON)):
+    for name, text in (("readlink", READLINK), ("tar", TAR), ("python", PYTHON),
+                       ("talker", TALKER), ("lspci", LSPCI)):
         (folder / name).write_text(text.format(tools=folder))
         os.chmod(folder / name, 0o755)
     farm.add_server(ADDRESS, SetEnv=f"PATH={folder}:/usr/local/bin:/usr/bin:/bin")
@@ -72,16 +85,28 @@ def host(farm, work, tools):
     shutil.rmtree(Path(pwd.getpwnam(farm.user).pw_dir) / ".gpuprov" / name, ignore_errors=True)
 
 
-def answer(tools: Path, latest: str, files: dict) -> None:
+def script(path: Path, body: str) -> None:
+    """An executable sh script at `path`."""
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    os.chmod(path, 0o755)
+
+
+def answer_archive(tools: Path, archive: bytes) -> None:
+    """What the host's `tar -czf` will answer."""
+    (tools / "answer.tgz").write_bytes(archive)
+    script(tools / "pack", f"cat {tools}/answer.tgz")
+
+
+def answer(tools: Path, latest: str, files: dict, level: int = 9) -> None:
     """What the host's readlink and tar will say."""
     (tools / "latest").write_text(latest + "\n")
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=level) as tar:
         for name, content in files.items():
             info = tarfile.TarInfo(f"./{name}")
             info.size = len(content)
             tar.addfile(info, io.BytesIO(content))
-    (tools / "answer.tgz").write_bytes(buffer.getvalue())
+    answer_archive(tools, buffer.getvalue())
 
 
 def tree(root: Path) -> dict:
@@ -159,7 +184,7 @@ def test_oversized_archives_are_refused_before_writing(host, tools, work, archiv
     refused from its headers, nothing written, the control process's memory bounded."""
     name, inventory = host
     (tools / "latest").write_text(RUN1 + "\n")
-    (tools / "answer.tgz").write_bytes(archive(work))
+    answer_archive(tools, archive(work))
     rc, out, err, _, rss = run_python_module_measured(
         "invoke", ["--search-root", str(REPO), "logs", "--host", name,
                    "--inventory", str(inventory)],
@@ -170,3 +195,131 @@ def test_oversized_archives_are_refused_before_writing(host, tools, work, archiv
     assert tree(work / "logs") == {name: None}, "only the host's folder, empty"
     assert rss < MAX_RSS_MIB, f"peak RSS {rss:.0f} MiB"
     print(f"peak RSS {rss:.0f} MiB")
+
+
+# A small control program of its own: the transport's `pull` into logs/<host>/<RUN1>, or the
+# facts script run as the engine runs it, over SSH to the hostile host.
+CLIENT = """
+import sys
+from pathlib import Path
+
+from remote.config.inventory import load_inventory
+from remote.engine import facts
+from remote.errors import GpuprovError
+from remote.transport.connection import connection_for
+from remote.transport.hostkeys import KnownHosts
+from remote.transport.transfer import pull
+
+inventory, name, what, dest = sys.argv[1:5]
+inv = load_inventory(inventory)
+conn = connection_for(inv.hosts[name], inv.hosts, inv.timeouts,
+                      KnownHosts(inv.known_hosts, inv.host_key_policy)).open()
+try:
+    if what == "pull":
+        result, names = pull(conn, "runs/latest", Path(dest))
+        print(result.rc, result.stdout_bytes, " ".join(names))
+    else:
+        result = conn.run(facts.script(), timeout=600)
+        print(len(result.stdout), "bytes kept")
+        result.require_complete(f"{name}: facts")
+except GpuprovError as exc:
+    print(f"refused: {exc}")
+    sys.exit(1)
+finally:
+    conn.close()
+"""
+
+
+def run_client(work: Path, inventory: Path, name: str, what: str) -> tuple:
+    """(rc, stdout, peak RSS in MiB) of CLIENT doing `what` on host `name`."""
+    (work / "hostile_client.py").write_text(CLIENT)
+    rc, out, err, _, rss = run_python_module_measured(
+        "hostile_client", [str(inventory), name, what, str(work / "logs" / name / RUN1)],
+        work / "peak_kib", env={"PYTHONPATH": f"{REPO}:{work}", "PATH": os.environ["PATH"]},
+        cwd=str(work), timeout=600)
+    print(f"peak RSS {rss:.0f} MiB")
+    return rc, out + err, rss
+
+
+def test_a_gigabyte_pull_answer_is_refused_at_its_cap(host, tools, work):
+    """The host answers a pull with 1 GiB: it was held whole in memory (about 2 GiB RSS); now
+    it streams into a file and is refused at GPUPROV_PULL_MAX_ARCHIVE_BYTES (256 MiB)."""
+    name, inventory = host
+    script(tools / "pack", f"head -c {GIB} /dev/zero")
+    rc, out, rss = run_client(work, inventory, name, "pull")
+    assert rc == 1, out
+    assert "over the 256 MiB allowed (GPUPROV_PULL_MAX_ARCHIVE_BYTES)" in out, out
+    assert tree(work / "logs") == {name: None}, "only the host's folder, empty"
+    assert rss < MAX_RSS_MIB, f"peak RSS {rss:.0f} MiB"
+
+
+def test_a_large_pulled_archive_never_sits_in_memory(host, tools, work):
+    """A legitimate 128 MiB archive (incompressible) is pulled whole through a file on disk:
+    the control process's memory does not grow with it."""
+    name, inventory = host
+    content = os.urandom(128 << 20)
+    answer(tools, RUN1, {"bench.log": content}, level=1)
+    rc, out, rss = run_client(work, inventory, name, "pull")
+    assert rc == 0, out
+    assert out.split()[2:] == ["bench.log"], out
+    assert (work / "logs" / name / RUN1 / "bench.log").read_bytes() == content
+    assert sorted(p.name for p in (work / "logs" / name).iterdir()) == [RUN1], "no temporary left"
+    assert rss < MAX_RSS_MIB, f"peak RSS {rss:.0f} MiB"
+
+
+GPU_LINE = "01:00.0 3D controller [0302]: NVIDIA Corporation GH100 [H100 SXM5 80GB HBM3] [10de:2330]"
+
+
+@pytest.fixture
+def lspci_answer(tools):
+    """The host's `lspci` answers 1 GiB of GPU lines (after the facts script's grep and sed:
+    `gpu=...` lines); gone after the test."""
+    script(tools / "lspci-answer", f"yes '{GPU_LINE}' | head -c {GIB}")
+    yield
+    (tools / "lspci-answer").unlink()
+
+
+def test_a_gigabyte_facts_answer_is_kept_bounded_and_refused(host, work, lspci_answer):
+    """1 GiB of facts (17 million GPUs) kept 1 MiB, and the truncated answer is refused with
+    the host's name; `invoke facts` stays bounded too (a 128 MiB facts answer peaked at 558
+    MiB)."""
+    name, inventory = host
+    rc, out, rss = run_client(work, inventory, name, "facts")
+    assert rc == 1, out
+    assert (f"refused: {name}: facts: the host's answer is over the 1048576 bytes kept "
+            "(GPUPROV_OUTPUT_MAX_BYTES)") in out, out
+    assert rss < MAX_RSS_MIB, f"peak RSS {rss:.0f} MiB"
+    rc, out, err, _, rss = run_python_module_measured(
+        "invoke", ["--search-root", str(REPO), "facts", "--host", name,
+                   "--inventory", str(inventory)],
+        work / "peak_kib", env={"PYTHONPATH": str(REPO), "PATH": os.environ["PATH"]},
+        cwd=str(work), timeout=600)
+    print(f"invoke facts: peak RSS {rss:.0f} MiB, {len(out)} characters shown")
+    assert len(out) < 4 << 20, "the terminal gets a bounded table"
+    assert rss < MAX_RSS_MIB, f"peak RSS {rss:.0f} MiB"
+
+
+def test_a_gigabyte_of_validate_output_without_newlines_is_kept_bounded(host, tools, work):
+    """The validate run prints 1 GiB on one line: it was kept whole (256 MiB of output peaked at
+    about 2 GiB RSS, and provision.log grew to 257 MiB) and split into lines in quadratic time.
+    Now the terminal and provision.log get its first and last 512 KiB with a marker between."""
+    name, inventory = host
+    script(tools / "talk", f"head -c {GIB} /dev/zero | tr '\\0' x")
+    answer(tools, RUN1, {"results.json": json.dumps({"checks": [
+        {"name": "talk", "status": "pass", "required": True}], "ok": True}).encode()})
+    rc, out, err, _, rss = run_python_module_measured(
+        "invoke", ["--search-root", str(REPO), "validate", "--host", name,
+                   "--inventory", str(inventory), "--var", f"validate_python={tools}/talker"],
+        work / "peak_kib", env={"PYTHONPATH": str(REPO), "PATH": os.environ["PATH"]},
+        cwd=str(work), timeout=600)
+    print(f"invoke validate: peak RSS {rss:.0f} MiB, {len(out)} characters shown")
+    assert rc == 0, (out[-2000:], err[-2000:])
+    # 1 GiB and the "validate: python ..." line, less the 1 MiB kept
+    marker = re.compile(r"\[\.\.\. gpuprov: (\d+) bytes of stdout not kept")
+    assert len(out) < 4 << 20, "the terminal gets the kept text"
+    assert GIB - (1 << 20) < int(marker.findall(out)[0]) < GIB, out[-2000:]
+    [run] = (work / "logs" / name).iterdir()
+    log = run / "provision.log"
+    assert log.stat().st_size < 4 << 20
+    assert marker.findall(log.read_text()) == marker.findall(out)
+    assert rss < MAX_RSS_MIB, f"peak RSS {rss:.0f} MiB"

@@ -506,7 +506,7 @@ def test_the_ready_line_is_found_after_a_traced_copy_of_the_command():
     assert exchange.pid is None and not exchange.to_send
     exchange.feed_stderr(b"[gpuprov-ready-ab12]4242\nlater\n")
     assert exchange.pid == 4242 and exchange.announced
-    assert exchange.stderr.startswith(b"+ exec") and exchange.stderr.endswith(b"later\n")
+    assert exchange.stderr.kept().startswith(b"+ exec") and exchange.stderr.kept().endswith(b"later\n")
 
 
 def test_validate_remembers_its_python_and_falls_back_when_it_is_gone(farm, work, inventory):

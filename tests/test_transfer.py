@@ -5,12 +5,16 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import shlex
 import subprocess
 import tarfile
 
 import pytest
 
-from remote.transport.transfer import PullError, PullLimits, pack, publish_pull
+from remote.config.inventory import Host, Timeouts
+from remote.errors import Where
+from remote.transport.local import LocalConnection
+from remote.transport.transfer import PullError, PullLimits, pack, publish_pull, pull
 from tests.conftest import REPO
 
 # Run ids as the control side makes them (remote/output/runlog.py new_run_id).
@@ -219,3 +223,37 @@ def test_sparse_members_are_refused(tmp_path, tar_format):
     with pytest.raises(PullError, match="sparse file: './results.json'"):
         publish_pull(archive, dest)
     assert list(dest.parent.iterdir()) == []
+
+
+def _local() -> LocalConnection:
+    return LocalConnection(Host("localhost", "localhost", Where("inv", 1), connection="local"),
+                           Timeouts())
+
+
+def test_pull_streams_the_archive_through_a_file(tmp_path):
+    """`pull` runs the pack command and publishes what it wrote; no temporary is left."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "results.json").write_text('{"checks": []}')
+    dest = tmp_path / "logs" / "h1" / RUN1
+    result, names = pull(_local(), shlex.quote(str(src)), dest)
+    assert result.rc == 0 and result.stdout == b"" and result.stdout_bytes > 0
+    assert names == ["results.json"] and (dest / "results.json").read_text() == '{"checks": []}'
+    assert [p.name for p in dest.parent.iterdir()] == [RUN1]
+
+
+def test_pull_refuses_an_archive_over_its_cap(tmp_path, monkeypatch):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "bench.log").write_bytes(os.urandom(1 << 20))
+    monkeypatch.setenv("GPUPROV_PULL_MAX_ARCHIVE_BYTES", str(512 << 10))
+    dest = tmp_path / "logs" / "h1" / RUN1
+    with pytest.raises(PullError, match=r"over the 524288 bytes allowed \(GPUPROV_PULL_MAX_ARCHIVE_BYTES\)"):
+        pull(_local(), shlex.quote(str(tmp_path / "src")), dest)
+    assert list(dest.parent.iterdir()) == []
+
+
+def test_pull_refuses_a_run_id_before_making_anything(tmp_path):
+    """`..` as a run id: refused before the logs folder of the host is even made."""
+    with pytest.raises(PullError, match="is not one gpuprov makes"):
+        pull(_local(), "/nonexistent", tmp_path / "logs" / "h1" / "..")
+    assert not (tmp_path / "logs").exists()

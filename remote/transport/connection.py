@@ -1,23 +1,24 @@
 """Which connection a host gets: `connection_for` (SSH through its jump hosts, or local).
 
 The engine reaches transports only through this module: `connection_for`, a connection's
-`open`/`run`/`close`/`abort`/`describe`, the `CommandResult` it returns and the errors it raises
-(re-exported here from `remote.errors`). The I/O loop lives in `base`, the transports in `ssh`
-and `local`.
+`open`/`run`/`close`/`abort`/`describe`, the `CommandResult` it returns, the `LineSplitter` for
+its streamed output and the errors it raises (re-exported here from `remote.errors`). The I/O
+loop lives in `base`, the transports in `ssh` and `local`.
 """
 from __future__ import annotations
 
 from typing import Optional
 
 from ..config.inventory import Host, Timeouts
-from ..errors import BecomeError, CommandTimeout, ConnectionLost, Interrupted, Unreachable
-from .base import BaseConnection, CommandResult
+from ..errors import BecomeError, CommandTimeout, ConnectionLost, Interrupted, OutputTooLarge, Unreachable
+from .base import BaseConnection, CommandResult, LineSplitter
 from .hostkeys import KnownHosts
 from .local import LocalConnection
 from .ssh import SSHConnection
 
 __all__ = ["BaseConnection", "BecomeError", "CommandResult", "CommandTimeout", "ConnectionLost",
-           "Interrupted", "LocalConnection", "SSHConnection", "Unreachable", "connection_for"]
+           "Interrupted", "LineSplitter", "LocalConnection", "OutputTooLarge", "SSHConnection",
+           "Unreachable", "connection_for"]
 
 
 def connection_for(host: Host, hosts: dict[str, Host], timeouts: Timeouts,

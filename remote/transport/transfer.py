@@ -1,9 +1,11 @@
 """Moving folders to and from hosts as one tarball each way, over the command channel.
 
 `pack` builds a gzip tarball of a local folder in memory; `unpack_command` is the host-side
-half. `publish_pull` extracts a pulled tarball beside its destination, checks it is complete,
-then renames its files into place with the `COMMIT_FILE` last, so a reader never sees a
-half-pulled run, and an interrupted pull leaves only a hidden temporary folder behind.
+half. `pull` runs `pack_command` on the host with its stdout streamed into an unnamed temporary
+file (never held in memory, refused past `PullLimits.archive_bytes`); `publish_pull` extracts
+that tarball beside its destination, checks it is complete, then renames its files into place
+with the `COMMIT_FILE` last, so a reader never sees a half-pulled run, and an interrupted pull
+leaves only a hidden temporary folder behind.
 
 A pulled archive is untrusted: the host chose its run id, its names and its sizes. A pull lands
 only in `<logs>/<host>/<run id>/` with a run id shaped like the ones the control side makes,
@@ -21,10 +23,11 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import BinaryIO, Optional, Union
 
-from ..errors import PullError
+from ..errors import OutputTooLarge, PullError
 from ..fileio import current_umask
+from .base import BaseConnection, CommandResult
 
 COMMIT_FILE = "results.json"
 SKIP = {"__pycache__", ".pytest_cache"}
@@ -40,23 +43,26 @@ RUN_ID = re.compile(r"\A[0-9]{8}T[0-9]{6}\.[0-9]{3}Z-[0-9a-f]{4}\Z")
 
 @dataclass(frozen=True)
 class PullLimits:
-    """Caps on what one pulled archive may unpack to, checked from its headers before anything
-    is written (a 10 MiB archive of zeros unpacks to 10 GiB; a sparse member of a few bytes
-    claims 1 GiB). Chosen (unsourced) far above a validation run's output, which is a few dozen
-    files of well under 1 MiB each; `GPUPROV_PULL_MAX_BYTES`, `GPUPROV_PULL_MAX_FILE_BYTES` and
-    `GPUPROV_PULL_MAX_FILES` change them."""
+    """Caps on one pulled archive: its own size as it streams in (`archive_bytes`), and what it
+    may unpack to, checked from its headers before anything is written (a 10 MiB archive of
+    zeros unpacks to 10 GiB; a sparse member of a few bytes claims 1 GiB). Chosen (unsourced)
+    far above a validation run's output, which is a few dozen files of well under 1 MiB each;
+    `GPUPROV_PULL_MAX_ARCHIVE_BYTES`, `GPUPROV_PULL_MAX_BYTES`, `GPUPROV_PULL_MAX_FILE_BYTES`
+    and `GPUPROV_PULL_MAX_FILES` change them."""
 
     total_bytes: int = 1 << 30
     file_bytes: int = 256 << 20
     members: int = 10_000
+    archive_bytes: int = 256 << 20
 
     @classmethod
     def from_env(cls) -> PullLimits:
-        """The defaults, with any of the three environment variables applied."""
+        """The defaults, with any of the environment variables applied."""
         limits = {}
         for field, variable in (("total_bytes", "GPUPROV_PULL_MAX_BYTES"),
                                 ("file_bytes", "GPUPROV_PULL_MAX_FILE_BYTES"),
-                                ("members", "GPUPROV_PULL_MAX_FILES")):
+                                ("members", "GPUPROV_PULL_MAX_FILES"),
+                                ("archive_bytes", "GPUPROV_PULL_MAX_ARCHIVE_BYTES")):
             text = os.environ.get(variable)
             if text is None:
                 continue
@@ -99,16 +105,46 @@ def pack_command(remote_dir: str) -> str:
     return f"tar -czf - -C {remote_dir} ."
 
 
-def publish_pull(data: bytes, dest: Path, limits: Optional[PullLimits] = None) -> list[str]:
-    """Store a pulled tarball's files in `dest` = `<logs>/<host>/<run id>` (created if needed);
-    return their names. `limits` defaults to `PullLimits.from_env()`.
+def pull(conn: BaseConnection, remote_dir: str, dest: Path, timeout: float = 600.0,
+         limits: Optional[PullLimits] = None) -> tuple[CommandResult, list[str]]:
+    """Pull the host's `remote_dir` (a quoted shell word) into `dest` (see `publish_pull`):
+    (the pack command's result, the names stored; none when it failed on the host).
+
+    The archive streams into an unnamed file in `dest`'s parent, never whole in memory, and is
+    refused with `PullError` past `limits.archive_bytes`; `result.stdout_bytes` is its size."""
+    _check_run_id(dest)  # before anything is made in `dest`'s parent
+    limits = limits or PullLimits.from_env()
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        archive = tempfile.TemporaryFile(prefix=".pull-", dir=str(dest.parent))
+    except OSError as exc:
+        raise PullError(f"cannot write in {dest.parent}: {exc.strerror}") from None
+    with archive:
+        try:
+            result = conn.run(pack_command(remote_dir), timeout=timeout, stdout_to=archive,
+                              stdout_max_bytes=limits.archive_bytes)
+        except OutputTooLarge:
+            raise PullError(f"the pulled archive is over the {_size(limits.archive_bytes)} "
+                            "allowed (GPUPROV_PULL_MAX_ARCHIVE_BYTES)") from None
+        except OSError as exc:  # the archive file: disk full
+            raise PullError(f"cannot store the pulled archive in {dest.parent}: "
+                            f"{exc.strerror or exc}") from None
+        if result.rc != 0:
+            return result, []
+        archive.seek(0)
+        return result, publish_pull(archive, dest, limits)
+
+
+def publish_pull(data: Union[bytes, BinaryIO], dest: Path,
+                 limits: Optional[PullLimits] = None) -> list[str]:
+    """Store a pulled tarball (bytes, or a file at its start) in `dest` = `<logs>/<host>/<run
+    id>` (created if needed); return the names stored. `limits` defaults to
+    `PullLimits.from_env()`.
 
     Extraction goes to a hidden temporary folder in `dest`'s parent first; only a complete,
     safe archive is moved into place, results.json last.
     """
-    if not RUN_ID.match(dest.name):
-        raise PullError(f"the host's run id {dest.name!r} is not one gpuprov makes (like "
-                        "20261122T055742.123Z-14af): refusing to store its files")
+    _check_run_id(dest)
     limits = limits or PullLimits.from_env()
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -117,7 +153,8 @@ def publish_pull(data: bytes, dest: Path, limits: Optional[PullLimits] = None) -
         raise PullError(f"cannot write in {dest.parent}: {exc.strerror}") from None
     try:
         try:
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            archive = io.BytesIO(data) if isinstance(data, bytes) else data
+            with tarfile.open(fileobj=archive, mode="r:gz") as tar:
                 members = _checked_members(tar, limits)
                 _check_new(dest, members)
                 mask = current_umask()
@@ -140,6 +177,12 @@ def publish_pull(data: bytes, dest: Path, limits: Optional[PullLimits] = None) -
         return names
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_run_id(dest: Path) -> None:
+    if not RUN_ID.match(dest.name):
+        raise PullError(f"the host's run id {dest.name!r} is not one gpuprov makes (like "
+                        "20261122T055742.123Z-14af): refusing to store its files")
 
 
 def _checked_members(tar: tarfile.TarFile, limits: PullLimits) -> list[tarfile.TarInfo]:
