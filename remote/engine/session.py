@@ -13,7 +13,7 @@ from .fact_shapes import FactShapeError, check_fact_shapes
 from ..config.inventory import Host, Inventory
 from ..config.recipe import Recipe
 from ..config.templating import facts_read, resolve_vars
-from ..errors import (CommandTimeout, ConnectionLost, Interrupted, TemplateError, Unreachable,
+from ..errors import (CommandTimeout, ConnectionLost, HostError, Interrupted, TemplateError, Unreachable,
                       Where)
 from ..kinds import Probe
 from ..output.recap import Reporter
@@ -124,6 +124,8 @@ class HostSession:
             self.fail("vars", str(exc))
         except FactShapeError as exc:
             self.fail("facts", str(exc))
+        except HostError as exc:  # an answer refused (facts over the output limit), a timeout
+            self.fail("host", str(exc))
         except Exception as exc:  # noqa: BLE001 - a bug must fail this host, not the run
             self.fail("internal error", f"{type(exc).__name__}: {exc}")
         finally:
@@ -196,6 +198,7 @@ class HostSession:
             result = self.conn.run(script, timeout=60)
             fact_lines = result.out
         self.log.command("facts", label, result.rc, result.elapsed_s, probe_lines, result.err)
+        result.require_complete("facts")  # a cut answer would parse as wrong facts
         self._store_facts(fact_lines)
         if self.facts["uid"] == 0:
             self.conn.is_root = True

@@ -197,6 +197,11 @@ class _HostApply:
                 continue
             session.log.command("probe", f"{len(probes)} probes{' (become)' if become else ''}",
                                 result.rc, result.elapsed_s, result.out, result.err)
+            if not result.complete:  # a cut answer would read as wrong probe results
+                for item in items:
+                    if item.become == become and item.probes:
+                        item.error = "probes: the host's answer is over the output limit"
+                continue
             for key, answer in parse_batch(result.out, token).items():
                 index, slot_index = divmod(key, len(PROBE_SLOTS))
                 items[index].answers[PROBE_SLOTS[slot_index]] = answer

@@ -13,7 +13,7 @@ from typing import Optional
 
 from ...errors import PullError
 from ...output.term import printable_line
-from ...transport.transfer import COMMIT_FILE, RUN_ID, pack_command, publish_pull
+from ...transport.transfer import COMMIT_FILE, RUN_ID, pull
 from ..results import Outcome
 from ..session import HostSession
 
@@ -29,15 +29,15 @@ def pull_run(session: HostSession, run_id: str, rc: Optional[int], dest: Path) -
     """Pull validation run `run_id`'s output folder from the host into `dest`; (recap text, ok)
     judged from its results.json and the validation's exit status `rc`."""
     remote = f"{remote_root(session.host.name)}/runs/{shlex.quote(run_id)}"
-    res = session.conn.run(pack_command(remote), timeout=600)
-    if res.rc != 0:
-        return f"not validated: no output on the host ({res.err.strip()[:200]})", False
     try:
-        names = publish_pull(res.stdout, dest)
+        # streamed into a file beside `dest` and capped: never whole in memory
+        res, names = pull(session.conn, remote, dest, timeout=600)
     except PullError as exc:
         session.log.event(f"pull failed: {exc}")
         return f"not validated: {exc}", False
-    session.log.event(f"pulled {len(res.stdout)} bytes into {dest}: {', '.join(names)}")
+    if res.rc != 0:
+        return f"not validated: no output on the host ({res.err.strip()[:200]})", False
+    session.log.event(f"pulled {res.stdout_bytes} bytes into {dest}: {', '.join(names)}")
     return summarize(dest / COMMIT_FILE, rc)
 
 

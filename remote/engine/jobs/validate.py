@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ...errors import CommandTimeout
 from ...paths import VALIDATE_DIR
+from ...transport.connection import LineSplitter
 from ...transport.transfer import pack, unpack_command
 from ..results import Outcome
 from ..session import HostSession
@@ -64,27 +65,6 @@ def suite_args(suite: str, context: dict[str, Any]) -> list[str]:
     return args
 
 
-class _LineSplitter:
-    """Turns streamed output chunks into whole lines for the reporter."""
-
-    def __init__(self, emit: Callable[[str], None]):
-        self.emit = emit
-        self.buffer = {"stdout": "", "stderr": ""}
-
-    def __call__(self, stream: str, text: str) -> None:
-        self.buffer[stream] += text
-        *lines, self.buffer[stream] = self.buffer[stream].split("\n")
-        for line in lines:
-            if line.strip():
-                self.emit(line.rstrip("\r"))
-
-    def flush(self) -> None:
-        for stream, rest in self.buffer.items():
-            if rest.strip():
-                self.emit(rest)
-            self.buffer[stream] = ""
-
-
 class Validate:
     """The `validate` job; `run` is the part `provision` does after the steps."""
 
@@ -109,7 +89,7 @@ class Validate:
         python = str(chosen or host.python)
         args = suite_args(self.suite, session.context)
         session.reporter.running(host.name, f"validate ({self.suite})")
-        lines = _LineSplitter(lambda line: session.reporter.output(host.name, line))
+        lines = LineSplitter(lambda line: session.reporter.output(host.name, line))
         try:
             res = session.conn.run(validate_command(host.name, python, run_id, args,
                                                     remember=bool(chosen)),
