@@ -13,7 +13,7 @@ from typing import Optional
 
 from ...errors import PullError
 from ...output.term import printable_line
-from ...transport.transfer import COMMIT_FILE, RUN_ID, pull
+from ...transport.transfer import COMMIT_FILE, pull
 from ..results import Outcome
 from ..session import HostSession
 
@@ -80,8 +80,8 @@ def latest_run_id(session: HostSession) -> Optional[str]:
     """The run id `runs/latest` names on the host, if any."""
     res = session.conn.run(f"readlink {remote_root(session.host.name)}/runs/latest", timeout=60)
     run_id = res.out.strip()
-    # only a run id of the control side's own format: never `..`, `.` or a path
-    return run_id if res.rc == 0 and RUN_ID.match(run_id) else None
+    # any other shape (`..`, `.`) is refused by transfer.pull, before anything is made or pulled
+    return run_id if res.rc == 0 and run_id else None
 
 
 class PullLogs:
