@@ -84,6 +84,25 @@ def test_a_gpu_at_30_percent_fails_and_an_unknown_one_has_no_reference():
     assert verdict["fp32_tflops"]["verdict"] == "no reference"
 
 
+def test_an_unknown_sku_passes_matmul_with_a_warning_not_a_skip(tmp_path):
+    """Issue 12 item 2: "no expectation -> measured and reported as 'no reference', never a
+    silent pass".  The check passes on what it checked (the product) and says, as a warning,
+    what it could not judge; it no longer skips, which made every SKU outside the table (T4,
+    V100, RTX A6000...) "not validated".  The P100 figure is real (see above)."""
+    from validate import core
+
+    name = "Tesla P100-SXM2-16GB"
+    measured = {"fp32_tflops": 9.50, "tf32_tflops": None, "bf16_tflops": None}
+    g = dict(measured, device="cuda:0", name=name, sku=None, mig_share=None, spec={}, ratio={},
+             verdict=gpu_health.judge_matmul(measured, None, None))
+    res = core.Result("matmul", True)
+    gpu_health._report_matmul(_ctx(tmp_path), res, "cuda", 8192, [g])
+    core._finish(res)
+    assert res.status == "pass"
+    assert res.warnings == ["performance not judged, no reference (measured only): %s fp32" % name]
+    assert res.to_json()["warnings"] == res.warnings
+
+
 # --------------------------------------------------------------------------
 # item 3: host copies against the negotiated link; downtrained links
 

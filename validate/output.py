@@ -71,6 +71,12 @@ def _fmt(v, unit=""):
     return "%s%s" % (v, unit)
 
 
+def _requirement(r):
+    if r.required:
+        return "yes"
+    return "waived" if r.waived and r.status == SKIP else "no"
+
+
 def render_log(doc, results):
     host = doc["host"]
     lines = []
@@ -98,14 +104,22 @@ def render_log(doc, results):
     )
     if failed_req:
         lines.append("required checks not passed: %s" % ", ".join(failed_req))
+    waived = [r for r in results if r.waived and not r.required and r.status == SKIP]
+    if waived:
+        lines.append("required checks waived (not applicable here): %s"
+                     % "; ".join("%s: %s" % (r.name, r.waived) for r in waived))
+    for r in results:
+        for w in r.warnings:
+            if w != r.waived:  # already on the waived line
+                lines.append("warning: %s: %s" % (r.name, w))
     lines.append("")
-    lines.append("%-14s %-5s %-4s %8s  %s" % ("check", "state", "req", "time", "result"))
+    lines.append("%-14s %-5s %-6s %8s  %s" % ("check", "state", "req", "time", "result"))
     for r in results:
         text = r.summary if r.status == PASS else r.reason
         if r.status != PASS and r.summary:
             text = "%s [%s]" % (r.reason, r.summary)
-        lines.append("%-14s %-5s %-4s %7.1fs  %s" % (
-            r.name, _WORD.get(r.status, r.status), "yes" if r.required else "no", r.elapsed_s, text))
+        lines.append("%-14s %-5s %-6s %7.1fs  %s" % (
+            r.name, _WORD.get(r.status, r.status), _requirement(r), r.elapsed_s, text))
     for r in results:
         if not r.details and not r.artefacts and r.status == SKIP:
             continue

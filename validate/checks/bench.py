@@ -250,7 +250,7 @@ def run(ctx, res):
         res.note("untrusted measurements (IQR/median > %d%%; rerun on a quiet machine): %s"
                  % (100 * UNSTABLE_IQR_REL, ", ".join(f["untrusted"])))
     if device == "cuda" and not any((f["sku"], n) in BENCH_EXPECTED for n in names):
-        res.note("no reference for %s in this suite: latency and throughput measured, not judged"
+        res.warn("no reference for %s in this suite: latency and throughput measured, not judged"
                  % (f["sku"] or gpu_name))
     ok = [n for n in names if "latency_ms" in f["models"].get(n, {})]
     cc = f.get("crosscheck")
