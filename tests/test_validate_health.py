@@ -62,6 +62,16 @@ def test_xid_check_fails_on_a_sick_log_passes_a_clean_one_and_never_passes_unrea
     assert res.required is True and res.waived is None
 
 
+def test_a_wrapped_dmesg_is_named():
+    # this machine's dmesg, first and last line (SOURCES.md): a whole buffer starts at boot;
+    # one that starts later has lost the lines before it
+    first, last = open(os.path.join(FIX, "dmesg_first_and_last_line.txt")).read().splitlines()
+    assert xid.dmesg_start(first + "\n" + last) == 0.0
+    assert xid.dmesg_start(last) == 3689.690026
+    # journalctl's and --kernel-log's own formats carry no such timestamp: not judged
+    assert xid.dmesg_start(open(os.path.join(FIX, "kernel_xid_lines.txt")).read()) is None
+
+
 def test_why_the_kernel_log_is_unreadable():
     # kernel.dmesg_restrict=1: "users must have CAP_SYSLOG to use dmesg(8)" (kernel
     # Documentation/admin-guide/sysctl/kernel.rst); journalctl(1): "Members of the groups

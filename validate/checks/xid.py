@@ -104,5 +104,11 @@ def run(ctx, res):
     for n in notes:
         res.note("reported, not failed: " + n)
     res.note("read %d lines from %s" % (len(text.splitlines()), source))
+    start = xid.dmesg_start(text) if source == "dmesg" else None
+    f["log_starts_s"] = start
+    if start:  # the ring buffer wrapped: what came before is not checked
+        res.warn("dmesg starts %.0f s after boot (its ring buffer wrapped): Xids logged earlier were not "
+                 "checked; journalctl -k -b (root or group adm/systemd-journal) or --kernel-log reach back "
+                 "to boot" % start)
     res.summary = "%d Xid event(s) in %s%s" % (
         len(events), source, (": " + ", ".join("Xid %d" % x for x in f["xids"])) if events else "")
