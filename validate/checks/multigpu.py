@@ -153,6 +153,9 @@ def run_nccl(ctx, res):
     if floor and busbw < floor[0]:
         res.problem("all-reduce busbw %.1f GB/s below %.0f (Azure %s, %d GiB)"
                     % (busbw, floor[0], floor[2], nbytes >> 30))
+    if backend == "nccl" and not floor:
+        res.warn("no public all-reduce floor for %s x%d at %d MiB: busbw measured, not judged"
+                 % (sku or "a mixed or unknown node", ranks, nbytes >> 20))
     res.summary = "%s, %d ranks, %d MiB: busbw %.2f GB/s (algbw %.2f)%s" % (
         backend, ranks, nbytes >> 20, busbw, algbw,
         "" if floor or backend == "gloo" else "; no reference for %s x%d" % (sku, ranks))
