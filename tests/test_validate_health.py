@@ -3,10 +3,10 @@ lines, stress and memory on the CPU with real torch, nccl's orchestration
 with gloo and two real processes.  Sources: tests/fixtures/validate/SOURCES.md."""
 
 import os
+import re
+import shutil
 
 import pytest
-
-import re
 
 from validate import parsers, topology, xid
 from validate.checks import memory, stress
@@ -101,14 +101,15 @@ def _dmesg_restrict():
         return None
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or _dmesg_restrict() != "1" or _system_python() is None,
-                    reason="needs root (to drop to nobody), kernel.dmesg_restrict=1 and a world-runnable python")
+@pytest.mark.skipif(os.geteuid() != 0 or _dmesg_restrict() != "1" or _system_python() is None
+                    or shutil.which("setpriv") is None,
+                    reason="needs root (to drop to nobody), kernel.dmesg_restrict=1, setpriv and a "
+                           "world-runnable python")
 def test_xid_as_an_unprivileged_user_is_waived_with_the_reason_not_failed():
     """The real restriction: validate run as nobody (the control side runs it as the SSH
     user).  xid is waived with a warning that says why, and does not make the run "not
     validated"; named in --checks it does."""
     import json
-    import shutil
     import subprocess
     import tempfile
 
