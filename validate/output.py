@@ -82,7 +82,12 @@ def render_log(doc, results):
     lines = []
     failed_req = [r.name for r in results if r.required and r.status != PASS]
     verdict = "VALIDATED" if doc["ok"] else "NOT VALIDATED"
-    lines.append("%s %s: %s (exit %d)" % (TOOL, __version__, verdict, 0 if doc["ok"] else 1))
+    waived_names = [r.name for r in results if r.waived and not r.required and r.status == SKIP]
+    warning_count = sum(len(r.warnings) for r in results)
+    lines.append("%s %s: %s (exit %d)%s%s" % (
+        TOOL, __version__, verdict, 0 if doc["ok"] else 1,
+        "; waived: %s" % ", ".join(waived_names) if waived_names else "",
+        "; %d warning(s)" % warning_count if warning_count else ""))
     lines.append("started %s UTC, took %.1f s" % (doc["started"], doc["elapsed_s"]))
     lines.append(
         "host %s: %s, kernel %s, %s, %s x %s, %s GiB RAM"
@@ -104,7 +109,7 @@ def render_log(doc, results):
     )
     if failed_req:
         lines.append("required checks not passed: %s" % ", ".join(failed_req))
-    waived = [r for r in results if r.waived and not r.required and r.status == SKIP]
+    waived = [r for r in results if r.name in waived_names]
     if waived:
         lines.append("required checks waived (not applicable here): %s"
                      % "; ".join("%s: %s" % (r.name, r.waived) for r in waived))
