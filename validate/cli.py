@@ -332,7 +332,7 @@ def main(argv=None, stream=None):
             results.append(not_selected(spec, why))
             continue
         try:
-            results.append(run_check(ctx, spec, required))
+            results.append(run_check(ctx, spec, required, named=spec.name in (opts.checks or [])))
         except KeyboardInterrupt:
             interrupted = True
             _ignore_signals()  # let the results be written
@@ -342,9 +342,11 @@ def main(argv=None, stream=None):
             results.append(r)
         flush_outputs(False)
     ok = flush_outputs(True)
-    ctx.progress("%s: %s (%.1fs); see %s" % (
+    warned = [r.name for r in results if r.warnings]
+    ctx.progress("%s: %s%s (%.1fs); see %s" % (
         "VALIDATED" if ok else "NOT VALIDATED",
         ", ".join("%s %s" % (r.name, r.status) for r in results if r.required),
+        "; warnings from %s" % ", ".join(warned) if warned else "",
         time.perf_counter() - t0, os.path.join(ctx.out_dir, output.LOG)), check="validate")
     if interrupted:
         return 130
