@@ -32,7 +32,6 @@ CLASSIC_MODELS = [
 ]
 # --quick: a few models that span small and large.
 QUICK_MODELS = ["resnet50", "resnet18", "mobilenet_v3_small"]
-QUICK_CHECKS = [s.name for s in CHECKS if s.quick]
 
 # Defaults that depend on where the work runs.  On a GPU the original script's numbers are
 # honoured (10 warm-up, 100 timed runs); on a CPU the same protocol would take
@@ -143,7 +142,7 @@ def resolve_models(opts):
     if not names:
         raise UsageError("--models needs a list, 'classic' or 'all'")
     for n in names:
-        if not re.match(r"^[A-Za-z][A-Za-z0-9_]*$", n):
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", n):
             raise UsageError("--models: %r is not a model name" % n)
     known = _known_models()
     if known is not None:
