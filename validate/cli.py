@@ -32,7 +32,6 @@ CLASSIC_MODELS = [
 ]
 # --quick: a few models that span small and large.
 QUICK_MODELS = ["resnet50", "resnet18", "mobilenet_v3_small"]
-QUICK_CHECKS = [s.name for s in CHECKS if s.quick]
 
 # Defaults that depend on where the work runs.  On a GPU the original script's numbers are
 # honoured (10 warm-up, 100 timed runs); on a CPU the same protocol would take
@@ -143,7 +142,7 @@ def resolve_models(opts):
     if not names:
         raise UsageError("--models needs a list, 'classic' or 'all'")
     for n in names:
-        if not re.match(r"^[A-Za-z][A-Za-z0-9_]*$", n):
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", n):
             raise UsageError("--models: %r is not a model name" % n)
     known = _known_models()
     if known is not None:
@@ -332,7 +331,7 @@ def main(argv=None, stream=None):
             results.append(not_selected(spec, why))
             continue
         try:
-            results.append(run_check(ctx, spec, required))
+            results.append(run_check(ctx, spec, required, named=spec.name in (opts.checks or [])))
         except KeyboardInterrupt:
             interrupted = True
             _ignore_signals()  # let the results be written
@@ -342,9 +341,11 @@ def main(argv=None, stream=None):
             results.append(r)
         flush_outputs(False)
     ok = flush_outputs(True)
-    ctx.progress("%s: %s (%.1fs); see %s" % (
+    warned = [r.name for r in results if r.warnings]
+    ctx.progress("%s: %s%s (%.1fs); see %s" % (
         "VALIDATED" if ok else "NOT VALIDATED",
         ", ".join("%s %s" % (r.name, r.status) for r in results if r.required),
+        "; warnings from %s" % ", ".join(warned) if warned else "",
         time.perf_counter() - t0, os.path.join(ctx.out_dir, output.LOG)), check="validate")
     if interrupted:
         return 130

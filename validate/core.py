@@ -32,6 +32,20 @@ run and report the truth (they fail without a GPU) but do not count.  A check
 that is not selected (``--checks``/``--skip``/``--quick``) is recorded as
 ``skip`` with ``required: false``; a selected required check that skips or
 fails makes the run "not validated" (exit 1).
+
+Two things a check may say besides pass/fail/skip:
+
+* a **warning** (``Result.warn``): something measured but not judged (a GPU
+  nobody published a reference for) or a part that could not be checked.
+  Warnings are listed per check in results.json and on top of validate.log;
+  they never turn a failure into a pass.
+* a **waiver** (``Result.waive``): the check cannot apply to this machine for
+  a reason that is not the machine's fault (``p2p``/``nccl`` on one GPU; ``xid``
+  when the user running validate may not read the kernel log).  The check is
+  recorded as ``skip`` with ``required: false`` and ``waived: <reason>`` (and,
+  for an unchecked part, a warning), so the run can still be validated and
+  says what it did not check.  A check named in ``--checks`` is never waived:
+  the user asked for it, so its skip is "not validated".
 """
 
 import importlib
@@ -127,7 +141,9 @@ class Result(object):
         self.details = []
         self.problems = []
         self.warnings = []
+        self.python_warnings = []
         self.skip_reason = None
+        self.waived = None
 
     # used by checks
     def problem(self, message):
@@ -142,6 +158,21 @@ class Result(object):
         """End as skipped (unless a problem was recorded) with this reason."""
         self.skip_reason = reason
 
+    def warn(self, message):
+        """A warning: measured but not judged, or a part not checked."""
+        if message not in self.warnings:
+            self.warnings.append(message)
+        self.note("warning: " + message)
+
+    def waive(self, reason, warning=True):
+        """End as skipped and not required (unless a problem was recorded or
+        the check was named in --checks): it does not apply to this machine.
+        ``warning``: the skip leaves something unchecked (say so on top)."""
+        self.skip_reason = reason
+        self.waived = reason
+        if warning:
+            self.warn(reason)
+
     def to_json(self):
         return {
             "name": self.name,
@@ -152,6 +183,8 @@ class Result(object):
             "summary": self.summary,
             "figures": self.figures,
             "artefacts": list(self.artefacts),
+            "warnings": list(self.warnings),
+            "waived": self.waived if self.status == SKIP and not self.required else None,
         }
 
 
@@ -232,8 +265,9 @@ def _resolve(target):
     return getattr(module, func_name)
 
 
-def run_check(ctx, spec, required):
-    """Run one check in isolation; any exception becomes a failed result."""
+def run_check(ctx, spec, required, named=False):
+    """Run one check in isolation; any exception becomes a failed result.
+    ``named``: the check was named in --checks, so it cannot be waived."""
     res = Result(spec.name, required)
     ctx.current = res
     ctx.progress("start: %s" % spec.about)
@@ -242,8 +276,8 @@ def run_check(ctx, spec, required):
 
     def showwarning(message, category, filename, lineno, file=None, line=None):
         text = "%s: %s" % (category.__name__, str(message).strip().splitlines()[0] if str(message).strip() else "")
-        if text not in res.warnings:
-            res.warnings.append(text)
+        if text not in res.python_warnings:
+            res.python_warnings.append(text)
             res.note("python warning: " + text)
             ctx.progress("warning: " + text)
 
@@ -271,6 +305,8 @@ def run_check(ctx, spec, required):
         warnings.showwarning = saved_showwarning
     res.elapsed_s = time.perf_counter() - t0
     _finish(res)
+    if res.status == SKIP and res.waived and not named:
+        res.required = False
     ctx.current = None
     word = {PASS: "PASS", FAIL: "FAIL", SKIP: "SKIP"}[res.status]
     ctx.progress("%s (%.1fs) %s" % (word, res.elapsed_s, res.reason or res.summary), check=spec.name)

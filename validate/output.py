@@ -71,12 +71,23 @@ def _fmt(v, unit=""):
     return "%s%s" % (v, unit)
 
 
+def _requirement(r):
+    if r.required:
+        return "yes"
+    return "waived" if r.waived and r.status == SKIP else "no"
+
+
 def render_log(doc, results):
     host = doc["host"]
     lines = []
     failed_req = [r.name for r in results if r.required and r.status != PASS]
     verdict = "VALIDATED" if doc["ok"] else "NOT VALIDATED"
-    lines.append("%s %s: %s (exit %d)" % (TOOL, __version__, verdict, 0 if doc["ok"] else 1))
+    waived_names = [r.name for r in results if r.waived and not r.required and r.status == SKIP]
+    warning_count = sum(len(r.warnings) for r in results)
+    lines.append("%s %s: %s (exit %d)%s%s" % (
+        TOOL, __version__, verdict, 0 if doc["ok"] else 1,
+        "; waived: %s" % ", ".join(waived_names) if waived_names else "",
+        "; %d warning(s)" % warning_count if warning_count else ""))
     lines.append("started %s UTC, took %.1f s" % (doc["started"], doc["elapsed_s"]))
     lines.append(
         "host %s: %s, kernel %s, %s, %s x %s, %s GiB RAM"
@@ -98,14 +109,22 @@ def render_log(doc, results):
     )
     if failed_req:
         lines.append("required checks not passed: %s" % ", ".join(failed_req))
+    waived = [r for r in results if r.name in waived_names]
+    if waived:
+        lines.append("required checks waived (not applicable here): %s"
+                     % "; ".join("%s: %s" % (r.name, r.waived) for r in waived))
+    for r in results:
+        for w in r.warnings:
+            if w != r.waived:  # already on the waived line
+                lines.append("warning: %s: %s" % (r.name, w))
     lines.append("")
-    lines.append("%-14s %-5s %-4s %8s  %s" % ("check", "state", "req", "time", "result"))
+    lines.append("%-14s %-5s %-6s %8s  %s" % ("check", "state", "req", "time", "result"))
     for r in results:
         text = r.summary if r.status == PASS else r.reason
         if r.status != PASS and r.summary:
             text = "%s [%s]" % (r.reason, r.summary)
-        lines.append("%-14s %-5s %-4s %7.1fs  %s" % (
-            r.name, _WORD.get(r.status, r.status), "yes" if r.required else "no", r.elapsed_s, text))
+        lines.append("%-14s %-5s %-6s %7.1fs  %s" % (
+            r.name, _WORD.get(r.status, r.status), _requirement(r), r.elapsed_s, text))
     for r in results:
         if not r.details and not r.artefacts and r.status == SKIP:
             continue

@@ -77,6 +77,23 @@ def parse(text):
     return events
 
 
+_DMESG_TIME = re.compile(r"^\[\s*(\d+\.\d+)\]")
+
+
+def dmesg_start(text):
+    """Seconds after boot of the first line of ``dmesg`` output, or None when
+    the lines carry no such timestamp.  The kernel's ring buffer is fixed in
+    size: on a long-running host its first line is no longer the boot's
+    [    0.000000], and the Xids logged before it are gone."""
+    for line in (text or "").splitlines():
+        m = _DMESG_TIME.match(line)
+        if m:
+            return float(m.group(1))
+        if line.strip():
+            return None
+    return None
+
+
 def name_of(xid):
     return XID_NAMES.get(xid, "Xid %d (not in our copy of NVIDIA's catalog)" % xid)
 

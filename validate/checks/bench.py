@@ -36,19 +36,40 @@ def _autocast(torch, device, enabled):
 # its source, not retrieved here); we apply it to the robust spread.
 UNSTABLE_IQR_REL = 0.10
 
-# Per-SKU expectations for this suite's protocol (batch-1 median ms, batch-N
-# img/s): none public; to be filled from a run recorded in this repository
-# (tests/fixtures/validate/, none yet: "no reference" until then).
-BENCH_EXPECTED = {}
+# Per-SKU floors for this suite, from public PyTorch measurements of the same
+# network (torchvision's resnet50 is ResNet-50 v1.5).  Only batch-N fp32
+# throughput is judged: it is GPU-bound.  Batch-1 latency of an eager model
+# is bound by the host CPU's kernel launches (~160 per ResNet-50 forward), so
+# a slow host, not a sick GPU, moves it; AMP runs of other harnesses differ
+# in memory format and are not comparable to our NCHW autocast.
+#
+# Source D = github.com/NVIDIA/DeepLearningExamples, PyTorch/Classification/
+# ConvNets/resnet50v1.5/README.md, "Inference performance results" (NGC
+# pytorch-21.03 container, 100 iterations, FP32 = no TF32), "Throughput Avg"
+# at batch 64.  Conditions differ from ours (their harness and data path,
+# an older cuDNN), so these are loose floors, not expectations: a healthy
+# GPU is judged against BENCH_LOOSE_FRACTION of them.  H100, A100, L4, A10G:
+# no public PyTorch figure at our protocol was found (NVIDIA's data-centre
+# pages and MLPerf give TensorRT INT8/FP16 figures, ceilings for an eager
+# fp32 run, not floors): "no reference".
+BENCH_EXPECTED = {
+    ("V100 SXM2", "resnet50"): {"fp32_ips": {"ips": 1200.0, "batch": 64,
+                                             "source": "D, NVIDIA DGX-1 (1x V100 16GB), FP32, batch 64"}},
+    ("T4", "resnet50"): {"fp32_ips": {"ips": 428.0, "batch": 64, "source": "D, NVIDIA T4, FP32, batch 64"}},
+}
+# Half of a published figure: loose because the conditions differ (above);
+# still fails a GPU at 30-45 % speed.  The fraction is our judgement: unsourced.
+BENCH_LOOSE_FRACTION = 0.5
 
 
-def judge_model(rec, sku=None, expected=None):
+def judge_model(rec, expected=None):
     """{"trust", "verdict", ...} for one model's record.
 
     trust: "untrusted" when batch-1 latency or a throughput has IQR/median
-    above UNSTABLE_IQR_REL.  verdict: against ``expected`` ({"latency_ms",
-    "fp32_ips", "amp_ips"} of a healthy GPU of the SKU; 0.8 of it, as
-    matmul), else "no reference"."""
+    above UNSTABLE_IQR_REL.  verdict: each throughput in ``expected``
+    ({"fp32_ips": {"ips", "batch", "source"}}, a BENCH_EXPECTED entry) that
+    was measured at the same batch is judged against BENCH_LOOSE_FRACTION of
+    it; "no reference" when none could be."""
     spreads = {"latency": (rec.get("latency_ms") or {}).get("iqr_rel")}
     thr = rec.get("throughput_ips") or {}
     for k in ("fp32", "amp"):
@@ -56,20 +77,21 @@ def judge_model(rec, sku=None, expected=None):
             spreads[k] = thr[k + "_iqr_rel"]
     wide = sorted(k for k, v in spreads.items() if v is not None and v > UNSTABLE_IQR_REL)
     out = {"trust": "untrusted" if wide else "ok", "unstable": wide}
-    if not expected:
+    slow, judged = [], []
+    for k in ("fp32", "amp"):
+        e = (expected or {}).get(k + "_ips")
+        if not e or thr.get(k) is None or thr.get("batch") != e["batch"]:
+            continue
+        floor = BENCH_LOOSE_FRACTION * e["ips"]
+        judged.append("%s b%d >= %.0f img/s (%s)" % (k, e["batch"], floor, e["source"]))
+        if thr[k] < floor:
+            slow.append("%s b%d %.0f img/s < %.0f (%.0f%% of %.0f, %s)" % (
+                k, e["batch"], thr[k], floor, 100 * BENCH_LOOSE_FRACTION, e["ips"], e["source"]))
+    if not judged:
         out["verdict"] = "no reference"
         return out
-    from ..specs import EXPECTED_FRACTION
-
-    slow = []
-    lat = (rec.get("latency_ms") or {}).get("median")
-    if expected.get("latency_ms") and lat and lat * EXPECTED_FRACTION > expected["latency_ms"]:
-        slow.append("latency %.2f ms vs %.2f" % (lat, expected["latency_ms"]))
-    for k in ("fp32", "amp"):
-        e = expected.get(k + "_ips")
-        if e and thr.get(k) is not None and thr[k] < EXPECTED_FRACTION * e:
-            slow.append("%s %.0f img/s vs %.0f" % (k, thr[k], e))
     out["verdict"] = "fail" if slow else "pass"
+    out["judged"] = judged
     out["slow"] = slow
     return out
 
@@ -227,13 +249,13 @@ def run(ctx, res):
                 elif thr.get("error"):
                     msg += " (throughput: %s)" % thr["error"]
                     res.problem("%s: batch-%d throughput failed: %s" % (name, thr["batch"], thr["error"]))
-                judged = judge_model(rec, f.get("sku"), BENCH_EXPECTED.get((f.get("sku"), name)))
+                judged = judge_model(rec, BENCH_EXPECTED.get((f.get("sku"), name)))
                 rec["judgement"] = judged
                 if judged["trust"] == "untrusted":
                     msg = "UNTRUSTED (IQR/median above %d%% for %s, not a result): %s" % (
                         100 * UNSTABLE_IQR_REL, ", ".join(judged["unstable"]), msg)
                     f.setdefault("untrusted", []).append(name)
-                elif judged["verdict"] == "fail":
+                if judged["verdict"] == "fail":  # even if spread: half of a healthy GPU is not noise
                     res.problem("%s slower than healthy %s: %s" % (name, f.get("sku"), "; ".join(judged["slow"])))
                 ctx.progress("%d/%d %s: %s" % (i + 1, len(names), name, msg))
                 res.note("%-22s %s, input %d, %.1f M params" % (name, msg, rec["input_size"], rec["params_m"]))
@@ -247,11 +269,18 @@ def run(ctx, res):
     if failed:
         res.problem("%d of %d models failed: %s" % (len(failed), len(names), ", ".join(failed)))
     if f.get("untrusted"):
-        res.note("untrusted measurements (IQR/median > %d%%; rerun on a quiet machine): %s"
+        res.warn("untrusted measurements (IQR/median > %d%%; rerun on a quiet machine): %s"
                  % (100 * UNSTABLE_IQR_REL, ", ".join(f["untrusted"])))
-    if device == "cuda" and not any((f["sku"], n) in BENCH_EXPECTED for n in names):
-        res.note("no reference for %s in this suite: latency and throughput measured, not judged"
-                 % (f["sku"] or gpu_name))
+    if device == "cuda":
+        judged_models = [n for n in names if (f["models"].get(n, {}).get("judgement") or {}).get("verdict")
+                         in ("pass", "fail")]
+        f["judged"] = judged_models
+        if not judged_models:
+            res.warn("no reference for %s in this suite (batch %d): latency and throughput measured, not judged"
+                     % (f["sku"] or gpu_name, max(ctx.opts.batch)))
+        else:
+            res.note("judged against public floors: %s; the other models are measured, not judged"
+                     % ", ".join(judged_models))
     ok = [n for n in names if "latency_ms" in f["models"].get(n, {})]
     cc = f.get("crosscheck")
     if cc:

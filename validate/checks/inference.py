@@ -91,7 +91,7 @@ def run(ctx, res):
         cls["status"] = "skip"
         cls["reason"] = "no ResNet50 weights in %s (offline: never downloaded; pass --weights DIR)" % (
             " or ".join(where) or "--weights")
-        res.note("classification skipped: " + cls["reason"])
+        res.warn("classification skipped: " + cls["reason"])
     else:
         wenum = getattr(ResNet50_Weights, member) if member else ResNet50_Weights.IMAGENET1K_V1
         categories = wenum.meta["categories"]

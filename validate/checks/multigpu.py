@@ -7,7 +7,10 @@ nccl: an all-reduce over all GPUs with torch.distributed, one process per
 GPU (validate/dist_worker.py), bus bandwidth by nccl-tests' formula, judged
 against Azure's per-node floors at their message size.  The same
 orchestration runs on the CPU with the gloo backend and two processes, so it
-is tested for real without a GPU.  Both skip, with the reason, on one GPU.
+is tested for real without a GPU.  On one GPU (a MIG slice included:
+CUDA shows a process one slice) both are waived, with the reason: they do
+not apply, and most cloud VMs have one GPU.  Floors are applied only when
+every GPU is the SKU the floor is for (a mixed node has no reference).
 """
 
 import json
@@ -39,6 +42,13 @@ def _topo():
     return topology.parse_topo(out["stdout"]) if out["rc"] == 0 else {}
 
 
+def node_sku(names):
+    """The SKU key of a node whose GPUs are all the same model, else None
+    (a floor for 8 H100s says nothing about an H100 next to an A100)."""
+    keys = set(specs.lookup(n)[0] for n in names)
+    return keys.pop() if len(keys) == 1 else None
+
+
 def run_p2p(ctx, res):
     torch = ctx.torch()
     device = ctx.device(res)
@@ -47,10 +57,10 @@ def run_p2p(ctx, res):
         return
     count = torch.cuda.device_count()
     if count < 2:
-        res.skip("one GPU: no peer to copy to")
+        res.waive("not applicable: one GPU, no peer to copy to", warning=False)
         return
     links = _topo()
-    sku, _ = specs.lookup(torch.cuda.get_device_name(0))
+    sku = node_sku([torch.cuda.get_device_name(i) for i in range(count)])
     floor = topology.P2P_NVLINK_FLOOR.get(sku)
     nbytes = 256 << 20
     matrix = {}
@@ -78,7 +88,7 @@ def run_p2p(ctx, res):
     res.figures.update({"gpus": count, "bytes": nbytes, "matrix": matrix, "sku": sku,
                         "nvlink_floor": floor[0] if floor else None})
     if not floor:
-        res.note("no public P2P floor for %s: matrix measured, not judged" % sku)
+        res.warn("no public P2P floor for %s: matrix measured, not judged" % (sku or "a mixed or unknown node"))
     for key, cell in sorted(matrix.items()):
         res.note("GPU %s: %.1f GB/s over %s" % (key.replace("-", " -> GPU "), cell["gbs"], cell["link"] or "?"))
     speeds = [c["gbs"] for c in matrix.values()]
@@ -121,9 +131,9 @@ def run_nccl(ctx, res):
     if device == "cuda":
         ranks = torch.cuda.device_count()
         if ranks < 2:
-            res.skip("one GPU: no all-reduce to measure")
+            res.waive("not applicable: one GPU, no all-reduce to measure", warning=False)
             return
-        sku, _ = specs.lookup(torch.cuda.get_device_name(0))
+        sku = node_sku([torch.cuda.get_device_name(i) for i in range(ranks)])
         floor = topology.ALLREDUCE_FLOOR.get((sku, ranks))
         nbytes = floor[1] if floor else GPU_BYTES
         free = min(torch.cuda.mem_get_info(i)[0] for i in range(ranks))
@@ -143,6 +153,9 @@ def run_nccl(ctx, res):
     if floor and busbw < floor[0]:
         res.problem("all-reduce busbw %.1f GB/s below %.0f (Azure %s, %d GiB)"
                     % (busbw, floor[0], floor[2], nbytes >> 30))
+    if backend == "nccl" and not floor:
+        res.warn("no public all-reduce floor for %s x%d at %d MiB: busbw measured, not judged"
+                 % (sku or "a mixed or unknown node", ranks, nbytes >> 20))
     res.summary = "%s, %d ranks, %d MiB: busbw %.2f GB/s (algbw %.2f)%s" % (
         backend, ranks, nbytes >> 20, busbw, algbw,
         "" if floor or backend == "gloo" else "; no reference for %s x%d" % (sku, ranks))
