@@ -14,6 +14,9 @@ import pytest
 
 from tests.test_playbooks import DISTROS, plan
 
+# Plans are made on the local connection, whose become probes go through sudo: root only.
+pytestmark = pytest.mark.root
+
 FIXTURES = Path(__file__).parent / "fixtures" / "facts"
 UBUNTU = DISTROS["ubuntu2204-x86_64"]
 DEBIAN = DISTROS["debian12-x86_64"]

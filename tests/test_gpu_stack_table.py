@@ -76,6 +76,7 @@ def test_torch_without_the_known_remote_code_execution(row):
         assert torch >= Version("2.10.0")
 
 
+@pytest.mark.root  # its plan runs become probes through sudo on the local connection
 def test_no_nvcc_is_said_in_the_plan(work):
     steps = plan(work, "cuda-wheels.yaml", DISTROS["debian12-x86_64"], {"cuda_version": "12.8"})
     assert ("CUDA compiler: none, CUDA 12.8 has no nvcc wheel (runtime, cuDNN and torch only; "
@@ -122,6 +123,7 @@ def test_a_host_without_apt_stops_at_the_start(work, recipe):
     assert all(s.status in ("ok", "skipped") for s in list(steps.values())[:-1])
 
 
+@pytest.mark.root  # its plan runs become probes through sudo on the local connection
 def test_dcgm_for_the_rows_cuda_major(work):
     steps = plan(work, "dcgm.yaml", DISTROS["ubuntu2204-x86_64"], {"cuda_version": "13.0"})
     assert steps["DCGM 4 has a build for CUDA 13 on ubuntu2204/x86_64"].status == "ok"
@@ -134,12 +136,14 @@ def test_dcgm_for_the_rows_cuda_major(work):
     assert steps["DCGM 4 has a build for CUDA 13 on debian13/x86_64"].status == "failed"
 
 
+@pytest.mark.root  # its plan runs become probes through sudo on the local connection
 def test_container_toolkit_plan(work):
     steps = plan(work, "container-toolkit.yaml", DISTROS["debian12-x86_64"])
     assert steps["nvidia-container-toolkit"].commands[-1] == "apt-get install nvidia-container-toolkit"
     assert "NVIDIA repository keyring" in steps
 
 
+@pytest.mark.root  # its plan runs become probes through sudo on the local connection
 def test_peermem_leaves_a_host_without_the_peer_memory_api_alone(work):
     # This machine's kernel has no ib_register_peer_memory_client: the probe says so for real.
     assert "ib_register_peer_memory_client" not in open("/proc/kallsyms").read()
