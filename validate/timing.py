@@ -83,7 +83,7 @@ def measure(fn, warmup, iters, device="cpu", sync=None, progress=None):
         fn()
     samples = []
     if _is_cuda(device):
-        import torch  # noqa: local import, torch is optional for the package
+        import torch  # local import: torch is optional for the package
 
         dev = torch.device(device)
         torch.cuda.synchronize(dev)
