@@ -8,6 +8,7 @@ exactly the sshd processes it started, by PID.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -17,6 +18,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 SSHD = "/usr/sbin/sshd"
 TEST_USER = "gpuprovtest"
@@ -156,3 +158,19 @@ def shared_tmp(prefix: str = "gpuprov-t-") -> Path:
     path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     os.chmod(path, 0o777)
     return path
+
+
+@contextlib.contextmanager
+def server_with_tools(farm: SshdFarm, address: str, tools: dict, prefix: str) -> Iterator[Path]:
+    """A hostile host: an sshd on `address` whose login PATH starts with a folder of crafted
+    tools (name -> sh script; `{tools}` in a script is that folder). Stopped and removed after."""
+    folder = shared_tmp(prefix)
+    for name, text in tools.items():
+        (folder / name).write_text(text.format(tools=folder))
+        os.chmod(folder / name, 0o755)
+    farm.add_server(address, SetEnv=f"PATH={folder}:/usr/local/bin:/usr/bin:/bin")
+    try:
+        yield folder
+    finally:
+        farm.stop(address)
+        shutil.rmtree(folder, ignore_errors=True)

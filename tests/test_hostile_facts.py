@@ -10,12 +10,11 @@ the test's own folder.
 from __future__ import annotations
 
 import os
-import shutil
 
 import pytest
 
 from tests.conftest import write_yaml
-from tests.sshd import shared_tmp
+from tests.sshd import server_with_tools
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]  # real sshd, started as root
 
@@ -38,14 +37,8 @@ echo 'not the package' > "$2"
 @pytest.fixture(scope="module")
 def tools(farm):
     """The host's tools folder, first on its login PATH."""
-    folder = shared_tmp("gpuprov-hostile-facts-")
-    for name, text in (("uname", UNAME), ("curl", CURL)):
-        (folder / name).write_text(text.format(tools=folder))
-        os.chmod(folder / name, 0o755)
-    farm.add_server(ADDRESS, SetEnv=f"PATH={folder}:/usr/local/bin:/usr/bin:/bin")
-    yield folder
-    farm.stop(ADDRESS)
-    shutil.rmtree(folder, ignore_errors=True)
+    with server_with_tools(farm, ADDRESS, {"uname": UNAME, "curl": CURL}, "gpuprov-hostile-facts-") as folder:
+        yield folder
 
 
 @pytest.fixture

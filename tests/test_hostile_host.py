@@ -25,7 +25,7 @@ import pytest
 
 from tests.conftest import REPO, invoke, write_yaml
 from tests.procs import run_python_module_measured
-from tests.sshd import shared_tmp
+from tests.sshd import server_with_tools
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]  # real sshd, started as root
 
@@ -64,15 +64,9 @@ TALKER = "#!/bin/sh\n{tools}/talk\nexit 0\n"
 @pytest.fixture(scope="module")
 def tools(farm):
     """The host's tools folder, first on its login PATH."""
-    folder = shared_tmp("gpuprov-hostile-")
-    for name, text in (("readlink", READLINK), ("tar", TAR), ("python", PYTHON),
-                       ("talker", TALKER), ("lspci", LSPCI)):
-        (folder / name).write_text(text.format(tools=folder))
-        os.chmod(folder / name, 0o755)
-    farm.add_server(ADDRESS, SetEnv=f"PATH={folder}:/usr/local/bin:/usr/bin:/bin")
-    yield folder
-    farm.stop(ADDRESS)
-    shutil.rmtree(folder, ignore_errors=True)
+    crafted = {"readlink": READLINK, "tar": TAR, "python": PYTHON, "talker": TALKER, "lspci": LSPCI}
+    with server_with_tools(farm, ADDRESS, crafted, "gpuprov-hostile-") as folder:
+        yield folder
 
 
 @pytest.fixture
