@@ -47,7 +47,11 @@ def test_output_past_the_limit_keeps_its_first_and_last_halves(monkeypatch):
     assert result.stdout_bytes == 10 << 20 and result.stdout_dropped == (10 << 20) - (64 << 10)
     assert not result.complete
     note = "\n[... gpuprov: more than 32 KiB of stdout; the rest is shown when the command ends ...]\n"
-    assert "".join(shown) == "a" * (32 << 10) + note + marker + "z" * (32 << 10)
+    # The note comes only when showing stops while the command still runs: a fast local command
+    # may have ended by then (seen in CI), so the shown text is the kept one with or without it.
+    shown_text = "".join(shown)
+    assert shown_text.count(note) <= 1
+    assert shown_text.replace(note, "") == "a" * (32 << 10) + marker + "z" * (32 << 10)
 
 
 def test_an_incomplete_answer_is_refused_with_its_reason(monkeypatch):
