@@ -14,6 +14,8 @@ A case is one YAML file, `tests/kinds/<kind>/<case>.yaml`:
     fact: {installed: {curl: 7.88.1-10}}   # fields of the parsed fact (sets as sorted lists)
     commands: [apt-get update] # plan()'s commands as shown; a mapping compares the fields it
                                # names (script, stdin, shell, shown); [] is the converged case
+    cache:                     # the fleet cache's route for the host (engine/cache.CacheRoute):
+      apt_proxy: http://10.0.0.5:3142   # the arguments go through `through_cache` first
     error: 'apt.state ...'     # instead of commands: the load or plan error's message
     result: [false, message]   # assert only: run_local's answer
 
@@ -28,6 +30,7 @@ from typing import Any
 import pytest
 
 from remote.config.yamlfile import load_yaml
+from remote.engine.cache import CacheRoute
 from remote.errors import InputError, PlanError, Where
 from remote.kinds import KINDS, Probe
 
@@ -54,12 +57,14 @@ def test_every_kind_has_a_table():
 def test_kind_case(path: Path):
     case = load_yaml(path, "case")
     unknown = set(case) - {"args", "vars", "probe", "probe_has", "probe_lacks", "fact",
-                           "commands", "error", "result"}
+                           "commands", "error", "result", "cache"}
     assert not unknown, f"unknown keys in the case: {unknown}"
     kind = KINDS[path.parent.name]
     try:
         args = kind.load(case["args"], case.at("args"), path.parent)
         args = kind.render(args, dict(case.get("vars") or {}))
+        if "cache" in case:
+            args = kind.through_cache(args, CacheRoute(**case["cache"]))
         if not kind.remote:
             assert list(kind.run_local(args, dict(case.get("vars") or {}))) == case["result"]
             return
@@ -102,4 +107,4 @@ def test_defaults_come_from_the_spec():
     args = KINDS["apt"].load({"packages": "curl"}, Where("r.yaml", 1), Path("."))
     assert args == {"packages": ["curl"], "state": "present", "update_cache": False,
                     "cache_valid_time": 3600, "hold": False, "install_recommends": None,
-                    "lock_timeout": 600, "purge": False}
+                    "lock_timeout": 600, "purge": False, "proxy": None}

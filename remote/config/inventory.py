@@ -1,10 +1,10 @@
 """The inventory: which hosts exist, how to reach them, their groups and variables.
 
 Format (the README's Inventory section): top-level `vars`, `hosts`, `groups` (with `hosts`, `children`, `vars`),
-`host_key_policy` (strict | accept-new), `known_hosts` (extra files of trusted keys), `timeouts`
-and `secrets` (names of vars whose values are never shown). Variable precedence, low to high:
-inventory vars, group vars (parents before children), host vars; recipe vars sit below all of
-them and `--var` above.
+`host_key_policy` (strict | accept-new), `known_hosts` (extra files of trusted keys), `timeouts`,
+`secrets` (names of vars whose values are never shown) and `cache` (the fleet cache host).
+Variable precedence, low to high: inventory vars, group vars (parents before children), host
+vars; recipe vars sit below all of them and `--var` above.
 """
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ HOST_KEYS = {"address", "user", "port", "identity_file", "python", "become", "ju
              "connection", "vars"}
 GROUP_KEYS = {"hosts", "children", "vars"}
 TOP_KEYS = {"vars", "hosts", "groups", "host_key_policy", "known_hosts", "timeouts", "secrets",
-            "include_if_exists"}
+            "include_if_exists", "cache"}
+CACHE_KEYS = {"host", "address", "reach", "apt_port", "pypi_port"}
+CACHE_REACH = ("auto", "direct", "forward")
 TIMEOUT_KEYS = {"connect", "banner", "auth", "keepalive", "command"}
 POLICIES = ("strict", "accept-new")
 MAX_GROUP_DEPTH = 50
@@ -41,6 +43,19 @@ class Timeouts:
     auth: float = 15.0
     keepalive: float = 5.0
     command: float = 3600.0
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """The fleet cache (playbooks/cache.yaml installs it on `host`): apt-cacher-ng on `apt_port`
+    and devpi-server on `pypi_port`. The other hosts reach it at `address` (default: the cache
+    host's own address), or through an SSH port forward (`reach`: auto tries direct first)."""
+
+    host: str
+    address: str
+    reach: str = "auto"
+    apt_port: int = 3142    # apt-cacher-ng's default port (its acng.conf: Port:3142)
+    pypi_port: int = 3141   # devpi-server's default port (devpi-server --port, default 3141)
 
 
 @dataclass
@@ -82,6 +97,7 @@ class Inventory:
     known_hosts: list[Path] = field(default_factory=list)
     timeouts: Timeouts = field(default_factory=Timeouts)
     secrets: set[str] = field(default_factory=set)
+    cache: CacheSettings | None = None
     # group -> members, group -> depth: computed once (groups may share children, and walking
     # every path through a lattice of groups would take exponential time)
     _members: dict[str, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)
@@ -250,7 +266,39 @@ def load_inventory(path: str | Path) -> Inventory:
     return Inventory(path=path, hosts=hosts, groups=groups, vars=top_vars,
                      vars_where=getattr(top_vars, "key_where", {}), host_key_policy=policy,
                      known_hosts=known_paths, timeouts=_load_timeouts(data),
-                     secrets=set(secrets))
+                     secrets=set(secrets), cache=_load_cache(data, hosts))
+
+
+def _load_cache(data: YamlMap, hosts: dict[str, Host]) -> CacheSettings | None:
+    spec = data.get("cache")
+    if spec is None:
+        return None
+    if isinstance(spec, str):  # `cache: NAME` shorthand
+        spec = YamlMap({"host": spec})
+        spec.where, spec.key_where = data.at("cache"), {}
+    expect(spec, dict, data.at("cache"), "'cache'")
+    check_keys(spec, CACHE_KEYS, "cache")
+    name = spec.get("host")
+    if not isinstance(name, str) or name not in hosts:
+        raise spec.at("host").error(
+            f"cache.host must name a host of the inventory, not {name!r}"
+            if name is not None else "cache needs 'host:' (the host that runs the cache)")
+    if hosts[name].is_local:
+        raise spec.at("host").error(f"cache host '{name}' has connection: local; the other "
+                                    "hosts reach the cache over the network")
+    address = expect(spec.get("address", hosts[name].address), str, spec.at("address"),
+                     "cache.address")
+    reach = spec.get("reach", "auto")
+    if reach not in CACHE_REACH:
+        raise spec.at("reach").error(f"cache.reach must be one of {', '.join(CACHE_REACH)}, "
+                                     f"not {reach!r}")
+    ports = {}
+    for key in ("apt_port", "pypi_port"):
+        port = spec.get(key, getattr(CacheSettings, key))
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise spec.at(key).error(f"cache.{key} must be a number from 1 to 65535")
+        ports[key] = port
+    return CacheSettings(host=name, address=address, reach=reach, **ports)
 
 
 def _resolve_path(value: str, inventory_path: Path) -> Path:

@@ -59,6 +59,8 @@ class HostResult:
     facts: Optional[dict[str, Any]] = None
     outcome: Optional[Outcome] = None
     interrupted: bool = False
+    warnings: list[str] = field(default_factory=list)  # shown, but the host did not fail
+    cache: str = ""  # how the host reached the fleet cache ("" : no cache used)
 
     def counts(self) -> dict[str, int]:
         counts = {status.value: 0 for status in StepStatus}
@@ -82,6 +84,10 @@ class HostResult:
             data[self.outcome.name] = redact(self.outcome.text)
         if self.interrupted:
             data["interrupted"] = True
+        if self.warnings:
+            data["warnings"] = [redact(w) for w in self.warnings]
+        if self.cache:
+            data["cache"] = self.cache
         return data
 
 

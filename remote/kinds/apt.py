@@ -5,11 +5,14 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..config.schema import Arg
 from ..errors import PlanError, Where
 from .base import Args, Command, Kind, listed, q
+
+if TYPE_CHECKING:
+    from ..engine.cache import CacheRoute
 
 
 # Used with fullmatch: `$` would let a name end in a newline.
@@ -25,17 +28,32 @@ def dpkg_installed(abbrev: str) -> bool:
     return len(abbrev) >= 2 and abbrev[1] == "i"
 
 
-def apt_update_command(lock_timeout: int = 600) -> Command:
+def proxy_options(proxy: Optional[str]) -> str:
+    """apt-get options sending its plain-HTTP downloads through `proxy` (an apt-cacher-ng).
+    HTTPS sources stay direct: apt-cacher-ng cannot cache what TLS hides from it, and a tunnel
+    through it would only add a hop (its docs: PassThroughPattern)."""
+    if not proxy:
+        return ""
+    return f" -o Acquire::http::Proxy={q(proxy)} -o Acquire::https::Proxy=DIRECT"
+
+
+def _via(proxy_opts: str) -> str:
+    """What plans show of a proxy (` via http://cache:3142`), from `proxy_options`' text."""
+    found = re.search(r"Acquire::http::Proxy=(\S+)", proxy_opts)
+    return f" via {found.group(1)}" if found else ""
+
+
+def apt_update_command(lock_timeout: int = 600, proxy: str = "") -> Command:
     """`apt-get update` that fails on any fetch error (plain apt-get exits 0 on network errors)."""
     script = (
         f"export DEBIAN_FRONTEND=noninteractive\n"
-        f"out=$(apt-get update -q -o DPkg::Lock::Timeout={lock_timeout} 2>&1); rc=$?\n"
+        f"out=$(apt-get update -q -o DPkg::Lock::Timeout={lock_timeout}{proxy} 2>&1); rc=$?\n"
         "printf '%s\\n' \"$out\"\n"
         "if [ $rc -ne 0 ] || printf '%s\\n' \"$out\" | grep -qE "
         "'^(E:|Err:|W: (Failed to fetch|Some index files failed))'; then\n"
         "  echo 'apt-get update reported errors (see above)' >&2; exit 1\nfi\n"
         f"touch {APT_STAMP}")
-    return Command(script, display="apt-get update")
+    return Command(script, display="apt-get update" + _via(proxy))
 
 
 def glob_pattern(pin: str) -> str:
@@ -96,8 +114,11 @@ class Apt(Kind[AptState]):
         "install_recommends": Arg((bool,), None),
         "lock_timeout": Arg((int,), 600),
         "purge": Arg((bool,), False),
+        # An HTTP proxy for apt-get (an apt-cacher-ng); the fleet cache fills it in.
+        "proxy": Arg((str,), None),
     }
     probe_fields = ("packages", "hold", "state")
+    fetches = True
 
     def check(self, args: Args, where: Where, base_dir: Path) -> None:
         if isinstance(args["packages"], str) and "{{" not in args["packages"]:
@@ -131,11 +152,17 @@ class Apt(Kind[AptState]):
     def parse(self, out: str) -> AptState:
         return parse_apt_state(out)
 
+    def through_cache(self, args: Args, route: CacheRoute) -> Args:
+        if route.apt_proxy and not args.get("proxy"):
+            args = dict(args, proxy=route.apt_proxy)
+        return args
+
     def plan(self, args: Args, fact: AptState) -> list[Command]:
         installed, held = fact.installed, fact.held
         specs = self._specs(args)
         lock = int(args["lock_timeout"])
-        opts = APT_OPTS.format(lock=lock)
+        proxy = proxy_options(args.get("proxy"))
+        opts = APT_OPTS.format(lock=lock) + proxy
         cmds = []
         if args["state"] == "absent":
             present = [n for n, _ in specs if n in installed]
@@ -152,7 +179,7 @@ class Apt(Kind[AptState]):
         if todo:
             stale = fact.now - fact.updated > int(args["cache_valid_time"])
             if args["update_cache"] and stale:
-                cmds.append(apt_update_command(lock))
+                cmds.append(apt_update_command(lock, proxy))
             cmds.append(self._install(todo, args, opts))
         if args["hold"]:
             # apt-get install drops an existing hold of what it installs (a pinned downgrade
@@ -186,4 +213,4 @@ class Apt(Kind[AptState]):
             flags += " --allow-downgrades --allow-change-held-packages"
         lines.append(f"apt-get {opts}{flags} install " + " ".join(words))
         return Command("\n".join(lines), display="apt-get install " + " ".join(
-            f"{n}={p}" if p else n for n, p in todo))
+            f"{n}={p}" if p else n for n, p in todo) + _via(opts))

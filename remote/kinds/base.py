@@ -16,11 +16,14 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Optional, TypeVar
 
 from ..config.schema import Arg, check_args, expect
 from ..config.templating import render_shell, render_value
 from ..errors import Where
+
+if TYPE_CHECKING:
+    from ..engine.cache import CacheRoute
 
 Args = dict[str, Any]
 FactT = TypeVar("FactT")
@@ -59,6 +62,7 @@ class Kind(Generic[FactT]):
     shell_fields: tuple[str, ...] = ()  # rendered with every value shell-quoted
     remote = True                       # False: evaluated on the control side (assert)
     probe_fields: tuple[str, ...] = ()  # the arguments `probe` reads (see `render_for_probe`)
+    fetches = False                     # downloads packages: a fleet cache can serve them
 
     def load(self, value: Any, where: Where, base_dir: Path) -> Args:
         """Check the step's arguments as written; return them with defaults (still unrendered)."""
@@ -112,6 +116,11 @@ class Kind(Generic[FactT]):
 
     def plan(self, args: Args, fact: FactT) -> list[Command]:
         raise NotImplementedError
+
+    def through_cache(self, args: Args, route: CacheRoute) -> Args:
+        """`args` (rendered) with the downloads sent through the fleet cache `route`; a kind
+        with `fetches` overrides it."""
+        return args
 
     def run_local(self, args: Args, context: dict[str, Any]) -> tuple[bool, str]:
         raise NotImplementedError

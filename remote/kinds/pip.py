@@ -3,10 +3,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..config.schema import Arg
 from ..errors import PlanError, Where
 from .base import Args, Command, Kind, listed, q
+
+if TYPE_CHECKING:
+    from ..engine.cache import CacheRoute
 
 
 _PIP_PROBE = """PY={python}
@@ -49,6 +53,7 @@ class Pip(Kind[PipState]):
         "extra_args": Arg((list,)),
     }
     probe_fields = ("packages", "venv", "python")
+    fetches = True
 
     def check(self, args: Args, where: Where, base_dir: Path) -> None:
         from packaging.requirements import InvalidRequirement, Requirement
@@ -82,6 +87,18 @@ class Pip(Kind[PipState]):
         if out.strip() == "@missing":
             return PipState(python_missing=True)
         return PipState(versions=dict(line.partition("=")[::2] for line in out.splitlines()))
+
+    def through_cache(self, args: Args, route: CacheRoute) -> Args:
+        """Each index the cache mirrors (PyPI when no index_url is given) read from the cache."""
+        extra = args["extra_index_url"] or []
+        extras = [extra] if isinstance(extra, str) else list(extra)
+        index = route.index_for(args["index_url"] or "")
+        cached = [route.index_for(url) for url in extras]
+        if index is None and not any(cached):
+            return args
+        return dict(args, index_url=index or args["index_url"],
+                    extra_index_url=[new or old for new, old in zip(cached, extras)],
+                    extra_args=[*(args["extra_args"] or []), "--trusted-host", route.trusted_host])
 
     def plan(self, args: Args, fact: PipState) -> list[Command]:
         from packaging.requirements import Requirement

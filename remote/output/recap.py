@@ -15,7 +15,8 @@ from typing import Callable, Iterable, Mapping, Optional, Protocol, Sequence, Te
 from .term import paint, printable, wants_color
 
 STYLE = {"ok": "green", "changed": "yellow", "skipped": "cyan", "failed": "bold red",
-         "unreachable": "bold red", "running": "dim", "would change": "yellow"}
+         "unreachable": "bold red", "running": "dim", "would change": "yellow",
+         "warning": "bold yellow"}
 RECAP_COLUMNS = ("host", "ok", "changed", "skipped", "failed", "unreachable", "elapsed")
 
 Cell = Union[str, tuple[str, str]]  # text, or (text, style)
@@ -131,6 +132,10 @@ class Reporter:
     def output(self, host: str, text: str) -> None:
         """A line of a long command's own output (validation progress)."""
         self._print([f"{self._shown(host):<{self.width}} {self._paint('| ' + self._shown(text), 'dim')}"])
+
+    def warning(self, host: str, text: str) -> None:
+        """Something the user should know that does not fail the host (a cache that is down)."""
+        self._print([self._line(host, "warning", text)])
 
     def unreachable(self, host: str, message: str) -> None:
         self._print([self._line(host, "unreachable", message)])

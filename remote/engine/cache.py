@@ -1,0 +1,119 @@
+"""The fleet cache as one host sees it: does it answer, and where do that host's apt and pip go.
+
+The cache host runs apt-cacher-ng and devpi-server (playbooks/cache.yaml). Before a host's first
+step that downloads packages, the session runs `reach_script` there: it asks apt-cacher-ng for
+any HTTP answer and devpi for its list of indexes (`GET /root` as JSON: each mirror index with
+the `mirror_url` it mirrors). `parse_reach` turns that answer (untrusted: it is what the host
+printed) into a `CacheRoute`: apt's proxy, and for each mirrored index URL the cache's index URL.
+The kinds that download (`Kind.fetches`) rewrite their arguments with it
+(`Kind.through_cache`), so recipes need no change, and a cache that does not answer leaves them
+as written: the origin.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..kinds.base import q
+
+# What pip uses when no index is given (pip's --index-url default).
+PYPI_SIMPLE = "https://pypi.org/simple"
+REACH_TIMEOUT_S = 5
+# devpi index names are user/index path parts; refuse anything else the host sends back.
+INDEX_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+MAX_ANSWER = 64 * 1024
+
+_REACH = """{python} - {apt} {pypi} <<'EOF' 2>&1 || echo "@nopython"
+import sys, urllib.error, urllib.request
+def get(url, accept):
+    request = urllib.request.Request(url, headers={{"Accept": accept}})
+    try:
+        with urllib.request.urlopen(request, timeout={timeout}) as answer:
+            return answer.status, answer.read({limit})
+    except urllib.error.HTTPError as exc:
+        return exc.code, b""
+    except Exception as exc:
+        return 0, str(exc).encode()
+status, body = get(sys.argv[1], "*/*")
+print("@apt", status, body.decode("utf-8", "replace").replace("\\n", " ")[:200] if not status else "")
+status, body = get(sys.argv[2], "application/json")
+print("@pypi", status)
+sys.stdout.write(body.decode("utf-8", "replace"))
+EOF"""
+
+
+def normalize_index(url: str) -> str:
+    """An index URL as compared: no trailing slash, scheme and host in lower case."""
+    url = url.strip().rstrip("/")
+    match = re.match(r"([A-Za-z][A-Za-z0-9+.-]*://[^/]*)(.*)", url)
+    return (match.group(1).lower() + match.group(2)) if match else url
+
+
+@dataclass(frozen=True)
+class CacheRoute:
+    """Where one host's downloads go. `apt_proxy`: apt's HTTP proxy ("" : apt goes to the
+    origin); `indexes`: normalized origin index URL -> the cache's index URL; `trusted_host`:
+    the cache's host:port for pip (plain HTTP); `via`: how the host reaches it (for the log)."""
+
+    apt_proxy: str = ""
+    indexes: dict[str, str] = field(default_factory=dict)
+    trusted_host: str = ""
+    via: str = ""
+
+    def index_for(self, origin: str) -> Optional[str]:
+        """The cache's URL for the origin index `origin` ("" means PyPI); None: not mirrored."""
+        return self.indexes.get(normalize_index(origin or PYPI_SIMPLE))
+
+
+def reach_script(python: str, address: str, apt_port: int, pypi_port: int) -> str:
+    """A read-only command for the host: can it reach the cache at `address`, what it mirrors."""
+    host = f"[{address}]" if ":" in address else address
+    return _REACH.format(python=q(python), apt=q(f"http://{host}:{apt_port}/"),
+                         pypi=q(f"http://{host}:{pypi_port}/root"), timeout=REACH_TIMEOUT_S,
+                         limit=MAX_ANSWER)
+
+
+def parse_reach(out: str, address: str, apt_port: int, pypi_port: int,
+                via: str) -> tuple[Optional[CacheRoute], str]:
+    """(route, "") when apt-cacher-ng or devpi answered; (None, why) when neither did."""
+    if "@nopython" in out and "@apt" not in out:
+        return None, "no python on the host to ask the cache with"
+    host = f"[{address}]" if ":" in address else address
+    apt_line = re.search(r"^@apt (\d+) ?(.*)$", out, re.M)
+    apt_up = bool(apt_line) and 100 <= int(apt_line.group(1)) < 600  # type: ignore[union-attr]
+    pypi_line = re.search(r"^@pypi (\d+)$", out, re.M)
+    body = out[pypi_line.end():] if pypi_line else ""
+    indexes, pypi_why = _mirrors(body, f"http://{host}:{pypi_port}")
+    if pypi_line and pypi_line.group(1) == "0":  # no HTTP answer: the body is the error
+        pypi_why = " ".join(body.split())[:200] or "no answer"
+    elif pypi_line and pypi_line.group(1) != "200":
+        pypi_why = f"devpi answered HTTP {pypi_line.group(1)}"
+    if not apt_up and not indexes:
+        apt_why = (apt_line.group(2).strip() if apt_line else "") or "no answer"
+        return None, f"apt-cacher-ng: {apt_why}; devpi: {pypi_why or 'no mirror index'}"
+    return CacheRoute(apt_proxy=f"http://{host}:{apt_port}" if apt_up else "",
+                      indexes=indexes, trusted_host=f"{address}:{pypi_port}" if indexes else "",
+                      via=via), ""
+
+
+def _mirrors(body: str, base: str) -> tuple[dict[str, str], str]:
+    """devpi's `GET /root` JSON -> {normalized mirror_url: cache index URL}; or ({}, why)."""
+    try:
+        doc: Any = json.loads(body[:MAX_ANSWER])
+        listed = doc["result"]["indexes"]
+    except (ValueError, KeyError, TypeError):
+        return {}, "no devpi index list in its answer"
+    if not isinstance(listed, dict):
+        return {}, "no devpi index list in its answer"
+    out = {}
+    for name, spec in listed.items():
+        if not (isinstance(name, str) and INDEX_NAME.fullmatch(name) and isinstance(spec, dict)
+                and spec.get("type") == "mirror"):
+            continue
+        origin = spec.get("mirror_url")
+        if isinstance(origin, str) and re.match(r"https?://[^\s/]+", origin) and \
+                len(origin) < 2048 and not any(c.isspace() for c in origin):
+            out[normalize_index(origin)] = f"{base}/root/{name}/+simple/"
+    return out, "" if out else "no mirror index"

@@ -1,0 +1,174 @@
+"""The fleet cache (issue 16) on the loopback sshd farm: how a host finds the cache (directly,
+through an SSH port forward gpuprov opens, or not at all: the origin with a warning) and what
+its apt and pip steps then run. The cache's two services are stood in for by small HTTP servers
+on 127.0.0.1 that answer as the real ones do (devpi's `GET /root` is the answer a real
+devpi-server 6.20.3 gave, kept in tests/fixtures/cache/); the real apt-cacher-ng and devpi-server
+run in tests/test_fleet_cache_sandbox.py. SSH, the forward and the hosts are real."""
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from remote.engine.cache import CacheRoute, parse_reach
+from tests.conftest import forwarding_refused_server, invoke, write_yaml
+
+DEVPI_ROOT = (Path(__file__).parent / "fixtures" / "cache" / "devpi-6.20.3-root.json").read_text()
+NOTHING_LISTENS = "127.0.0.9"  # no server of the tests binds this address: connections refused
+
+
+class _Answer(http.server.BaseHTTPRequestHandler):
+    """devpi's index list at /root; anything else gets apt-cacher-ng's kind of error page."""
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self.server.paths.append(self.path)
+        if self.path == "/root":
+            body, status, kind = DEVPI_ROOT.encode(), 200, "application/json"
+        else:
+            body, status, kind = b"<html>Usage Information</html>", 406, "text/html"
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def cache_ports():
+    """Two answering servers on 127.0.0.1 (apt, pypi): (apt port, pypi port, servers)."""
+    servers = []
+    for _ in range(2):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
+        server.paths = []
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+    yield servers[0].server_address[1], servers[1].server_address[1], servers
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _recipe(work: Path) -> Path:
+    return write_yaml(work / "fetch.yaml", {"name": "fetch", "steps": [
+        {"name": "a package", "apt": {"packages": ["gpuprov-no-such-package"]}},
+        {"name": "a wheel", "pip": {"venv": f"{work}/venv", "packages": ["six==1.16.0"]}},
+    ]})
+
+
+def test_direct_route_sends_apt_and_pip_through_the_cache(farm, work, inventory, provision,
+                                                        cache_ports):
+    apt_port, pypi_port, servers = cache_ports
+    inv = inventory(cache={"host": "h1", "address": "127.0.0.1", "apt_port": apt_port,
+                           "pypi_port": pypi_port})
+    result = provision("h2", _recipe(work), inv, check=True)
+    assert result.rc == 0, result.out + result.err
+    assert result.host("h2")["cache"] == "direct"
+    assert f"apt-get install gpuprov-no-such-package via http://127.0.0.1:{apt_port}" in result.out
+    assert (f"--index-url http://127.0.0.1:{pypi_port}/root/pypi/+simple/ "
+            f"--trusted-host 127.0.0.1:{pypi_port} six==1.16.0") in result.out
+    assert servers[1].paths == ["/root"] and servers[0].paths == ["/"]
+    # The cache host itself downloads from the origin.
+    own = provision("h1", _recipe(work), inv, check=True)
+    assert "cache" not in own.host("h1") and " via http" not in own.out
+
+
+def test_forward_when_the_host_cannot_reach_the_cache(farm, work, inventory, provision,
+                                                      cache_ports):
+    """`auto`: the address refuses, so gpuprov opens a port on the host's loopback over the
+    host's SSH connection, carried to the cache host's 127.0.0.1 over the cache host's own."""
+    apt_port, pypi_port, servers = cache_ports
+    inv = inventory(cache={"host": "h1", "address": NOTHING_LISTENS, "apt_port": apt_port,
+                           "pypi_port": pypi_port})
+    result = provision("h2", _recipe(work), inv, check=True)
+    assert result.rc == 0, result.out + result.err
+    assert result.host("h2")["cache"] == "SSH forward"
+    assert "warnings" not in result.host("h2")
+    proxy = result.out.split("gpuprov-no-such-package via http://127.0.0.1:")[1].split()[0]
+    index = result.out.split("--index-url http://127.0.0.1:")[1].split("/")[0]
+    assert {int(proxy), int(index)}.isdisjoint({apt_port, pypi_port}), "ports of the forward"
+    assert servers[1].paths == ["/root"], "devpi's answer came through the forward"
+    log = next((work / "logs" / "h2").glob("*/provision.log")).read_text()
+    assert "via SSH forward" in log and f"direct to {NOTHING_LISTENS}" not in result.out
+
+
+def test_cache_down_warns_and_the_steps_go_to_the_origin(farm, work, inventory, provision):
+    inv = inventory(cache={"host": "h1", "apt_port": _free_port(), "pypi_port": _free_port()})
+    result = provision("h2", _recipe(work), inv, check=True)
+    assert result.rc == 0, result.out + result.err
+    warning = [line for line in result.out.splitlines() if " warning " in line]
+    assert len(warning) == 1 and "fleet cache h1 does not answer" in warning[0]
+    assert "apt and pip go to the origin" in warning[0] and "SSH forward" in warning[0]
+    assert result.host("h2")["warnings"][0].startswith("fleet cache h1 does not answer")
+    assert " via http" not in result.out and "--index-url" not in result.out
+    assert "six==1.16.0" in result.out
+
+
+def test_forward_refused_by_the_host_is_a_warning(farm, work, inventory, provision, cache_ports):
+    """A host whose sshd says AllowTcpForwarding no, and no direct route: the origin."""
+    apt_port, pypi_port, _ = cache_ports
+    refusing = forwarding_refused_server(farm)
+    hosts = {"h1": farm.host_entry(farm.addresses[0]), "locked": farm.host_entry(refusing)}
+    inv = inventory(hosts, cache={"host": "h1", "address": NOTHING_LISTENS,
+                                  "apt_port": apt_port, "pypi_port": pypi_port})
+    result = provision("locked", _recipe(work), inv, check=True)
+    assert result.rc == 0, result.out + result.err
+    assert "SSH forward:" in result.host("locked")["warnings"][0]
+    assert "--index-url" not in result.out
+
+
+def test_a_real_devpi_answer_becomes_the_route():
+    out = "@apt 406 \n@pypi 200\n" + DEVPI_ROOT
+    route, why = parse_reach(out, "10.0.0.5", 3142, 3141, "direct")
+    assert why == "" and route is not None
+    assert route.apt_proxy == "http://10.0.0.5:3142" and route.trusted_host == "10.0.0.5:3141"
+    assert route.index_for("") == "http://10.0.0.5:3141/root/pypi/+simple/"
+    assert route.index_for("https://download.pytorch.org/whl/cu130/") == \
+        "http://10.0.0.5:3141/root/download.pytorch.org-whl-cu130/+simple/"
+    assert route.index_for("https://mirror.example/simple") is None
+
+
+def test_what_the_host_sends_back_is_checked():
+    """Index names that are not plain path parts, non-HTTP mirror URLs and junk are dropped."""
+    hostile = json.dumps({"result": {"indexes": {
+        "../../x": {"type": "mirror", "mirror_url": "https://pypi.org/simple/"},
+        "ok": {"type": "mirror", "mirror_url": "file:///etc/passwd"},
+        "spaces": {"type": "mirror", "mirror_url": "https://a b/"},
+        "stage": {"type": "stage"},
+        "good": {"type": "mirror", "mirror_url": "https://pypi.org/simple/"}}}})
+    route, _ = parse_reach("@apt 0 refused\n@pypi 200\n" + hostile, "h", 1, 2, "direct")
+    assert route == CacheRoute(apt_proxy="", trusted_host="h:2", via="direct",
+                               indexes={"https://pypi.org/simple": "http://h:2/root/good/+simple/"})
+    for junk in ("", "@nopython", "@apt 0 x\n@pypi 0\ntimed out", "@apt x\n@pypi 200\n[1]",
+                 "@apt 0 no\n@pypi 200\n" + "{" * 10000):
+        assert parse_reach(junk, "h", 1, 2, "direct")[0] is None
+
+
+@pytest.mark.parametrize("cache, message", [
+    ({"host": "nope"}, "cache.host must name a host of the inventory, not 'nope'"),
+    ({"reach": "direct"}, "cache needs 'host:' (the host that runs the cache)"),
+    ({"host": "h1", "reach": "sometimes"},
+     "cache.reach must be one of auto, direct, forward, not 'sometimes'"),
+    ({"host": "h1", "pypi_port": 70000}, "cache.pypi_port must be a number from 1 to 65535"),
+    ({"host": "h1", "spare": 1},
+     "cache: unknown key 'spare'; allowed: address, apt_port, host, pypi_port, reach"),
+])
+def test_a_bad_cache_setting_is_one_line_with_its_place(farm, work, inventory, cache, message):
+    inv = inventory(cache=cache)
+    result = invoke("provision", "--host", "h1", "--inventory", str(inv), cwd=work)
+    assert result.rc == 2 and result.out == "", result.out + result.err
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {inv}:"), result.err
+    assert lines[0].endswith(message)
