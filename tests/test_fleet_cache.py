@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from remote.engine.cache import CacheRoute, parse_reach
+from remote.engine.cache import parse_reach
+from remote.kinds.route import CacheRoute
 from tests.conftest import forwarding_refused_server, invoke, write_yaml
 
 DEVPI_ROOT = (Path(__file__).parent / "fixtures" / "cache" / "devpi-6.20.3-root.json").read_text()

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from remote.config.yamlfile import load_yaml
-from remote.engine.cache import CacheRoute
+from remote.kinds.route import CacheRoute
 from remote.errors import InputError, PlanError, Where
 from remote.kinds import KINDS, Probe
 

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..kinds.base import q
+from ..kinds.route import CacheRoute, normalize_index
 
-# What pip uses when no index is given (pip's --index-url default).
-PYPI_SIMPLE = "https://pypi.org/simple"
 REACH_TIMEOUT_S = 5
 # devpi index names are user/index path parts; refuse anything else the host sends back.
 INDEX_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -42,29 +40,6 @@ status, body = get(sys.argv[2], "application/json")
 print("@pypi", status)
 sys.stdout.write(body.decode("utf-8", "replace"))
 EOF"""
-
-
-def normalize_index(url: str) -> str:
-    """An index URL as compared: no trailing slash, scheme and host in lower case."""
-    url = url.strip().rstrip("/")
-    match = re.match(r"([A-Za-z][A-Za-z0-9+.-]*://[^/]*)(.*)", url)
-    return (match.group(1).lower() + match.group(2)) if match else url
-
-
-@dataclass(frozen=True)
-class CacheRoute:
-    """Where one host's downloads go. `apt_proxy`: apt's HTTP proxy ("" : apt goes to the
-    origin); `indexes`: normalized origin index URL -> the cache's index URL; `trusted_host`:
-    the cache's host:port for pip (plain HTTP); `via`: how the host reaches it (for the log)."""
-
-    apt_proxy: str = ""
-    indexes: dict[str, str] = field(default_factory=dict)
-    trusted_host: str = ""
-    via: str = ""
-
-    def index_for(self, origin: str) -> Optional[str]:
-        """The cache's URL for the origin index `origin` ("" means PyPI); None: not mirrored."""
-        return self.indexes.get(normalize_index(origin or PYPI_SIMPLE))
 
 
 def reach_script(python: str, address: str, apt_port: int, pypi_port: int) -> str:

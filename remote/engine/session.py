@@ -22,7 +22,8 @@ from ..output.recap import Reporter
 from ..output.runlog import Redactor, RunLog
 from ..transport.connection import BaseConnection
 from ..transport.forward import RemoteForwards
-from .cache import CacheRoute, parse_reach, reach_script
+from ..kinds.route import CacheRoute
+from .cache import parse_reach, reach_script
 from .probes import batch_script, parse_batch
 from .results import HostResult, Outcome, StepResult, StepStatus
 

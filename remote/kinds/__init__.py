@@ -5,7 +5,8 @@
 Adding a kind means three things: its module here (a `Kind` subclass with `name`, `spec`, and
 `probe`/`parse`/`plan`), its entry in `KINDS` below, and its table of cases in
 `tests/kinds/<name>/` (arguments + probe output -> fact and commands; the format is in
-tests/test_kinds.py).
+tests/test_kinds.py). A kind that downloads sets `fetches` and sends its downloads through the
+fleet cache in `through_cache` (`route.CacheRoute` says where the cache is for the host).
 
 May import: `remote.errors`, `remote.config` (schema, templating). Never the engine, transport
 or output.

@@ -12,7 +12,7 @@ from ..errors import PlanError, Where
 from .base import Args, Command, Kind, listed, q
 
 if TYPE_CHECKING:
-    from ..engine.cache import CacheRoute
+    from .route import CacheRoute
 
 
 # Used with fullmatch: `$` would let a name end in a newline.

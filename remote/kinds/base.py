@@ -23,7 +23,7 @@ from ..config.templating import render_shell, render_value
 from ..errors import Where
 
 if TYPE_CHECKING:
-    from ..engine.cache import CacheRoute
+    from .route import CacheRoute
 
 Args = dict[str, Any]
 FactT = TypeVar("FactT")

@@ -10,7 +10,7 @@ from ..errors import PlanError, Where
 from .base import Args, Command, Kind, listed, q
 
 if TYPE_CHECKING:
-    from ..engine.cache import CacheRoute
+    from .route import CacheRoute
 
 
 _PIP_PROBE = """PY={python}

@@ -5,6 +5,7 @@
                supplies the loop's primitives (write, close stdin, read, exit status, liveness).
 - `connection` `connection_for(host)`: the one entry point the engine uses.
 - `hostkeys`   host-key trust; `transfer` tarball push/pull.
+- `forward`    ports on a host's loopback carried over SSH to another host (the fleet cache).
 
 May import: `remote.errors`, `remote.fileio`, `remote.config` (hosts and timeouts). Never the
 engine or output.

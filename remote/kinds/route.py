@@ -1,0 +1,36 @@
+"""What a step kind needs to know of the fleet cache: where one host's downloads go.
+
+The engine works it out per host (remote/engine/cache.py); the kinds that download read it in
+`Kind.through_cache`.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+# What pip uses when no index is given (pip's --index-url default).
+PYPI_SIMPLE = "https://pypi.org/simple"
+
+
+def normalize_index(url: str) -> str:
+    """An index URL as compared: no trailing slash, scheme and host in lower case."""
+    url = url.strip().rstrip("/")
+    match = re.match(r"([A-Za-z][A-Za-z0-9+.-]*://[^/]*)(.*)", url)
+    return (match.group(1).lower() + match.group(2)) if match else url
+
+
+@dataclass(frozen=True)
+class CacheRoute:
+    """Where one host's downloads go. `apt_proxy`: apt's HTTP proxy ("" : apt goes to the
+    origin); `indexes`: normalized origin index URL -> the cache's index URL; `trusted_host`:
+    the cache's host:port for pip (plain HTTP); `via`: how the host reaches it (for the log)."""
+
+    apt_proxy: str = ""
+    indexes: dict[str, str] = field(default_factory=dict)
+    trusted_host: str = ""
+    via: str = ""
+
+    def index_for(self, origin: str) -> Optional[str]:
+        """The cache's URL for the origin index `origin` ("" means PyPI); None: not mirrored."""
+        return self.indexes.get(normalize_index(origin or PYPI_SIMPLE))
