@@ -4,6 +4,8 @@
 #                           where systemd is not PID 1: containers, sandboxes)
 #   gpuprov-cache restart-apt
 #                           restart apt-cacher-ng (after a change of its configuration)
+#   gpuprov-cache restart-pypi
+#                           restart devpi-server (after a change of its unit or of this script)
 #   gpuprov-cache status    exit 0 when both answer on their ports
 #   gpuprov-cache mirrors [--check] PYPI_UPSTREAM [INDEX_URL ...]
 #                           point devpi's root/pypi at PYPI_UPSTREAM and mirror each INDEX_URL
@@ -66,6 +68,20 @@ restart-apt)
     /etc/init.d/apt-cacher-ng start
   fi
   wait_for "$APT_PORT" ;;
+restart-pypi)
+  if [ -d /run/systemd/system ]; then
+    systemctl daemon-reload
+    systemctl restart gpuprov-devpi
+  else
+    if [ -f /run/gpuprov-devpi.pid ]; then
+      pid=$(cat /run/gpuprov-devpi.pid)
+      kill "$pid" 2>/dev/null || true
+      n=0; while kill -0 "$pid" 2>/dev/null && [ "$n" -lt 100 ]; do sleep 0.2; n=$((n + 1)); done
+      rm -f /run/gpuprov-devpi.pid
+    fi
+    "$0" start >/dev/null
+  fi
+  wait_for "$PYPI_PORT" ;;
 status)
   answers "$APT_PORT" && answers "$PYPI_PORT" ;;
 mirrors)
