@@ -88,19 +88,23 @@ def test_direct_route_sends_apt_and_pip_through_the_cache(farm, work, inventory,
 
 def test_forward_when_the_host_cannot_reach_the_cache(farm, work, inventory, provision,
                                                       cache_ports):
-    """`auto`: the address refuses, so gpuprov opens a port on the host's loopback over the
-    host's SSH connection, carried to the cache host's 127.0.0.1 over the cache host's own."""
+    """`auto`: the address refuses, so gpuprov opens a port on each host's loopback over the
+    host's SSH connection, carried to the cache host's 127.0.0.1 over one shared connection to
+    the cache host."""
     apt_port, pypi_port, servers = cache_ports
     inv = inventory(cache={"host": "h1", "address": NOTHING_LISTENS, "apt_port": apt_port,
                            "pypi_port": pypi_port})
-    result = provision("h2", _recipe(work), inv, check=True)
+    result = provision("h2,h3,h4", _recipe(work), inv, check=True)
     assert result.rc == 0, result.out + result.err
-    assert result.host("h2")["cache"] == "SSH forward"
-    assert "warnings" not in result.host("h2")
-    proxy = result.out.split("gpuprov-no-such-package via http://127.0.0.1:")[1].split()[0]
-    index = result.out.split("--index-url http://127.0.0.1:")[1].split("/")[0]
-    assert {int(proxy), int(index)}.isdisjoint({apt_port, pypi_port}), "ports of the forward"
-    assert servers[1].paths == ["/root"], "devpi's answer came through the forward"
+    for name in ("h2", "h3", "h4"):
+        assert result.host(name)["cache"] == "SSH forward"
+        assert "warnings" not in result.host(name)
+    proxies = {int(part.split()[0]) for part in
+               result.out.split("gpuprov-no-such-package via http://127.0.0.1:")[1:]}
+    indexes = {int(part.split("/")[0]) for part in result.out.split("--index-url http://127.0.0.1:")[1:]}
+    assert len(proxies) == 3 and len(indexes) == 3, "each host its own forwarded ports"
+    assert (proxies | indexes).isdisjoint({apt_port, pypi_port})
+    assert servers[1].paths == ["/root"] * 3, "devpi's answers came through the forwards"
     log = next((work / "logs" / "h2").glob("*/provision.log")).read_text()
     assert "via SSH forward" in log and f"direct to {NOTHING_LISTENS}" not in result.out
 

@@ -13,10 +13,15 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Optional
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..kinds.base import q
 from ..kinds.route import CacheRoute, normalize_index
+
+if TYPE_CHECKING:
+    from ..config.inventory import Host
+    from ..transport.connection import BaseConnection
 
 REACH_TIMEOUT_S = 5
 # devpi index names are user/index path parts; refuse anything else the host sends back.
@@ -92,3 +97,30 @@ def _mirrors(body: str, base: str) -> tuple[dict[str, str], str]:
                 len(origin) < 2048 and not any(c.isspace() for c in origin):
             out[normalize_index(origin)] = f"{base}/root/{name}/+simple/"
     return out, "" if out else "no mirror index"
+
+
+class CacheLink:
+    """One SSH connection to the cache host for a whole run, opened when the first host needs a
+    forward and shared by all of them: sshd's MaxStartups (10 by default) would drop some of 64
+    hosts opening their own at once."""
+
+    def __init__(self, connect: Callable[[Host], BaseConnection]):
+        self._connect = connect
+        self._conn: Optional[BaseConnection] = None
+        self._lock = threading.Lock()
+
+    def conn(self, host: Host) -> BaseConnection:
+        """The open connection to the cache host `host` (opened again if it was lost)."""
+        with self._lock:
+            transport = getattr(getattr(self._conn, "fabric", None), "transport", None)
+            if self._conn is None or transport is None or not transport.is_active():
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn = self._connect(host)
+            return self._conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None

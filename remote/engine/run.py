@@ -17,6 +17,7 @@ from ..output.recap import Reporter
 from ..output.runlog import Redactor
 from ..transport.connection import BaseConnection, connection_for
 from ..transport.hostkeys import KnownHosts
+from .cache import CacheLink
 from .jobs import Job
 from .results import HostResult
 from .session import HostSession, facts_read_by_vars
@@ -62,6 +63,8 @@ class Run:
         layers += [g.vars for g in inventory.groups.values()]
         layers += [h.vars for h in inventory.hosts.values()]
         self.var_facts = facts_read_by_vars(layers)
+        # The hosts that reach the fleet cache through a forward share one connection to it.
+        self.cache_link = CacheLink(self.connect)
 
     def execute(self, job: Job) -> dict[str, HostResult]:
         """Run `job` on every host; return {name: HostResult} in inventory order."""
@@ -84,11 +87,12 @@ class Run:
             raise RunInterrupted(results) from None
         finally:
             pool.shutdown(wait=True)
+            self.cache_link.close()
         return results
 
     def session(self, host: Host) -> HostSession:
         return HostSession(host, self.inventory, self.options, self.reporter, self.redact,
-                           self.connect, self.cancel, self.var_facts)
+                           self.connect, self.cancel, self.var_facts, self.cache_link)
 
     def connect(self, host: Host) -> BaseConnection:
         """An open connection to `host`; `Interrupted` once the run is cancelled."""

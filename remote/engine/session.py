@@ -23,7 +23,7 @@ from ..output.runlog import Redactor, RunLog
 from ..transport.connection import BaseConnection
 from ..transport.forward import RemoteForwards
 from ..kinds.route import CacheRoute
-from .cache import parse_reach, reach_script
+from .cache import CacheLink, parse_reach, reach_script
 from .probes import batch_script, parse_batch
 from .results import HostResult, Outcome, StepResult, StepStatus
 
@@ -87,7 +87,8 @@ class HostSession:
 
     def __init__(self, host: Host, inventory: Inventory, options: RunOptions, reporter: Reporter,
                  redact: Redactor, connect: Callable[[Host], BaseConnection],
-                 cancel: threading.Event, var_facts: Optional[set[str]]):
+                 cancel: threading.Event, var_facts: Optional[set[str]],
+                 cache_link: Optional[CacheLink] = None):
         self.host = host
         self.inventory = inventory
         self.options = options
@@ -109,7 +110,7 @@ class HostSession:
         self._route: Optional[CacheRoute] = None
         self._route_known = False
         self._forwards: Optional[RemoteForwards] = None
-        self._cache_conn: Optional[BaseConnection] = None
+        self._cache_link = cache_link or CacheLink(connect)
 
     # ------------------------------------------------------------------ a job from start to end
     def run_job(self, job: Job) -> HostResult:
@@ -163,9 +164,6 @@ class HostSession:
         if self._forwards is not None:
             self._forwards.close()
             self._forwards = None
-        if self._cache_conn is not None:
-            self._cache_conn.close()
-            self._cache_conn = None
         self._route, self._route_known = None, False
         if self._conn is not None:
             self._conn.close()
@@ -309,10 +307,9 @@ class HostSession:
         """Ports on the host's loopback that lead to the cache host's two services."""
         cache = self.inventory.cache
         assert cache is not None
-        if self._cache_conn is None:
-            self._cache_conn = self._connect(self.inventory.hosts[cache.host])
         if self._forwards is None:
-            self._forwards = RemoteForwards(self.conn, self._cache_conn)
+            target = self._cache_link.conn(self.inventory.hosts[cache.host])
+            self._forwards = RemoteForwards(self.conn, target)
         return self._forwards.add(cache.apt_port), self._forwards.add(cache.pypi_port)
 
     # ------------------------------------------------------------------ results
