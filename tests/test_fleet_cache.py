@@ -177,3 +177,16 @@ def test_a_bad_cache_setting_is_one_line_with_its_place(farm, work, inventory, c
     lines = result.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {inv}:"), result.err
     assert lines[0].endswith(message)
+
+
+def test_cache_host_unreachable_over_ssh_is_a_warning_for_each_host(farm, work, inventory,
+                                                                    provision):
+    hosts = {"cachebox": dict(farm.host_entry(farm.addresses[0]), address=NOTHING_LISTENS),
+             "h2": farm.host_entry(farm.addresses[1]), "h3": farm.host_entry(farm.addresses[2])}
+    inv = inventory(hosts, cache={"host": "cachebox", "reach": "forward",
+                                  "apt_port": _free_port(), "pypi_port": _free_port()})
+    result = provision("h2,h3", _recipe(work), inv, check=True)
+    assert result.rc == 0, result.out + result.err
+    for name in ("h2", "h3"):
+        (warning,) = result.host(name)["warnings"]
+        assert warning.startswith("fleet cache cachebox does not answer") and "SSH forward:" in warning

@@ -16,6 +16,7 @@ import re
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from ..errors import HostError
 from ..kinds.base import q
 from ..kinds.route import CacheRoute, normalize_index
 
@@ -107,16 +108,25 @@ class CacheLink:
     def __init__(self, connect: Callable[[Host], BaseConnection]):
         self._connect = connect
         self._conn: Optional[BaseConnection] = None
+        self._failed: Optional[Exception] = None
         self._lock = threading.Lock()
 
     def conn(self, host: Host) -> BaseConnection:
-        """The open connection to the cache host `host` (opened again if it was lost)."""
+        """The open connection to the cache host `host` (opened again if it was lost). A
+        failure to connect is kept and raised again: the hosts asking one after another would
+        otherwise each wait out the connect timeout."""
         with self._lock:
+            if self._failed is not None:
+                raise self._failed
             transport = getattr(getattr(self._conn, "fabric", None), "transport", None)
             if self._conn is None or transport is None or not transport.is_active():
                 if self._conn is not None:
                     self._conn.close()
-                self._conn = self._connect(host)
+                try:
+                    self._conn = self._connect(host)
+                except HostError as exc:
+                    self._failed = exc
+                    raise
             return self._conn
 
     def close(self) -> None:
