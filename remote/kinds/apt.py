@@ -28,32 +28,35 @@ def dpkg_installed(abbrev: str) -> bool:
     return len(abbrev) >= 2 and abbrev[1] == "i"
 
 
-def proxy_options(proxy: Optional[str]) -> str:
-    """apt-get options sending its plain-HTTP downloads through `proxy` (an apt-cacher-ng).
-    HTTPS sources stay direct: apt-cacher-ng cannot cache what TLS hides from it, and a tunnel
-    through it would only add a hop (its docs: PassThroughPattern)."""
+# apt sends HTTPS through Acquire::http::Proxy as well when Acquire::https::Proxy is unset (seen
+# with apt 2.6 on Debian 12: an https source then fails with "Could not connect to" the proxy),
+# and apt-cacher-ng refuses CONNECT tunnels unless told otherwise (its PassThroughPattern). So
+# HTTPS keeps what the host had: its own https proxy, else its own http proxy, else none.
+HTTPS_AS_BEFORE = ('eval "$(apt-config shell apt_https Acquire::https::Proxy '
+                   'apt_http Acquire::http::Proxy)"\n'
+                   'apt_https=${apt_https:-${apt_http:-DIRECT}}\n')
+
+
+def proxy_options(proxy: Optional[str]) -> tuple[str, str]:
+    """(shell lines to run first, apt-get options) that send apt's plain-HTTP downloads through
+    `proxy` (an apt-cacher-ng: it caches what TLS does not hide from it)."""
     if not proxy:
-        return ""
-    return f" -o Acquire::http::Proxy={q(proxy)} -o Acquire::https::Proxy=DIRECT"
+        return "", ""
+    return HTTPS_AS_BEFORE, f' -o Acquire::http::Proxy={q(proxy)} -o "Acquire::https::Proxy=$apt_https"'
 
 
-def _via(proxy_opts: str) -> str:
-    """What plans show of a proxy (` via http://cache:3142`), from `proxy_options`' text."""
-    found = re.search(r"Acquire::http::Proxy=(\S+)", proxy_opts)
-    return f" via {found.group(1)}" if found else ""
-
-
-def apt_update_command(lock_timeout: int = 600, proxy: str = "") -> Command:
+def apt_update_command(lock_timeout: int = 600, proxy: Optional[str] = None) -> Command:
     """`apt-get update` that fails on any fetch error (plain apt-get exits 0 on network errors)."""
+    prelude, opts = proxy_options(proxy)
     script = (
-        f"export DEBIAN_FRONTEND=noninteractive\n"
-        f"out=$(apt-get update -q -o DPkg::Lock::Timeout={lock_timeout}{proxy} 2>&1); rc=$?\n"
+        f"export DEBIAN_FRONTEND=noninteractive\n{prelude}"
+        f"out=$(apt-get update -q -o DPkg::Lock::Timeout={lock_timeout}{opts} 2>&1); rc=$?\n"
         "printf '%s\\n' \"$out\"\n"
         "if [ $rc -ne 0 ] || printf '%s\\n' \"$out\" | grep -qE "
         "'^(E:|Err:|W: (Failed to fetch|Some index files failed))'; then\n"
         "  echo 'apt-get update reported errors (see above)' >&2; exit 1\nfi\n"
         f"touch {APT_STAMP}")
-    return Command(script, display="apt-get update" + _via(proxy))
+    return Command(script, display="apt-get update" + (f" via {proxy}" if proxy else ""))
 
 
 def glob_pattern(pin: str) -> str:
@@ -161,8 +164,7 @@ class Apt(Kind[AptState]):
         installed, held = fact.installed, fact.held
         specs = self._specs(args)
         lock = int(args["lock_timeout"])
-        proxy = proxy_options(args.get("proxy"))
-        opts = APT_OPTS.format(lock=lock) + proxy
+        opts = APT_OPTS.format(lock=lock)
         cmds = []
         if args["state"] == "absent":
             present = [n for n, _ in specs if n in installed]
@@ -179,7 +181,7 @@ class Apt(Kind[AptState]):
         if todo:
             stale = fact.now - fact.updated > int(args["cache_valid_time"])
             if args["update_cache"] and stale:
-                cmds.append(apt_update_command(lock, proxy))
+                cmds.append(apt_update_command(lock, args.get("proxy")))
             cmds.append(self._install(todo, args, opts))
         if args["hold"]:
             # apt-get install drops an existing hold of what it installs (a pinned downgrade
@@ -192,7 +194,9 @@ class Apt(Kind[AptState]):
 
     @staticmethod
     def _install(todo: list[tuple[str, Optional[str]]], args: Args, opts: str) -> Command:
-        lines = ["export DEBIAN_FRONTEND=noninteractive"]
+        prelude, proxy_opts = proxy_options(args.get("proxy"))
+        opts += proxy_opts
+        lines = ["export DEBIAN_FRONTEND=noninteractive", *prelude.splitlines()]
         words = []
         for i, (name, pin) in enumerate(todo):
             if pin and any(c in pin for c in "*?"):
@@ -213,4 +217,5 @@ class Apt(Kind[AptState]):
             flags += " --allow-downgrades --allow-change-held-packages"
         lines.append(f"apt-get {opts}{flags} install " + " ".join(words))
         return Command("\n".join(lines), display="apt-get install " + " ".join(
-            f"{n}={p}" if p else n for n, p in todo) + _via(opts))
+            f"{n}={p}" if p else n for n, p in todo)
+            + (f" via {args['proxy']}" if args.get("proxy") else ""))
