@@ -116,3 +116,10 @@ def test_pip_install_into_any_venv_ships_recipes_and_tasks(work):
                             timeout=120)
     assert result.returncode in (0, 1), result.stdout + result.stderr
     assert "CUDA from wheels: 1 host(s), check" in result.stdout
+    # The fleet cache's recipe copies a file shipped beside the recipes (playbooks/files/).
+    result = subprocess.run([gpuprov, "provision", "--host", "localhost", "--inventory",
+                             str(work / "inv.yaml"), "--recipe", "cache.yaml", "--check",
+                             "--no-validate"], env=env, cwd="/", capture_output=True, text=True,
+                            timeout=120)
+    assert "Fleet cache: 1 host(s), check" in result.stdout, result.stdout + result.stderr
+    assert "gpuprov-cache.sh" not in result.stderr
