@@ -10,12 +10,15 @@
 #   gpuprov-cache mirrors [--check] PYPI_UPSTREAM [INDEX_URL ...]
 #                           point devpi's root/pypi at PYPI_UPSTREAM and mirror each INDEX_URL
 #                           as root/NAME (NAME: the URL's host and path, '/' -> '-')
+#   gpuprov-cache warm      load PyPI's project list into devpi now (its first request for any
+#                           project waits for it, longer than pip's 15 s default timeout)
 #   gpuprov-cache stats     bytes each cache holds (what it fetched from upstream, once)
 set -eu
 VENV={{ cache_venv | quote }}
 SERVERDIR={{ cache_dir | quote }}/devpi
 APT_PORT={{ cache_apt_port | int }}
 PYPI_PORT={{ cache_pypi_port | int }}
+STARTED=/run/gpuprov-devpi.started
 export DEVPI_CLIENTDIR={{ cache_dir | quote }}/devpi-client
 # devpi-server trusts the CA file named here (else certifi's): the system's store, as apt's.
 export REQUESTS_CA_BUNDLE={{ cache_ca_bundle | quote }}
@@ -44,6 +47,7 @@ index_name() { echo "$1" | sed -e 's#^[a-z]*://##' -e 's#/*$##' -e 's#[^A-Za-z0-
 
 case "${1:-}" in
 start)
+  answers "$PYPI_PORT" || touch "$STARTED"
   if [ -d /run/systemd/system ]; then
     systemctl daemon-reload
     systemctl enable --now apt-cacher-ng gpuprov-devpi
@@ -69,6 +73,11 @@ restart-apt)
   fi
   wait_for "$APT_PORT" ;;
 restart-pypi)
+  # Started after the last change of its unit and of this script: already what they say.
+  if [ "$STARTED" -nt "$0" ] && [ "$STARTED" -nt /etc/systemd/system/gpuprov-devpi.service ]; then
+    exit 0
+  fi
+  touch "$STARTED"
   if [ -d /run/systemd/system ]; then
     systemctl daemon-reload
     systemctl restart gpuprov-devpi
@@ -112,6 +121,15 @@ $(index_name "$url") $url"; done
     fi
     echo "root/$name mirrors $url"
   done ;;
+warm)
+  "$VENV/bin/python" - "$PYPI_PORT" <<'PY'
+import sys, urllib.error, urllib.request
+try:
+    urllib.request.urlopen("http://127.0.0.1:%s/root/pypi/+simple/pip/" % sys.argv[1], timeout=600).close()
+except urllib.error.HTTPError:
+    pass  # a 404 from a stand-in upstream without pip: the list is loaded all the same
+PY
+  ;;
 stats)
   echo "apt-cacher-ng $(du -sb /var/cache/apt-cacher-ng | cut -f1)"
   echo "devpi $(du -sb "$SERVERDIR/+files" 2>/dev/null | cut -f1 || echo 0)" ;;
