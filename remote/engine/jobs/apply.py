@@ -24,7 +24,7 @@ from ...errors import BecomeError, CommandTimeout, Interrupted, PlanError, Templ
 from ...kinds import Command, Probe
 from ...kinds.reboot import Reboot
 from ...transport.connection import CommandResult
-from ..probes import batch_script, parse_batch
+from ..probes import batch_script, in_one_write, parse_batch
 from ..results import StepResult, StepStatus
 from ..session import HostSession, facts_read_by_vars, union
 from .validate import Validate
@@ -183,7 +183,7 @@ class _HostApply:
                 continue
             script, token = batch_script(probes)
             try:
-                result = session.conn.run(script, become=become,
+                result = session.conn.run(in_one_write(script), become=become,
                                           timeout=session.inventory.timeouts.command)
             except BecomeError as exc:
                 for item in items:
