@@ -1,6 +1,6 @@
 """Where one gpuprov run spends its time: start-up, imports, connect, round trips, the rest.
 
-    python3 bench/profile_gpuprov.py --repo REPO --mode phases|cprofile --out F.json -- \
+    python3 bench/profile_gpuprov.py --repo REPO --mode phases|cprofile|cpu --out F.json -- \
         provision --host all --inventory INV --recipe REC --no-validate
 
 Runs gpuprov's `invoke` program inside this process (as `python -m invoke` would), with:
@@ -8,6 +8,11 @@ Runs gpuprov's `invoke` program inside this process (as `python -m invoke` would
   trip, probe round trip, step evaluation, recap...), per host; nothing else is slowed down.
 - `--mode cprofile`: cProfile in the main thread and in every host thread, merged; the top
   functions by own time and by cumulative time (cProfile roughly doubles the run time).
+- `--mode cpu`: the same, timed with each thread's own CPU clock (`time.thread_time`): waits
+  count for nothing, so the host threads and paramiko's transport threads show the CPU they
+  cost (issue 16: control CPU per converged host). A thread parked in timed waits for the
+  whole run (the slow-step alarm thread) may still show its waits under `acquire`: read the
+  list that leaves waits out.
 bench/compare.py --profile calls this on a converged host set and adds `-X importtime` figures
 of the same command. The wrappers live only in this process: gpuprov itself is not changed.
 """
@@ -83,21 +88,23 @@ def summarize_phases() -> list:
 
 
 class ThreadProfiles:
-    """cProfile in every thread started after `start()` (host threads), plus the main thread."""
+    """cProfile in every thread started after `start()` (host threads), plus the main thread;
+    `timer` as cProfile takes it (None: its wall clock)."""
 
-    def __init__(self):
+    def __init__(self, timer=None):
+        self.timer = timer
         self.profiles = []
         self._lock = threading.Lock()
 
     def _hook(self, frame, event, arg):
-        profile = cProfile.Profile()
+        profile = cProfile.Profile(self.timer) if self.timer else cProfile.Profile()
         with self._lock:
             self.profiles.append(profile)
         profile.enable()  # replaces this hook for the rest of the thread's life
 
     def start(self) -> None:
         threading.setprofile(self._hook)
-        main = cProfile.Profile()
+        main = cProfile.Profile(self.timer) if self.timer else cProfile.Profile()
         self.profiles.append(main)
         main.enable()
 
@@ -137,7 +144,7 @@ def _short(filename: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", required=True)
-    parser.add_argument("--mode", choices=["phases", "cprofile"], default="phases")
+    parser.add_argument("--mode", choices=["phases", "cprofile", "cpu"], default="phases")
     parser.add_argument("--out", required=True)
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("argv", nargs=argparse.REMAINDER)
@@ -151,7 +158,9 @@ def main() -> int:
     t_invoke = time.perf_counter()
     if args.mode == "phases":
         install_phase_timers()
-    profiles = ThreadProfiles() if args.mode == "cprofile" else None
+    profiles = None
+    if args.mode != "phases":
+        profiles = ThreadProfiles(time.thread_time if args.mode == "cpu" else None)
     if profiles:
         profiles.start()
     t_run = time.perf_counter()

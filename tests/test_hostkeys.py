@@ -117,3 +117,25 @@ def test_a_different_key_recorded_meanwhile_by_another_run_is_refused(tmp_path):
         store.record("[10.0.0.9]:22", second)
     store.record("[10.0.0.9]:22", first)  # the same key again: nothing to add
     assert known.read_text().count("10.0.0.9") == 1
+
+
+def test_a_client_gets_only_its_own_hosts_keys(tmp_path):
+    """Each connection's client is given the keys of its own host (hashed entries included),
+    not every known host: copying them all cost every connection time in proportion to the
+    known_hosts files."""
+    from remote.transport.hostkeys import KnownHosts, lookup_name
+
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "id")],
+                   check=True)
+    key_type, key_b64 = (tmp_path / "id.pub").read_text().split()[:2]
+    known = tmp_path / "known_hosts"
+    known.write_text("".join(f"[10.0.{n // 256}.{n % 256}]:2222 {key_type} {key_b64}\n"
+                             for n in range(300)))
+    subprocess.run(["ssh-keygen", "-H", "-f", str(known)], check=True, capture_output=True)
+    store = KnownHosts([known])
+    client = paramiko.SSHClient()
+    name = lookup_name("10.0.1.7", 2222)
+    store.install(client, "h7", name)
+    trusted = client.get_host_keys()
+    assert list(trusted.keys()) == [name]
+    assert trusted[name][key_type].get_base64() == key_b64

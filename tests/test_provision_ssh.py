@@ -532,3 +532,17 @@ def test_validate_remembers_its_python_and_falls_back_when_it_is_gone(farm, work
         assert fallback.rc == first.rc, "the same checks ran with the default python"
     finally:
         shutil.rmtree(remembered.parent, ignore_errors=True)  # the host's state we made
+
+
+def test_a_step_still_running_after_a_second_is_announced(farm, work, inventory, provision):
+    """A step that runs past a second gets a 'running' line on every host (the run-wide alarm
+    thread); a quick one stays quiet, and an alarm cancelled once never fires later."""
+    recipe = write_yaml(work / "r.yaml", {"steps": [
+        {"name": "slow", "shell": "sleep 1.6"},
+        {"name": "quick", "shell": "true"},
+        {"name": "after", "shell": "sleep 1.2"}]})
+    res = provision("h1,h2", recipe, inventory())
+    assert res.rc == 0, res.out
+    running = [line.split() for line in res.out.splitlines() if " running " in line]
+    assert sorted(running) == [["h1", "running", "after"], ["h1", "running", "slow"],
+                               ["h2", "running", "after"], ["h2", "running", "slow"]]

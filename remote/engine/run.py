@@ -5,6 +5,8 @@ on their hosts and connections still opening give up at once.
 """
 from __future__ import annotations
 
+import functools
+import gc
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -69,6 +71,7 @@ class Run:
     def execute(self, job: Job) -> dict[str, HostResult]:
         """Run `job` on every host; return {name: HostResult} in inventory order."""
         results: dict[str, HostResult] = {}
+        _freeze_loaded_objects()
         workers = max(1, min(self.options.forks, len(self.hosts)))
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="host")
         futures: dict[str, Future[HostResult]] = {
@@ -121,3 +124,13 @@ class Run:
             opening = list(self._opening)
         for conn in opening:
             conn.abort()
+
+
+@functools.lru_cache(maxsize=None)
+def _freeze_loaded_objects() -> None:
+    """Keep what is loaded before the first run (modules, the recipe, the inventory) out of
+    Python's cyclic garbage collector: a full collection otherwise walks all of it again, and
+    64 hosts allocate enough to trigger one (22 ms of CPU in the bench's 64-host converged
+    re-run, timed with gc.callbacks: 0.35 ms a host). Once per process: objects frozen are
+    never freed."""
+    gc.freeze()

@@ -24,7 +24,7 @@ from ..transport.connection import BaseConnection
 from ..transport.forward import RemoteForwards
 from ..kinds.route import CacheRoute
 from .cache import CacheLink, parse_reach, reach_script
-from .probes import batch_script, parse_batch
+from .probes import batch_script, in_one_write, parse_batch
 from .results import HostResult, Outcome, StepResult, StepStatus
 
 if TYPE_CHECKING:
@@ -199,7 +199,7 @@ class HostSession:
             batch, token = batch_script(list(enumerate(early)))
             try:
                 # the probes' own bound; should slow facts need more, they go alone below
-                result = self.conn.run(f"(\n{script})\n{batch}",
+                result = self.conn.run(in_one_write(f"(\n{script})\n{batch}"),
                                        timeout=self.inventory.timeouts.command)
             except CommandTimeout as exc:  # a hanging `unless`: facts alone, probes later
                 self.log.event(f"facts + {len(early)} probes {exc}; gathering facts alone")
