@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import shlex
 import signal
@@ -80,6 +81,8 @@ UNITS = {"bytes": 1, "B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9}
 PIP_DOWNLOAD = re.compile(r"Downloading (\S+) \(([\d.]+) (bytes|kB|MB|GB)\)")
 # apt-get's summary of what it fetched ("Fetched 9,213 kB in 3s (3,070 kB/s)").
 APT_FETCHED = re.compile(r"Fetched ([\d.,]+) (B|kB|MB|GB) in ")
+# gpuprov's run log line for a failed attempt of a step with `retries` (remote/engine/jobs).
+STEP_RETRIED = re.compile(r": attempt \d+/\d+ failed ")
 
 
 class BenchError(Exception):
@@ -144,10 +147,20 @@ def start_fleet(state: Path, count: int, say: Callable[[str], None]) -> Fleet:
     return fleet
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        return int(s.getsockname()[1])
+def free_port(taken: set[int]) -> int:
+    """A port nothing listens on, below 32768: apt-cacher-ng 3.7.4 (Debian 12) cannot bind a
+    port above 32767 ("Error resolving address for binding"; measured in a sandbox host)."""
+    for port in random.sample(range(20000, 32768), 200):
+        if port in taken:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        taken.add(port)
+        return port
+    raise BenchError("no free port between 20000 and 32767 for the cache")
 
 
 # ---------------------------------------------------------------- provisioning
@@ -206,13 +219,15 @@ def host_downloads(fleet: Fleet, name: str, logs: Path) -> dict:
     fetched (apt-get's 'Fetched' lines in gpuprov's run log of that host)."""
     pip_log = fleet.root(name, f"cat {PIP_LOG}", timeout=60)
     files = [(url, size_bytes(n, unit)) for url, n, unit in PIP_DOWNLOAD.findall(pip_log)]
-    apt = 0
+    apt = retries = 0
     for log in sorted((logs / name).glob("*/provision.log")):
-        apt += sum(size_bytes(n, unit) for n, unit in APT_FETCHED.findall(log.read_text()))
+        text = log.read_text()
+        apt += sum(size_bytes(n, unit) for n, unit in APT_FETCHED.findall(text))
+        retries += len(STEP_RETRIED.findall(text))
     origins = sorted({re.sub(r"^(\w+://[^/]+).*", r"\1", url) if "://" in url else "PyPI"
                       for url, _ in files})
     return {"pip_bytes": sum(s for _, s in files), "pip_files": len(files),
-            "pip_from": origins, "apt_bytes": apt}
+            "pip_from": origins, "apt_bytes": apt, "retries": retries}
 
 
 def cache_stats(fleet: Fleet) -> dict:
@@ -234,7 +249,8 @@ def run_fleet(work: Path, label: str, count: int, variables: list[str], timeout:
         inventory = fleet.inventory
         out: dict = {}
         if with_cache:
-            ports = {"apt_port": free_port(), "pypi_port": free_port()}
+            taken: set[int] = set()
+            ports = {"apt_port": free_port(taken), "pypi_port": free_port(taken)}
             data = yaml.safe_load(inventory.read_text())
             data["cache"] = {"host": CACHE_HOST, **ports}
             inventory = run_dir / "inventory.yaml"
@@ -278,7 +294,8 @@ def print_run(title: str, run_result: dict, reference: float, count: int) -> Non
     for name, h in run_result["hosts"].items():
         print(f"    {name}: {h['elapsed_s']:.1f} s, failed {h['failed']}, "
               f"cache {h['cache'] or '-'}; pip {mb(h['pip_bytes'])} in {h['pip_files']} files "
-              f"from {', '.join(h['pip_from']) or '-'}; apt {mb(h['apt_bytes'])}")
+              f"from {', '.join(h['pip_from']) or '-'}; apt {mb(h['apt_bytes'])}; "
+              f"{h['retries']} step attempt(s) retried")
     stats = run_result.get("cache_stats")
     if stats:
         print("  the cache holds: " + ", ".join(f"{k} {mb(v)}" for k, v in stats.items()))
