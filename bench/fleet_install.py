@@ -1,7 +1,7 @@
 """Fleet install benchmark (issue 16): N fresh hosts on the wheels route, without and with the
 fleet cache.
 
-    python3 bench/fleet_install.py [--hosts 3] [--with-torch] [--timeout 1800] [--json PATH]
+    python3 bench/fleet_install.py [--hosts 3] [--one-first] [--timeout 1800] [--json PATH]
 
 Needs root (it starts sandbox hosts, see remote/sandbox/) and the internet: PyPI
 (pypi.org, files.pythonhosted.org) and Debian's mirror (deb.debian.org).
@@ -14,25 +14,27 @@ What it does:
 2. Run B, with cache: N+1 fresh hosts again; `provision --recipe playbooks/cache.yaml` on
    sandbox1 (apt-cacher-ng and devpi-server), then the same provisioning of sandbox2..N+1 with
    the inventory's `cache: {host: sandbox1}`. Checks every host reports `"cache": "direct"`.
+   `--one-first` adds run C: as B, but one host first, then the other N-1 (a warm cache).
 3. For each run prints: the bytes this machine received from outside during the provisioning
    (rx of its non-loopback interfaces, /proc/net/dev: the sandbox hosts share its network
    namespace, so everything they fetch is counted there, and so is anything else this machine
    downloads meanwhile), what each host's pip downloaded (the `Downloading FILE (SIZE)` lines
-   of pip's log) and apt fetched (apt-get's `Fetched SIZE` lines in gpuprov's run log), the
-   cache's own statistics (`gpuprov-cache stats`: bytes apt-cacher-ng and devpi hold) and the
-   wall times (the cache's setup apart from the fleet's provisioning). Run A's bytes per host
-   are the reference "one host's download": the goal is run B ~ 1x, run A ~ N x.
+   of pip's log) and apt fetched (apt-get's `Fetched SIZE` lines in gpuprov's run log), how
+   many step attempts it retried, the cache's own statistics (`gpuprov-cache stats`: bytes
+   apt-cacher-ng and devpi hold; devpi's log: how often it fetched each file from upstream)
+   and the wall times (the cache's setup apart from the fleet's provisioning). The reference
+   "one host's download" is what run A's first host's pip and apt fetched: the goal is run B
+   ~ 1x, run A ~ N x.
 
 Honest bytes: each sandbox host gets this machine's pip configuration, which here points pip at
 local copies of wheels (find-links /opt/wheels, a file:// index); the bench replaces the hosts'
 /etc/pip.conf with one that keeps only `cert` (this network's TLS-inspecting CA, which the
 sandbox's copy of /etc/ssl/certs/ca-certificates.crt holds) and names pip's log file.
-torch is off by default: its index (download.pytorch.org) is not reachable from this
-development machine. `--with-torch` installs torch from PyPI's index instead
-(torch_index_url=https://pypi.org/simple; about 3 GB more per host).
+No torch (with_torch=false): its index, download.pytorch.org, is not reachable from this
+development machine.
 The cache listens on two free ports picked at start (not 3141/3142), so a cache another test
 runs on this machine at the same time does not collide with the bench's.
-Exit status 0 when every host of both runs succeeded, 1 otherwise. The hosts are stopped at the
+Exit status 0 when every host of every run succeeded, 1 otherwise. The hosts are stopped at the
 end, also on a failure or Ctrl-C.
 """
 from __future__ import annotations
@@ -73,14 +75,17 @@ PIP_CONF = f"""# written by bench/fleet_install.py: PyPI only, no local wheel co
 cert = /etc/ssl/certs/ca-certificates.crt
 log = {PIP_LOG}
 """
-WHEELS_VARS = ["cuda_version=13.0"]
-TORCH_FROM_PYPI = "torch_index_url=https://pypi.org/simple"
+WHEELS_VARS = ["cuda_version=13.0", "with_torch=false"]
 UNITS = {"bytes": 1, "B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9}
 # pip's log line for a file it fetched (pip/_internal/network/download.py `_prepare_download`:
 # "Downloading %s" with " (SIZE)" when the server sent Content-Length; "Using cached" otherwise).
 PIP_DOWNLOAD = re.compile(r"Downloading (\S+) \(([\d.]+) (bytes|kB|MB|GB)\)")
 # apt-get's summary of what it fetched ("Fetched 9,213 kB in 3s (3,070 kB/s)").
 APT_FETCHED = re.compile(r"Fetched ([\d.,]+) (B|kB|MB|GB) in ")
+# devpi-server's log where cache.yaml's service script starts it without systemd (a sandbox),
+# and its line for a request to an upstream file ("HTTP Request: GET URL "HTTP/1.1 200 OK"").
+DEVPI_LOG = "/var/log/gpuprov-devpi.log"
+DEVPI_FILE_FETCH = re.compile(r"HTTP Request: GET (https?://\S+/packages/\S+) \"HTTP/\S+ 200")
 # gpuprov's run log line for a failed attempt of a step with `retries` (remote/engine/jobs).
 STEP_RETRIED = re.compile(r": attempt \d+/\d+ failed ")
 
@@ -230,16 +235,28 @@ def host_downloads(fleet: Fleet, name: str, logs: Path) -> dict:
             "pip_from": origins, "apt_bytes": apt, "retries": retries}
 
 
-def cache_stats(fleet: Fleet) -> dict:
+def cache_stats(fleet: Fleet, run_dir: Path) -> dict:
+    """`gpuprov-cache stats` (bytes each cache holds), and how often devpi fetched each file
+    from upstream: its log has one "HTTP Request: GET URL" line per upstream request (httpx's
+    log, devpi-server's INFO level). The log is kept in the run's folder."""
     out = fleet.root(CACHE_HOST, "/usr/local/sbin/gpuprov-cache stats")
-    return {name: int(value) for name, value in
-            (line.split() for line in out.splitlines() if len(line.split()) == 2)}
+    stats: dict = {name: int(value) for name, value in
+                   (line.split() for line in out.splitlines() if len(line.split()) == 2)}
+    log = fleet.root(CACHE_HOST, f"cat {DEVPI_LOG}")
+    (run_dir / "devpi.log").write_text(log)
+    fetches: dict[str, int] = {}
+    for url in DEVPI_FILE_FETCH.findall(log):
+        name = url.rsplit("/", 1)[-1]
+        fetches[name] = fetches.get(name, 0) + 1
+    stats["devpi_upstream_file_fetches"] = fetches
+    return stats
 
 
 # ---------------------------------------------------------------- the two runs
 def run_fleet(work: Path, label: str, count: int, variables: list[str], timeout: float,
-              with_cache: bool) -> dict:
-    """Start N+1 fresh hosts, (set up the cache,) provision the N, measure, stop the hosts."""
+              with_cache: bool, one_first: bool = False) -> dict:
+    """Start N+1 fresh hosts, (set up the cache,) provision the N (`one_first`: one host, then
+    the others, so the cache is warm for them), measure, stop the hosts."""
     run_dir = work / label
     run_dir.mkdir()
     state = run_dir / "sandbox"
@@ -262,9 +279,15 @@ def run_fleet(work: Path, label: str, count: int, variables: list[str], timeout:
                                   "outside_bytes": setup.outside_bytes, "ports": ports}
             say(f"cache set up on {CACHE_HOST} in {setup.wall_s:.1f} s, "
                 f"{mb(setup.outside_bytes)} from outside")
-        fleet_run = provision(run_dir, inventory, fleet.targets,
-                              str(REPO / "playbooks/cuda-wheels.yaml"),
-                              variables, timeout, "fleet")
+        recipe = str(REPO / "playbooks/cuda-wheels.yaml")
+        waves = [fleet.targets[:1], fleet.targets[1:]] if one_first else [fleet.targets]
+        fleet_run = Provisioning(0.0, 0, {})
+        for i, wave in enumerate(w for w in waves if w):
+            part = provision(run_dir, inventory, wave, recipe, variables, timeout, f"fleet-{i + 1}")
+            out.setdefault("waves_s", []).append(round(part.wall_s, 1))
+            fleet_run = Provisioning(fleet_run.wall_s + part.wall_s,
+                                     fleet_run.outside_bytes + part.outside_bytes,
+                                     {**fleet_run.hosts, **part.hosts})
         routes = {n: fleet_run.hosts[n].get("cache", "") for n in fleet.targets}
         if with_cache and set(routes.values()) != {"direct"}:
             raise BenchError(f"{label}: hosts did not all reach the cache directly: {routes} "
@@ -276,7 +299,7 @@ def run_fleet(work: Path, label: str, count: int, variables: list[str], timeout:
                               **host_downloads(fleet, n, run_dir / "logs")}
                           for n in fleet.targets})
         if with_cache:
-            out["cache_stats"] = cache_stats(fleet)
+            out["cache_stats"] = cache_stats(fleet, run_dir)
         return out
     finally:
         sandbox.down(state, progress=say)
@@ -289,7 +312,9 @@ def print_run(title: str, run_result: dict, reference: float, count: int) -> Non
         print(f"  cache setup ({CACHE_HOST}, playbooks/cache.yaml): {setup['wall_s']:.1f} s, "
               f"{mb(setup['outside_bytes'])} from outside")
     ratio = run_result["outside_bytes"] / reference if reference else float("nan")
-    print(f"  fleet of {count}: wall {run_result['wall_s']:.1f} s, from outside "
+    waves = run_result.get("waves_s", [])
+    split = f" ({' + '.join(f'{w:.1f}' for w in waves)})" if len(waves) > 1 else ""
+    print(f"  fleet of {count}: wall {run_result['wall_s']:.1f} s{split}, from outside "
           f"{mb(run_result['outside_bytes'])} = {ratio:.2f} x one host's download")
     for name, h in run_result["hosts"].items():
         print(f"    {name}: {h['elapsed_s']:.1f} s, failed {h['failed']}, "
@@ -298,7 +323,11 @@ def print_run(title: str, run_result: dict, reference: float, count: int) -> Non
               f"{h['retries']} step attempt(s) retried")
     stats = run_result.get("cache_stats")
     if stats:
-        print("  the cache holds: " + ", ".join(f"{k} {mb(v)}" for k, v in stats.items()))
+        print("  the cache holds: " + ", ".join(f"{k} {mb(v)}" for k, v in stats.items()
+                                                if isinstance(v, int)))
+        fetches = stats["devpi_upstream_file_fetches"]
+        print(f"  devpi fetched {sum(fetches.values())} files from upstream for "
+              f"{len(fetches)} distinct: " + ", ".join(f"{n} x{c}" for n, c in fetches.items()))
 
 
 def _interrupted(signum: int, frame: object) -> None:
@@ -308,10 +337,10 @@ def _interrupted(signum: int, frame: object) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=3, help="fleet size N (default 3)")
-    parser.add_argument("--with-torch", action="store_true",
-                        help="also install torch + torchvision, from PyPI's index")
     parser.add_argument("--timeout", type=float, default=1800.0,
                         help="seconds one provisioning may take (default 1800)")
+    parser.add_argument("--one-first", action="store_true",
+                        help="add run C: through the cache, one host first, then the others")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -321,8 +350,7 @@ def main() -> int:
         parser.error("--hosts must be between 1 and 50")
     # SIGTERM ends the run as Ctrl-C does, so the hosts are stopped on the way out.
     signal.signal(signal.SIGTERM, _interrupted)
-    variables = WHEELS_VARS + (["with_torch=true", TORCH_FROM_PYPI] if args.with_torch
-                               else ["with_torch=false"])
+    variables = WHEELS_VARS
     result: dict = {"machine": machine(), "hosts": args.hosts, "recipe": "playbooks/cuda-wheels.yaml",
                     "vars": variables}
     m = result["machine"]
@@ -331,30 +359,32 @@ def main() -> int:
     print(f"command: {m['command']}")
     work = Path(tempfile.mkdtemp(prefix="gpuprov-fleet-bench-"))
     print(f"work folder: {work}")
+    runs = [("no_cache", "run A, no cache", False, False),
+            ("cache", f"run B, through the cache on {CACHE_HOST}", True, False)]
+    if args.one_first:
+        runs.append(("cache_one_first", f"run C, through the cache on {CACHE_HOST}, one host "
+                     "first, then the others", True, True))
     try:
-        print(f"run A: {args.hosts} hosts, no cache", flush=True)
-        result["no_cache"] = run_fleet(work, "no-cache", args.hosts, variables, args.timeout,
-                                       with_cache=False)
-        print(f"run B: {args.hosts} hosts through the cache on {CACHE_HOST}", flush=True)
-        result["cache"] = run_fleet(work, "cache", args.hosts, variables, args.timeout,
-                                    with_cache=True)
+        for key, title, with_cache, one_first in runs:
+            print(f"{title}: {args.hosts} hosts", flush=True)
+            result[key] = run_fleet(work, key.replace("_", "-"), args.hosts, variables,
+                                    args.timeout, with_cache, one_first)
     except BenchError as exc:
         print(f"fleet_install: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("fleet_install: interrupted (the hosts were stopped)", file=sys.stderr)
         return 130
-    a, b = result["no_cache"], result["cache"]
-    one_host = a["outside_bytes"] / args.hosts
-    result["one_host_bytes"] = round(one_host)
-    result["machine"]["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
+    first, first_host = next(iter(result["no_cache"]["hosts"].items()))
+    one_host = first_host["pip_bytes"] + first_host["apt_bytes"]
+    result["one_host_bytes"] = one_host
+    m["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
     print()
-    print(f"one host's download (reference: run A's bytes from outside / {args.hosts}): "
-          f"{mb(one_host)}")
-    print_run("run A, no cache:", a, one_host, args.hosts)
-    print_run(f"run B, through the cache on {CACHE_HOST}:", b, one_host, args.hosts)
-    print(f"load {m['loadavg_1m_at_end']} at end (2 shared cores: other work skews times and "
-          "adds its own downloads to the bytes from outside)")
+    print(f"one host's download (what {first}'s pip and apt fetched in run A): {mb(one_host)}")
+    for key, title, _, _ in runs:
+        print_run(f"{title}:", result[key], one_host, args.hosts)
+    print(f"load {m['loadavg_1m_at_end']} at end ({m['cores']} cores shared with other work, "
+          "which skews the times and adds its own downloads to the bytes from outside)")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return 0
