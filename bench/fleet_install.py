@@ -83,9 +83,10 @@ PIP_DOWNLOAD = re.compile(r"Downloading (\S+) \(([\d.]+) (bytes|kB|MB|GB)\)")
 # apt-get's summary of what it fetched ("Fetched 9,213 kB in 3s (3,070 kB/s)").
 APT_FETCHED = re.compile(r"Fetched ([\d.,]+) (B|kB|MB|GB) in ")
 # devpi-server's log where cache.yaml's service script starts it without systemd (a sandbox),
-# and its line for a request to an upstream file ("HTTP Request: GET URL "HTTP/1.1 200 OK"").
+# and its line (INFO level) for each download of a file from upstream:
+# "[req25] [Rtx6] reading remote: URL('https://files.pythonhosted.org/.../x.whl'), target ...".
 DEVPI_LOG = "/var/log/gpuprov-devpi.log"
-DEVPI_FILE_FETCH = re.compile(r"HTTP Request: GET (https?://\S+/packages/\S+) \"HTTP/\S+ 200")
+DEVPI_FILE_FETCH = re.compile(r"reading remote: URL\('(https?://[^']+)'\)")
 # gpuprov's run log line for a failed attempt of a step with `retries` (remote/engine/jobs).
 STEP_RETRIED = re.compile(r": attempt \d+/\d+ failed ")
 
@@ -231,14 +232,15 @@ def host_downloads(fleet: Fleet, name: str, logs: Path) -> dict:
         retries += len(STEP_RETRIED.findall(text))
     origins = sorted({re.sub(r"^(\w+://[^/]+).*", r"\1", url) if "://" in url else "PyPI"
                       for url, _ in files})
-    return {"pip_bytes": sum(s for _, s in files), "pip_files": len(files),
+    return {"pip_bytes": sum(s for _, s in files),
+            "pip_files": {url.split("#")[0].rsplit("/", 1)[-1]: size for url, size in files},
             "pip_from": origins, "apt_bytes": apt, "retries": retries}
 
 
-def cache_stats(fleet: Fleet, run_dir: Path) -> dict:
+def cache_stats(fleet: Fleet, run_dir: Path, sizes: dict[str, int]) -> dict:
     """`gpuprov-cache stats` (bytes each cache holds), and how often devpi fetched each file
-    from upstream: its log has one "HTTP Request: GET URL" line per upstream request (httpx's
-    log, devpi-server's INFO level). The log is kept in the run's folder."""
+    from upstream (its log's "reading remote" lines) and so how many bytes (`sizes`: file name
+    -> size, from the hosts' pip logs). The log is kept in the run's folder."""
     out = fleet.root(CACHE_HOST, "/usr/local/sbin/gpuprov-cache stats")
     stats: dict = {name: int(value) for name, value in
                    (line.split() for line in out.splitlines() if len(line.split()) == 2)}
@@ -246,9 +248,10 @@ def cache_stats(fleet: Fleet, run_dir: Path) -> dict:
     (run_dir / "devpi.log").write_text(log)
     fetches: dict[str, int] = {}
     for url in DEVPI_FILE_FETCH.findall(log):
-        name = url.rsplit("/", 1)[-1]
+        name = url.split("#")[0].rsplit("/", 1)[-1]
         fetches[name] = fetches.get(name, 0) + 1
     stats["devpi_upstream_file_fetches"] = fetches
+    stats["devpi_upstream_bytes"] = sum(n * sizes.get(name, 0) for name, n in fetches.items())
     return stats
 
 
@@ -299,7 +302,9 @@ def run_fleet(work: Path, label: str, count: int, variables: list[str], timeout:
                               **host_downloads(fleet, n, run_dir / "logs")}
                           for n in fleet.targets})
         if with_cache:
-            out["cache_stats"] = cache_stats(fleet, run_dir)
+            sizes = {name: size for h in out["hosts"].values()
+                     for name, size in h["pip_files"].items()}
+            out["cache_stats"] = cache_stats(fleet, run_dir, sizes)
         return out
     finally:
         sandbox.down(state, progress=say)
@@ -318,16 +323,17 @@ def print_run(title: str, run_result: dict, reference: float, count: int) -> Non
           f"{mb(run_result['outside_bytes'])} = {ratio:.2f} x one host's download")
     for name, h in run_result["hosts"].items():
         print(f"    {name}: {h['elapsed_s']:.1f} s, failed {h['failed']}, "
-              f"cache {h['cache'] or '-'}; pip {mb(h['pip_bytes'])} in {h['pip_files']} files "
+              f"cache {h['cache'] or '-'}; pip {mb(h['pip_bytes'])} in {len(h['pip_files'])} files "
               f"from {', '.join(h['pip_from']) or '-'}; apt {mb(h['apt_bytes'])}; "
               f"{h['retries']} step attempt(s) retried")
     stats = run_result.get("cache_stats")
     if stats:
-        print("  the cache holds: " + ", ".join(f"{k} {mb(v)}" for k, v in stats.items()
-                                                if isinstance(v, int)))
+        print(f"  the cache holds: apt-cacher-ng {mb(stats.get('apt-cacher-ng', 0))}, "
+              f"devpi {mb(stats.get('devpi', 0))}")
         fetches = stats["devpi_upstream_file_fetches"]
-        print(f"  devpi fetched {sum(fetches.values())} files from upstream for "
-              f"{len(fetches)} distinct: " + ", ".join(f"{n} x{c}" for n, c in fetches.items()))
+        print(f"  devpi fetched {sum(fetches.values())} files ({len(fetches)} distinct, "
+              f"{mb(stats['devpi_upstream_bytes'])}) from upstream: "
+              + ", ".join(f"{n.split('-')[0]} x{c}" for n, c in fetches.items()))
 
 
 def _interrupted(signum: int, frame: object) -> None:
