@@ -1,7 +1,8 @@
 """Fleet install benchmark (issue 16): N fresh hosts on the wheels route, without and with the
 fleet cache.
 
-    python3 bench/fleet_install.py [--hosts 3] [--one-first] [--timeout 1800] [--json PATH]
+    python3 bench/fleet_install.py [--hosts 3] [--one-first] [--prefetch] [--timeout 1800]
+                                   [--json PATH]
 
 Needs root (it starts sandbox hosts, see remote/sandbox/) and the internet: PyPI
 (pypi.org, files.pythonhosted.org) and Debian's mirror (deb.debian.org).
@@ -15,6 +16,9 @@ What it does:
    sandbox1 (apt-cacher-ng and devpi-server), then the same provisioning of sandbox2..N+1 with
    the inventory's `cache: {host: sandbox1}`. Checks every host reports `"cache": "direct"`.
    `--one-first` adds run C: as B, but one host first, then the other N-1 (a warm cache).
+   `--prefetch`: cache.yaml fetches the CUDA row's wheels into devpi before the fleet starts
+   (`prefetch_cuda_wheels=true`): devpi does not share one upstream download between hosts
+   asking for the same file at once, so a cold cache can fetch a big wheel twice.
 3. For each run prints: the bytes this machine received from outside during the provisioning
    (rx of its non-loopback interfaces, /proc/net/dev: the sandbox hosts share its network
    namespace, so everything they fetch is counted there, and so is anything else this machine
@@ -257,7 +261,7 @@ def cache_stats(fleet: Fleet, run_dir: Path, sizes: dict[str, int]) -> dict:
 
 # ---------------------------------------------------------------- the two runs
 def run_fleet(work: Path, label: str, count: int, variables: list[str], timeout: float,
-              with_cache: bool, one_first: bool = False) -> dict:
+              with_cache: bool, one_first: bool = False, prefetch: bool = False) -> dict:
     """Start N+1 fresh hosts, (set up the cache,) provision the N (`one_first`: one host, then
     the others, so the cache is warm for them), measure, stop the hosts."""
     run_dir = work / label
@@ -275,9 +279,10 @@ def run_fleet(work: Path, label: str, count: int, variables: list[str], timeout:
             data["cache"] = {"host": CACHE_HOST, **ports}
             inventory = run_dir / "inventory.yaml"
             inventory.write_text(yaml.safe_dump(data, sort_keys=False))
+            # The inventory's cache ports reach cache.yaml as its cache_*_port vars.
             setup = provision(run_dir, inventory, [CACHE_HOST], str(REPO / "playbooks/cache.yaml"),
-                              [f"cache_apt_port={ports['apt_port']}",
-                               f"cache_pypi_port={ports['pypi_port']}"], timeout, "cache-setup")
+                              [*variables, f"prefetch_cuda_wheels={str(prefetch).lower()}"],
+                              timeout, "cache-setup")
             out["cache_setup"] = {"wall_s": round(setup.wall_s, 1),
                                   "outside_bytes": setup.outside_bytes, "ports": ports}
             say(f"cache set up on {CACHE_HOST} in {setup.wall_s:.1f} s, "
@@ -347,6 +352,9 @@ def main() -> int:
                         help="seconds one provisioning may take (default 1800)")
     parser.add_argument("--one-first", action="store_true",
                         help="add run C: through the cache, one host first, then the others")
+    parser.add_argument("--prefetch", action="store_true",
+                        help="cache.yaml fetches the CUDA row's wheels before the fleet starts "
+                             "(prefetch_cuda_wheels=true)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -374,7 +382,7 @@ def main() -> int:
         for key, title, with_cache, one_first in runs:
             print(f"{title}: {args.hosts} hosts", flush=True)
             result[key] = run_fleet(work, key.replace("_", "-"), args.hosts, variables,
-                                    args.timeout, with_cache, one_first)
+                                    args.timeout, with_cache, one_first, args.prefetch)
     except BenchError as exc:
         print(f"fleet_install: {exc}", file=sys.stderr)
         return 1

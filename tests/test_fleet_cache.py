@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import random
 import socket
 import threading
 from pathlib import Path
@@ -46,7 +47,7 @@ def cache_ports():
     """Two answering servers on 127.0.0.1 (apt, pypi): (apt port, pypi port, servers)."""
     servers = []
     for _ in range(2):
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
+        server = _bound(lambda port: http.server.ThreadingHTTPServer(("127.0.0.1", port), _Answer))
         server.paths = []
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
@@ -56,10 +57,23 @@ def cache_ports():
         server.server_close()
 
 
+def _bound(make):
+    """`make(port)` for a free port below 32768, which a cache's apt port must be."""
+    for port in random.sample(range(20000, 32768), 100):
+        try:
+            return make(port)
+        except OSError:
+            continue
+    raise RuntimeError("no free port from 20000 to 32767")
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port below 32768 that nothing listens on."""
+    def probe(port):
+        with socket.socket() as s:
+            s.bind(("0.0.0.0", port))
+        return port
+    return _bound(probe)
 
 
 def _recipe(work: Path) -> Path:
@@ -167,6 +181,8 @@ def test_what_the_host_sends_back_is_checked():
     ({"host": "h1", "reach": "sometimes"},
      "cache.reach must be one of auto, direct, forward, not 'sometimes'"),
     ({"host": "h1", "pypi_port": 70000}, "cache.pypi_port must be a number from 1 to 65535"),
+    ({"host": "h1", "apt_port": 40000},
+     "cache.apt_port must be a number from 1 to 32767 (apt-cacher-ng 3.7.4 cannot listen above it)"),
     ({"host": "h1", "spare": 1},
      "cache: unknown key 'spare'; allowed: address, apt_port, host, pypi_port, reach"),
 ])

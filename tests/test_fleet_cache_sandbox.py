@@ -4,7 +4,8 @@ then through gpuprov's SSH forward), and with the cache down from the origin, wi
 
 The origin is a STAND-IN PyPI index served on 127.0.0.1 by this test (one wheel of 1 MiB that
 the test builds), so the test can count who fetched the wheel from the origin: devpi once, and
-pip itself only when the cache is down."""
+pip itself only when the cache is down. The inventory's cache ports are the ones cache.yaml
+sets the cache up on."""
 from __future__ import annotations
 
 import base64
@@ -109,7 +110,7 @@ def _inventory(sandbox_hosts, work: Path, origin: StandinIndex, reach: str) -> P
     data = yaml.safe_load(sandbox_hosts.inventory.read_text())
     data["hosts"]["sandbox1"]["vars"] = {
         "cache_pypi_upstream": f"{origin.url}/simple/", "cache_mirrors": [],
-        "cache_apt_port": APT_PORT, "cache_pypi_port": PYPI_PORT}
+        "cache_prefetch": [f"{PROJECT}==1.0"]}
     data["cache"] = {"host": "sandbox1", "reach": reach, "apt_port": APT_PORT,
                      "pypi_port": PYPI_PORT}
     return write_yaml(work / f"inventory-{reach}.yaml", data)
@@ -139,11 +140,13 @@ def test_the_second_install_comes_from_the_cache_and_a_dead_cache_from_the_origi
                    timeout=300)
     assert again.rc == 0 and json.loads((work / "again.json").read_text())[
         "hosts"]["sandbox1"]["changed"] == 0, again.out
+    # cache_prefetch: devpi fetched the wheel from the origin once, before any host asked.
+    fetched = origin.wheel_fetches()
+    assert len(fetched) == 1 and fetched[0].startswith("devpi-server"), origin.requests
 
     first, data = _install(work, direct, "/tmp/fleet-a", origin, "first")
     assert first.rc == 0 and data["cache"] == "direct", first.out + first.err
-    fetched = origin.wheel_fetches()
-    assert len(fetched) == 1 and fetched[0].startswith("devpi-server"), origin.requests
+    assert len(origin.wheel_fetches()) == 1, origin.requests
 
     # Another install (another host, as far as the cache can tell: through the SSH forward,
     # from 127.0.0.1 on sandbox2) takes the wheel from the cache: the origin is not asked again.

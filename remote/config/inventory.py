@@ -27,6 +27,9 @@ TOP_KEYS = {"vars", "hosts", "groups", "host_key_policy", "known_hosts", "timeou
             "include_if_exists", "cache"}
 CACHE_KEYS = {"host", "address", "reach", "apt_port", "pypi_port"}
 CACHE_REACH = ("auto", "direct", "forward")
+# apt-cacher-ng 3.7.4 (Debian 12) fails to listen on 32768 and above ("Error resolving address
+# for binding"; seen on a sandbox host): a higher port would leave the cache dead.
+MAX_APT_CACHER_PORT = 32767
 TIMEOUT_KEYS = {"connect", "banner", "auth", "keepalive", "command"}
 POLICIES = ("strict", "accept-new")
 MAX_GROUP_DEPTH = 50
@@ -167,6 +170,10 @@ class Inventory:
     def layered_vars(self, host: Host) -> list[tuple[dict[str, Any], dict[str, Where]]]:
         """The inventory's variable layers for `host`, low to high precedence, with positions."""
         layers: list[tuple[dict[str, Any], dict[str, Where]]] = [(self.vars, self.vars_where)]
+        if self.cache is not None:
+            # The ports the inventory gives the cache are the ones cache.yaml sets it up on.
+            ports = {"cache_apt_port": self.cache.apt_port, "cache_pypi_port": self.cache.pypi_port}
+            layers.insert(0, (ports, dict.fromkeys(ports, Where(str(self.path), 1))))
         for group in self.groups_of(host.name):
             g = self.groups[group]
             layers.append((g.vars, getattr(g.vars, "key_where", {})))
@@ -295,8 +302,10 @@ def _load_cache(data: YamlMap, hosts: dict[str, Host]) -> CacheSettings | None:
     ports = {}
     for key in ("apt_port", "pypi_port"):
         port = spec.get(key, getattr(CacheSettings, key))
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            raise spec.at(key).error(f"cache.{key} must be a number from 1 to 65535")
+        top = MAX_APT_CACHER_PORT if key == "apt_port" else 65535
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port <= top:
+            why = " (apt-cacher-ng 3.7.4 cannot listen above it)" if key == "apt_port" else ""
+            raise spec.at(key).error(f"cache.{key} must be a number from 1 to {top}{why}")
         ports[key] = port
     return CacheSettings(host=name, address=address, reach=reach, **ports)
 
