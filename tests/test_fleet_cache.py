@@ -206,3 +206,17 @@ def test_cache_host_unreachable_over_ssh_is_a_warning_for_each_host(farm, work, 
     for name in ("h2", "h3"):
         (warning,) = result.host(name)["warnings"]
         assert warning.startswith("fleet cache cachebox does not answer") and "SSH forward:" in warning
+
+
+def test_half_a_cache_is_used_and_the_other_half_warned(farm, work, inventory, provision,
+                                                      cache_ports):
+    """devpi answers, apt-cacher-ng does not: pip goes through the cache, apt to the origin."""
+    _, pypi_port, _ = cache_ports
+    inv = inventory(cache={"host": "h1", "address": "127.0.0.1", "apt_port": _free_port(),
+                           "pypi_port": pypi_port, "reach": "direct"})
+    result = provision("h2", _recipe(work), inv, check=True)
+    assert result.rc == 0, result.out + result.err
+    assert result.host("h2")["warnings"] == [
+        "fleet cache h1: apt-cacher-ng does not answer, apt goes to the origin"]
+    assert f"--index-url http://127.0.0.1:{pypi_port}/root/pypi/+simple/" in result.out
+    assert " via http" not in result.out

@@ -267,27 +267,33 @@ class HostSession:
         if cache is None or cache.host == self.host.name:
             return None
         tried = []
+        route: Optional[CacheRoute] = None
         if cache.reach != "forward":
             route, why = self._ask_cache(cache.address, cache.apt_port, cache.pypi_port, "direct")
-            if route is not None:
-                return route
-            tried.append(f"direct to {cache.address}: {why}")
-        if cache.reach != "direct":
+            if route is None:
+                tried.append(f"direct to {cache.address}: {why}")
+        if route is None and cache.reach != "direct":
             try:
                 ports = self._forward_to_cache()
             except (HostError, OSError, EOFError, paramiko.SSHException) as exc:
                 tried.append(f"SSH forward: {exc or type(exc).__name__}")
             else:
                 route, why = self._ask_cache("127.0.0.1", *ports, "SSH forward")
-                if route is not None:
-                    return route
-                tried.append(f"SSH forward: {why}")
-        text = (f"fleet cache {cache.host} does not answer, apt and pip go to the origin "
-                f"({'; '.join(tried)})")
+                if route is None:
+                    tried.append(f"SSH forward: {why}")
+        if route is None:
+            self._warn(f"fleet cache {cache.host} does not answer, apt and pip go to the origin "
+                       f"({'; '.join(tried)})")
+        elif not route.apt_proxy or not route.indexes:
+            self._warn(f"fleet cache {cache.host}: "
+                       + ("apt-cacher-ng does not answer, apt goes" if not route.apt_proxy
+                          else "devpi mirrors no index, pip goes") + " to the origin")
+        return route
+
+    def _warn(self, text: str) -> None:
         self.reporter.warning(self.host.name, text)
         self.log.event(f"warning: {text}")
         self.result.warnings.append(text)
-        return None
 
     def _ask_cache(self, address: str, apt_port: int, pypi_port: int,
                    via: str) -> tuple[Optional[CacheRoute], str]:
