@@ -6,11 +6,9 @@ devpi-server 6.20.3 gave, kept in tests/fixtures/cache/); the real apt-cacher-ng
 run in tests/test_fleet_cache_sandbox.py. SSH, the forward and the hosts are real."""
 from __future__ import annotations
 
-import http.server
 import json
 import random
 import socket
-import threading
 from pathlib import Path
 
 import pytest
@@ -18,38 +16,31 @@ import pytest
 from remote.engine.cache import parse_reach
 from remote.kinds.route import CacheRoute
 from tests.conftest import forwarding_refused_server, invoke, write_yaml
+from tests.http_stub import serve
 
 DEVPI_ROOT = (Path(__file__).parent / "fixtures" / "cache" / "devpi-6.20.3-root.json").read_text()
 NOTHING_LISTENS = "127.0.0.9"  # no server of the tests binds this address: connections refused
 
 
-class _Answer(http.server.BaseHTTPRequestHandler):
+def _cache_answer(paths: list[str]):
     """devpi's index list at /root; anything else gets apt-cacher-ng's kind of error page."""
-
-    def do_GET(self):  # noqa: N802 - http.server's name
-        self.server.paths.append(self.path)
-        if self.path == "/root":
-            body, status, kind = DEVPI_ROOT.encode(), 200, "application/json"
-        else:
-            body, status, kind = b"<html>Usage Information</html>", 406, "text/html"
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+    def answer(path, headers):
+        paths.append(path)
+        if path == "/root":
+            return 200, "application/json", DEVPI_ROOT.encode()
+        return 406, "text/html", b"<html>Usage Information</html>"
+    return answer
 
 
 @pytest.fixture
 def cache_ports():
-    """Two answering servers on 127.0.0.1 (apt, pypi): (apt port, pypi port, servers)."""
+    """Two answering servers on 127.0.0.1 (apt, pypi): (apt port, pypi port, servers), each
+    server's `paths` what it was asked for."""
     servers = []
     for _ in range(2):
-        server = _bound(lambda port: http.server.ThreadingHTTPServer(("127.0.0.1", port), _Answer))
-        server.paths = []
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        paths: list[str] = []
+        server = _bound(lambda port, paths=paths: serve(_cache_answer(paths), port))
+        server.paths = paths
         servers.append(server)
     yield servers[0].server_address[1], servers[1].server_address[1], servers
     for server in servers:

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import http.server
 import json
 import os
-import threading
 import zipfile
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, invoke, write_yaml
+from tests.http_stub import serve
 from tests.sandbox_fixture import sandbox_hosts  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.root,
@@ -65,30 +64,17 @@ class StandinIndex:
         digest = hashlib.sha256(self.wheel).hexdigest()
         pages = {"/simple/": f'<a href="{PROJECT}/">{PROJECT}</a>',
                  f"/simple/{PROJECT}/": f'<a href="../../files/{WHEEL}#sha256={digest}">{WHEEL}</a>'}
-        index = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - http.server's name
-                index.requests.append((self.path, self.headers.get("User-Agent", "")))
-                if self.path == f"/files/{WHEEL}":
-                    body, kind = index.wheel, "application/octet-stream"
-                elif self.path in pages:
-                    body, kind = f"<html><body>{pages[self.path]}</body></html>".encode(), "text/html"
-                else:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        def answer(path, headers):
+            self.requests.append((path, headers.get("User-Agent", "")))
+            if path == f"/files/{WHEEL}":
+                return 200, "application/octet-stream", self.wheel
+            if path in pages:
+                return 200, "text/html", f"<html><body>{pages[path]}</body></html>".encode()
+            return 404, "text/html", b"<html>not found</html>"
 
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = serve(answer)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def wheel_fetches(self) -> list[str]:
         """The User-Agent of each request for the wheel itself."""

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from ..errors import HostError
 from ..kinds.base import q
 from ..kinds.route import CacheRoute, normalize_index
+from ..transport.forward import ssh_transport
 
 if TYPE_CHECKING:
     from ..config.inventory import Host
@@ -118,15 +119,17 @@ class CacheLink:
         with self._lock:
             if self._failed is not None:
                 raise self._failed
-            transport = getattr(getattr(self._conn, "fabric", None), "transport", None)
-            if self._conn is None or transport is None or not transport.is_active():
-                if self._conn is not None:
-                    self._conn.close()
+            if self._conn is not None:
                 try:
-                    self._conn = self._connect(host)
-                except HostError as exc:
-                    self._failed = exc
-                    raise
+                    ssh_transport(self._conn)
+                    return self._conn
+                except OSError:  # lost since: open it again
+                    self._conn.close()
+            try:
+                self._conn = self._connect(host)
+            except HostError as exc:
+                self._failed = exc
+                raise
             return self._conn
 
     def close(self) -> None:

@@ -20,7 +20,8 @@ CHUNK = 256 * 1024
 CONNECT_TIMEOUT_S = 10.0
 
 
-def _transport(conn: BaseConnection) -> paramiko.Transport:
+def ssh_transport(conn: BaseConnection) -> paramiko.Transport:
+    """`conn`'s live paramiko transport; OSError when it has none (local, closed or lost)."""
     fabric = getattr(conn, "fabric", None)
     transport = getattr(fabric, "transport", None)
     if not isinstance(transport, paramiko.Transport) or not transport.is_active():
@@ -34,8 +35,8 @@ class RemoteForwards:
     transport, so this one handler tells the ports apart by the port a connection came in on."""
 
     def __init__(self, host_conn: BaseConnection, target_conn: BaseConnection):
-        self._host = _transport(host_conn)
-        self._target = _transport(target_conn)
+        self._host = ssh_transport(host_conn)
+        self._target = ssh_transport(target_conn)
         self._targets: dict[int, int] = {}   # port on the host -> port on the target
         self._closed = threading.Event()
         self._channels: set[paramiko.Channel] = set()

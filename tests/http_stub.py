@@ -1,0 +1,34 @@
+"""A small HTTP server on 127.0.0.1 for the tests: a function answers each GET.
+
+    server = serve(lambda path, headers: (200, "text/plain", b"hi"))
+    server.server_address[1]      # its port
+    server.shutdown(); server.server_close()
+"""
+from __future__ import annotations
+
+import http.server
+import threading
+from email.message import Message
+from typing import Callable
+
+Answer = Callable[[str, Message], "tuple[int, str, bytes]"]  # path, headers -> status, type, body
+
+
+def serve(answer: Answer, port: int = 0) -> http.server.ThreadingHTTPServer:
+    """Start serving on 127.0.0.1:`port` (0: any free port) in a thread; OSError if taken."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            status, kind, body = answer(self.path, self.headers)
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):  # keep pytest's output clean
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
