@@ -179,7 +179,7 @@ def sandbox(action: str, hosts: Union[int, str] = 2, state_dir: str = ".sandbox"
                 raise ValueError
             inventory = sb.up(count, Path(state_dir))
             print(f"{count} sandbox host(s) up; inventory {inventory} "
-                  "(inventory.yaml includes it: try invoke facts --host sandbox)")
+                  "(inventory.yaml includes it: try gpuprov facts --host sandbox)")
         elif action == "down":
             sb.down(Path(state_dir))
         else:
