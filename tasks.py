@@ -86,16 +86,21 @@ def facts(c, host=None, inventory=None, json=None):
           "suite": "quick (system, cuDNN, torch, a few models) or full (every check)",
           "json": "also write per-host results as JSON to this file",
           "var": "set a variable, NAME=VALUE (e.g. validate_python=/opt/venv/bin/python)",
-          "forks": "how many hosts at once (default 16)"},
+          "forks": "how many hosts at once (default 16)",
+          "drain-failed": "Slurm clusters: drain the nodes that did not pass, with the reason",
+          "resume-passed": "Slurm clusters: validate again the nodes gpuprov drained, resume "
+                           "those that pass"},
 )
-def validate(c, host=None, inventory=None, suite="quick", json=None, var=None, forks=16):
-    """Push validate/ to hosts, run it there, pull the results into logs/<host>/<run>/."""
+def validate(c, host=None, inventory=None, suite="quick", json=None, var=None, forks=16,
+             drain_failed=False, resume_passed=False):
+    """Push validate/ to hosts, run it there, pull the results into logs/<host>/<run>/.
+    A host with slurm: validates its partition's nodes through Slurm instead."""
     from remote import cli
 
     _need_host(host, "validate")
     inventory = _inventory(inventory)
     _exit(cli.validate(host=host, inventory=inventory, suite=suite, json_path=json, var=var,
-                       forks=forks))
+                       forks=forks, drain_failed=drain_failed, resume_passed=resume_passed))
 
 
 @task(help={"host": "hosts to fetch from", "inventory": f"inventory file (default {INVENTORY})"})

@@ -22,7 +22,7 @@ from .engine.jobs.apply import ApplyRecipe
 from .engine.jobs.gather import GatherFacts
 from .engine.jobs.logs import PullLogs
 from .engine.jobs.validate import SUITES, Validate
-from .engine.results import write_json
+from .engine.results import HostResult, write_json
 from .fileio import write_atomic
 from .engine.run import Run, RunInterrupted, RunOptions
 from .engine.session import layered_vars
@@ -129,15 +129,28 @@ def provision(host: str, recipe: str, inventory: str, check: bool = False, tags:
 
 def validate(host: str, inventory: str, suite: str = "quick", json_path: Optional[str] = None,
              var: Optional[list[str]] = None, forks: Union[int, str] = 16,
-             logs_dir: str = "logs") -> int:
-    """`invoke validate`: push validate/, run it on the selected hosts, pull the results."""
+             logs_dir: str = "logs", drain_failed: bool = False,
+             resume_passed: bool = False) -> int:
+    """`invoke validate`: push validate/, run it on the selected hosts, pull the results;
+    hosts with `slurm:` validate their partition's nodes through Slurm (remote/cluster/)."""
     try:
         extra_vars, forks_n, suite, (inv, hosts, _) = _run_inputs(inventory, host, None, var,
                                                                    forks, suite)
+        if (drain_failed or resume_passed) and not any(h.slurm for h in hosts):
+            raise InputError("--drain-failed and --resume-passed act on Slurm nodes: select "
+                             "a host with slurm: in the inventory", inv.path)
     except InputError as exc:
         return fail_input(exc)
-    return _execute(inv, hosts, "validate", Validate(suite, Path(logs_dir)), extra_vars, forks_n,
-                    json_path, False, logs_dir)
+    ssh_route = Validate(suite, Path(logs_dir))
+    job: Job = ssh_route
+    expand = None
+    if any(h.slurm for h in hosts):
+        from .cluster.slurm import SlurmValidate  # the scheduler route (remote/cluster/)
+
+        job = cluster_job = SlurmValidate(ssh_route, drain_failed, resume_passed)
+        expand = cluster_job.with_nodes
+    return _execute(inv, hosts, "validate", job, extra_vars, forks_n, json_path, False,
+                    logs_dir, expand=expand)
 
 
 def logs(host: str, inventory: str, logs_dir: str = "logs") -> int:
@@ -200,7 +213,11 @@ def check_suite(suite: str) -> str:
 
 def _execute(inv: Inventory, hosts: list[Host], title: str, job: Job, extra_vars: dict[str, Any],
              forks: int, json_path: Optional[str], ask_become_pass: bool, logs_dir: str,
-             check: bool = False, write_logs: bool = True) -> int:
+             check: bool = False, write_logs: bool = True,
+             expand: Optional[Callable[[dict[str, HostResult]], dict[str, HostResult]]] = None
+             ) -> int:
+    """Run `job` on `hosts`; `expand` turns the hosts' results into the rows shown (a
+    cluster's login node gains a row per node) and may raise `InputError` (exit status 2)."""
     password = become_password(ask_become_pass)
     redact = Redactor([password] if password else [])
     for name in inv.secrets:
@@ -221,6 +238,11 @@ def _execute(inv: Inventory, hosts: list[Host], title: str, job: Job, extra_vars
         except RunInterrupted as exc:
             results, status = exc.results, EXIT_INTERRUPTED
             reporter.note("interrupted: stopped the hosts; what they did so far is kept")
+    if expand is not None:
+        try:
+            results = expand(results)
+        except InputError as exc:
+            return fail_input(exc)
     reporter.recap(results, extra_column=job.outcome)
     if json_path:
         write_json(Path(json_path), results, redact)

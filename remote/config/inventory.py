@@ -16,12 +16,13 @@ from typing import Any, Iterable
 
 from ..errors import InputError, Where
 from .schema import check_keys, expect, expect_str_list
+from .slurm import SlurmSettings, load_slurm
 from .yamlfile import YamlMap, load_yaml
 
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # used with fullmatch: `$` would pass a final newline
 
 HOST_KEYS = {"address", "user", "port", "identity_file", "python", "become", "jump",
-             "connection", "vars"}
+             "connection", "vars", "slurm"}
 GROUP_KEYS = {"hosts", "children", "vars"}
 TOP_KEYS = {"vars", "hosts", "groups", "host_key_policy", "known_hosts", "timeouts", "secrets",
             "include_if_exists", "cache"}
@@ -74,6 +75,7 @@ class Host:
     jump: str | None = None
     connection: str = "ssh"
     vars: dict[str, Any] = field(default_factory=dict)
+    slurm: SlurmSettings | None = None  # a cluster's login node (config/slurm.py)
 
     @property
     def is_local(self) -> bool:
@@ -355,6 +357,8 @@ def _load_host(name: str, spec: Any, where: Where) -> Host:
         host.port = port
     if "become" in spec:
         host.become = expect(spec["become"], bool, spec.at("become"), f"host '{name}': become")
+    if "slurm" in spec:
+        host.slurm = load_slurm(spec["slurm"], spec.at("slurm"), name)
     host_vars = spec.get("vars") or YamlMap()
     host.vars = expect(host_vars, dict, spec.at("vars"), f"host '{name}': vars")
     return host
