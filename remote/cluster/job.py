@@ -42,7 +42,7 @@ def task_script(token: str, python: str, args: list[str]) -> str:
             f'{quoted} </dev/null 2>&1\n'
             'rc=$?\n'
             'echo "$M results $rc"\n'
-            '(cd "$D/out" && tar -czf - .) | base64\n'
+            '[ -d "$D/out" ] && (cd "$D/out" && tar -czf - .) | base64\n'
             'echo "$M end"\n'
             'exit $rc\n')
 

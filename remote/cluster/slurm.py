@@ -325,7 +325,9 @@ class _ClusterRun:
             record.rc = task.rc
             archive = task.archive()
             record.elapsed_s = (task.ended or time.monotonic()) - task.started
-            if archive is None:
+            if archive == b"":
+                record.verdict = f"not validated: validate left no results (exit {task.rc})"
+            elif archive is None:
                 why = task.refused or ("the node failed mid-job (srun: Node failure on "
                                        f"{name})" if lost else
                                        f"its results did not come back whole (srun exit {rc})")

@@ -1,0 +1,218 @@
+"""`gpuprov validate` on a Slurm cluster, against a real one: munged, slurmctld and three
+`slurmd -N nX` started by tests/slurm_cluster.py (fake GPUs, 127.0.0.1 only), the login node
+reached with `connection: local`. This machine has no GPU, so the real suite honestly fails;
+`passing()` asks only for a check that passes here, to see nodes pass, and be resumed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.procs import wait_until
+from tests.slurm_cluster import SlurmCluster, alive, missing_reason
+
+pytestmark = pytest.mark.root  # runs slurmd as root: the slow layer
+
+
+
+def passing(cluster: SlurmCluster) -> str:
+    """validate's options for a run that passes without a GPU: only the Xid scan, of an
+    empty kernel log (`--kernel-log FILE`)."""
+    log = cluster.dir / "kernel.log"
+    log.touch()
+    return f"--checks xid --kernel-log {log}"
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    why = missing_reason()
+    if why:
+        pytest.skip(why)
+    cluster = SlurmCluster(3)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def cluster(slurm):
+    """The module's cluster, every node idle again after the test (drains, a killed slurmd)."""
+    yield slurm
+    slurm.resume_all()
+
+
+@pytest.fixture
+def run(cluster, tmp_path, capsys):
+    """`gpuprov validate --host hpc1` in this process: (rc, stdout, stderr, --json, logs)."""
+    from remote import cli
+
+    def go(slurm_extra=None, vars_=None, **options):
+        spec = {"partition": "debug", "conf": str(cluster.conf), "gpus_per_node": 2}
+        spec.update(slurm_extra or {})
+        inventory = tmp_path / "inventory.yaml"
+        inventory.write_text(yaml.safe_dump({"hosts": {"hpc1": {
+            "connection": "local", "slurm": spec, "vars": vars_ or {}}}}, sort_keys=False))
+        json_path = tmp_path / "result.json"
+        logs = tmp_path / "logs"
+        rc = cli.validate(host="hpc1", inventory=str(inventory), json_path=str(json_path),
+                          logs_dir=str(logs), **options)
+        out = capsys.readouterr()
+        data = json.loads(json_path.read_text()) if json_path.exists() else None
+        return rc, out.out, out.err, data, logs
+    return go
+
+
+def run_id_of(logs: Path) -> str:
+    return next((logs / "hpc1").iterdir()).name
+
+
+def test_validate_runs_one_task_per_node_and_brings_each_nodes_results_home(cluster, run):
+    rc, out, err, data, logs = run(vars_={"validate_args": "--checks system"})
+    # no GPU here: every node fails, honestly, and the run says so with exit status 1
+    assert rc == 1, out + err
+    for node in cluster.nodes:
+        assert data["hosts"][node]["validation"] == "failed: system"
+        # its progress, labelled with the node
+        assert re.search(rf"^{node} +\| \[system\] FAIL", out, re.M), out
+    run_id = run_id_of(logs)
+    for node in cluster.nodes:
+        results = json.loads((logs / node / run_id / "results.json").read_text())
+        statuses = {c["name"]: c["status"] for c in results["checks"]}
+        assert statuses["system"] == "fail"
+    record = json.loads((logs / "hpc1" / run_id / "slurm.json").read_text())
+    assert record["partition"] == "debug" and record["job_id"].isdigit()
+    assert sorted(record["nodes"]) == cluster.nodes
+    assert "--gpus-per-node=2" in record["srun"] and "--exclusive" in record["srun"]
+    # the SSH route's report reads the nodes' folders as they are
+    from remote import cli
+    assert cli.report(logs=str(logs), out=str(logs.parent / "report")) == 0
+
+
+def test_nodes_that_pass_exit_0_and_are_not_drained(cluster, run):
+    rc, out, err, data, logs = run(vars_={"validate_args": passing(cluster)}, drain_failed=True)
+    assert rc == 0, out + err
+    assert all(data["hosts"][n]["validation"].startswith("passed") for n in cluster.nodes)
+    info = cluster.node_info()
+    assert all(not info[n].get("state_flags") for n in cluster.nodes)
+    assert cluster.reservations() == []
+
+
+def test_drain_failed_drains_with_the_reason_and_leaves_an_admins_drain_alone(cluster, run):
+    cluster.drain("n2", "admin: fan 3 replaced")
+    rc, out, err, data, logs = run(vars_={"validate_args": "--checks system"},
+                                   drain_failed=True)
+    assert rc == 1
+    run_id = run_id_of(logs)
+    info = cluster.node_info()
+    for node in ("n1", "n3"):
+        assert info[node]["state_flags"] == ["DRAIN"]
+        assert info[node]["reason"].startswith(
+            f"gpuprov {run_id}: system: nvidia-smi not found"), info[node]["reason"]
+    assert info["n2"]["reason"] == "admin: fan 3 replaced"  # never touched
+    assert "n2   warning     skipped: DRAIN+IDLE, drained by someone else " \
+           "(admin: fan 3 replaced): left alone" in out
+    assert data["hosts"]["n2"]["validation"].startswith("skipped")
+    assert not (logs / "n2").exists()
+    assert cluster.reservations() == []
+
+
+def test_resume_passed_takes_back_gpuprov_drained_nodes_that_now_pass(cluster, run):
+    cluster.drain("n1", "gpuprov 20261101T000000.000Z-0000: stress: GPU 0 too hot")
+    cluster.drain("n3", "admin: do not touch")
+    rc, out, err, data, logs = run(vars_={"validate_args": passing(cluster)}, resume_passed=True)
+    assert rc == 0, out + err
+    info = cluster.node_info()
+    assert info["n1"]["state"] == "idle" and not info["n1"].get("state_flags")
+    assert data["hosts"]["n1"]["validation"].endswith("(resumed)")
+    assert info["n3"]["reason"] == "admin: do not touch"
+    record = json.loads((logs / "hpc1" / run_id_of(logs) / "slurm.json").read_text())
+    assert record["nodes"]["n1"]["taken_back"] is True
+    assert record["reservation"].startswith("gpuprov-")
+    assert cluster.reservations() == []  # the reservation went with the run
+
+
+def test_resume_passed_drains_again_a_node_that_still_fails(cluster, run):
+    cluster.drain("n2", "gpuprov 20261101T000000.000Z-0000: system: no driver")
+    rc, out, err, data, logs = run(vars_={"validate_args": "--checks system"},
+                                   resume_passed=True)
+    assert rc == 1
+    info = cluster.node_info()
+    assert info["n2"]["state_flags"] == ["DRAIN"]
+    assert info["n2"]["reason"].startswith(f"gpuprov {run_id_of(logs)}: system: ")
+    # without --drain-failed the nodes that were open stay open
+    assert not info["n1"].get("state_flags") and not info["n3"].get("state_flags")
+
+
+def node_tasks(cluster: SlurmCluster, node: str) -> list[int]:
+    """PIDs of this cluster's job tasks on `node` (by SLURMD_NODENAME in their environment)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (f"SLURM_CONF={cluster.conf}".encode() in environ
+                and f"SLURMD_NODENAME={node}".encode() in environ):
+            found.append(int(entry))
+    return found
+
+
+def parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_node_that_dies_mid_job_is_not_validated(cluster, tmp_path):
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({"hosts": {"hpc1": {
+        "connection": "local", "slurm": {"partition": "debug", "conf": str(cluster.conf)},
+        "vars": {"validate_args": passing(cluster)}}}}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "validate", "--host",
+         "hpc1", "--inventory", str(inventory), "--json", str(tmp_path / "r.json")],
+        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    try:
+        # n2's task has started: kill its slurmd, its slurmstepd and the task, as a power cut
+        assert wait_until(lambda: node_tasks(cluster, "n2"), 60), "n2's task never started"
+        tasks = node_tasks(cluster, "n2")
+        steps = {parent(t) for t in tasks} - set(tasks)
+        for pid in [cluster.slurmd_pid("n2"), *steps, *tasks]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not alive(cluster.slurmd_pid("n2"))
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["hosts"]["n2"]["validation"].startswith("not validated: the node failed"), out
+    assert proc.returncode == 1
+    for node in ("n1", "n3"):
+        assert data["hosts"][node]["validation"].startswith("passed"), out
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"partition": "nope"}, "slurm.partition 'nope' is not a partition of the cluster "
+                            "(it has: debug, gpu)"),
+    ({"nodes": "n[2-9]"}, "slurm.nodes names nodes the cluster does not have: n4, n5"),
+])
+def test_an_unknown_partition_or_node_is_one_line_and_exit_2(cluster, run, spec, message):
+    rc, out, err, data, logs = run(slurm_extra=spec)
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], err
+    assert "inventory.yaml:" in lines[0]
+    # nothing ran on the nodes: no node folders
+    assert not [p for p in logs.iterdir() if p.name != "hpc1"] if logs.exists() else True
