@@ -159,7 +159,8 @@ class _ClusterRun:
     # ------------------------------------------------------------------ the run
     def run(self) -> None:
         session = self.session
-        session.gather_facts(session.var_facts)
+        if session.var_facts != set():  # the login node's facts, only when a var reads one
+            session.gather_facts(session.var_facts)
         session.build_context()
         user, nodes, wanted = self.survey()
         plan = plan_nodes(nodes, self.settings.partition, wanted, self.job.resume_passed)
