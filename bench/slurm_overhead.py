@@ -7,9 +7,9 @@ As root, with Slurm installed (`.ci/setup --dev`): starts a real test cluster pe
 times `gpuprov validate --host hpc1` in this process, from the call to its return: the
 login-node survey, the srun of one task per node with the package on stdin, every node's
 results home and stored, slurm.json written. The overhead is that time minus the validation's
-own: the longest `elapsed_s` a node's results.json reports (the nodes run in parallel). The
-validation is the cheapest real one (`--checks xid` of an empty kernel log), so what is left is
-the route. `srun line`: the srun command alone, as the login node saw it (the rest of
+own: the longest time a node spent in `python3 -m validate`, timed on the node (`validate_s`
+in slurm.json; the nodes run in parallel). The validation is the cheapest real one
+(`--checks xid` of an empty kernel log). `srun line`: the srun command alone, as the login node saw it (the rest of
 `total` is the control side: inventory, survey, storing results). Target (issue 25): at most
 2 s, growing no more than linearly with the nodes.
 
@@ -52,14 +52,10 @@ def one_run(cluster: SlurmCluster, work: Path) -> dict[str, float]:
     total = time.monotonic() - started
     if rc != 0:
         raise SystemExit(f"the run failed (exit {rc}):\n{shown.getvalue()[-3000:]}")
-    own = []
-    for node in cluster.nodes:
-        (run_dir,) = list((logs / node).iterdir())
-        own.append(json.loads((run_dir / "results.json").read_text())["elapsed_s"])
     (record_dir,) = list((logs / "hpc1").iterdir())
     record = json.loads((record_dir / "slurm.json").read_text())
-    return {"total": total, "validation": max(own), "overhead": total - max(own),
-            "srun": record["job_s"]}
+    own = max(node["validate_s"] for node in record["nodes"].values())
+    return {"total": total, "validation": own, "overhead": total - own, "srun": record["job_s"]}
 
 
 def bare_srun(cluster: SlurmCluster) -> float:
@@ -78,10 +74,10 @@ def main() -> int:
     if why:
         print(f"cannot run: {why}", file=sys.stderr)
         return 2
-    print(f"{'nodes':>5}  {'overhead median':>15}  {'min':>6}  {'max':>6}  "
-          f"{'total':>6}  {'srun line':>9}  {'validation':>10}  {'bare srun':>9}")
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"{'nodes':>5}  {'overhead median':>15}  {'min':>6}  {'max':>6}  "
+          f"{'total':>6}  {'srun line':>9}  {'validation':>10}  {'bare srun':>9}")
     for count in [int(c) for c in options.nodes.split(",")]:
         cluster = SlurmCluster(count)
         try:

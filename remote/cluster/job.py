@@ -38,10 +38,13 @@ def task_script(token: str, python: str, args: list[str]) -> str:
             f'{{ echo "$M unpacked {UNPACK_FAILED}"; exit {UNPACK_FAILED}; }}\n'
             "trap 'cd /; rm -rf \"$D\"' EXIT\n"
             f'tar -xzf - -C "$D" || {{ echo "$M unpacked {UNPACK_FAILED}"; exit {UNPACK_FAILED}; }}\n'
+            # the validation's own wall time on the node, in ns (GNU date; elsewhere the
+            # words are not numbers and are ignored)
+            's=$(date +%s%N)\n'
             f'cd "$D" && PYTHONUNBUFFERED=1 {shlex.quote(python)} -m validate --out "$D/out" '
             f'{quoted} </dev/null 2>&1\n'
             'rc=$?\n'
-            'echo "$M results $rc"\n'
+            'echo "$M results $rc $s $(date +%s%N)"\n'
             '[ -d "$D/out" ] && (cd "$D/out" && tar -czf - .) | base64\n'
             'echo "$M end"\n'
             'exit $rc\n')
@@ -83,6 +86,7 @@ class Task:
     started: float = 0.0
     ended: float = 0.0
     rc: Optional[int] = None
+    validate_s: Optional[float] = None  # `python -m validate`'s wall time, as the node timed it
     unpack_failed: bool = False
     in_results: bool = False
     complete: bool = False      # the end marker came: the results tarball is whole
@@ -159,8 +163,10 @@ class JobOutput:
             return  # a task that never named a node of this run: nothing it says is kept
         elif kind == "unpacked":
             task.unpack_failed = True
-        elif kind == "results" and len(words) == 2 and words[1].lstrip("-").isdigit():
+        elif kind == "results" and len(words) >= 2 and words[1].lstrip("-").isdigit():
             task.rc, task.in_results = int(words[1]), True
+            if len(words) == 4 and words[2].isdigit() and words[3].isdigit():
+                task.validate_s = max(0, int(words[3]) - int(words[2])) / 1e9
         elif kind == "end" and task.in_results:
             task.in_results, task.complete, task.ended = False, True, time.monotonic()
 

@@ -74,6 +74,7 @@ class NodeRecord:
     ok: bool = False
     rc: Optional[int] = None
     elapsed_s: float = 0.0
+    validate_s: Optional[float] = None
     resumed: bool = False
     drained: str = ""        # the reason it was drained with
     gate_error: str = ""     # why draining it failed
@@ -82,7 +83,9 @@ class NodeRecord:
     def to_json(self) -> dict[str, Any]:
         return {"state_before": self.node.state, "reason_before": self.node.reason,
                 "verdict": self.verdict, "ok": self.ok, "exit_status": self.rc,
-                "elapsed_s": round(self.elapsed_s, 3), "taken_back": self.resumed,
+                "elapsed_s": round(self.elapsed_s, 3),
+                "validate_s": None if self.validate_s is None else round(self.validate_s, 3),
+                "taken_back": self.resumed,
                 "drained_with": self.drained or None, "drain_error": self.gate_error or None}
 
 
@@ -323,7 +326,7 @@ class _ClusterRun:
         elif task.unpack_failed:
             record.verdict = "not validated: the package did not unpack on the node"
         else:
-            record.rc = task.rc
+            record.rc, record.validate_s = task.rc, task.validate_s
             archive = task.archive()
             record.elapsed_s = (task.ended or time.monotonic()) - task.started
             if archive == b"":
