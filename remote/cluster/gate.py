@@ -26,8 +26,9 @@ from .nodes import GPUPROV_PREFIX
 
 # Slurm sets no length limit on a node's reason: scontrol's update_node.c copies it whole, and
 # 22.05 stored and printed 5000 characters on the test cluster (measured). The cut is gpuprov's
-# own (unsourced): one screen line of `sinfo -R` is enough to say what failed and what to do.
-REASON_MAX = 256
+# own (unsourced), the same as `validate --health --slurm-drain`'s: enough for what failed and
+# what to do, short enough for a line of `sinfo -R`.
+REASON_MAX = 200
 RESULTS_MAX_BYTES = 16 << 20  # as the engine's summarize: a larger results.json is not read
 
 
