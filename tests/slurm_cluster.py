@@ -73,10 +73,13 @@ def alive(pid: int) -> bool:
 
 class SlurmCluster:
     """`nodes` fake nodes n1..nN in partition `debug` (and `gpu`, the same nodes), each with
-    `gpus` fake GPUs. `conf_extra`: more slurm.conf lines."""
+    `gpus` fake GPUs. `conf_extra`: more slurm.conf lines; `scripts`: executable files written
+    into the cluster's folder first (name -> text); `{dir}` in either is that folder.
+    `wait_idle=False`: return once the daemons run (a health check may drain nodes at once)."""
 
     def __init__(self, nodes: int = 3, gpus: int = 2, conf_extra: str = "",
-                 name: str = "gpuprovtest"):
+                 name: str = "gpuprovtest", scripts: Optional[dict[str, str]] = None,
+                 wait_idle: bool = True):
         self.count = nodes
         self.gpus = gpus
         self.name = name
@@ -88,10 +91,11 @@ class SlurmCluster:
         self.pids: dict[str, int] = {}
         # controller, its unused SlurmdPort, one port per node, then 100 for srun
         self.base = free_port_block(2 + nodes + 100)
-        self.conf_extra = conf_extra
+        self.conf_extra = conf_extra.replace("{dir}", str(self.dir))
+        self.scripts = {k: v.replace("{dir}", str(self.dir)) for k, v in (scripts or {}).items()}
         try:
             self._write()
-            self._start()
+            self._start(wait_idle)
         except BaseException:
             self.stop()
             raise
@@ -103,6 +107,9 @@ class SlurmCluster:
             (d / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(d / "munge", 0o755)     # slurm.md gotcha 5: 755 or non-root clients fail
         os.chmod(d / "munge/key", 0o700)
+        for script, text in self.scripts.items():
+            (d / script).write_text(text)
+            os.chmod(d / script, 0o755)
         for index in range(self.gpus):
             device = d / "dev" / f"gpu{index}"
             # slurm.md gotcha 2: a GPU needs File=; a clone of /dev/null is a clean char device
@@ -167,7 +174,7 @@ PartitionName=gpu Nodes=ALL MaxTime=INFINITE State=UP
         self.pids[key] = proc.pid
         return proc.pid
 
-    def _start(self) -> None:
+    def _start(self, wait_idle: bool) -> None:
         d = self.dir
         key = d / "munge/key/munge.key"
         subprocess.run([_which("mungekey"), "--create", f"--keyfile={key}"], check=True,
@@ -183,7 +190,8 @@ PartitionName=gpu Nodes=ALL MaxTime=INFINITE State=UP
                    "slurmctld to answer ping")
         for node in self.nodes:
             self.start_node(node)
-        self.wait_idle(self.nodes)
+        if wait_idle:
+            self.wait_idle(self.nodes)
 
     def start_node(self, node: str) -> int:
         return self._daemon(f"slurmd-{node}", [_which("slurmd"), "-D", "-N", node,

@@ -216,3 +216,37 @@ def test_an_unknown_partition_or_node_is_one_line_and_exit_2(cluster, run, spec,
     assert "inventory.yaml:" in lines[0]
     # nothing ran on the nodes: no node folders
     assert not [p for p in logs.iterdir() if p.name != "hpc1"] if logs.exists() else True
+
+
+HEALTH_SCRIPT = """#!/bin/sh
+# Slurm runs a HealthCheckProgram with SLURMD_NODENAME alone: no PATH (validate finds scontrol
+# by itself), no SLURM_CONF (this cluster's slurm.conf is in no standard place: given here)
+SLURM_CONF={dir}/etc/slurm.conf; export SLURM_CONF
+cd %(repo)s && exec %(python)s -m validate --health --slurm-drain --kernel-log {dir}/kernel.log \\
+  >> {dir}/log/health-$SLURMD_NODENAME.log 2>&1
+"""
+
+
+def test_the_health_check_drains_its_node_through_slurmd(tmp_path):
+    """`validate --health --slurm-drain` as Slurm's HealthCheckProgram (issue 25, point 4):
+    with no GPU here every node cannot be checked, and each drains itself."""
+    why = missing_reason()
+    if why:
+        pytest.skip(why)
+    health = REPO / "validate" / "health.py"
+    if not health.exists() or "--slurm-drain" not in health.read_text():
+        pytest.skip("validate --health --slurm-drain is not in this tree yet (issue 25, "
+                    "point 4)")
+    script = HEALTH_SCRIPT % {"repo": REPO, "python": sys.executable}
+    cluster = SlurmCluster(3, conf_extra="HealthCheckProgram={dir}/health.sh\n"
+                                         "HealthCheckInterval=2\nHealthCheckNodeState=ANY",
+                           scripts={"health.sh": script, "kernel.log": ""}, wait_idle=False)
+    try:
+        def all_drained() -> bool:
+            info = cluster.node_info()
+            return all(info[n].get("state_flags") == ["DRAIN"] for n in cluster.nodes)
+        assert wait_until(all_drained, 60), cluster.log_tail()
+        for record in cluster.node_info().values():
+            assert record["reason"].startswith("gpuprov health: could not check"), record
+    finally:
+        cluster.stop()
