@@ -151,6 +151,29 @@ def test_resume_passed_drains_again_a_node_that_still_fails(cluster, run):
     assert not info["n1"].get("state_flags") and not info["n3"].get("state_flags")
 
 
+def test_a_login_node_reached_over_ssh_works_the_same(cluster, farm, work, capsys):
+    """The login node over SSH as a plain user (no root, no shared folder with gpuprov): the
+    package crosses SSH on stdin, then srun's stdin to every node."""
+    from remote import cli
+
+    inventory = work / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({
+        "known_hosts": [str(farm.known_hosts)],
+        "hosts": {"login": dict(farm.host_entry(farm.addresses[0]), slurm={
+            "partition": "gpu", "nodes": "n[1-2]", "conf": str(cluster.conf)},
+            vars={"validate_args": passing(cluster)})}}))
+    rc = cli.validate(host="login", inventory=str(inventory), json_path=str(work / "r.json"),
+                      logs_dir=str(work / "logs"))
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    data = json.loads((work / "r.json").read_text())["hosts"]
+    assert sorted(data) == ["login", "n1", "n2"]  # nodes: n[1-2] of the partition
+    run_id = next((work / "logs" / "login").iterdir()).name
+    record = json.loads((work / "logs" / "login" / run_id / "slurm.json").read_text())
+    assert record["user"] == farm.user
+    assert all((work / "logs" / n / run_id / "results.json").exists() for n in ("n1", "n2"))
+
+
 def node_tasks(cluster: SlurmCluster, node: str) -> list[int]:
     """PIDs of this cluster's job tasks on `node` (by SLURMD_NODENAME in their environment)."""
     found = []
