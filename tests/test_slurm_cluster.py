@@ -151,6 +151,22 @@ def test_resume_passed_drains_again_a_node_that_still_fails(cluster, run):
     assert not info["n1"].get("state_flags") and not info["n3"].get("state_flags")
 
 
+def test_a_job_slurm_refuses_drains_nothing_and_restores_what_it_took_back(cluster, run):
+    """srun refused the job (a feature no node has): no node was judged, so none is drained
+    for it, and the node taken back is drained again with the reason it had."""
+    old = "gpuprov 20261101T000000.000Z-0000: system: no driver"
+    cluster.drain("n1", old)
+    rc, out, err, data, logs = run(slurm_extra={"extra_args": ["--constraint=nosuchfeature"]},
+                                   vars_={"validate_args": passing(cluster)},
+                                   drain_failed=True, resume_passed=True)
+    assert rc == 1
+    assert data["hosts"]["hpc1"]["validation"].startswith("not validated: srun started no task")
+    info = cluster.node_info()
+    assert "DRAIN" in info["n1"]["state_flags"] and info["n1"]["reason"] == old
+    assert not info["n2"].get("state_flags") and not info["n3"].get("state_flags")
+    assert cluster.reservations() == []
+
+
 def test_a_login_node_reached_over_ssh_works_the_same(cluster, farm, work, capsys):
     """The login node over SSH as a plain user (no root, no shared folder with gpuprov): the
     package crosses SSH on stdin, then srun's stdin to every node."""

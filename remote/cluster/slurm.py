@@ -76,6 +76,7 @@ class NodeRecord:
     elapsed_s: float = 0.0
     validate_s: Optional[float] = None
     resumed: bool = False
+    judged: bool = False     # its task ran (or its node failed): the verdict is the node's
     drained: str = ""        # the reason it was drained with
     gate_error: str = ""     # why draining it failed
     results: Optional[Path] = None
@@ -318,6 +319,7 @@ class _ClusterRun:
         record = self.records[name]
         task = output.by_node.get(name)
         lost = name in output.failed_nodes
+        record.judged = task is not None or lost
         if task is None:
             why = ("the node failed before its task started" if lost else
                    f"its task never started (srun exit {rc}: "
@@ -351,16 +353,17 @@ class _ClusterRun:
     def gate_after(self) -> None:
         """Drain the nodes that did not pass (all of them with --drain-failed; those taken
         back in any case), then drop the reservation. Runs even when the run was interrupted
-        (commands not cancellable): a node taken back never stays open unvalidated."""
+        (commands not cancellable): a node taken back never stays open unvalidated. A node
+        whose task never ran (srun refused, Ctrl-C) was not judged: it is not drained for
+        it, and one taken back gets its old reason again."""
         drains: dict[str, str] = {}
         for name, record in self.records.items():
             if record.ok or not (self.job.drain_failed or record.resumed):
                 continue
-            if record.resumed and record.results is None and record.node.reason:
-                reason = record.node.reason  # never judged: it keeps the reason it had
-            else:
-                reason = gate.drain_reason(self.run_id, record.results, record.verdict)
-            drains[name] = reason
+            if record.judged:
+                drains[name] = gate.drain_reason(self.run_id, record.results, record.verdict)
+            elif record.resumed:
+                drains[name] = record.node.reason
         if drains:
             script = gate.each_node_command({n: gate.drain_command(n, r)
                                              for n, r in drains.items()})
@@ -413,6 +416,10 @@ class _ClusterRun:
         drained = [n for n, r in self.records.items() if r.drained]
         if drained:
             parts.append(f"drained {','.join(drained)}")
+        if not self.failure and not any(r.judged for r in self.records.values()):
+            messages = self.record.get("srun_messages") or []
+            self.failure = (f"srun started no task (exit {self.record.get('srun_exit_status')}: "
+                            f"{messages[-1] if messages else 'no message'})")
         if self.failure:
             self.conclude(f"not validated: {self.failure}", False)
             return
