@@ -242,6 +242,39 @@ def test_a_node_that_dies_mid_job_is_not_validated(cluster, tmp_path):
         assert data["hosts"][node]["validation"].startswith("passed"), out
 
 
+def test_an_interrupted_run_leaves_a_taken_back_node_drained_as_it_was(cluster, tmp_path):
+    """SIGTERM (as Ctrl-C) while the nodes validate: exit 130, nothing judged, the node taken
+    back drained again with its old reason, the reservation gone."""
+    old = "gpuprov 20261101T000000.000Z-0000: system: no driver"
+    cluster.drain("n1", old)
+    slow = tmp_path / "slowpy"
+    slow.write_text("#!/bin/sh\nsleep 60\nexec python3 \"$@\"\n")
+    slow.chmod(0o755)
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({"hosts": {"hpc1": {
+        "connection": "local", "slurm": {"partition": "debug", "conf": str(cluster.conf)},
+        "vars": {"validate_python": str(slow), "validate_args": passing(cluster)}}}}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "validate", "--host",
+         "hpc1", "--inventory", str(inventory), "--resume-passed", "--drain-failed"],
+        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    try:
+        assert wait_until(lambda: node_tasks(cluster, "n1"), 60), "n1's task never started"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out
+    info = cluster.node_info()
+    assert "DRAIN" in info["n1"]["state_flags"] and info["n1"]["reason"] == old, out
+    # not judged: not drained (COMPLETING while the cancelled job ends is fine)
+    assert all("DRAIN" not in (info[n].get("state_flags") or []) for n in ("n2", "n3")), out
+    assert cluster.reservations() == []
+    assert wait_until(lambda: not node_tasks(cluster, "n1"), 30)  # the job went with it
+
+
 @pytest.mark.parametrize("spec, message", [
     ({"partition": "nope"}, "slurm.partition 'nope' is not a partition of the cluster "
                             "(it has: debug, gpu)"),

@@ -120,7 +120,7 @@ def test_srun_line_quotes_every_value_and_keeps_gpuprovs_own_options(tmp_path):
                          "      account: ops\n      time: 30\n      gpus_per_node: h100:8\n"
                          "      extra_args: ['--constraint=a b']\n")
     settings = load_inventory(inventory).hosts["hpc1"].slurm
-    line = srun_command(settings, ["g1", "g2"], "echo $HOME; rm -rf /", "resv")
+    line = srun_command(settings, ["g1", "g2"], "echo $HOME; rm -rf /", "gpuprov-RUN", "resv")
     assert "--nodelist=g1,g2" in line and "--gpus-per-node=h100:8" in line
     assert "--time=30" in line and "--reservation=resv" in line and "--account=ops" in line
     assert "'--constraint=a b'" in line and "'echo $HOME; rm -rf /'" in line

@@ -109,9 +109,15 @@ def resume_command(nodes: list[str]) -> str:
     return f"scontrol update nodename={shlex.quote(','.join(nodes))} state=resume"
 
 
-def reservation_name(run_id: str) -> str:
-    """A reservation name from the run id (letters, digits, '-', '_' only)."""
+def run_name(run_id: str) -> str:
+    """The run's name in Slurm (its job and its reservation): letters, digits, '-', '_'."""
     return "gpuprov-" + "".join(c if c.isalnum() else "_" for c in run_id)
+
+
+def cancel_command(job_name: str, user: str) -> str:
+    """Cancel the run's job: srun killed before it could (a cancelled run's command is
+    stopped hard) leaves its allocation behind, and the reservation cannot go while it runs."""
+    return f"scancel --name={shlex.quote(job_name)} --user={shlex.quote(user)}"
 
 
 def reserve_command(name: str, user: str, nodes: list[str], minutes: int) -> str:

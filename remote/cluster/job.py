@@ -50,12 +50,12 @@ def task_script(token: str, python: str, args: list[str]) -> str:
             'exit $rc\n')
 
 
-def srun_command(settings: SlurmSettings, nodes: list[str], script: str,
+def srun_command(settings: SlurmSettings, nodes: list[str], script: str, job_name: str,
                  reservation: Optional[str] = None) -> str:
     """srun from the login node: one task per node on exactly `nodes`, each with the node to
     itself (`--exclusive`) and its GPUs, output labelled by task; a task failing or a node
     dying never stops the others (`--kill-on-bad-exit=0`, `--no-kill`)."""
-    args = ["srun", "--job-name=gpuprov-validate", f"--partition={settings.partition}",
+    args = ["srun", f"--job-name={job_name}", f"--partition={settings.partition}",
             f"--nodes={len(nodes)}", "--ntasks-per-node=1", f"--ntasks={len(nodes)}",
             f"--nodelist={','.join(nodes)}", "--exclusive", "--no-kill",
             "--kill-on-bad-exit=0", "--input=all", "--label", "--export=ALL"]

@@ -28,7 +28,7 @@ from ..engine.jobs.logs import OUTCOME, summarize
 from ..engine.jobs.validate import Validate, suite_args
 from ..engine.results import HostResult, Outcome
 from ..engine.session import HostSession
-from ..errors import CommandTimeout, InputError, PullError
+from ..errors import CommandTimeout, InputError, Interrupted, PullError
 from ..fileio import write_atomic
 from ..transport.connection import LineSplitter
 from ..transport.transfer import COMMIT_FILE, PullLimits, publish_pull
@@ -155,6 +155,8 @@ class _ClusterRun:
         self.reservation: Optional[str] = None
         self.records: dict[str, NodeRecord] = {}
         self.failure = ""  # why the Slurm side failed, once it did
+        self.user = "root"
+        self.srun_running = False  # srun started and did not end by itself (Ctrl-C, timeout)
         self.started = time.time()
         self.record: dict[str, Any] = state.record
         self.record.update(cluster=self.name, run=self.run_id, partition=settings.partition,
@@ -169,7 +171,7 @@ class _ClusterRun:
         user, nodes, wanted = self.survey()
         plan = plan_nodes(nodes, self.settings.partition, wanted, self.job.resume_passed)
         self.record_skips(plan.skipped, plan.down)
-        self.record["user"] = user
+        self.record["user"] = self.user = user
         if not plan.validate:
             self.conclude("no node of the partition can be validated now", False)
             return
@@ -181,6 +183,11 @@ class _ClusterRun:
             self.run_job([n.name for n in plan.validate])
         except _SlurmFailed as exc:
             self.failure = str(exc)
+        except Interrupted:
+            self.failure = "interrupted"
+            for record in self.records.values():
+                record.verdict = "not validated: interrupted"
+            raise
         finally:
             self.gate_after()
             self.finish()
@@ -252,7 +259,7 @@ class _ClusterRun:
 
     # ------------------------------------------------------------------ 3. gate before
     def reserve(self, user: str, nodes: list[Node], resume: list[Node]) -> None:
-        name = gate.reservation_name(self.run_id)
+        name = gate.run_name(self.run_id)
         minutes = int(self.job.inner.timeout // 60) + 10
         script = gate.reserve_command(name, user, [n.name for n in nodes], minutes)
         if resume:
@@ -279,7 +286,7 @@ class _ClusterRun:
         args = suite_args(self.job.inner.suite, context)
         token = secrets.token_hex(8)
         command = srun_command(settings, names, task_script(token, python, args),
-                               self.reservation)
+                               gate.run_name(self.run_id), self.reservation)
         limits = PullLimits.from_env()
         reporter = session.reporter
         output = JobOutput(token, names, limits.archive_bytes,
@@ -294,11 +301,13 @@ class _ClusterRun:
         self.record["srun"] = command.split(" /bin/sh -c ")[0]
         started = time.monotonic()
         rc: Optional[int] = None
+        self.srun_running = True
         try:
             res = session.conn.run(with_conf(settings, command), stdin=self.job.inner.package,
                                    timeout=self.job.inner.timeout,
                                    on_output=lambda stream, text: splitters[stream](stream, text))
             rc = res.rc
+            self.srun_running = False
         except CommandTimeout as exc:
             output.messages.append(f"gpuprov: {exc}")
         finally:
@@ -356,6 +365,8 @@ class _ClusterRun:
         (commands not cancellable): a node taken back never stays open unvalidated. A node
         whose task never ran (srun refused, Ctrl-C) was not judged: it is not drained for
         it, and one taken back gets its old reason again."""
+        if self.srun_running:
+            self._cancel_job()
         drains: dict[str, str] = {}
         for name, record in self.records.items():
             if record.ok or not (self.job.drain_failed or record.resumed):
@@ -377,8 +388,33 @@ class _ClusterRun:
                     self.records[name].gate_error = said or f"scontrol exit {rc}"
                     self.session.reporter.warning(name, f"could not drain: {said}")
         if self.reservation:
-            self._admin(gate.each_node_command({"reservation": gate.unreserve_command(
-                self.reservation)}))
+            self.unreserve(self.reservation)
+
+    def _cancel_job(self) -> None:
+        script = with_conf(self.settings, gate.cancel_command(gate.run_name(self.run_id),
+                                                              self.user))
+        try:
+            res = self.session.conn.run(script, timeout=GATE_TIMEOUT_S, cancellable=False)
+        except CommandTimeout as exc:
+            self.session.log.event(f"slurm: scancel {exc}")
+            return
+        self.session.log.command("slurm", script, res.rc, res.elapsed_s, res.out, res.err)
+        self.record["job_cancelled"] = res.rc == 0
+
+    def unreserve(self, name: str) -> None:
+        """Delete the run's reservation. Slurm refuses while a job of it still runs (a
+        cancelled srun's job takes a moment to end): tried again for up to GATE_TIMEOUT_S."""
+        deadline = time.monotonic() + GATE_TIMEOUT_S
+        while True:
+            rc, said = self._admin(gate.each_node_command(
+                {"reservation": gate.unreserve_command(name)})).get("reservation", (1, ""))
+            if rc == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+        if rc != 0:
+            self.session.reporter.warning(self.name, f"could not delete reservation {name} "
+                                                     f"({said}); it ends by itself")
+        self.record["reservation_deleted"] = rc == 0
 
     def _admin(self, script: str) -> dict[str, tuple[int, str]]:
         try:
