@@ -170,6 +170,9 @@ class _ClusterRun:
         session.build_context()
         user, nodes, wanted = self.survey()
         plan = plan_nodes(nodes, self.settings.partition, wanted, self.job.resume_passed)
+        # the node names join the host names in the first column of every line
+        shown = [n.name for n in plan.validate] + [n.name for n, _ in plan.skipped + plan.down]
+        session.reporter.width = max([session.reporter.width] + [len(n) for n in shown])
         self.record_skips(plan.skipped, plan.down)
         self.record["user"] = self.user = user
         if not plan.validate:
