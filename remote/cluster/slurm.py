@@ -57,8 +57,7 @@ def split_sections(out: str) -> dict[str, str]:
     sections: dict[str, list[str]] = {}
     current: Optional[list[str]] = None
     for line in out.splitlines():
-        if line.startswith("@@") and line[2:].isalpha() and line[2:] in ("user", "hostnames",
-                                                                          "nodes", "failed"):
+        if line in ("@@user", "@@hostnames", "@@nodes", "@@failed"):
             current = sections.setdefault(line[2:], [])
         elif current is not None:
             current.append(line)
