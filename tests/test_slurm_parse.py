@@ -100,7 +100,7 @@ def test_labelled_output_is_split_per_node_and_foreign_claims_are_ignored():
     assert started == [("n1", "42"), ("n2", "42")]
     assert seen == [("n1", "[system] FAIL"), ("n2", "hello")]
     n1, n2 = out.by_node["n1"], out.by_node["n2"]
-    assert n1.rc == 1 and tarfile.open(fileobj=io.BytesIO(n1.archive())).getnames()
+    assert n1.rc == 1 and tarfile.open(fileobj=n1.archive()).getnames()
     assert n2.archive() is None  # no end marker: cut short, never taken as whole
     assert out.failed_nodes == {"n2"}
 
@@ -112,6 +112,15 @@ def test_results_past_the_cap_are_refused():
         out.stdout(line)
     assert out.by_node["n1"].archive() is None
     assert "over" in out.by_node["n1"].refused
+
+
+def test_results_that_are_not_base64_are_refused():
+    out = JobOutput("t", ["n1"], 1 << 20, lambda n, j: None, lambda n, t: None, lambda t: None)
+    for line in ["0: @@gpuprov-t start n1 1", "0: @@gpuprov-t results 0", "0: not*base64!",
+                 "0: @@gpuprov-t end"]:
+        out.stdout(line)
+    assert out.by_node["n1"].archive() is None
+    assert out.by_node["n1"].refused == "its results were not valid base64"
 
 
 def test_srun_line_quotes_every_value_and_keeps_gpuprovs_own_options(tmp_path):

@@ -15,9 +15,10 @@ import base64
 import binascii
 import re
 import shlex
+import tempfile
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import BinaryIO, Callable, Optional
 
 from ..config.slurm import SlurmSettings
 
@@ -90,18 +91,43 @@ class Task:
     unpack_failed: bool = False
     in_results: bool = False
     complete: bool = False      # the end marker came: the results tarball is whole
-    chunks: list[bytes] = field(default_factory=list)
+    # the tarball, decoded line by line into an unnamed file: never whole in memory (a node
+    # may send up to the pull cap, and 16 nodes at once)
+    file: Optional[BinaryIO] = None
     size: int = 0
     refused: str = ""           # why its results were refused
 
-    def archive(self) -> Optional[bytes]:
+    def add(self, line: bytes, cap: int) -> None:
+        if self.refused:
+            return
+        try:
+            data = base64.b64decode(line, validate=True)  # `base64` wraps at 76: whole quanta
+        except (binascii.Error, ValueError):
+            self.drop("its results were not valid base64")
+            return
+        self.size += len(data)
+        if self.size > cap:
+            self.drop(f"its results are over {cap >> 20} MiB")
+            return
+        if self.file is None:
+            self.file = tempfile.TemporaryFile(prefix="gpuprov-slurm-")
+        self.file.write(data)
+
+    def drop(self, why: str) -> None:
+        self.refused = why
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+    def archive(self) -> Optional[BinaryIO]:
+        """The whole tarball at its start (an empty file when none was sent), or None when
+        it was cut short or refused."""
         if not self.complete or self.refused:
             return None
-        try:
-            return base64.b64decode(b"".join(self.chunks), validate=True)
-        except (binascii.Error, ValueError):
-            self.refused = "its results were not valid base64"
-            return None
+        if self.file is None:
+            self.file = tempfile.TemporaryFile(prefix="gpuprov-slurm-")
+        self.file.seek(0)
+        return self.file
 
 
 class JobOutput:
@@ -113,7 +139,7 @@ class JobOutput:
                  on_srun: Callable[[str], None]):
         self.marker = f"@@gpuprov-{token} "
         self.expected = set(nodes)
-        self.max_b64 = max_bytes * 4 // 3 + 4
+        self.max_bytes = max_bytes
         self.tasks: dict[int, Task] = {}
         self.by_node: dict[str, Task] = {}
         self.failed_nodes: set[str] = set()
@@ -171,10 +197,11 @@ class JobOutput:
             task.in_results, task.complete, task.ended = False, True, time.monotonic()
 
     def _chunk(self, task: Task, text: str) -> None:
-        data = text.strip().encode("ascii", "replace")
-        task.size += len(data)
-        if task.size > self.max_b64:
-            task.refused = f"its results are over {self.max_b64 * 3 // 4 >> 20} MiB"
-            task.chunks = []
-        elif not task.refused:
-            task.chunks.append(data)
+        task.add(text.strip().encode("ascii", "replace"), self.max_bytes)
+
+    def close(self) -> None:
+        """Release every task's file (after the results were stored)."""
+        for task in self.tasks.values():
+            if task.file is not None:
+                task.file.close()
+                task.file = None

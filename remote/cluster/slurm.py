@@ -322,8 +322,11 @@ class _ClusterRun:
         self.record.update(job_id=job_ids[0] if len(job_ids) == 1 else job_ids,
                            srun_exit_status=rc, srun_messages=output.messages,
                            job_s=round(time.monotonic() - started, 3))
-        for name in names:
-            self.collect(name, output, rc)
+        try:
+            for name in names:
+                self.collect(name, output, rc)
+        finally:
+            output.close()
 
     # ------------------------------------------------------------------ 5. results home
     def collect(self, name: str, output: JobOutput, rc: Optional[int]) -> None:
@@ -342,7 +345,7 @@ class _ClusterRun:
             record.rc, record.validate_s = task.rc, task.validate_s
             archive = task.archive()
             record.elapsed_s = (task.ended or time.monotonic()) - task.started
-            if archive == b"":
+            if archive is not None and task.size == 0:
                 record.verdict = f"not validated: validate left no results (exit {task.rc})"
             elif archive is None:
                 why = task.refused or ("the node failed mid-job (srun: Node failure on "
