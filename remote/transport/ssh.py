@@ -73,13 +73,9 @@ class SSHConnection(BaseConnection):
                           "auth_timeout": self.timeouts.auth,
                           "channel_timeout": self.timeouts.auth,
                           "transport_factory": _ClientTransport}
-        if self.host.identity_file:
-            path = os.path.expanduser(self.host.identity_file)
-            key = _private_key(path)
-            if key is not None:
-                connect_kwargs["pkey"] = key
-            else:  # paramiko reads it again and reports what is wrong with it
-                connect_kwargs["key_filename"] = path
+        identity = os.path.expanduser(self.host.identity_file) if self.host.identity_file \
+            else None
+        connect_kwargs.update(_key_sources(identity, self.host.ssh_agent))
         where = f"{self.host.address}:{self.host.port}"
         if self.gateway is not None:
             self.gateway.open()
@@ -93,6 +89,12 @@ class SSHConnection(BaseConnection):
             self.host.address, user=self.host.user, port=self.host.port,
             config=_fabric_config(), connect_timeout=negotiation_s,
             connect_kwargs=connect_kwargs, gateway=self.gateway.fabric if self.gateway else None)
+        if identity is not None:
+            # Fabric adds ssh_config's IdentityFile entries to key_filename; the inventory's
+            # key is the only one offered (OpenSSH's IdentitiesOnly).
+            self.fabric.connect_kwargs.pop("key_filename", None)
+            if "pkey" not in connect_kwargs:
+                self.fabric.connect_kwargs["key_filename"] = identity
         self.known_hosts.install(self.fabric.client, self.host.name,
                                  lookup_name(self.fabric.host, self.fabric.port))
         try:
@@ -400,6 +402,26 @@ def _fabric_connection_class() -> Any:
 
     class_names = tuple(dir(_Connection))
     return _Connection
+
+
+def _key_sources(identity: Optional[str], agent: Optional[bool]) -> dict[str, Any]:
+    """paramiko's connect() arguments that say which keys are offered to the server.
+
+    paramiko, left to itself, offers the given key, then every key of the ssh-agent, then
+    ~/.ssh/id_* (`allow_agent`, `look_for_keys`: both True by default, SSHClient.connect), so a
+    host that refuses the inventory's key learns every identity the operator holds. With an
+    `identity_file` only that key is offered, as OpenSSH's `IdentitiesOnly yes`; the agent
+    only where the host says `ssh_agent: true`. Without one, as `ssh` does: the agent (unless
+    `ssh_agent: false`), then ~/.ssh/id_*."""
+    if identity is None:
+        return {"allow_agent": agent is not False, "look_for_keys": True}
+    sources: dict[str, Any] = {"allow_agent": agent is True, "look_for_keys": False}
+    key = _private_key(identity)
+    if key is not None:
+        sources["pkey"] = key
+    else:  # paramiko reads it again and reports what is wrong with it
+        sources["key_filename"] = identity
+    return sources
 
 
 @functools.lru_cache(maxsize=64)
