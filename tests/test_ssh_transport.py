@@ -86,6 +86,7 @@ def _fingerprint(key: Path) -> str:
     return out.split()[1]
 
 
+@pytest.mark.root
 def test_only_the_inventorys_key_is_offered_unless_it_asks_for_the_agent(work):
     """A host that refuses the inventory's `identity_file` learns no other identity: not the
     ssh-agent's key (a real ssh-agent the test starts) nor ~/.ssh/id_ed25519, although the
