@@ -122,12 +122,16 @@ class Pip(Kind[PipState]):
             base = q(args["python"] or "python3")
             cmds.append(Command(f"{base} -m venv {q(args['venv'])}"))
         opts = ["--disable-pip-version-check", "--no-input", "-q"]
-        opts += [q(str(a)) for a in args["extra_args"] or []]
-        install = f"{py} -m pip install {' '.join(opts)} " + " ".join(q(str(r)) for r in todo)
+        extra = [q(str(a)) for a in args["extra_args"] or []]
+        packages = " ".join(q(str(r)) for r in todo)
         env = _index_env(args)
-        shown = " ".join([*(f"{name}={q(_redacted(value))}" for name, value in env.items()),
-                          install])
-        cmds.append(with_env(install, env, display=shown))
+        # Plans and logs show the indexes as pip's options, passwords as ***; the host gets
+        # them in pip's environment (`_index_env`).
+        shown_indexes = [f"--{name[4:].lower().replace('_', '-')} {q(_redacted(url))}"
+                         for name, urls in env.items() for url in urls.split(" ")]
+        cmds.append(with_env(
+            f"{py} -m pip install {' '.join(opts + extra)} {packages}", env,
+            display=f"{py} -m pip install {' '.join(opts + shown_indexes + extra)} {packages}"))
         return cmds
 
 
@@ -150,16 +154,13 @@ def _index_env(args: Args) -> dict[str, str]:
     return env
 
 
-def _redacted(urls: str) -> str:
-    """`urls` for plans and logs: the password of each URL's user part shown as ***, as pip
-    shows it ("Looking in indexes: https://user:****@host/simple"); a lone user part (a token)
-    as *** too."""
-    shown = []
-    for url in urls.split(" "):
-        scheme, sep, rest = url.partition("://")
-        userinfo, at, host = rest.partition("@") if sep else ("", "", "")
-        if at and "/" not in userinfo:
-            user, colon, _ = userinfo.partition(":")
-            url = f"{scheme}://{user + ':***' if colon else '***'}@{host}"
-        shown.append(url)
-    return " ".join(shown)
+def _redacted(url: str) -> str:
+    """`url` for plans and logs: the password of its user part shown as ***, as pip shows it
+    ("Looking in indexes: https://user:****@host/simple"); a lone user part (a token) as ***
+    too."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.partition("@") if sep else ("", "", "")
+    if not at or "/" in userinfo:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}://{user + ':***' if colon else '***'}@{host}"
