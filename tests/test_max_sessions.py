@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -99,3 +101,33 @@ def test_a_one_session_host_is_never_lost_under_load(one_session_farm, work):
                     lost.append(f"run {run} {what}: rc={result.rc} {why[:2]}")
     print(f"{len(lost)} of {2 * RUNS} commands lost the host: {lost}")
     assert not lost
+
+
+def test_a_session_that_stays_refused_fails_the_host_with_the_reason(one_session_farm, work):
+    """The retry is bounded: while one command holds the host's only session, a second one on
+    the same connection is refused every time and fails with what happened, not a bare
+    ChannelException."""
+    from remote.config.inventory import load_inventory
+    from remote.errors import ConnectionLost
+    from remote.transport.connection import connection_for
+    from remote.transport.hostkeys import KnownHosts
+
+    farm = one_session_farm
+    inv = load_inventory(write_yaml(work / "inventory.yaml", {
+        "known_hosts": [str(farm.known_hosts)],
+        "hosts": {"h1": farm.host_entry(farm.addresses[0])}}))
+    conn = connection_for(inv.hosts["h1"], inv.hosts, inv.timeouts,
+                          KnownHosts(inv.known_hosts, inv.host_key_policy)).open()
+    holder = threading.Thread(target=conn.run, args=(f"touch {work}/held; sleep 8",))
+    try:
+        holder.start()
+        deadline = time.monotonic() + 10
+        while not (work / "held").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with pytest.raises(ConnectionLost) as lost:
+            conn.run("true")
+        holder.join(15)
+    finally:
+        conn.close()
+    assert str(lost.value) == ("SSH session to h1 lost: the server refused a new session "
+                               "(Connect failed) 8 times over 1.9 s (its MaxSessions?)")
