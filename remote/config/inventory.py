@@ -20,8 +20,8 @@ from .yamlfile import YamlMap, load_yaml
 
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # used with fullmatch: `$` would pass a final newline
 
-HOST_KEYS = {"address", "user", "port", "identity_file", "python", "become", "jump",
-             "connection", "vars"}
+HOST_KEYS = {"address", "user", "port", "identity_file", "ssh_agent", "python", "become",
+             "jump", "connection", "vars"}
 GROUP_KEYS = {"hosts", "children", "vars"}
 TOP_KEYS = {"vars", "hosts", "groups", "host_key_policy", "known_hosts", "timeouts", "secrets",
             "include_if_exists", "cache"}
@@ -69,6 +69,8 @@ class Host:
     user: str | None = None
     port: int = 22
     identity_file: str | None = None
+    # Offer the ssh-agent's keys: None means only where no identity_file is named.
+    ssh_agent: bool | None = None
     python: str = "python3"
     become: bool = False
     jump: str | None = None
@@ -355,6 +357,9 @@ def _load_host(name: str, spec: Any, where: Where) -> Host:
         host.port = port
     if "become" in spec:
         host.become = expect(spec["become"], bool, spec.at("become"), f"host '{name}': become")
+    if "ssh_agent" in spec:
+        host.ssh_agent = expect(spec["ssh_agent"], bool, spec.at("ssh_agent"),
+                                f"host '{name}': ssh_agent")
     host_vars = spec.get("vars") or YamlMap()
     host.vars = expect(host_vars, dict, spec.at("vars"), f"host '{name}': vars")
     return host

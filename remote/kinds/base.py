@@ -16,7 +16,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Mapping, Optional, TypeVar
 
 from ..config.schema import Arg, check_args, expect
 from ..config.templating import render_shell, render_value
@@ -51,6 +51,24 @@ class Probe:
 
 
 q = shlex.quote
+
+
+def with_env(script: str, env: Mapping[str, str], *, display: str,
+             shell: str = "/bin/sh") -> Command:
+    """A command that runs `script` with `env` exported, the values sent on stdin.
+
+    A value written into the script would sit in the `sh -c SCRIPT` argument on the host, and
+    any local user there reads every process's arguments (`ps`, /proc/PID/cmdline); the
+    environment of a process (/proc/PID/environ) only its own user and root can read (proc(5)).
+    So the script starts by reading exactly the bytes of the `export` lines from stdin (`dd`
+    with bs=1 reads one byte at a time, so nothing meant for the command is taken) and `eval`s
+    them: the values never touch the command line or the host's disk. The command's own stdin
+    is at end of file, as for any step without `stdin`. Names must be valid (the caller checks)."""
+    if not env:
+        return Command(script, display=display, shell=shell)
+    block = "".join(f"export {name}={q(value)}\n" for name, value in env.items()).encode()
+    prelude = f'eval "$(dd bs=1 count={len(block)} 2>/dev/null)"\n'
+    return Command(prelude + script, stdin=block, display=display, shell=shell)
 
 
 class Kind(Generic[FactT]):
