@@ -166,6 +166,9 @@ class HostSession:
     def close(self) -> None:
         if self._forwards is not None:
             self._forwards.close()
+            if self._forwards.refused:
+                self.log.event(f"fleet cache forward: {self._forwards.refused} connection(s) "
+                               "from the host refused over the limit")
             self._forwards = None
         self._route, self._route_known = None, False
         if self._conn is not None:
@@ -319,7 +322,7 @@ class HostSession:
         assert cache is not None
         if self._forwards is None:
             target = self._cache_link.conn(self.inventory.hosts[cache.host])
-            self._forwards = RemoteForwards(self.conn, target)
+            self._forwards = RemoteForwards(self.conn, target, on_refused=self._warn)
         return self._forwards.add(cache.apt_port), self._forwards.add(cache.pypi_port)
 
     # ------------------------------------------------------------------ results
