@@ -28,8 +28,9 @@ from .base import BaseConnection, wait_readable
 CHUNK = 256 * 1024
 CONNECT_TIMEOUT_S = 10.0
 # A host's apt and pip need a few connections at once: pip keeps at most 10 per index host
-# (requests' HTTPAdapter pool_maxsize, DEFAULT_POOLSIZE = 10) and apt one per origin through a
-# proxy. 16 leaves room; more at once from one host is not a package download.
+# (pip 23.2.1's pip/_internal/network/session.py mounts requests' HTTPAdapter with its default
+# pool_maxsize, requests.adapters.DEFAULT_POOLSIZE = 10) and apt one per origin through a proxy
+# (unsourced). 16 leaves room; more at once from one host is not a package download.
 PER_HOST_CHANNELS = 16
 # Over all hosts: 128 carried connections are 128 threads and 512 file descriptors (2 channels
 # each, paramiko gives each channel a pipe for poll), half the default soft RLIMIT_NOFILE of
