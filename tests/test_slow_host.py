@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import invoke
+from tests.procs import alive
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]  # real sshd, started as root
 
@@ -82,11 +83,7 @@ def _stop_leftover(pidfile: Path) -> None:
     except (OSError, ValueError):
         return
     for _ in range(50):
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                if stat.read().rpartition(")")[2].split()[0] == "Z":
-                    return  # dead, not reaped yet
-        except (FileNotFoundError, ProcessLookupError):
+        if not alive(pid):
             return
         time.sleep(0.1)
     os.kill(pid, 15)
