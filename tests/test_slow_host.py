@@ -20,8 +20,6 @@ import pytest
 from tests.conftest import invoke
 from tests.procs import alive
 
-pytestmark = [pytest.mark.slow, pytest.mark.root]  # real sshd, started as root
-
 # The command `validate` runs is `cd PKG && "$PY" -m validate --out OUT ARGS`.
 HONEST = """#!/bin/sh
 while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
@@ -88,3 +86,15 @@ def _stop_leftover(pidfile: Path) -> None:
         time.sleep(0.1)
     os.kill(pid, 15)
     pytest.fail(f"the dribbling command (pid {pid}) was still running on the host")
+
+
+@pytest.mark.parametrize("args, bound", [
+    ([], 600), (["--quick"], 600), (["--stress-seconds", "900"], 1500),
+    (["--stress-seconds=120", "--quick"], 720), (["--stress-seconds", "soon"], 600),
+])
+def test_a_longer_stress_check_gets_its_length_of_silence(args, bound):
+    """stress is silent for its whole length: a longer one asked in `validate_args` must not
+    read as a stalled host."""
+    from remote.engine.jobs.validate import idle_bound
+
+    assert idle_bound(600, args) == bound
