@@ -47,11 +47,12 @@ class Timeouts:
     auth: float = 15.0
     keepalive: float = 5.0
     command: float = 3600.0
-    # validate prints a line as each check starts and ends and as each bench model does; its
-    # longest silence by design is `stress` (60 s in the full suite, longer only with
-    # --stress-seconds, which validate's job adds to this). Measured on this 2-core VM with no
-    # GPU: the full suite's longest silence was one CPU bench model (see the README's
-    # "Reliability and security"). 600 s is well above both; unsourced beyond that.
+    # validate prints a line as each check starts and ends and as each bench model does; on a
+    # GPU its longest silence by design is `stress` (60 s in the full suite, longer only with
+    # --stress-seconds, which validate's job adds to this). The full suite on the 2-core VM with
+    # no GPU (2026-11-25, load 10-17, `python3 -m bench.validate_silence --device cpu`): longest
+    # silence 227 s (profile's resnet50 on the CPU), then 161 s (bench, wide_resnet50_2).
+    # 600 s is well above both; unsourced beyond that.
     idle: float = 600.0
 
 
