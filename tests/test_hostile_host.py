@@ -251,6 +251,25 @@ def test_a_gigabyte_pull_answer_is_refused_at_its_cap(host, tools, work):
     assert rss < MAX_RSS_MIB, f"peak RSS {rss:.0f} MiB"
 
 
+def test_a_dribbled_pull_ends_at_the_inventorys_command_timeout(farm, host, tools, work):
+    """The host answers a pull a byte every 2 s: `invoke logs` waited a fixed 600 s for it
+    whatever the inventory said; now no longer than `timeouts.command` (issue 21, point 4)."""
+    name, _ = host
+    inventory = write_yaml(work / "inventory.yaml", {
+        "known_hosts": [str(farm.known_hosts)], "timeouts": {"command": 10},
+        "hosts": {name: farm.host_entry(ADDRESS)}})
+    (tools / "latest").write_text(RUN1 + "\n")
+    script(tools / "pack", "while :; do printf x; sleep 2; done")
+    try:
+        result = invoke("logs", "--host", name, "--inventory", str(inventory), cwd=work,
+                        timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the pull was still going after 120 s, the inventory says 10")
+    assert result.rc == 1, result.out + result.err
+    assert "not validated: the pull timed out after 10 s" in result.out, result.out
+    assert tree(work / "logs") == {name: None}, "nothing stored"
+
+
 def test_a_large_pulled_archive_never_sits_in_memory(host, tools, work):
     """A legitimate 128 MiB archive (incompressible) is pulled whole through a file on disk:
     the control process's memory does not grow with it."""

@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 from typing import Optional
 
-from ...errors import PullError
+from ...errors import CommandTimeout, PullError
 from ...output.term import printable_line
 from ...transport.transfer import COMMIT_FILE, pull
 from ..results import Outcome
@@ -41,6 +41,9 @@ def pull_run(session: HostSession, run_id: str, rc: Optional[int], dest: Path) -
     except PullError as exc:
         session.log.event(f"pull failed: {exc}")
         return f"not validated: {exc}", False
+    except CommandTimeout as exc:
+        session.log.event(f"pull {exc}")
+        return f"not validated: the pull {exc}", False
     if res.rc != 0:
         return f"not validated: no output on the host ({res.err.strip()[:200]})", False
     session.log.event(f"pulled {res.stdout_bytes} bytes into {dest}: {', '.join(names)}")
