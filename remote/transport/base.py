@@ -479,8 +479,8 @@ class BaseConnection:
             if deadline and now > deadline:
                 raise CommandTimeout(f"timed out after {timeout:g} s")
             if idle_timeout and now - progress_at > idle_timeout:
-                raise CommandTimeout(f"no output line for {idle_timeout:g} s "
-                                     "(timeouts.idle), stopped")
+                raise CommandTimeout(f"no output {'' if to_file else 'line '}for "
+                                     f"{idle_timeout:g} s (timeouts.idle), stopped")
             wait = POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - now))
             chunks = running.read(wait)
             for stream, data in chunks:
