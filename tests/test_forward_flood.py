@@ -150,3 +150,55 @@ def test_a_host_flooding_the_cache_forward_is_refused_past_the_cap(
     assert len(refusals) == 1 and refusals[0].startswith("h2"), out
     data = json.loads((work / "result.json").read_text())
     assert data["hosts"]["h2"]["failed"] == 0
+
+
+def test_the_cap_over_all_hosts_is_shared_by_their_forwards(farm, inventory):
+    """Two hosts' forwards share one budget: with room for 6 over both (4 per host), 10
+    connections held open to each host's forward are carried 6 at most in all, the rest are
+    closed, and each host's burst is told once. (The hosts' loopback is this machine's, so the
+    test connects to the forwarded ports itself.)"""
+    import socket
+    import time
+
+    from remote.config.inventory import load_inventory
+    from remote.transport.connection import connection_for
+    from remote.transport.hostkeys import KnownHosts
+    from tests.http_stub import serve
+
+    server = serve(lambda path, headers: (200, "text/plain", b"ok"))
+    inv = load_inventory(inventory())
+    known = KnownHosts(inv.known_hosts)
+    conns = [connection_for(inv.hosts[name], inv.hosts, inv.timeouts, known).open()
+             for name in ("h1", "h2", "h3")]
+    told: list[tuple[str, str]] = []
+    budget = forward.ChannelBudget(6)
+    forwards = [forward.RemoteForwards(conn, conns[0], per_host=4, budget=budget,
+                                       on_refused=lambda why, n=n: told.append((n, why)))
+                for n, conn in zip(("h2", "h3"), conns[1:])]
+    sockets = []
+    try:
+        ports = [f.add(server.server_address[1]) for f in forwards]
+        for port in ports:
+            for _ in range(10):
+                sockets.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        deadline = time.monotonic() + 20
+        while sum(f.active + f.refused for f in forwards) < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sum(f.active for f in forwards) == 6 == budget.used
+        assert all(f.active <= 4 for f in forwards)
+        assert sum(f.refused for f in forwards) == 14
+        assert sorted(n for n, _ in told) == ["h2", "h3"], told
+        assert "past 4 at once (6 over all hosts)" in told[0][1]
+    finally:
+        for sock in sockets:
+            sock.close()
+        for f in forwards:
+            f.close()
+        for conn in conns:
+            conn.close()
+        server.shutdown()
+        server.server_close()
+    deadline = time.monotonic() + 10
+    while budget.used and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert budget.used == 0, "every carried connection gave its place back"
