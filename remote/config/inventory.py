@@ -30,7 +30,7 @@ CACHE_REACH = ("auto", "direct", "forward")
 # apt-cacher-ng 3.7.4 (Debian 12) fails to listen on 32768 and above ("Error resolving address
 # for binding"; seen on a sandbox host): a higher port would leave the cache dead.
 MAX_APT_CACHER_PORT = 32767
-TIMEOUT_KEYS = {"connect", "banner", "auth", "keepalive", "command"}
+TIMEOUT_KEYS = {"connect", "banner", "auth", "keepalive", "command", "idle"}
 POLICIES = ("strict", "accept-new")
 MAX_GROUP_DEPTH = 50
 MAX_JUMPS = 10  # jump hosts in a chain (each hop is one more SSH connection)
@@ -39,13 +39,21 @@ MAX_SECONDS = 10_000_000  # ~116 days: anything above is a typo (and .inf/.nan a
 
 @dataclass(frozen=True)
 class Timeouts:
-    """Seconds. `keepalive` is the interval of SSH keepalives; `command` the default step bound."""
+    """Seconds. `keepalive` is the interval of SSH keepalives; `command` the default step bound
+    (and validation's); `idle` how long validation may go without printing a line."""
 
     connect: float = 10.0
     banner: float = 15.0
     auth: float = 15.0
     keepalive: float = 5.0
     command: float = 3600.0
+    # validate prints a line as each check starts and ends and as each bench model does; on a
+    # GPU its longest silence by design is `stress` (60 s in the full suite, longer only with
+    # --stress-seconds, which validate's job adds to this). The full suite on the 2-core VM with
+    # no GPU (2026-11-25, load 10-17, `python3 -m bench.validate_silence --device cpu`): longest
+    # silence 227 s (profile's resnet50 on the CPU), then 161 s (bench, wide_resnet50_2).
+    # 600 s is well above both; unsourced beyond that.
+    idle: float = 600.0
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 Vars = dict[str, Any]
 VarPositions = dict[str, Where]
 BOOT_ID = "cat /proc/sys/kernel/random/boot_id"
+# The facts script alone (a fraction of a second on a healthy host; nvidia-smi the slowest part)
+# gets this long, or the inventory's timeouts.command when that is shorter.
+FACTS_TIMEOUT_S = 60.0
 
 
 def layered_vars(inventory: Inventory, host: Host, extra_vars: Vars,
@@ -163,6 +166,9 @@ class HostSession:
     def close(self) -> None:
         if self._forwards is not None:
             self._forwards.close()
+            if self._forwards.refused:
+                self.log.event(f"fleet cache forward: {self._forwards.refused} connection(s) "
+                               "from the host refused over the limit")
             self._forwards = None
         self._route, self._route_known = None, False
         if self._conn is not None:
@@ -211,7 +217,8 @@ class HostSession:
                 answers = {early[key]: answer
                            for key, answer in parse_batch(probe_lines, token).items()}
         if result is None:
-            result = self.conn.run(script, timeout=60)
+            result = self.conn.run(script, timeout=min(FACTS_TIMEOUT_S,
+                                                       self.inventory.timeouts.command))
             fact_lines = result.out
         self.log.command("facts", label, result.rc, result.elapsed_s, probe_lines, result.err)
         result.require_complete("facts")  # a cut answer would parse as wrong facts
@@ -315,7 +322,7 @@ class HostSession:
         assert cache is not None
         if self._forwards is None:
             target = self._cache_link.conn(self.inventory.hosts[cache.host])
-            self._forwards = RemoteForwards(self.conn, target)
+            self._forwards = RemoteForwards(self.conn, target, on_refused=self._warn)
         return self._forwards.add(cache.apt_port), self._forwards.add(cache.pypi_port)
 
     # ------------------------------------------------------------------ results

@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import select
 import socket
 import threading
 import time
@@ -18,7 +17,7 @@ from paramiko.packet import Packetizer
 
 from ..config.inventory import Host, Timeouts
 from ..errors import ConnectionLost, HostKeyError, Interrupted, Unreachable
-from .base import BaseConnection, RunningCommand, Stream
+from .base import BaseConnection, RunningCommand, Stream, wait_readable
 from .hostkeys import KnownHosts, lookup_name
 
 # paramiko logs failures (a missing banner, a reset) with tracebacks; with no handler configured,
@@ -247,12 +246,12 @@ class _SSHCommand(RunningCommand):
     def read(self, wait: float) -> list[tuple[Stream, bytes]]:
         channel = self.channel
         if channel.eof_received:
-            # After EOF paramiko keeps the channel's pipe readable for good, so select
+            # After EOF paramiko keeps the channel's pipe readable for good, so poll
             # would return at once until the exit status comes: wait for that instead
             # (a spinning thread also starves the others of the GIL).
             channel.status_event.wait(wait)
         else:
-            select.select([channel], [], [], wait)
+            wait_readable([channel.fileno()], wait)
         chunks: list[tuple[Stream, bytes]] = []
         while channel.recv_ready():
             chunks.append(("stdout", channel.recv(65536)))

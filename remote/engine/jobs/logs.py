@@ -11,13 +11,17 @@ import shlex
 from pathlib import Path
 from typing import Optional
 
-from ...errors import PullError
+from ...errors import CommandTimeout, PullError
 from ...output.term import printable_line
 from ...transport.transfer import COMMIT_FILE, pull
 from ..results import Outcome
 from ..session import HostSession
 
 OUTCOME = "validation"
+# A pull (at most 256 MiB) and a readlink get this long, or the inventory's timeouts.command
+# when that is shorter; a pull also fails after timeouts.idle without a byte.
+PULL_TIMEOUT_S = 600.0
+READLINK_TIMEOUT_S = 60.0
 
 
 def remote_root(host_name: str) -> str:
@@ -31,10 +35,15 @@ def pull_run(session: HostSession, run_id: str, rc: Optional[int], dest: Path) -
     remote = f"{remote_root(session.host.name)}/runs/{shlex.quote(run_id)}"
     try:
         # streamed into a file beside `dest` and capped: never whole in memory
-        res, names = pull(session.conn, remote, dest, timeout=600)
+        timeouts = session.inventory.timeouts
+        res, names = pull(session.conn, remote, dest, timeout=min(PULL_TIMEOUT_S, timeouts.command),
+                          idle_timeout=timeouts.idle)
     except PullError as exc:
         session.log.event(f"pull failed: {exc}")
         return f"not validated: {exc}", False
+    except CommandTimeout as exc:
+        session.log.event(f"pull {exc}")
+        return f"not validated: the pull {exc}", False
     if res.rc != 0:
         return f"not validated: no output on the host ({res.err.strip()[:200]})", False
     session.log.event(f"pulled {res.stdout_bytes} bytes into {dest}: {', '.join(names)}")
@@ -78,7 +87,8 @@ def summarize(results_path: Path, rc: Optional[int]) -> tuple[str, bool]:
 
 def latest_run_id(session: HostSession) -> Optional[str]:
     """The run id `runs/latest` names on the host, if any."""
-    res = session.conn.run(f"readlink {remote_root(session.host.name)}/runs/latest", timeout=60)
+    res = session.conn.run(f"readlink {remote_root(session.host.name)}/runs/latest",
+                           timeout=min(READLINK_TIMEOUT_S, session.inventory.timeouts.command))
     run_id = res.out.strip()
     # any other shape (`..`, `.`) is refused by transfer.pull, before anything is made or pulled
     return run_id if res.rc == 0 and run_id else None
