@@ -238,7 +238,7 @@ class _Loader:
                     timeout=None if common["timeout"] is None else float(common["timeout"]),
                     changed_when=common["changed_when"], failed_when=common["failed_when"],
                     creates=common["creates"], unless=common["unless"], named="name" in raw)
-        if not kind.remote and (step.creates or step.unless):
+        if kind.control_side and (step.creates or step.unless):
             raise raw.where.error(f"'{kind.name}' runs on the control side: creates/unless do "
                                   "not apply")
         for key in ("changed_when", "failed_when"):

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
 Vars = dict[str, Any]
 VarPositions = dict[str, Where]
-BOOT_ID = "cat /proc/sys/kernel/random/boot_id"
 
 
 def layered_vars(inventory: Inventory, host: Host, extra_vars: Vars,
@@ -332,41 +331,3 @@ class HostSession:
     def conclude(self, outcome: Outcome) -> None:
         """The job's verdict beyond its steps (see `Outcome`)."""
         self.result.outcome = outcome
-
-    # ------------------------------------------------------------------ commands the session knows
-    def reboot(self, timeout: float) -> tuple[StepStatus, str]:
-        """Reboot the host, reconnect, and wait for a new boot_id: (status, message)."""
-        if self.host.is_local:
-            return StepStatus.FAILED, ("refusing to reboot: this host is the control machine "
-                                       "(connection: local)")
-        before = self.conn.run(BOOT_ID, timeout=30).out.strip()
-        self.reporter.running(self.host.name, f"rebooting (waiting up to {timeout:g} s)")
-        self.log.event(f"reboot: boot_id before {before}")
-        try:
-            # Detached, so the command returns before sshd goes down with the host.
-            self.conn.run("nohup sh -c 'sleep 1; reboot || shutdown -r now' >/dev/null 2>&1 &",
-                          become=True, timeout=30)
-        except (ConnectionLost, CommandTimeout):
-            pass
-        self.close()
-        deadline = time.monotonic() + timeout
-        last = "no answer yet"
-        time.sleep(2)
-        while time.monotonic() < deadline:
-            self.check_cancel()
-            try:
-                self.open()
-                after = self.conn.run(BOOT_ID, timeout=30).out.strip()
-                if after and after != before:
-                    self.facts["boot_id"] = after
-                    self.log.event(f"reboot: back with boot_id {after}")
-                    return StepStatus.CHANGED, \
-                        f"rebooted in {timeout - (deadline - time.monotonic()):.0f} s"
-                last = "still the same boot_id (reboot not started?)"
-                self.close()
-            except (Unreachable, ConnectionLost, CommandTimeout, EOFError, OSError) as exc:
-                # sshd may accept and drop connections while the host comes back
-                last = str(exc) or type(exc).__name__
-            time.sleep(2)
-        raise Unreachable(f"did not come back with a new boot_id within {timeout:g} s after "
-                          f"reboot ({last})")

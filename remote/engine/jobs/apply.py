@@ -16,18 +16,18 @@ import shlex
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from ...config.recipe import Recipe, Step, facts_used
 from ...config.templating import (evaluate, fact_dependent_vars, names_in, render_shell,
                                   render_text, resolve_vars)
 from ...errors import BecomeError, CommandTimeout, Interrupted, PlanError, TemplateError
-from ...kinds import Command, Probe
-from ...kinds.reboot import Reboot
+from ...kinds import Command, LocalAction, Planned, Probe, RebootAndWait
 from ...transport.connection import CommandResult
 from ..probes import batch_script, in_one_write, parse_batch
 from ..results import StepResult, StepStatus
 from ..session import HostSession, facts_read_by_vars, union
+from .reboot import reboot_and_wait
 from .validate import Validate
 
 PROBE_SLOTS = ("kind", "creates", "unless")
@@ -107,7 +107,7 @@ class _HostApply:
         context.update(host=session.host.name, vars=values)
         snippets: dict[str, None] = {}
         for step in steps:
-            if not step.kind.remote or self._become(step):
+            if self._become(step):
                 continue
             probed = {k: v for k, v in step.args.items() if k in step.kind.probe_fields}
             reads = set().union(*(names_in(e, expression=True) for e in step.when),
@@ -154,8 +154,7 @@ class _HostApply:
                     item.skip = f"when: {expr}"
                     return item
             item.args = self.session.through_cache(step.kind, step.kind.render(step.args, context))
-            if step.kind.remote:
-                item.probes = _probe_snippets(step, item.args, context)
+            item.probes = _probe_snippets(step, item.args, context)
         except (TemplateError, PlanError) as exc:
             item.error = str(exc)
         return item
@@ -216,18 +215,14 @@ class _HostApply:
                 result.status, result.message = StepStatus.SKIPPED, item.skip
             elif item.error:
                 result.status, result.message = StepStatus.FAILED, item.error
-            elif not step.kind.remote:
-                ok, message = step.kind.run_local(item.args, self.session.context)
-                if not ok:
-                    result.status, result.message = StepStatus.FAILED, message
             else:
-                self._execute_remote(item, result)
+                self._execute_planned(item, result)
         except TemplateError as exc:
             result.status, result.message = StepStatus.FAILED, str(exc)
         result.elapsed_s = time.monotonic() - started
         return result
 
-    def _execute_remote(self, item: _Prepared, result: StepResult) -> None:
+    def _execute_planned(self, item: _Prepared, result: StepResult) -> None:
         step, session = item.step, self.session
         missing = [slot for slot in item.probes if slot not in item.answers]
         if missing:
@@ -246,24 +241,40 @@ class _HostApply:
         except PlanError as exc:
             result.status, result.message = StepStatus.FAILED, str(exc)
             return
-        if not commands:
-            return
-        result.commands = [c.shown() for c in commands]
-        if self.check:
+        on_host = [c for c in commands if not isinstance(c, LocalAction)]
+        if on_host:
+            result.commands = [c.shown() for c in on_host]
+        if self.check and on_host:
             result.status = StepStatus.CHANGED
-            result.message = "would run: " + "; ".join(c.shown().splitlines()[0] for c in commands)
+            result.message = "would run: " + "; ".join(c.shown().splitlines()[0] for c in on_host)
             return
-        if isinstance(step.kind, Reboot):
-            result.status, result.message = session.reboot(step.kind.timeout(item.args))
+        self._run_planned(item, result, commands)
+
+    def _run_planned(self, item: _Prepared, result: StepResult, commands: Sequence[Planned]) -> None:
+        """Run a step's commands in order, each by its type (`kinds.commands`); stop at the
+        first that fails."""
+        session = self.session
+        shell = [c for c in commands if isinstance(c, Command)]
+        for command in commands:
+            if isinstance(command, LocalAction):
+                ok, message = command.run(session.context)
+                if not ok:
+                    result.status, result.message = StepStatus.FAILED, message
+                    return
+            elif isinstance(command, RebootAndWait):
+                result.status, result.message = reboot_and_wait(session, command.timeout)
+                if result.status is StepStatus.FAILED:
+                    return
+        if not shell:
             return
         # Announce a step only when it is still running after a second: quick ones stay quiet.
         announce = _ANNOUNCER.after(1.0, lambda: session.reporter.running(session.host.name,
                                                                          result.name))
         try:
             last = None
-            for command in commands:
+            for command in shell:
                 last = self._run_command(item, command)
-                if last is None or self._failed(step, last):
+                if last is None or self._failed(item.step, last):
                     break
         finally:
             announce.cancelled = True
