@@ -153,7 +153,7 @@ class _HostApply:
                 if not evaluate(expr, context):
                     item.skip = f"when: {expr}"
                     return item
-            item.args = self.session.through_cache(step.kind, step.kind.render(step.args, context))
+            item.args = self.session.cache.through(step.kind, step.kind.render(step.args, context))
             item.probes = _probe_snippets(step, item.args, context)
         except (TemplateError, PlanError) as exc:
             item.error = str(exc)
