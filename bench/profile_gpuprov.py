@@ -58,11 +58,11 @@ def timed(owner, attr: str, label: str) -> None:
 
 def install_phase_timers() -> None:
     import remote.cli as cli
-    import remote.transport.connection as connection
-    import remote.output.recap as recap
     import remote.engine.jobs.apply as apply
     import remote.engine.run as run
     import remote.engine.session as session
+    import remote.output.recap as recap
+    import remote.transport.connection as connection
 
     timed(cli, "load_and_check", "load + check inventory, recipe, templates")
     timed(run.Run, "connect", "connect: TCP + SSH handshake + auth (per host)")
@@ -154,6 +154,7 @@ def main() -> int:
 
     t_imports = time.perf_counter()
     from invoke.main import program
+
     import remote.cli  # noqa: F401  (what the provision task imports first)
     t_invoke = time.perf_counter()
     if args.mode == "phases":

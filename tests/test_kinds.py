@@ -30,9 +30,9 @@ from typing import Any
 import pytest
 
 from remote.config.yamlfile import load_yaml
-from remote.kinds.route import CacheRoute
 from remote.errors import InputError, PlanError, Where
 from remote.kinds import KINDS, LocalAction, Probe
+from remote.kinds.route import CacheRoute
 
 TABLES = Path(__file__).parent / "kinds"
 CASES = sorted(TABLES.glob("*/*.yaml"))

@@ -1,13 +1,17 @@
 """One host's side of a run: its connection, run log, facts, template context and result, and
-the reporter its lines go to. A job (`engine/jobs/`) gets a `HostSession` and works only
-through it; the session knows the commands every job may need (gather facts, reboot).
+the reporter its lines go to. A job (`engine/jobs/`, the `Job` protocol here) gets a
+`HostSession` and works only through it; the session knows what every job may need (the
+connection, facts, vars and context, the result). The fleet cache as the host reaches it is
+`cache.HostCache`; a reboot is a command type (`jobs/reboot.py`).
+
+May import: `remote.errors`, `config`, `kinds`, `output`, `transport.connection`, and the
+engine's `cache`, `facts`, `fact_shapes`, `probes`, `results`, `options`. Never `run` or `jobs`.
 """
 from __future__ import annotations
 
 import threading
 import time
-
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Protocol
 
 from . import facts as facts_mod
 from .fact_shapes import FactShapeError, check_fact_shapes
@@ -21,12 +25,9 @@ from ..output.recap import Reporter
 from ..output.runlog import Redactor, RunLog
 from ..transport.connection import BaseConnection
 from .cache import CacheLink, HostCache
+from .options import RunOptions
 from .probes import batch_script, in_one_write, parse_batch
 from .results import HostResult, Outcome, StepResult, StepStatus
-
-if TYPE_CHECKING:
-    from .jobs import Job
-    from .run import RunOptions
 
 Vars = dict[str, Any]
 VarPositions = dict[str, Where]
@@ -72,6 +73,18 @@ def union(*names: Optional[set[str]]) -> Optional[set[str]]:
             return None
         total |= part
     return total
+
+
+class Job(Protocol):
+    """What a run does on each host (`jobs/`): one object serves every host of a run."""
+
+    @property
+    def outcome(self) -> Optional[str]:
+        """The name of the `Outcome` this job concludes with (the recap's extra column and
+        the `--json` key), or None when its steps say everything."""
+
+    def __call__(self, session: HostSession) -> None:
+        """Do the job on one host; raise only what `HostSession.run_job` handles."""
 
 
 class _VarsFailed(Exception):

@@ -1,7 +1,6 @@
 """The `reboot` step kind."""
 from __future__ import annotations
 
-
 from ..config.schema import Arg
 from ..errors import PlanError
 from .base import Args, Kind

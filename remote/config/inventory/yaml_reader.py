@@ -17,8 +17,17 @@ from ...errors import InputError, Where
 from ..schema import check_keys, expect, expect_str_list
 from ..yamlfile import YamlMap, load_yaml
 from .checks import check_graph, check_group_name, check_host_name
-from .model import (CACHE_REACH, MAX_APT_CACHER_PORT, MAX_SECONDS, POLICIES, CacheSettings,
-                    Group, Host, Inventory, Timeouts)
+from .model import (
+    CACHE_REACH,
+    MAX_APT_CACHER_PORT,
+    MAX_SECONDS,
+    POLICIES,
+    CacheSettings,
+    Group,
+    Host,
+    Inventory,
+    Timeouts,
+)
 
 HOST_KEYS = {"address", "user", "port", "identity_file", "python", "become", "jump",
              "connection", "vars"}
