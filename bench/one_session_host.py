@@ -1,7 +1,7 @@
 """How long a `MaxSessions 1` sshd refuses a new session after the previous one (issue 21,
 point 6): what `remote.transport.ssh.SESSION_RETRY_DELAYS_S` must cover.
 
-    python3 bench/one_session_host.py [--commands 300] [--load N]
+    python3 -m bench.one_session_host [--commands 300] [--load N]
 
 As root. Starts the test's one-session sshd (tests/test_max_sessions.py: MaxSessions 1, a
 banner, a chatty ~/.ssh/rc), logs in once with paramiko and runs `true` on a new session
@@ -19,12 +19,10 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import paramiko
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.test_max_sessions import RC_USER, _OneSessionFarm  # noqa: E402
+from tests.test_max_sessions import RC_USER, _OneSessionFarm
 
 
 def main() -> None:

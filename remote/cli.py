@@ -15,7 +15,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable, Iterable, Optional, Union
 
-from .errors import InputError
+from .config.inventory import Host, Inventory, load_inventory
+from .config.recipe import Recipe, check_names, load_recipe
+from .config.templating import check_vars
 from .engine.facts import FACT_NAMES, FACTS
 from .engine.jobs import Job
 from .engine.jobs.apply import ApplyRecipe
@@ -23,14 +25,12 @@ from .engine.jobs.gather import GatherFacts
 from .engine.jobs.logs import PullLogs
 from .engine.jobs.validate import SUITES, Validate
 from .engine.results import write_json
-from .fileio import write_atomic
 from .engine.run import Run, RunInterrupted, RunOptions
 from .engine.session import layered_vars
+from .errors import InputError
+from .fileio import write_atomic
 from .kinds import KINDS
-from .config.templating import check_vars
-from .config.inventory import Host, Inventory, load_inventory
 from .output.recap import Reporter
-from .config.recipe import Recipe, check_names, load_recipe
 from .output.runlog import Redactor, new_run_id
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130

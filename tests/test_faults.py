@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, forwarding_refused_server, write_yaml
-from tests.procs import (SilentServer, alive, kill_pids, session_servers, wait_for_file,
-                         wait_gone, wait_until)
+from tests.procs import SilentServer, alive, kill_pids, session_servers, wait_for_file, wait_gone, wait_until
 from tests.sshd import keygen
 
 SILENT_ADDRESS = "127.0.0.60"
@@ -460,9 +459,9 @@ def test_cancel_stops_a_local_command(work):
     """The local connection stops a cancelled command the same way (its process group)."""
     import threading
 
-    from remote.transport.connection import Interrupted, LocalConnection
     from remote.config.inventory import Host, Timeouts
     from remote.errors import Where
+    from remote.transport.connection import Interrupted, LocalConnection
     from tests.procs import descendants_of
 
     conn = LocalConnection(Host("localhost", "localhost", Where("inv", 1), connection="local"),

@@ -5,8 +5,8 @@ into any venv gives a working `gpuprov` (recipes and tasks shipped as package da
 from __future__ import annotations
 
 import io
-import re
 import os
+import re
 import subprocess
 import sys
 import tarfile

@@ -6,7 +6,6 @@ import shutil
 import time
 from pathlib import Path
 
-
 from tests.conftest import forwarding_refused_server, write_yaml
 
 
@@ -248,8 +247,9 @@ def test_local_connection(work, provision):
 
 
 def test_facts_over_ssh(farm, work, inventory):
-    from tests.conftest import invoke
     import json
+
+    from tests.conftest import invoke
 
     out = work / "facts.json"
     result = invoke("facts", "--host", "h1", "--inventory", str(inventory()), "--json", str(out))
@@ -354,9 +354,9 @@ def test_a_command_that_closes_its_output_early_does_not_spin(farm, work, invent
     """After the remote end sends EOF, waiting for the exit status must sleep, not poll: a
     command that closes stdout/stderr and keeps running used to busy-loop the client (and
     starve every other host's thread of the GIL)."""
+    from remote.config.inventory import load_inventory
     from remote.transport.connection import connection_for
     from remote.transport.hostkeys import KnownHosts
-    from remote.config.inventory import load_inventory
 
     inv = load_inventory(inventory())
     conn = connection_for(inv.hosts["h1"], inv.hosts, inv.timeouts,
@@ -377,10 +377,10 @@ def test_connections_leave_the_shared_fabric_config_untouched(farm, work, invent
     64 hosts connecting at once, one host now and then failed with "No attribute or config key
     found for 'gateway'". A connection must not write to it at all (the race itself is too rare
     to reproduce on demand; test_forks_bound_concurrency_with_64_hosts is where it showed)."""
+    from remote.config.inventory import load_inventory
     from remote.transport.connection import connection_for
     from remote.transport.hostkeys import KnownHosts
     from remote.transport.ssh import _fabric_config
-    from remote.config.inventory import load_inventory
 
     inv = load_inventory(inventory())
     shared = _fabric_config()

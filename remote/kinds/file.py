@@ -11,7 +11,6 @@ from ..config.schema import Arg
 from ..errors import PlanError, Where
 from .base import Args, Command, Kind, q
 
-
 MODE = re.compile(r"0?[0-7]{3,4}")  # used with fullmatch: `$` would pass a final newline
 OCTAL = re.compile(r"[0-7]{1,4}")  # a mode as `stat -c %a` prints it
 

@@ -5,7 +5,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config.schema import Arg
-from ..config.templating import parse as parse_template, render_text
+from ..config.templating import parse as parse_template
+from ..config.templating import render_text
 from ..errors import Where
 from .base import Args, Command, Kind, q
 from .file import FILE_PROBE, FILE_SPEC, FileState, check_mode, parse_file_state, plan_file

@@ -132,7 +132,7 @@ def assess_gpu(rec):
     return problems, warnings
 
 
-def run(ctx, res):
+def run(ctx, res):  # noqa: C901  one check's sequence; split with validate/'s measure/judge/record split (issue 26)
     facts = host.basic_facts()
     res.figures["host"] = facts
     gpu_mode = ctx.device_mode != "cpu"

@@ -16,18 +16,17 @@ import shlex
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from ...config.recipe import Recipe, Step, facts_used
-from ...config.templating import (evaluate, fact_dependent_vars, names_in, render_shell,
-                                  render_text, resolve_vars)
+from ...config.templating import evaluate, fact_dependent_vars, names_in, render_shell, render_text, resolve_vars
 from ...errors import BecomeError, CommandTimeout, Interrupted, PlanError, TemplateError
-from ...kinds import Command, Probe
-from ...kinds.reboot import Reboot
+from ...kinds import Command, LocalAction, Planned, Probe, RebootAndWait
 from ...transport.connection import CommandResult
 from ..probes import batch_script, in_one_write, parse_batch
 from ..results import StepResult, StepStatus
 from ..session import HostSession, facts_read_by_vars, union
+from .reboot import reboot_and_wait
 from .validate import Validate
 
 PROBE_SLOTS = ("kind", "creates", "unless")
@@ -107,7 +106,7 @@ class _HostApply:
         context.update(host=session.host.name, vars=values)
         snippets: dict[str, None] = {}
         for step in steps:
-            if not step.kind.remote or self._become(step):
+            if self._become(step):
                 continue
             probed = {k: v for k, v in step.args.items() if k in step.kind.probe_fields}
             reads = set().union(*(names_in(e, expression=True) for e in step.when),
@@ -153,9 +152,8 @@ class _HostApply:
                 if not evaluate(expr, context):
                     item.skip = f"when: {expr}"
                     return item
-            item.args = self.session.through_cache(step.kind, step.kind.render(step.args, context))
-            if step.kind.remote:
-                item.probes = _probe_snippets(step, item.args, context)
+            item.args = self.session.cache.through(step.kind, step.kind.render(step.args, context))
+            item.probes = _probe_snippets(step, item.args, context)
         except (TemplateError, PlanError) as exc:
             item.error = str(exc)
         return item
@@ -165,7 +163,6 @@ class _HostApply:
 
     def probe(self, items: list[_Prepared]) -> None:
         """Send the probes of `items` as one script per privilege level; store the answers."""
-        session = self.session
         groups: dict[bool, list[tuple[int, str]]] = {False: [], True: []}
         for n, item in enumerate(items):
             if item.skip or item.error:
@@ -180,32 +177,35 @@ class _HostApply:
                                             snippet))
         self.early_answers = {}  # from here on, steps may change what they saw
         for become, probes in groups.items():
-            if not probes:
-                continue
-            script, token = batch_script(probes)
-            try:
-                result = session.conn.run(in_one_write(script), become=become,
-                                          timeout=session.inventory.timeouts.command)
-            except BecomeError as exc:
-                for item in items:
-                    if item.become == become and item.probes:
-                        item.error = str(exc)
-                continue
-            except CommandTimeout as exc:
-                for item in items:
-                    if item.become == become and item.probes:
-                        item.error = f"probes {exc}"
-                continue
+            if probes:
+                self._probe_level(items, become, probes)
+
+    def _probe_level(self, items: list[_Prepared], become: bool,
+                     probes: list[tuple[int, str]]) -> None:
+        """One privilege level's probes in one script; a failure marks each of its steps."""
+        session = self.session
+        script, token = batch_script(probes)
+        error = ""
+        try:
+            result = session.conn.run(in_one_write(script), become=become,
+                                      timeout=session.inventory.timeouts.command)
+        except BecomeError as exc:
+            error = str(exc)
+        except CommandTimeout as exc:
+            error = f"probes {exc}"
+        else:
             session.log.command("probe", f"{len(probes)} probes{' (become)' if become else ''}",
                                 result.rc, result.elapsed_s, result.out, result.err)
             if not result.complete:  # a cut answer would read as wrong probe results
-                for item in items:
-                    if item.become == become and item.probes:
-                        item.error = "probes: the host's answer is over the output limit"
-                continue
-            for key, answer in parse_batch(result.out, token).items():
-                index, slot_index = divmod(key, len(PROBE_SLOTS))
-                items[index].answers[PROBE_SLOTS[slot_index]] = answer
+                error = "probes: the host's answer is over the output limit"
+        if error:
+            for item in items:
+                if item.become == become and item.probes:
+                    item.error = error
+            return
+        for key, answer in parse_batch(result.out, token).items():
+            index, slot_index = divmod(key, len(PROBE_SLOTS))
+            items[index].answers[PROBE_SLOTS[slot_index]] = answer
 
     def execute(self, item: _Prepared) -> StepResult:
         step = item.step
@@ -216,18 +216,14 @@ class _HostApply:
                 result.status, result.message = StepStatus.SKIPPED, item.skip
             elif item.error:
                 result.status, result.message = StepStatus.FAILED, item.error
-            elif not step.kind.remote:
-                ok, message = step.kind.run_local(item.args, self.session.context)
-                if not ok:
-                    result.status, result.message = StepStatus.FAILED, message
             else:
-                self._execute_remote(item, result)
+                self._execute_planned(item, result)
         except TemplateError as exc:
             result.status, result.message = StepStatus.FAILED, str(exc)
         result.elapsed_s = time.monotonic() - started
         return result
 
-    def _execute_remote(self, item: _Prepared, result: StepResult) -> None:
+    def _execute_planned(self, item: _Prepared, result: StepResult) -> None:
         step, session = item.step, self.session
         missing = [slot for slot in item.probes if slot not in item.answers]
         if missing:
@@ -246,24 +242,40 @@ class _HostApply:
         except PlanError as exc:
             result.status, result.message = StepStatus.FAILED, str(exc)
             return
-        if not commands:
-            return
-        result.commands = [c.shown() for c in commands]
-        if self.check:
+        on_host = [c for c in commands if not isinstance(c, LocalAction)]
+        if on_host:
+            result.commands = [c.shown() for c in on_host]
+        if self.check and on_host:
             result.status = StepStatus.CHANGED
-            result.message = "would run: " + "; ".join(c.shown().splitlines()[0] for c in commands)
+            result.message = "would run: " + "; ".join(c.shown().splitlines()[0] for c in on_host)
             return
-        if isinstance(step.kind, Reboot):
-            result.status, result.message = session.reboot(step.kind.timeout(item.args))
+        self._run_planned(item, result, commands)
+
+    def _run_planned(self, item: _Prepared, result: StepResult, commands: Sequence[Planned]) -> None:
+        """Run a step's commands in order, each by its type (`kinds.commands`); stop at the
+        first that fails."""
+        session = self.session
+        shell = [c for c in commands if isinstance(c, Command)]
+        for command in commands:
+            if isinstance(command, LocalAction):
+                ok, message = command.run(session.context)
+                if not ok:
+                    result.status, result.message = StepStatus.FAILED, message
+                    return
+            elif isinstance(command, RebootAndWait):
+                result.status, result.message = reboot_and_wait(session, command.timeout)
+                if result.status is StepStatus.FAILED:
+                    return
+        if not shell:
             return
         # Announce a step only when it is still running after a second: quick ones stay quiet.
         announce = _ANNOUNCER.after(1.0, lambda: session.reporter.running(session.host.name,
                                                                          result.name))
         try:
             last = None
-            for command in commands:
+            for command in shell:
                 last = self._run_command(item, command)
-                if last is None or self._failed(step, last):
+                if last is None or self._failed(item.step, last):
                     break
         finally:
             announce.cancelled = True

@@ -6,14 +6,14 @@ can be fetched again) with `runs/latest` naming the newest; it comes back as one
 """
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 from typing import Optional
 
 from ...errors import CommandTimeout, PullError
 from ...output.term import printable_line
-from ...transport.transfer import COMMIT_FILE, pull
+from ...resultsfile import MAX_FILE_BYTES, UnusableFile, read_results
+from ...transport.connection import COMMIT_FILE, pull
 from ..results import Outcome
 from ..session import HostSession
 
@@ -50,23 +50,25 @@ def pull_run(session: HostSession, run_id: str, rc: Optional[int], dest: Path) -
     return summarize(dest / COMMIT_FILE, rc)
 
 
-# A results.json larger than this is not read: validate writes a few hundred KiB at most, and
-# a host could otherwise make the control side hold gigabytes (a sparse file costs it nothing).
-MAX_RESULTS_BYTES = 16 * 1024 * 1024
+# A results.json larger than this is not read (remote.resultsfile, the one reader).
+MAX_RESULTS_BYTES = MAX_FILE_BYTES
 
 
 def summarize(results_path: Path, rc: Optional[int]) -> tuple[str, bool]:
     """(text for the recap, ok) from a pulled results.json: what the host wrote is untrusted, so
     anything but a list of checks with names is 'not validated', and so are zero checks."""
     try:
-        if results_path.stat().st_size > MAX_RESULTS_BYTES:
+        data = read_results(results_path).data
+    except UnusableFile as exc:
+        if exc.reason == "too_large":
             return f"not validated: {COMMIT_FILE} is larger than {MAX_RESULTS_BYTES >> 20} MiB", False
-        data = json.loads(results_path.read_text())
-        checks = data["checks"]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        if exc.reason == "checks":
+            return f"not validated: {COMMIT_FILE} has no list of named checks", False
         return f"not validated: no readable {COMMIT_FILE} (validate exit {rc})", False
-    if not isinstance(checks, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str)
-                                               for c in checks):
+    if "checks" not in data:
+        return f"not validated: no readable {COMMIT_FILE} (validate exit {rc})", False
+    checks = data["checks"]
+    if not all(isinstance(c.get("name"), str) for c in checks):
         return f"not validated: {COMMIT_FILE} has no list of named checks", False
     if not checks:
         return f"not validated: {COMMIT_FILE} lists no checks", False

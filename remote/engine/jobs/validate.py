@@ -15,8 +15,7 @@ from typing import Any, Optional
 
 from ...errors import CommandTimeout
 from ...paths import VALIDATE_DIR
-from ...transport.connection import LineSplitter
-from ...transport.transfer import pack, unpack_command
+from ...transport.connection import LineSplitter, pack, unpack_command
 from ..results import Outcome
 from ..session import HostSession
 from .logs import OUTCOME, pull_run, remote_root
