@@ -23,7 +23,9 @@ from remote.transport import forward
 from tests.conftest import write_yaml
 from tests.test_fleet_cache import NOTHING_LISTENS, cache_ports  # noqa: F401 - a fixture
 
-pytestmark = [pytest.mark.slow, pytest.mark.root]  # real sshd, started as root
+pytestmark = [pytest.mark.slow, pytest.mark.root,  # real sshd, started as root
+              # a traceback in a forward thread is what a user would see on the terminal
+              pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")]
 
 CONNECTIONS = 400  # at once, per round; the attack opened 290 to 750
 ROUNDS = 3
