@@ -282,11 +282,15 @@ def _utc_now():
 
 def main(argv=None, stream=None):
     stream = stream if stream is not None else sys.stderr
+    args = sys.argv[1:] if argv is None else list(argv)
+    if "--health" in args:  # the fast subset: its own options, no torch (validate/health.py)
+        from . import health
+        return health.main(args, stderr=stream)
     # Kineto (torch.profiler) logs errors on machines without a GPU straight
     # to stderr; keep the progress stream readable.
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     try:
-        opts = parse_args(sys.argv[1:] if argv is None else argv)
+        opts = parse_args(args)
         os.makedirs(opts.out, exist_ok=True)
         if not os.access(opts.out, os.W_OK):
             raise UsageError("--out %s: not writable" % opts.out)

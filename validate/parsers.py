@@ -371,6 +371,13 @@ def smi_q_health(gpu):
         }
     else:
         out["pcie"] = None
+    fabric = _section(gpu, "Fabric")
+    # Hopper and newer on an NVSwitch board: State Not Started / In Progress /
+    # Completed, Status Success or an error; "N/A" / "Not Supported" elsewhere
+    # (gpud components/accelerator/nvidia/fabric-manager: single-GPU H200 boxes
+    # report "Not Supported").
+    out["fabric"] = ({"state": to_str(fabric.get("State")), "status": to_str(fabric.get("Status"))}
+                     if fabric is not None else None)
     return out
 
 

@@ -1,5 +1,5 @@
 """Reading log folders: every ``<logs>/<host>/<run>/`` with its ``bench_torch.log`` (the seed's
-format) and ``results.json`` (the validation package's, schema 1), into `Run`s and the
+format) and ``results.json`` (the validation package's, schema 1 or 2), into `Run`s and the
 `Problem`s found on the way. A bad file is a problem and is skipped, never an error.
 
 Imports nothing of remote/.
@@ -210,8 +210,8 @@ def read_results(path: Path, shown: str) -> tuple[Results | None, list[Problem]]
     if not isinstance(host, dict):
         return None, [Problem(shown, f"'host' is not an object (a {type(host).__name__}): skipped")]
     schema = data.get("schema")
-    if schema != 1:
-        problems.append(Problem(shown, f"schema {schema!r} is not 1; reading what matches"))
+    if schema not in (1, 2):
+        problems.append(Problem(shown, f"schema {schema!r} is not 1 or 2; reading what matches"))
     if not checks:
         problems.append(Problem(shown, "no checks ran: not a pass"))
     return data, problems
