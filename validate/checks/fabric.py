@@ -100,6 +100,9 @@ def run(ctx, res, sysfs="/sys", proc="/proc"):
         return
     for what, action in judge(switches, pids, gpus):
         res.problem(what, action)
-    res.summary = "%d NVSwitch(es), Fabric Manager %s, %d of %d GPU(s) in the fabric" % (
-        len(switches), "pid %s" % ",".join(str(p) for p in pids) if pids else "not running",
-        sum(1 for g in fabric_gpus if (g["fabric"]["state"] or "").lower() == "completed"), len(gpus))
+    joined = sum(1 for g in fabric_gpus if (g["fabric"]["state"] or "").lower() == "completed")
+    if switches:
+        res.summary = "%d NVSwitch(es), Fabric Manager %s, %d of %d GPU(s) in the NVLink fabric" % (
+            len(switches), "pid %s" % ",".join(str(p) for p in pids) if pids else "not running", joined, len(gpus))
+    else:  # a VM given the GPUs, not the switches: Fabric Manager runs on its host
+        res.summary = "no NVSwitch seen here, %d of %d GPU(s) in the NVLink fabric" % (joined, len(gpus))
