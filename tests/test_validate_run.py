@@ -21,10 +21,10 @@ from validate.core import CHECK_NAMES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = ["resnet18", "mobilenet_v3_small"]
-RESULT_KEYS = {"schema", "tool", "version", "started", "elapsed_s", "ok", "options", "host", "checks"}
+RESULT_KEYS = {"schema", "tool", "version", "started", "elapsed_s", "ok", "action", "options", "host", "checks"}
 HOST_KEYS = {"hostname", "os", "kernel", "arch", "python", "cpu", "cpus", "memory_gib", "gpu_name",
              "gpu_count", "driver", "torch", "torchvision", "cuda", "device"}
-CHECK_KEYS = {"name", "status", "required", "reason", "elapsed_s", "figures", "artefacts"}
+CHECK_KEYS = {"name", "status", "required", "reason", "elapsed_s", "figures", "artefacts", "action", "findings"}
 GPU_PRESENT = shutil.which("nvidia-smi") is not None and os.path.exists("/dev/nvidia0")
 no_gpu_only = pytest.mark.skipif(GPU_PRESENT, reason="asserts the behaviour without a GPU")
 
@@ -57,7 +57,7 @@ def by_name(doc):
 
 def assert_schema(doc):
     assert set(doc) == RESULT_KEYS
-    assert doc["schema"] == 1 and doc["tool"] == "gpuprov-validate"
+    assert doc["schema"] == 2 and doc["tool"] == "gpuprov-validate"
     assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", doc["started"])
     assert isinstance(doc["elapsed_s"], float) and isinstance(doc["ok"], bool)
     assert set(doc["host"]) == HOST_KEYS

@@ -86,11 +86,14 @@ def _gpu_record(t, q):
         "throttle": {"mask": mask, "active": active},
         "fabric": q.get("fabric") if q is not None else None,
     }
-    if q is not None:  # fill what the CSV query could not give from -q
-        if all(v is None for v in rec["remapped_rows"].values()) and q.get("remapped_rows"):
-            rec["remapped_rows"] = q["remapped_rows"]
-        if all(v is None for v in rec["retired_pages"].values()) and q.get("retired_pages"):
-            rec["retired_pages"] = q["retired_pages"]
+    if q is not None:  # fill what the CSV query could not give from -q; a count or a
+        # pending flag either reading reports counts (the two are read moments apart)
+        for key in ("remapped_rows", "retired_pages"):
+            for k, v in (q.get(key) or {}).items():
+                if v and not rec[key].get(k):
+                    rec[key][k] = v
+                elif rec[key].get(k) is None:
+                    rec[key][k] = v
         if rec["ecc"]["uncorrected_volatile"] is None:
             rec["ecc"]["uncorrected_volatile"] = q.get("ecc_uncorrected_volatile")
         if rec["ecc"]["mode"] is None:
