@@ -276,3 +276,49 @@ def test_slurm_drain_finds_scontrol_without_path(tmp_path):
     assert p.returncode in (1, 3), p.stdout + p.stderr  # no nvidia-smi without PATH: could not check or sick
     assert "scontrol not found" not in p.stderr
     assert "drain of gpu-7" in p.stderr or "drained gpu-7" in p.stderr, p.stderr
+
+
+def _world_python():
+    for cand in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.path.exists(cand) and os.stat(cand).st_mode & 0o001:
+            return cand
+    return None
+
+
+def _dmesg_restricted():
+    try:
+        return open("/proc/sys/kernel/dmesg_restrict").read().strip() == "1"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not _dmesg_restricted() or _world_python() is None
+                    or shutil.which("setpriv") is None,
+                    reason="needs root to run as nobody, kernel.dmesg_restrict=1 and a python nobody may run")
+def test_health_as_a_user_who_may_not_read_the_kernel_log_could_not_check():
+    """As nobody (no adm group, dmesg_restrict=1) the Xid scan cannot run: a healthy-looking
+    node is 'could not check' (exit 3), never healthy."""
+    import tempfile
+
+    base = tempfile.mkdtemp(prefix="validate-health-nobody-")
+    try:
+        os.chmod(base, 0o755)
+        shutil.copytree(os.path.join(ROOT, "validate"), os.path.join(base, "validate"))
+        fix = os.path.join(base, "fix")
+        shutil.copytree(SMI_NODE, os.path.join(fix, "smi_node"))
+        for name in ("h100_590_smi_q.txt", "h100_590_query_gpu.csv"):
+            shutil.copy(os.path.join(FIX, name), fix)
+        for d, _, files in os.walk(base):
+            os.chmod(d, 0o755)
+            for f in files:
+                os.chmod(os.path.join(d, f), 0o755)
+        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", _world_python(), "-m",
+                            "validate", "--health", "--expect-gpus", "8"], cwd=base, timeout=120,
+                           env={"PATH": os.path.join(fix, "smi_node") + ":/usr/bin:/bin", "HOME": "/tmp"},
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+        assert p.returncode == 3, p.stdout + p.stderr
+        assert p.stdout.startswith("gpuprov health: could not check: xid: kernel log not readable, Xid errors "
+                                   "NOT checked"), p.stdout
+        assert "running as uid 65534, not root" in p.stdout and p.stdout.count("\n") == 1
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
