@@ -239,6 +239,15 @@ def test_slurm_reason_is_printable_prefixed_and_cut():
     assert len(r) == health.SLURM_REASON_MAX and all(" " <= ch <= "~" for ch in r)
 
 
+def test_scontrol_gets_the_configless_slurm_conf_when_it_has_no_other():
+    only = {health.SLURM_CONF_CONFIGLESS}
+    assert health.slurm_env({"SLURMD_NODENAME": "n1"}, only.__contains__) == {
+        "SLURMD_NODENAME": "n1", "SLURM_CONF": "/run/slurm/conf/slurm.conf"}
+    both = {health.SLURM_CONF_DEFAULT, health.SLURM_CONF_CONFIGLESS}
+    assert "SLURM_CONF" not in health.slurm_env({}, both.__contains__)  # scontrol reads /etc/slurm itself
+    assert health.slurm_env({"SLURM_CONF": "/x"}, only.__contains__)["SLURM_CONF"] == "/x"
+
+
 def test_slurm_drain_calls_scontrol_with_the_finding(tmp_path):
     # a stand-in scontrol that records its argv (no slurmctld here: the real-daemon test is
     # the Slurm work's); found through PATH like on a login shell

@@ -45,6 +45,12 @@ SLURM_REASON_MAX = 200
 SCONTROL_DIRS = ("/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin", "/opt/slurm/bin",
                  "/opt/slurm/sbin", "/bin", "/sbin")
 DRIVER_PROC = "/proc/driver/nvidia/version"
+# Configless Slurm caches what slurmd fetched and links it at /run/slurm/conf
+# (docs.aws.amazon.com/pcs/latest/userguide/slurm-configuration: "creates a
+# symbolic link to them at /run/slurm/conf"); the packaged default is
+# /etc/slurm/slurm.conf, which scontrol reads by itself.
+SLURM_CONF_DEFAULT = "/etc/slurm/slurm.conf"
+SLURM_CONF_CONFIGLESS = "/run/slurm/conf/slurm.conf"
 
 
 class UsageError(Exception):
@@ -150,6 +156,16 @@ def slurm_reason(line):
     return text[:SLURM_REASON_MAX]
 
 
+def slurm_env(environ, exists=os.path.exists):
+    """The environment for scontrol: ours, plus SLURM_CONF pointing at the
+    configless cache when neither SLURM_CONF nor the default file is there
+    (HealthCheckProgram gets no SLURM_CONF)."""
+    env = dict(environ)
+    if not env.get("SLURM_CONF") and not exists(SLURM_CONF_DEFAULT) and exists(SLURM_CONF_CONFIGLESS):
+        env["SLURM_CONF"] = SLURM_CONF_CONFIGLESS
+    return env
+
+
 def slurm_drain(node, line, stream):
     """Drain ``node`` with ``line`` as the reason; True when scontrol said yes."""
     scontrol = find_scontrol()
@@ -160,7 +176,7 @@ def slurm_drain(node, line, stream):
     # a list, no shell: the reason reaches Slurm as it is, quotes would become
     # part of it (nebius/soperator PR 2955)
     argv = [scontrol, "update", "nodename=" + node, "state=drain", "reason=" + slurm_reason(line)]
-    out = host.run_tool(argv, timeout=30)
+    out = host.run_tool(argv, timeout=30, env=slurm_env(os.environ))
     if out["error"] or out["rc"] != 0:
         stream.write("validate --health: drain of %s failed: %s\n"
                      % (node, out["error"] or (out["stderr"] or out["stdout"]).strip()[:300]))
