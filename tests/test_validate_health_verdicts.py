@@ -237,6 +237,9 @@ def test_slurm_reason_is_printable_prefixed_and_cut():
     r = health.slurm_reason("sick: GPU 0: row remapping pending\n\x1b[31m" + "x" * 400 + " [action: reset the GPU]")
     assert r.startswith("gpuprov health: sick: GPU 0: row remapping pending??[31mxxx")
     assert len(r) == health.SLURM_REASON_MAX and all(" " <= ch <= "~" for ch in r)
+    # the action survives the cut: it moves up front
+    r = health.slurm_reason("sick: GPU 0: " + "y" * 400 + " [action: reset the GPU]", "reset the GPU")
+    assert r.startswith("gpuprov health: sick [action: reset the GPU]: GPU 0: yyy")
 
 
 def test_scontrol_gets_the_configless_slurm_conf_when_it_has_no_other():
@@ -261,7 +264,7 @@ def test_slurm_drain_calls_scontrol_with_the_finding(tmp_path):
     assert p.returncode == 1
     argv = (tmp_path / "argv").read_text().splitlines()
     assert argv[:3] == ["update", "nodename=gpu-7", "state=drain"]
-    assert argv[3].startswith("reason=gpuprov health: sick: GPU PCI:0000:0b:00: Xid 154")
+    assert argv[3].startswith("reason=gpuprov health: sick [action: reset the GPU]: GPU PCI:0000:0b:00: Xid 154")
     assert len(argv[3]) == len("reason=") + health.SLURM_REASON_MAX
     assert "drained gpu-7" in p.stderr
     # healthy: no drain

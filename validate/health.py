@@ -150,8 +150,14 @@ def find_scontrol():
     return None
 
 
-def slurm_reason(line):
-    """The drain reason: our prefix and the line, printable ASCII, cut."""
+def slurm_reason(line, action=None):
+    """The drain reason: our prefix and the line, the action moved up front so
+    the cut never loses it ("gpuprov health: sick [action: reset the GPU]:
+    GPU ..."), printable ASCII, cut."""
+    tail = " [action: %s]" % action
+    if action and line.endswith(tail):
+        word, _, rest = line[:-len(tail)].partition(": ")
+        line = "%s [action: %s]: %s" % (word, action, rest)
     text = re.sub(r"[^\x20-\x7e]", "?", PREFIX + line)
     return text[:SLURM_REASON_MAX]
 
@@ -166,7 +172,7 @@ def slurm_env(environ, exists=os.path.exists):
     return env
 
 
-def slurm_drain(node, line, stream):
+def slurm_drain(node, line, stream, action=None):
     """Drain ``node`` with ``line`` as the reason; True when scontrol said yes."""
     scontrol = find_scontrol()
     if scontrol is None:
@@ -175,13 +181,14 @@ def slurm_drain(node, line, stream):
         return False
     # a list, no shell: the reason reaches Slurm as it is, quotes would become
     # part of it (nebius/soperator PR 2955)
-    argv = [scontrol, "update", "nodename=" + node, "state=drain", "reason=" + slurm_reason(line)]
+    reason = slurm_reason(line, action)
+    argv = [scontrol, "update", "nodename=" + node, "state=drain", "reason=" + reason]
     out = host.run_tool(argv, timeout=30, env=slurm_env(os.environ))
     if out["error"] or out["rc"] != 0:
         stream.write("validate --health: drain of %s failed: %s\n"
                      % (node, out["error"] or (out["stderr"] or out["stdout"]).strip()[:300]))
         return False
-    stream.write("validate --health: drained %s: %s\n" % (node, slurm_reason(line)))
+    stream.write("validate --health: drained %s: %s\n" % (node, reason))
     return True
 
 
@@ -232,7 +239,7 @@ def main(argv, stdout=None, stderr=None):
     stdout.flush()
     node = os.environ.get("SLURMD_NODENAME")
     if opts.slurm_drain and code != HEALTHY and node:
-        slurm_drain(node, line, stderr)
+        slurm_drain(node, line, stderr, act)
     return code
 
 
