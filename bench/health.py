@@ -9,10 +9,13 @@ its answers is a Python start (~30 ms here), where the real nvidia-smi asks
 the driver (NVML), so the figure measures validate's own work, not NVML's.
 Two cases: the kernel log of this machine since boot (journalctl -k -b, else
 dmesg: what a node pays) and a given clean log file.  Prints median, min and
-max wall seconds per case and the verdict line of the last run.
+max wall seconds and the median CPU seconds (user + sys of validate and the
+nvidia-smi it starts: the figure a busy shared machine does not inflate) per
+case, and the verdict line of the last run.
 """
 
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -25,14 +28,17 @@ SMI_NODE = os.path.join(ROOT, "tests", "fixtures", "validate", "smi_node")
 
 def time_runs(args, runs):
     env = dict(os.environ, PATH=SMI_NODE + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"))
-    times, last = [], None
+    times, cpu, last = [], [], None
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         p = subprocess.run([sys.executable, "-m", "validate", "--health", "--expect-gpus", "8"] + args, cwd=ROOT,
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
         times.append(time.perf_counter() - t0)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
         last = (p.returncode, p.stdout.strip())
-    return times, last
+    return times, cpu, last
 
 
 def main(argv):
@@ -42,9 +48,10 @@ def main(argv):
         clean = f.name
     try:
         for label, args in (("kernel log of this machine", []), ("clean --kernel-log file", ["--kernel-log", clean])):
-            times, (rc, line) = time_runs(args, runs)
-            print("%-28s %d runs: median %.2f s, min %.2f s, max %.2f s; exit %d: %s" % (
-                label, runs, statistics.median(times), min(times), max(times), rc, line))
+            times, cpu, (rc, line) = time_runs(args, runs)
+            print("%-28s %d runs: wall median %.2f s, min %.2f s, max %.2f s; CPU (user+sys, children) "
+                  "median %.2f s; exit %d: %s" % (label, runs, statistics.median(times), min(times), max(times),
+                                                 statistics.median(cpu), rc, line))
     finally:
         os.unlink(clean)
     print("load average %s, %d CPUs" % (" ".join("%.2f" % x for x in os.getloadavg()), os.cpu_count() or 0))

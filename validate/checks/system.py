@@ -169,19 +169,29 @@ def run(ctx, res):
         res.note(msg)
         parts.append("no nvidia-smi")
     else:
-        plain = host.run_tool([smi], timeout=60)
-        with open(ctx.artefact(res, "nvidia-smi.txt"), "w") as f:
-            f.write(plain["stdout"] + plain["stderr"] + (plain["error"] or ""))
+        # --health asks nvidia-smi twice (-q and one query with every field): each
+        # call starts NVML on every GPU; the full run keeps the summary table as an
+        # artefact and asks the optional field groups one by one
+        health = getattr(ctx.opts, "health", False)
+        plain = None
+        if not health:
+            plain = host.run_tool([smi], timeout=60)
+            with open(ctx.artefact(res, "nvidia-smi.txt"), "w") as f:
+                f.write(plain["stdout"] + plain["stderr"] + (plain["error"] or ""))
         q = host.run_tool([smi, "-q"], timeout=120)
         qtext = q["stdout"] if q["rc"] == 0 else ""
         if qtext:
             with open(ctx.artefact(res, "nvidia-smi-q.txt"), "w") as f:
                 f.write(qtext)
-        rows, dropped, err = host.query_gpus(smi, parsers.CORE_QUERY_FIELDS)
+        fields = list(parsers.CORE_QUERY_FIELDS)
+        if health:
+            fields += [f for group in parsers.OPTIONAL_QUERY_GROUPS for f in group if f not in fields]
+        rows, dropped, err = host.query_gpus(smi, fields, max_retries=len(fields))
         if err:
             msg = "nvidia-smi failed: %s" % err
-            if plain["rc"] not in (0, None):
-                msg = "nvidia-smi failed: %s" % parsers.first_line(plain["stdout"] + plain["stderr"])
+            shown = plain if plain is not None else q
+            if shown["rc"] not in (0, None):
+                msg = "nvidia-smi failed: %s" % parsers.first_line(shown["stdout"] + shown["stderr"])
             if gpu_mode:
                 # the driver does not answer (not loaded, or a GPU lost): gpud's
                 # reading of NVML init errors is REBOOT_SYSTEM (components/
@@ -190,7 +200,8 @@ def run(ctx, res):
             res.note(msg)
             parts.append("nvidia-smi failed")
         else:
-            dropped += _merge_optional(smi, rows)
+            if not health:
+                dropped += _merge_optional(smi, rows)
             if dropped:
                 res.note("nvidia-smi did not know fields: %s" % ", ".join(dropped))
             health_q = []
