@@ -145,7 +145,9 @@ def test_full_run_without_gpu_is_not_validated_with_reasons(full_run):
     required = dict((n, c[n]["required"]) for n in CHECK_NAMES)
     assert required == {"system": True, "cudnn_compile": True, "cudnn_sample": True, "torch_import": True,
                         "torch_cuda": True, "inference": True, "bench": True, "matmul": True,
-                        "bandwidth": True, "stress": True, "memory": True, "xid": True, "p2p": True,
+                        "bandwidth": True, "stress": True, "memory": True, "xid": True,
+                        "fabric": False,  # waived: no NVSwitch here
+                        "p2p": True,
                         "nccl": True, "profile": False, "fusion": False, "precision": False,
                         "kernel": False}
     assert c["torch_import"]["status"] == "pass"
@@ -199,7 +201,8 @@ def test_cpu_quick_run_passes_on_cpu(tmp_path):
     doc = load(out)
     assert_schema(doc)
     c = by_name(doc)
-    quick = ["system", "cudnn_compile", "cudnn_sample", "torch_import", "torch_cuda", "bench", "stress", "xid"]
+    quick = ["system", "cudnn_compile", "cudnn_sample", "torch_import", "torch_cuda", "bench", "stress", "xid",
+             "fabric"]
     for name in CHECK_NAMES:
         if name not in quick:
             assert c[name]["status"] == "skip" and c[name]["reason"] == "not part of --quick"
