@@ -211,6 +211,9 @@ def test_fabric_manager_missing_on_an_nvswitch_board_is_a_finding(tmp_path):
     assert [a for _, a in fabric.judge(switches, [1], gpus)] == ["reboot the node"]
     assert fabric.judge(switches, [1], [{"index": 0, "fabric": {"state": "Completed", "status": "Success"}}]) == []
     assert fabric.nvswitches(str(tmp_path / "none")) == []
+    # one GPU and no switch (a single-GPU VM): its fabric state is not judged
+    assert fabric.judge([], [], gpus) == []
+    assert [a for _, a in fabric.judge([], [], gpus * 2)] == ["reboot the node"] * 2
 
 
 def test_fabric_manager_is_found_by_its_process(tmp_path):

@@ -75,6 +75,10 @@ def judge(switches, fm_pids, gpus):
                     "peer-to-peer, CUDA fails with cudaErrorSystemNotReady; start nvidia-fabricmanager"
                     % (len(switches), ", ".join(switches[:4]) + (", ..." if len(switches) > 4 else "")),
                     actions.REBOOT_NODE))
+    if not switches and len(gpus or []) < 2:
+        # one GPU and no switch: nothing for the fabric to join (gpud skips the
+        # fabric state there too: single-GPU H200 boxes report Not Supported)
+        return out
     for g in gpus or []:
         fab = g.get("fabric") or {}
         state, status = fab.get("state"), fab.get("status")
