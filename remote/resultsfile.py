@@ -1,5 +1,5 @@
 """The one reader of a pulled ``results.json`` on the control side (the validation package's
-output, schema 1): the engine's recap (`engine/jobs/logs.py`) and the report
+output, schema 1 or 2): the engine's recap (`engine/jobs/logs.py`) and the report
 (`report/collect.py`) both read it here, with the same care. What a host wrote is untrusted:
 the file is read only when it is a regular file of at most `MAX_FILE_BYTES` (never blocking
 on a FIFO, never reading past the cap), must be a JSON object whose ``checks`` is a list of
@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 RESULTS = "results.json"
-SCHEMA = 1
+# 2 (issue 22) adds each check's `action` and `findings` and the run's worst `action`; 1 is
+# what hosts validated before it left: both read the same.
+SCHEMAS = (1, 2)
 # The largest results.json (or bench_torch.log) read: the validation package writes a few
 # hundred KiB at most, and a host could otherwise make the control side hold gigabytes (a
 # sparse file costs it nothing).
@@ -81,6 +83,6 @@ def read_results(path: Path) -> ResultsFile:
     if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
         raise UnusableFile("checks", "'checks' is not a list of objects: skipped")
     warnings = []
-    if data.get("schema") != SCHEMA:
-        warnings.append(f"schema {data.get('schema')!r} is not {SCHEMA}; reading what matches")
+    if data.get("schema") not in SCHEMAS:
+        warnings.append(f"schema {data.get('schema')!r} is not 1 or 2; reading what matches")
     return ResultsFile(data, warnings)

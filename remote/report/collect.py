@@ -1,5 +1,5 @@
 """Reading log folders: every ``<logs>/<host>/<run>/`` with its ``bench_torch.log`` (the seed's
-format) and ``results.json`` (the validation package's, schema 1, read by
+format) and ``results.json`` (the validation package's, schema 1 or 2, read by
 `remote.resultsfile`), into `Run`s and the `Problem`s found on the way. A bad file is a problem
 and is skipped, never an error.
 
