@@ -11,12 +11,10 @@ then, if every step succeeded and a validation was asked for, the host is valida
 """
 from __future__ import annotations
 
-import heapq
 import shlex
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from ...config.recipe import Recipe, Step, facts_used
 from ...config.templating import (evaluate, fact_dependent_vars, names_in, render_shell,
@@ -256,17 +254,17 @@ class _HostApply:
         if isinstance(step.kind, Reboot):
             result.status, result.message = session.reboot(step.kind.timeout(item.args))
             return
-        # Announce a step only when it is still running after a second: quick ones stay quiet.
-        announce = _ANNOUNCER.after(1.0, lambda: session.reporter.running(session.host.name,
-                                                                         result.name))
+        # Signs of life on a long step, its output live with -v (remote/output/progress.py).
+        running = session.reporter.started(session.host.name, result.name)
         try:
             last = None
             for command in commands:
-                last = self._run_command(item, command)
+                last = self._run_command(item, command,
+                                          running.on_output if running.show_line else None)
                 if last is None or self._failed(step, last):
                     break
         finally:
-            announce.cancelled = True
+            session.reporter.progress.stop(running)
         self._judge(item, result, last)
 
     def _judge(self, item: _Prepared, result: StepResult, last: Optional[CommandResult]) -> None:
@@ -285,7 +283,8 @@ class _HostApply:
             changed = bool(evaluate(step.changed_when, self._result_context(last)))
         result.status = StepStatus.CHANGED if changed else StepStatus.OK
 
-    def _run_command(self, item: _Prepared, command: Command) -> Optional[CommandResult]:
+    def _run_command(self, item: _Prepared, command: Command,
+                     on_output: Any = None) -> Optional[CommandResult]:
         """Run one command with the step's retries; None when it timed out."""
         step, session = item.step, self.session
         attempts = step.retries + 1
@@ -293,7 +292,8 @@ class _HostApply:
         while True:
             try:
                 res = session.conn.run(command.script, become=item.become, timeout=item.timeout,
-                                       stdin=command.stdin, shell=command.shell)
+                                       stdin=command.stdin, shell=command.shell,
+                                       on_output=on_output)
             except CommandTimeout:
                 session.log.command(step.name, command.shown(), None, item.timeout)
                 return None
@@ -331,57 +331,6 @@ class _HostApply:
         context = dict(self.session.context)
         context.update(rc=res.rc, stdout=res.out, stderr=res.err)
         return context
-
-
-@dataclass(order=True)
-class _Alarm:
-    due: float
-    call: Callable[[], None] = field(compare=False)
-    cancelled: bool = field(default=False, compare=False)
-
-
-class _Alarms:
-    """Calls made after a delay unless cancelled first, all from one thread: a
-    `threading.Timer` per step that runs a command started and stopped a thread each time,
-    about 0.5 ms of control CPU per extra converged host with one such step (bench/compare.py
-    --fleet 1,64). The delays are all the same, so a new alarm never falls due before those
-    already waiting: it wakes no one."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._waiting: list[_Alarm] = []  # a heap, the next due first
-        self._thread: Optional[threading.Thread] = None
-
-    def after(self, delay: float, call: Callable[[], None]) -> _Alarm:
-        alarm = _Alarm(time.monotonic() + delay, call)
-        with self._cond:
-            heapq.heappush(self._waiting, alarm)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="alarms", daemon=True)
-                self._thread.start()
-            elif self._waiting[0] is alarm:
-                self._cond.notify()
-        return alarm
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._waiting:
-                    self._cond.wait()
-                alarm = self._waiting[0]
-                wait = alarm.due - time.monotonic()
-                if wait > 0 and not alarm.cancelled:
-                    self._cond.wait(wait)
-                    continue
-                heapq.heappop(self._waiting)
-            if not alarm.cancelled:
-                try:
-                    alarm.call()
-                except Exception:  # noqa: BLE001 - a failed status line must not stop the others
-                    pass
-
-
-_ANNOUNCER = _Alarms()
 
 
 def _probe_snippets(step: Step, args: dict[str, Any], context: dict[str, Any]) -> dict[str, str]:
