@@ -245,7 +245,12 @@ def sandbox(action: Optional[str], hosts: Union[int, str, None] = None,
         elif action == "down":
             sb.down(Path(state_dir))
         elif action == "status":
-            print(sb.status(Path(state_dir)))
+            hosts_now = sb.status(Path(state_dir))
+            if not hosts_now:
+                print("no sandbox hosts (gpuprov sandbox up starts them)")
+            for entry in hosts_now:
+                print(f"{entry['name']}  {entry['user']}@{entry['address']}:{entry['port']}  "
+                      f"{entry['state'] if entry['running'] else 'stopped'}")
         else:
             raise InputError(f"sandbox action must be up, down or status, not {action!r}")
     except InputError as exc:

@@ -26,7 +26,7 @@ from ...transport.connection import CommandResult
 from ..probes import batch_script, in_one_write, parse_batch
 from ..results import StepResult, StepStatus
 from ..session import HostSession, facts_read_by_vars, union
-from .validate import Validate
+from .validate import Validate, remember_python
 
 PROBE_SLOTS = ("kind", "creates", "unless")
 
@@ -65,6 +65,8 @@ class ApplyRecipe:
         _HostApply(self.recipe, session).run(self.recipe.select(self.tags), self.fact_names)
         if self.validate is not None and session.result.ok:
             self.validate.run(session)
+        elif session.result.ok and not session.options.check:
+            remember_python(session)
 
 
 class _HostApply:
