@@ -74,6 +74,12 @@ def load_and_check(inventory_path: str, selection: Optional[str], recipe_path: O
     raises `InputError`."""
     inventory = load_inventory(inventory_path)
     hosts = select_hosts(inventory, selection, limit)
+    for host in hosts:  # else paramiko's "No such file or directory" reads as a network error
+        if host.identity_file and not host.is_local:
+            key_file = Path(os.path.expanduser(host.identity_file))
+            if not key_file.is_file():
+                state = "is not a file" if key_file.exists() else "does not exist"
+                raise host.where.error(f"{host.name}: identity_file {key_file} {state}")
     recipe = load_recipe(recipe_path, KINDS) if recipe_path else None
     if recipe is not None:
         checked: set[frozenset[str]] = set()
