@@ -236,3 +236,163 @@ def test_ansible_flags_over_ssh(farm, inventory, work, command):
                  "-t", "hello", "--no-validate", cwd=work, **home)
     assert result.rc == 4, result.out + result.err  # one host unreachable, no step failed
     assert "down: unreachable: " in result.out.split("\nFAILED\n")[1]
+
+
+# 4. Feedback a person can act on.
+
+def test_a_missing_key_file_is_named_and_the_host_key_hint_is_filled_in(farm, work):
+    address = farm.addresses[0]
+    inv = write_yaml(work / "inv.yaml", {"hosts": {
+        "nokey": farm.host_entry(address, identity_file=str(work / "id_gone")),
+        "newkey": farm.host_entry(address)}})
+    result = gpuprov("facts", "-i", str(inv), "--host", "nokey", cwd=work, home=work)
+    assert result.rc == 2, result.out + result.err
+    assert result.err.strip() == (f"error: {inv}:2: nokey: identity_file {work / 'id_gone'} "
+                                  "does not exist")
+    # No known_hosts in this HOME or the inventory: the hint is a command to paste.
+    result = gpuprov("facts", "-i", str(inv), "--host", "newkey", cwd=work, home=work)
+    assert result.rc == 4, result.out + result.err
+    assert f"ssh-keyscan -p {farm.port} {address} >> " in result.out
+
+
+SLOW_RECIPE = "name: slow\nsteps:\n  - name: long step\n    shell: sleep 4\n"
+
+
+def test_a_long_step_shows_signs_of_life_when_piped(work):
+    """Piped (a CI log): a `running` line with the elapsed time every GPUPROV_PROGRESS_EVERY
+    seconds (60 by default; 1 here so the test stays short)."""
+    inv, rec = _local_setup(work, SLOW_RECIPE)
+    result = gpuprov("provision", "-i", str(inv), "--recipe", str(rec), "--host", "a",
+                     "--no-validate", cwd=work, home=work, env={"GPUPROV_PROGRESS_EVERY": "1"})
+    assert result.rc == 0, result.out + result.err
+    lines = [" ".join(line.split()) for line in result.out.splitlines()]
+    assert "a running long step" in lines
+    assert any(line.startswith("a running long step (still running, ") for line in lines), lines
+    assert "\r" not in result.out and "\x1b" not in result.out  # nothing for a terminal
+
+
+def test_a_long_step_shows_a_live_elapsed_time_on_a_terminal(work):
+    """On a terminal (a pty, as a person's): one live line at the bottom with the step and its
+    elapsed time, redrawn in place and cleared when the run ends."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    inv, rec = _local_setup(work, SLOW_RECIPE)
+    main, side = pty.openpty()
+    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))  # 30 x 100
+    proc = subprocess.Popen([sys.executable, "-c", "from remote.program import main; main()",
+                             "provision", "-i", str(inv), "--recipe", str(rec), "--host", "a",
+                             "--no-validate"], cwd=work, stdin=side, stdout=side, stderr=side,
+                            env=dict(os.environ, PYTHONPATH=str(REPO), HOME=str(work),
+                                     TERM="xterm"))
+    os.close(side)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:  # EIO: the program ended and closed its side
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(main)
+    assert proc.wait(timeout=60) == 0, seen
+    text = seen.decode(errors="replace")
+    live = [part for part in text.split("\r\x1b[K") if part.startswith("\x1b[2ma long step ")]
+    assert len(live) >= 2, text  # redrawn as the seconds go by
+    assert any("a long step 3s" in part for part in live), live
+    assert "RECAP" in text and text.count("\r\x1b[K") >= len(live)
+
+
+def test_validation_failed_has_its_own_exit_status_and_junit_cases(farm, inventory, work):
+    """Steps succeed, validation fails (no NVIDIA driver on the loopback host): exit 3, the
+    FAILED block says why, and --junit has a testcase per check with the check's reason."""
+    junitparser = pytest.importorskip("junitparser")
+    inv = inventory(hosts={"h1": farm.host_entry(farm.addresses[0])},
+                    vars={"validate_args": "--checks system"})
+    rec = work / "ok.yaml"
+    rec.write_text("name: ok\nsteps:\n  - name: nothing\n    shell: 'true'\n")
+    result = gpuprov("provision", "-i", str(inv), "--recipe", str(rec), "--host", "h1",
+                     "--junit", "j.xml", cwd=work, home=work)
+    assert result.rc == 3, result.out + result.err
+    assert "h1: validation: failed: system" in result.out.split("\nFAILED\n")[1]
+    suite = next(iter(junitparser.JUnitXml.fromfile(str(work / "j.xml"))))
+    cases = {case.name: case for case in suite}
+    assert cases["nothing"].is_passed
+    assert "nvidia-smi" in cases["validate: system"].result[0].message
+
+
+def test_validate_python_is_remembered_without_validating(farm, inventory, work):
+    """`--no-validate` (and a recipe's `validate: false`) still record the recipe's
+    validate_python, so a later `gpuprov validate` uses the venv the recipe built."""
+    inv = inventory(hosts={"h1": farm.host_entry(farm.addresses[0])})
+    rec = work / "venv.yaml"
+    rec.write_text("name: venv\nvars: {validate_python: /opt/made-up/bin/python}\n"
+                   "steps:\n  - name: nothing\n    shell: 'true'\n")
+    show = work / "show.yaml"
+    show.write_text("name: show\nsteps:\n  - name: remembered\n"
+                    "    shell: cat ~/.gpuprov/h1/python; rm -f ~/.gpuprov/h1/python\n")
+    for flags in (["--no-validate"], []):
+        if not flags:  # the same recipe, with validate: false at the top instead
+            rec.write_text("validate: false\n" + rec.read_text())
+        result = gpuprov("provision", "-i", str(inv), "--recipe", str(rec), "--host", "h1",
+                         *flags, cwd=work, home=work)
+        assert result.rc == 0 and "validate" not in result.out.split("RECAP")[0], result.out
+        result = gpuprov("provision", "-i", str(inv), "--recipe", str(show), "--host", "h1",
+                         "-v", "--no-validate", cwd=work, home=work)
+        assert "h1 | /opt/made-up/bin/python" in " ".join(result.out.split()), result.out
+
+
+def test_recipe_validate_must_be_a_boolean(work):
+    inv, rec = _local_setup(work, "validate: 'no'\n" + RECIPE)
+    result = gpuprov("provision", "-i", str(inv), "--recipe", str(rec), "--host", "a",
+                     cwd=work, home=work)
+    assert result.rc == 2 and result.err.startswith(f"error: {rec}:1: 'validate' must be")
+
+
+# 5. Output for the systems operators already watch; 6. small things.
+
+def test_report_writes_prometheus_textfile(work):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    fleet = REPO / "tests" / "fixtures" / "report" / "fleet"
+    out = work / "textfile" / "gpuprov.prom"
+    out.parent.mkdir()
+    result = gpuprov("report", "--logs", str(fleet), "--out", str(work / "r"),
+                     "--prometheus", str(out), cwd=work, home=work)
+    assert result.rc == 0, result.out + result.err
+    families = {f.name: f for f in text_string_to_metric_families(out.read_text())}
+    passed = {(s.labels["host"], s.labels["check"]): s.value
+              for s in families["gpuprov_check_passed"].samples}
+    assert passed[("a100-1", "bench")] == 1.0
+    assert {s.labels["host"] for s in families["gpuprov_validation_ok"].samples} >= {"a100-1",
+                                                                                    "h100-1"}
+    latency = {(s.labels["host"], s.labels["model"]): s.value
+               for s in families["gpuprov_bench_latency_seconds"].samples}
+    assert latency[("a100-1", "resnet50")] == pytest.approx(0.007, rel=1e-3)  # 7.0 ms
+    assert [p.name for p in out.parent.iterdir()] == ["gpuprov.prom"]  # no temporary left
+
+
+def test_report_counts_runs_without_validation_results(work):
+    fleet = REPO / "tests" / "fixtures" / "report" / "fleet"
+    logs = work / "logs"
+    import shutil
+
+    shutil.copytree(fleet / "a100-1", logs / "a100-1")
+    for n in range(3):  # provision --no-validate leaves only its run log
+        run = logs / "a100-1" / f"20261124T10000{n}Z"
+        run.mkdir()
+        (run / "provision.log").write_text("a run\n")
+    result = gpuprov("report", "--logs", str(logs), "--out", str(work / "r"), cwd=work,
+                     home=work)
+    assert result.rc == 0, result.out + result.err
+    assert "BAD LOGS" not in result.out
+    assert "note: 3 run(s) without validation results" in result.out
+
+
+def test_sandbox_status_without_hosts(work):
+    result = gpuprov("sandbox", "status", cwd=work, home=work)
+    assert result.rc == 0 and result.out.strip() == (
+        "no sandbox hosts (gpuprov sandbox up starts them)"), result.out + result.err

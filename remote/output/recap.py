@@ -172,7 +172,8 @@ class Reporter:
         with self._lock:
             if self._gone:
                 return
-            width = max(terminal_width(self.stream) - 1, 10)
+            columns = terminal_width(self.stream)
+            width = (columns if columns >= 20 else 80) - 1  # an unsized pty says 0
             shown = printable_line(self.redact(text))
             shown = (shown[:width - 3] + "...") if len(shown) > width else shown
             self._status = self._paint(shown, "dim") if shown else ""
