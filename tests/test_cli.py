@@ -164,12 +164,32 @@ def test_extra_vars_forms_tags_and_verbose(work):
 
 
 def test_check_and_diff_short_flags(work):
-    inv, rec = _local_setup(work)
-    result = gpuprov("provision", "-i", str(inv), "--recipe", str(rec), "-l", "a", "-C",
+    """-C changes nothing; -D shows a unified diff of what file and template steps write."""
+    inv, rec = _local_setup(work, RECIPE + f"""\
+  - name: config
+    file: {{path: "{work}/app.conf", content: "port = 1\\nname = new\\n"}}
+  - name: rendered
+    template: {{src: app.j2, dest: "{work}/app.rendered"}}
+""")
+    (work / "app.j2").write_text("host {{ host }}\nkept\n")
+    (work / "app.conf").write_text("port = 1\nname = old\n")
+    result = gpuprov("provision", "-i", str(inv), "--recipe", str(rec), "-l", "a", "-C", "-D",
                      cwd=work, home=work)
     assert result.rc == 0, result.out + result.err
     assert "check (nothing will change)" in result.out and "would change" in result.out
-    assert not (work / "mark-a").exists()
+    assert not (work / "mark-a").exists() and not (work / "app.rendered").exists()
+    assert (work / "app.conf").read_text() == "port = 1\nname = old\n"
+    lines = [line.strip() for line in result.out.splitlines()]
+    conf = lines[lines.index(f"--- {work}/app.conf (before)"):]
+    assert conf[1:6] == [f"+++ {work}/app.conf (after)", "@@ -1,2 +1,2 @@", "port = 1",
+                         "-name = old", "+name = new"], conf
+    rendered = lines[lines.index(f"+++ {work}/app.rendered (after)") - 1:]
+    assert rendered[:5] == ["--- /dev/null", f"+++ {work}/app.rendered (after)",
+                            "@@ -0,0 +1,2 @@", "+host a", "+kept"], rendered
+    result = gpuprov("provision", "-i", str(inv), "--recipe", str(rec), "-l", "a", "-D",
+                     "--no-validate", cwd=work, home=work)
+    assert result.rc == 0 and "+name = new" in result.out
+    assert (work / "app.conf").read_text() == "port = 1\nname = new\n"
 
 
 def test_exit_status_of_a_failed_step_and_the_failed_block(work):

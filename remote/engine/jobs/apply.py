@@ -11,6 +11,7 @@ then, if every step succeeded and a validation was asked for, the host is valida
 """
 from __future__ import annotations
 
+import difflib
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -44,6 +45,9 @@ class _Prepared:
     probes: dict[str, str] = field(default_factory=dict)   # slot -> snippet
     answers: dict[str, Probe] = field(default_factory=dict)
     stale: bool = False
+
+
+DIFF_MAX_BYTES = 256 * 1024  # --diff reads at most this much of a file on the host
 
 
 class ApplyRecipe:
@@ -249,6 +253,8 @@ class _HostApply:
         if not commands:
             return
         result.commands = [c.shown() for c in commands]
+        if session.reporter.diff:
+            result.diff = self._diff(item)
         if self.check:
             result.status = StepStatus.CHANGED
             result.message = "would run: " + "; ".join(c.shown().splitlines()[0] for c in commands)
@@ -268,6 +274,28 @@ class _HostApply:
         finally:
             session.reporter.progress.stop(running)
         self._judge(item, result, last)
+
+    def _diff(self, item: _Prepared) -> str:
+        """`--diff`: the unified diff of the content a file or template step writes."""
+        step, session = item.step, self.session
+        target = step.kind.diff_target(item.args, step.kind.fact(item.answers.get("kind")))
+        if target is None:
+            return ""
+        path, new, exists = target
+        old = ""
+        if exists:
+            try:
+                res = session.conn.run(f"head -c {DIFF_MAX_BYTES + 1} -- {shlex.quote(path)}",
+                                       become=item.become, timeout=item.timeout)
+            except CommandTimeout:
+                return f"(no diff: reading {path} timed out)"
+            if res.rc != 0 or len(res.out.encode()) > DIFF_MAX_BYTES:
+                return f"(no diff: {path} is unreadable or over {DIFF_MAX_BYTES} bytes)"
+            old = res.out
+        lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                     f"{path} (before)" if exists else "/dev/null",
+                                     f"{path} (after)")
+        return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
 
     def _judge(self, item: _Prepared, result: StepResult, last: Optional[CommandResult]) -> None:
         """Status of a step from its last command: failed, changed, or ok (changed_when)."""
