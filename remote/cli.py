@@ -340,9 +340,10 @@ def _execute(inv: Inventory, hosts: list[Host], title: str, job: Job, extra_vars
             reporter.close()
     reporter.recap(results, extra_column=job.outcome)
     reporter.failures(failures(results, options.logs_dir, options.run_id))
-    reporter.note(f"logs: {Path(logs_dir) / '<host>' / options.run_id}/ "
-                  f"({', '.join(str(Path(logs_dir) / h.name / options.run_id) for h in hosts[:3])}"
-                  f"{', ...' if len(hosts) > 3 else ''})")
+    if write_logs:
+        shown = ", ".join(str(Path(logs_dir) / h.name / options.run_id) for h in hosts[:3])
+        reporter.note(f"logs: {Path(logs_dir) / '<host>' / options.run_id}/ "
+                      f"({shown}{', ...' if len(hosts) > 3 else ''})")
     if outputs.json_path == "-":
         sys.stdout.write(json.dumps({"hosts": {n: r.to_json(redact) for n, r in results.items()}},
                                     indent=2) + "\n")

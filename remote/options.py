@@ -19,7 +19,8 @@ _BOOLEANS = {"true": True, "false": False}
 def parse_extra_vars(values: Optional[Iterable[str]]) -> dict[str, Any]:
     """`-e/--extra-vars/--var` values, later ones winning, as Ansible reads them
     (https://docs.ansible.com/ansible/latest/playbook_guide/playbooks_variables.html, "Defining
-    variables at runtime"): `k=v` pairs (several in one value, split as a shell would), a JSON
+    variables at runtime"): `k=v` pairs (several in one value, split as a shell would, when
+    every word is one; else the whole value is one `k=v`, as `--var` always took it), a JSON
     object (`{"k": 1}`), or `@FILE` (a YAML or JSON mapping). Unlike Ansible, a `k=v` value of
     true/false becomes a boolean, so that `when: with_torch` means what it says; every other
     `k=v` value stays the string typed (12.8 stays "12.8")."""
@@ -43,12 +44,19 @@ def parse_extra_vars(values: Optional[Iterable[str]]) -> dict[str, Any]:
                 raise InputError(f"--extra-vars {value!r}: {exc}") from None
             if not words:
                 raise InputError(f"--extra-vars {value!r} must look like NAME=VALUE")
+            if not all(_is_pair(word) for word in words):
+                words = [text]  # `validate_args=--checks system`: one NAME=VALUE, as typed
             for word in words:
                 key, sep, item = word.partition("=")
                 if not sep:
                     raise InputError(f"--extra-vars {word!r} must look like NAME=VALUE")
                 out[_name(key.strip(), word)] = _BOOLEANS.get(item.strip().lower(), item)
     return out
+
+
+def _is_pair(word: str) -> bool:
+    key, sep, _ = word.partition("=")
+    return bool(sep) and key.strip().isidentifier()
 
 
 def _name(key: Any, given: str) -> str:

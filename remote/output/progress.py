@@ -11,6 +11,7 @@ step: a `threading.Timer` per step cost about 0.5 ms of control CPU per converge
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import threading
 import time
@@ -82,6 +83,8 @@ class Progress:
         self._cond = threading.Condition()
         self._thread: Optional[threading.Thread] = None
         self._closed = False
+        self._wake_at = math.inf  # when the thread wakes next (0: it is awake)
+        self._last_tick = 0.0  # when the live line was last drawn
 
     def start(self, host: str, name: str,
               show_line: Optional[Callable[[str, str], None]] = None) -> Running:
@@ -93,8 +96,8 @@ class Progress:
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._loop, name="progress", daemon=True)
                 self._thread.start()
-            elif len(self._steps) == 1:
-                self._cond.notify()
+            elif step.started + ANNOUNCE_AFTER_S < self._wake_at:
+                self._cond.notify()  # due before the thread's next wake-up
         return step
 
     def stop(self, step: Running) -> None:
@@ -111,28 +114,39 @@ class Progress:
         if self._live is not None:
             self._live("")
 
+    def _next_due(self, now: float) -> float:
+        """When something is next to show: a step's announcement, the live line's next
+        second, or a piped reminder."""
+        due = math.inf
+        for step in self._steps.values():
+            if not step.announced:
+                due = min(due, step.started + ANNOUNCE_AFTER_S)
+            elif self._live is not None:
+                due = min(due, self._last_tick + ANNOUNCE_AFTER_S)
+            else:
+                due = min(due, step.last_line + self._every)
+        return due
+
     def _loop(self) -> None:
         shown = False
         while True:
             with self._cond:
-                while not self._steps and not self._closed:
-                    if shown and self._live is not None:
-                        self._cond.release()
-                        try:
-                            self._live("")
-                        finally:
-                            self._cond.acquire()
-                        shown = False
-                    self._cond.wait()
-                if self._closed:
-                    return
-                self._cond.wait(ANNOUNCE_AFTER_S if self._live else
-                                min(ANNOUNCE_AFTER_S, self._every))
-                now = time.monotonic()
+                while True:
+                    if self._closed:
+                        return
+                    now = time.monotonic()
+                    self._wake_at = self._next_due(now)
+                    if self._wake_at <= now:
+                        break
+                    if shown and not self._steps and self._live is not None:
+                        break  # clear the live line once nothing runs
+                    self._cond.wait(None if self._wake_at == math.inf else self._wake_at - now)
+                self._wake_at = 0.0
                 steps = [s for s in self._steps.values() if now - s.started >= ANNOUNCE_AFTER_S]
+            self._last_tick = now
             try:
                 self._report(steps, now)
-                shown = shown or bool(steps)
+                shown = bool(steps)
             except Exception:  # noqa: BLE001 - a failed status line must not stop the run
                 pass
 
@@ -146,6 +160,6 @@ class Progress:
             elif self._live is None and now - step.last_line >= self._every:
                 step.last_line = now
                 self._still(step, now - step.started)
-        if self._live is not None and steps:
+        if self._live is not None:
             self._live("; ".join(f"{s.host} {s.name} {elapsed_text(now - s.started)}"
                                  for s in steps if not s.stopped))
