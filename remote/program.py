@@ -99,7 +99,9 @@ class GpuprovProgram(Program):
     def print_task_help(self, name: str) -> None:
         ctx = self.parser.contexts[name]
         positional = [arg.name.upper() for arg in ctx.positional_args]
-        tuples = [(spec, text) for spec, text in ctx.help_tuples()
+        counted = {arg.name for arg in ctx.flags.values() if arg.incrementable}
+        tuples = [(_counted_spec(spec) if any(f"--{c}" in spec for c in counted) else spec, text)
+                  for spec, text in ctx.help_tuples()
                   if not any(spec.startswith(f"--{p.lower()}=") for p in positional)]
         usage = " ".join([f"Usage: {self.binary} {name} [--options]"] + positional)
         print(usage + "\n")
@@ -117,6 +119,11 @@ class GpuprovProgram(Program):
     def list_tasks(self) -> None:
         self.print_columns([(name, _first_line(self.collection[name]))
                             for name in sorted(self.collection.task_names)])
+
+
+def _counted_spec(spec: str) -> str:
+    """`-v, --verbose` for a counted flag, which Invoke shows as taking an INT."""
+    return spec.replace(" INT", "").replace("=INT", "")
 
 
 def _first_line(task: object) -> str:
