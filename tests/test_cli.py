@@ -107,7 +107,7 @@ def test_help_into_a_closed_pipe_is_quiet(work):
     (["sandbox", "down", "--hosts", "3"], "error: --hosts is for 'sandbox up' only, not 'down'"),
     (["provision", "--host", "a", "-e", "novalue"], "error: --extra-vars 'novalue' must look like NAME=VALUE"),
     (["provision", "--host", "a", "-e", "{bad json"], "error: --extra-vars '{bad json' is not valid JSON"),
-    (["provision", "--host", "a", "-e", "@missing.yaml"], "missing.yaml"),
+    (["provision", "--host", "a", "-e", "@missing.yaml"], "error: missing.yaml: extra vars file not found"),
     (["provision", "--host", "a", "-l", "nosuch"], "--limit 'nosuch' matches no host or group"),
     (["provision", "--host", "a", "-l", "b"], "--host 'a' --limit 'b' selects no host"),
     (["provision", "--host", "a", "--junit", "-"], "error: --junit needs a file name"),
