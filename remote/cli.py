@@ -74,12 +74,6 @@ def load_and_check(inventory_path: str, selection: Optional[str], recipe_path: O
     raises `InputError`."""
     inventory = load_inventory(inventory_path)
     hosts = select_hosts(inventory, selection, limit)
-    for host in hosts:  # else paramiko's "No such file or directory" reads as a network error
-        if host.identity_file and not host.is_local:
-            key_file = Path(os.path.expanduser(host.identity_file))
-            if not key_file.is_file():
-                state = "is not a file" if key_file.exists() else "does not exist"
-                raise host.where.error(f"{host.name}: identity_file {key_file} {state}")
     recipe = load_recipe(recipe_path, KINDS) if recipe_path else None
     if recipe is not None:
         checked: set[frozenset[str]] = set()
@@ -95,6 +89,25 @@ def load_and_check(inventory_path: str, selection: Optional[str], recipe_path: O
                 check_names(recipe, set(raw), host.name, FACT_NAMES)
                 checked.add(key)
     return inventory, hosts, recipe
+
+
+def check_key_files(hosts: list[Host]) -> None:
+    """Each selected host's identity_file exists: else paramiko's "No such file or directory"
+    read as a network error, host after host."""
+    for host in hosts:
+        if host.identity_file and not host.is_local:
+            key_file = Path(os.path.expanduser(host.identity_file))
+            if not key_file.is_file():
+                state = "is not a file" if key_file.exists() else "does not exist"
+                raise host.where.error(f"{host.name}: identity_file {key_file} {state}")
+
+
+def load_for_run(inventory_path: str, selection: Optional[str], recipe_path: Optional[str],
+                 extra_vars: dict[str, Any], limit: Optional[str] = None) -> Checked:
+    """`load_and_check`, and what must be true on this machine to contact the hosts."""
+    checked = load_and_check(inventory_path, selection, recipe_path, extra_vars, limit)
+    check_key_files(checked[1])
+    return checked
 
 
 @dataclasses.dataclass
@@ -127,7 +140,7 @@ def _run_inputs(inventory: str, host: Optional[str], limit: Optional[str],
     extra_vars = parse_vars(var)
     outputs.check()
     return (extra_vars, check_forks(16 if forks is None else forks), check_suite(suite),
-            load_and_check(inventory, host, recipe, extra_vars, limit))
+            load_for_run(inventory, host, recipe, extra_vars, limit))
 
 
 def print_hosts(hosts: list[Host], stream: TextIO) -> int:
@@ -198,7 +211,7 @@ def logs(host: Optional[str], inventory: str, logs_dir: str = "logs",
          limit: Optional[str] = None, list_hosts: bool = False) -> int:
     """`gpuprov logs`: pull what the last validation left on each selected host."""
     try:
-        inv, hosts, _ = load_and_check(inventory, host, None, {}, limit)
+        inv, hosts, _ = load_for_run(inventory, host, None, {}, limit)
     except InputError as exc:
         return fail_input(exc)
     if list_hosts:
@@ -384,7 +397,7 @@ def facts(host: Optional[str], inventory: str, json_path: Optional[str] = None,
     outputs = Outputs(json_path)
     try:
         outputs.check()
-        inv, hosts, _ = load_and_check(inventory, host, None, {}, limit)
+        inv, hosts, _ = load_for_run(inventory, host, None, {}, limit)
     except InputError as exc:
         return fail_input(exc)
     if list_hosts:

@@ -33,23 +33,23 @@ def parse_extra_vars(values: Optional[Iterable[str]]) -> dict[str, Any]:
             try:
                 data = json.loads(text)
             except ValueError as exc:
-                raise InputError(f"--extra-vars {value!r} is not valid JSON: {exc}") from None
+                raise InputError(f"--var {value!r} is not valid JSON: {exc}") from None
             if not isinstance(data, dict):
-                raise InputError(f"--extra-vars {value!r} must be a JSON object")
+                raise InputError(f"--var {value!r} must be a JSON object")
             out.update({_name(k, value): v for k, v in data.items()})
         else:
             try:
                 words = shlex.split(text)
             except ValueError as exc:
-                raise InputError(f"--extra-vars {value!r}: {exc}") from None
+                raise InputError(f"--var {value!r}: {exc}") from None
             if not words:
-                raise InputError(f"--extra-vars {value!r} must look like NAME=VALUE")
+                raise InputError(f"--var {value!r} must look like NAME=VALUE")
             if not all(_is_pair(word) for word in words):
                 words = [text]  # `validate_args=--checks system`: one NAME=VALUE, as typed
             for word in words:
                 key, sep, item = word.partition("=")
                 if not sep:
-                    raise InputError(f"--extra-vars {word!r} must look like NAME=VALUE")
+                    raise InputError(f"--var {word!r} must look like NAME=VALUE")
                 out[_name(key.strip(), word)] = _BOOLEANS.get(item.strip().lower(), item)
     return out
 
@@ -61,19 +61,19 @@ def _is_pair(word: str) -> bool:
 
 def _name(key: Any, given: str) -> str:
     if not isinstance(key, str) or not key:
-        raise InputError(f"--extra-vars {given!r} must look like NAME=VALUE")
+        raise InputError(f"--var {given!r} must look like NAME=VALUE")
     if not key.isidentifier():
-        raise InputError(f"--extra-vars {given!r}: {key!r} is not a valid variable name")
+        raise InputError(f"--var {given!r}: {key!r} is not a valid variable name")
     return key
 
 
 def _vars_file(path: str) -> dict[str, Any]:
     if not path:
-        raise InputError("--extra-vars @FILE needs a file name after @")
+        raise InputError("--var @FILE needs a file name after @")
     try:
         data = load_yaml(path, "extra vars file")
     except OSError as exc:
-        raise InputError(f"--extra-vars @{path}: cannot read it: {exc.strerror}") from None
+        raise InputError(f"--var @{path}: cannot read it: {exc.strerror}") from None
     if data is None:
         return {}
     if not isinstance(data, YamlMap):
