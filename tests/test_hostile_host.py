@@ -132,7 +132,7 @@ def test_logs_pull_cannot_touch_other_runs(host, tools, work, run_id, files, vic
     before = tree(work / "logs")
     answer(tools, run_id, files)
     result = invoke("logs", "--host", name, "--inventory", str(inventory), cwd=work)
-    assert result.rc == 1, result.out + result.err
+    assert result.rc == 3, result.out + result.err
     assert tree(work / "logs") == before
     reason = "already exists" if run_id == RUN1 else "is not one gpuprov makes"
     assert reason in result.out, result.out
@@ -146,7 +146,7 @@ def test_a_pulled_provision_log_cannot_replace_the_control_sides(host, tools, wo
                          "provision.log": b"every step ok, validated\n"})
     result = invoke("validate", "--host", name, "--inventory", str(inventory),
                     "--var", f"validate_python={tools}/python", cwd=work)
-    assert result.rc == 1, result.out + result.err
+    assert result.rc == 3, result.out + result.err
     assert "provision.log, which only the control side writes" in result.out, result.out
     [run] = (work / "logs" / name).iterdir()
     assert sorted(p.name for p in run.iterdir()) == ["provision.log"]
@@ -188,7 +188,7 @@ def test_oversized_archives_are_refused_before_writing(host, tools, work, archiv
                    "--inventory", str(inventory)],
         work / "peak_kib", env={"PYTHONPATH": str(REPO), "PATH": os.environ["PATH"]},
         cwd=str(work), timeout=120)
-    assert rc == 1, (rc, out, err)
+    assert rc == 3, (rc, out, err)
     assert reason in out, out
     assert tree(work / "logs") == {name: None}, "only the host's folder, empty"
     assert rss < MAX_RSS_MIB, f"peak RSS {rss:.0f} MiB"
@@ -245,7 +245,7 @@ def test_a_gigabyte_pull_answer_is_refused_at_its_cap(host, tools, work):
     name, inventory = host
     script(tools / "pack", f"head -c {GIB} /dev/zero")
     rc, out, rss = run_client(work, inventory, name, "pull")
-    assert rc == 1, out
+    assert rc == 3, out
     assert "over the 256 MiB allowed (GPUPROV_PULL_MAX_ARCHIVE_BYTES)" in out, out
     assert tree(work / "logs") == {name: None}, "only the host's folder, empty"
     assert rss < MAX_RSS_MIB, f"peak RSS {rss:.0f} MiB"
@@ -302,7 +302,7 @@ def test_a_gigabyte_facts_answer_is_kept_bounded_and_refused(host, work, lspci_a
     MiB)."""
     name, inventory = host
     rc, out, rss = run_client(work, inventory, name, "facts")
-    assert rc == 1, out
+    assert rc == 3, out
     assert (f"refused: {name}: facts: the host's answer is over the 1048576 bytes kept "
             "(GPUPROV_OUTPUT_MAX_BYTES)") in out, out
     assert rss < MAX_RSS_MIB, f"peak RSS {rss:.0f} MiB"

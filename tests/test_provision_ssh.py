@@ -191,7 +191,7 @@ def test_one_host_unreachable_others_converge(farm, work, inventory, provision):
     started = time.monotonic()
     result = provision("all", rec, inv)
     assert time.monotonic() - started < 30
-    assert result.rc == 1
+    assert result.rc == 4
     assert result.host("down")["unreachable"] is True
     assert "refused" in result.host("down")["message"]
     assert result.host("up")["changed"] == 1 and (work / "up").exists()
@@ -211,7 +211,7 @@ def test_jump_host(farm, work, inventory, provision):
     # connection really goes through the jump host.
     assert result.host("behind-closed")["unreachable"] is True
     assert not (work / "behind-closed").exists()
-    assert result.rc == 1
+    assert result.rc == 4
 
 
 def test_retries_until_success(farm, work, inventory, provision):
@@ -474,7 +474,7 @@ def test_an_encrypted_identity_file_is_a_login_error(farm, work, inventory, prov
                    check=True)
     inv = inventory(hosts={"h1": farm.host_entry(farm.addresses[0], identity_file=str(key))})
     result = provision("h1", recipe(work, [{"shell": "true"}]), inv)
-    assert result.rc == 1
+    assert result.rc == 4
     host = result.host("h1")
     assert host["unreachable"] is True and host["steps"] == []
     assert "login as" in host["message"] and "encrypted" in host["message"], host["message"]

@@ -22,7 +22,7 @@ from .yamlfile import YamlMap, load_yaml
 if TYPE_CHECKING:  # the kinds are passed in: config never imports them at run time
     from ..kinds import Kind
 
-TOP_KEYS = {"name", "description", "vars", "steps", "handlers"}
+TOP_KEYS = {"name", "description", "vars", "steps", "handlers", "validate"}
 MAX_INCLUDE_DEPTH = 20
 MAX_SECONDS = 10_000_000  # ~116 days: anything above is a typo (and .inf/.nan are refused)
 MAX_RETRIES = 1000
@@ -96,6 +96,7 @@ class Recipe:
     steps: list[Step]
     handlers: dict[str, Step]
     files: list[Path] = field(default_factory=list)
+    validate: bool = True  # `validate: false` at the top: provision never validates after it
 
     def select(self, tags: Optional[set[str]]) -> list[Step]:
         """Steps to run for `--tags` (all when None); steps tagged `always` always run."""
@@ -117,7 +118,7 @@ def load_recipe(path: str | Path, kinds: Mapping[str, Kind[Any]]) -> Recipe:
                                        f"{suggest(name, loader.handlers)}")
     return Recipe(path=root, name=loader.root_name or root.stem, vars=loader.vars,
                   vars_where=loader.vars_where, steps=steps, handlers=loader.handlers,
-                  files=loader.files)
+                  files=loader.files, validate=loader.validate)
 
 
 class _Loader:
@@ -129,6 +130,7 @@ class _Loader:
         self.files: list[Path] = []
         self.included: set[tuple[Path, tuple[str, ...], frozenset[str], Optional[bool]]] = set()
         self.root_name: Optional[str] = None
+        self.validate = True
 
     def load_file(self, path: Path, stack: list[Path], when: list[Any], tags: frozenset[str],
                   become: Optional[bool], included_at: Where) -> list[Step]:
@@ -141,6 +143,9 @@ class _Loader:
         self.files.append(path)
         if not stack:
             self.root_name = str(data["name"]) if data.get("name") else None
+            if "validate" in data:
+                expect(data["validate"], bool, data.at("validate"), "'validate'")
+                self.validate = bool(data["validate"])
         self._add_vars(data)
         steps_raw = data.get("steps")
         if steps_raw is None:

@@ -128,6 +128,11 @@ class Kind(Generic[FactT]):
     def plan(self, args: Args, fact: FactT) -> Sequence[Planned]:
         raise NotImplementedError
 
+    def diff_target(self, args: Args, fact: FactT) -> Optional[tuple[str, str, bool]]:
+        """For `--diff`: (path, new content, whether the file exists now) when the step would
+        write a file's content; None for a kind, or a step, that writes none."""
+        return None
+
     def through_cache(self, args: Args, route: CacheRoute) -> Args:
         """`args` (rendered) with the downloads sent through the fleet cache `route`; a kind
         with `fetches` overrides it."""

@@ -242,6 +242,9 @@ def bench_from_results(results: Results | None, shown: str) -> tuple[dict[str, f
     return out, problems
 
 
+NO_RESULTS = f"neither {RESULTS} nor {BENCH_LOG}: skipped"
+
+
 def collect(logs_dir: Path) -> tuple[list[Run], list[Problem]]:
     """Read every ``logs_dir/<host>/<run>/``. Runs sorted by host, then run id."""
     logs_dir = Path(logs_dir)
@@ -256,9 +259,7 @@ def collect(logs_dir: Path) -> tuple[list[Run], list[Problem]]:
             run = Run(host=host_dir.name, run_id=run_dir.name, path=run_dir)
             res_path, log_path = run_dir / RESULTS, run_dir / BENCH_LOG
             if not res_path.exists() and not log_path.exists():
-                problems.append(
-                    Problem(str(run_dir), f"neither {RESULTS} nor {BENCH_LOG}: skipped")
-                )
+                problems.append(Problem(str(run_dir), NO_RESULTS))
                 continue
             if res_path.exists():
                 run.results, probs = read_results(res_path, str(res_path))

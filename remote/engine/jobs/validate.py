@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Optional
 
-from ...errors import CommandTimeout
+from ...errors import CommandTimeout, GpuprovError
 from ...paths import VALIDATE_DIR
 from ...transport.connection import LineSplitter, pack, unpack_command
 from ..results import Outcome
@@ -67,6 +67,21 @@ def idle_bound(idle: float, args: list[str]) -> float:
             except ValueError:  # validate refuses it and says so
                 pass
     return idle
+
+
+def remember_python(session: HostSession) -> None:
+    """Record the recipe's `validate_python` on the host without validating (provision
+    --no-validate, a recipe with `validate: false`), as a validation would, so that a later
+    `gpuprov validate` runs the venv the recipe built rather than the host's python."""
+    chosen = session.context.get("validate_python")
+    if not chosen:
+        return
+    root = remote_root(session.host.name)
+    try:
+        session.conn.run(f'mkdir -p {root} && printf "%s\\n" {shlex.quote(str(chosen))} '
+                         f'> {root}/python', timeout=session.inventory.timeouts.command)
+    except GpuprovError as exc:  # the recipe succeeded; only the reminder is lost
+        session.log.event(f"could not record validate_python: {exc}")
 
 
 def suite_args(suite: str, context: dict[str, Any]) -> list[str]:
