@@ -23,8 +23,8 @@ import argparse
 import contextlib
 import io
 import json
-import statistics
 import os
+import statistics
 import sys
 import tempfile
 import time

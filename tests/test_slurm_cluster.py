@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from remote.exitcodes import EXIT_VALIDATION_FAILED
 from tests.conftest import REPO
 from tests.procs import wait_until
 from tests.slurm_cluster import SlurmCluster, alive, missing_reason
@@ -76,8 +77,8 @@ def run_id_of(logs: Path) -> str:
 
 def test_validate_runs_one_task_per_node_and_brings_each_nodes_results_home(cluster, run):
     rc, out, err, data, logs = run(vars_={"validate_args": "--checks system"})
-    # no GPU here: every node fails, honestly, and the run says so with exit status 1
-    assert rc == 1, out + err
+    # no GPU here: every node fails, honestly, and the run says so with exit status 3
+    assert rc == EXIT_VALIDATION_FAILED, out + err
     for node in cluster.nodes:
         assert data["hosts"][node]["validation"] == "failed: system"
         # its progress, labelled with the node
@@ -109,7 +110,7 @@ def test_drain_failed_drains_with_the_reason_and_leaves_an_admins_drain_alone(cl
     cluster.drain("n2", "admin: fan 3 replaced")
     rc, out, err, data, logs = run(vars_={"validate_args": "--checks system"},
                                    drain_failed=True)
-    assert rc == 1
+    assert rc == EXIT_VALIDATION_FAILED
     run_id = run_id_of(logs)
     info = cluster.node_info()
     for node in ("n1", "n3"):
@@ -143,7 +144,7 @@ def test_resume_passed_drains_again_a_node_that_still_fails(cluster, run):
     cluster.drain("n2", "gpuprov 20261101T000000.000Z-0000: system: no driver")
     rc, out, err, data, logs = run(vars_={"validate_args": "--checks system"},
                                    resume_passed=True)
-    assert rc == 1
+    assert rc == EXIT_VALIDATION_FAILED
     info = cluster.node_info()
     assert info["n2"]["state_flags"] == ["DRAIN"]
     assert info["n2"]["reason"].startswith(f"gpuprov {run_id_of(logs)}: system: ")
@@ -159,7 +160,7 @@ def test_a_job_slurm_refuses_drains_nothing_and_restores_what_it_took_back(clust
     rc, out, err, data, logs = run(slurm_extra={"extra_args": ["--constraint=nosuchfeature"]},
                                    vars_={"validate_args": passing(cluster)},
                                    drain_failed=True, resume_passed=True)
-    assert rc == 1
+    assert rc == EXIT_VALIDATION_FAILED
     assert data["hosts"]["hpc1"]["validation"].startswith("not validated: srun started no task")
     info = cluster.node_info()
     assert "DRAIN" in info["n1"]["state_flags"] and info["n1"]["reason"] == old
@@ -237,7 +238,7 @@ def test_a_node_that_dies_mid_job_is_not_validated(cluster, tmp_path):
     assert not alive(cluster.slurmd_pid("n2"))
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["hosts"]["n2"]["validation"].startswith("not validated: the node failed"), out
-    assert proc.returncode == 1
+    assert proc.returncode == EXIT_VALIDATION_FAILED
     for node in ("n1", "n3"):
         assert data["hosts"][node]["validation"].startswith("passed"), out
 

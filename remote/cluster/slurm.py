@@ -30,8 +30,7 @@ from ..engine.results import HostResult, Outcome
 from ..engine.session import HostSession
 from ..errors import CommandTimeout, InputError, Interrupted, PullError
 from ..fileio import write_atomic
-from ..transport.connection import LineSplitter
-from ..transport.transfer import COMMIT_FILE, PullLimits, publish_pull
+from ..transport.connection import COMMIT_FILE, LineSplitter, PullLimits, publish_pull
 from . import gate
 from .job import JobOutput, srun_command, task_script, with_conf
 from .nodes import Node, NodeListError, natural_order, parse_nodes, plan_nodes
@@ -205,6 +204,11 @@ class _ClusterRun:
         path = self.logs_dir / self.name / self.run_id / RECORD
         write_atomic(path, json.dumps(self.record, indent=2) + "\n")
 
+    def timeout(self) -> float:
+        """The job's bound: the validate job's own, else the inventory's timeouts.command. No
+        idle bound: a job may wait in the queue without a line for as long as it takes."""
+        return self.job.inner.timeout or self.session.inventory.timeouts.command
+
     # ------------------------------------------------------------------ 1. survey
     def survey(self) -> tuple[str, dict[str, Node], Optional[list[str]]]:
         res = self.session.conn.run(survey_script(self.settings), timeout=SURVEY_TIMEOUT_S)
@@ -262,7 +266,7 @@ class _ClusterRun:
     # ------------------------------------------------------------------ 3. gate before
     def reserve(self, user: str, nodes: list[Node], resume: list[Node]) -> None:
         name = gate.run_name(self.run_id)
-        minutes = int(self.job.inner.timeout // 60) + 10
+        minutes = int(self.timeout() // 60) + 10
         script = gate.reserve_command(name, user, [n.name for n in nodes], minutes)
         if resume:
             script += " && " + gate.resume_command([n.name for n in resume])
@@ -306,7 +310,7 @@ class _ClusterRun:
         self.srun_running = True
         try:
             res = session.conn.run(with_conf(settings, command), stdin=self.job.inner.package,
-                                   timeout=self.job.inner.timeout,
+                                   timeout=self.timeout(),
                                    on_output=lambda stream, text: splitters[stream](stream, text))
             rc = res.rc
             self.srun_running = False

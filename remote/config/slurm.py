@@ -94,21 +94,12 @@ def load_slurm(spec: Any, where: Where, host: str) -> SlurmSettings:
                                      "(like gpu[01-16],gpu20)")
         values["nodes"] = nodes
     if "time" in spec:
-        time = spec["time"]
-        if isinstance(time, int) and not isinstance(time, bool) and time > 0:
-            time = str(time)  # a bare number is minutes, as for srun --time
-        if not isinstance(time, str) or not TIME.fullmatch(time):
-            raise pos("time").error(f"{what}.time must be a Slurm time limit such as 30, "
-                                    f"\"01:00:00\" or \"1-00:00:00\", not {time!r}")
-        values["time"] = time
+        values["time"] = _shaped(spec["time"], TIME, pos("time"), f"{what}.time must be a "
+                                 "Slurm time limit such as 30, \"01:00:00\" or \"1-00:00:00\"")
     if "gpus_per_node" in spec:
-        gpus = spec["gpus_per_node"]
-        if isinstance(gpus, int) and not isinstance(gpus, bool):
-            gpus = str(gpus)
-        if not isinstance(gpus, str) or not GPUS.fullmatch(gpus):
-            raise pos("gpus_per_node").error(f"{what}.gpus_per_node must be a count of 1 or "
-                                             f"more, or TYPE:COUNT (like h100:8), not {gpus!r}")
-        values["gpus_per_node"] = gpus
+        values["gpus_per_node"] = _shaped(spec["gpus_per_node"], GPUS, pos("gpus_per_node"),
+                                          f"{what}.gpus_per_node must be a count of 1 or more, "
+                                          "or TYPE:COUNT (like h100:8)")
     if "extra_args" in spec:
         values["extra_args"] = _extra_args(spec["extra_args"], pos("extra_args"), what)
     if "conf" in spec:
@@ -118,6 +109,16 @@ def load_slurm(spec: Any, where: Where, host: str) -> SlurmSettings:
                                     f"not {conf!r}")
         values["conf"] = conf
     return SlurmSettings(where=where, at=at, **values)
+
+
+def _shaped(value: Any, shape: re.Pattern[str], where: Where, must: str) -> str:
+    """`value` as a string of `shape`; a whole number is written out (`time: 30` is minutes,
+    as for srun --time)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not shape.fullmatch(value):
+        raise where.error(f"{must}, not {value!r}")
+    return value
 
 
 def _extra_args(value: Any, where: Where, what: str) -> tuple[str, ...]:
