@@ -306,10 +306,6 @@ def test_the_health_check_drains_its_node_through_slurmd(tmp_path):
     why = missing_reason()
     if why:
         pytest.skip(why)
-    health = REPO / "validate" / "health.py"
-    if not health.exists() or "--slurm-drain" not in health.read_text():
-        pytest.skip("validate --health --slurm-drain is not in this tree yet (issue 25, "
-                    "point 4)")
     script = HEALTH_SCRIPT % {"repo": REPO, "python": sys.executable}
     cluster = SlurmCluster(3, conf_extra="HealthCheckProgram={dir}/health.sh\n"
                                          "HealthCheckInterval=2\nHealthCheckNodeState=ANY",
