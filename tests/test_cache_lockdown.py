@@ -12,6 +12,8 @@ processes (no systemd there); the attacks are the ones that took the cache over 
 - A client uses apt-cacher-ng as a proxy to an HTTP origin that is no repository of the recipes
   (a loopback witness on port 80, the one port apt-cacher-ng lets clients name): refused, and
   the witness is never asked; Debian's archive still comes through.
+- An inventory that gives the cache an address its host does not have fails cache.yaml with
+  the reason, before anything on the host is changed.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="sandbox hosts need root")]
 
 NOT_NAMED = "127.0.0.9"       # an address of this machine that the inventory gives no one
+NOT_OURS = "192.0.2.10"       # TEST-NET-1 (RFC 5737): no interface of this machine has it
 APT_WITNESS = "127.0.0.81"    # where the origin apt-cacher-ng must not be a proxy to listens
 PASSWORD_FILE = "/var/cache/gpuprov-cache/devpi-root-password"
 
@@ -219,3 +222,15 @@ def test_no_one_but_the_cache_admin_can_change_or_misuse_the_cache(sandbox_hosts
     finally:
         witness.close()
     assert _through_apt_cacher("http://deb.debian.org/debian/dists/bookworm/InRelease") == 200
+
+    # An address the cache host does not have: cache.yaml says so before changing anything.
+    rc, before, _ = sandbox_hosts.run("sandbox1", "cat /etc/apt-cacher-ng/zz-gpuprov.conf")
+    data["cache"]["address"] = NOT_OURS
+    elsewhere = invoke("provision", "--host", "sandbox1", "--inventory",
+                       str(write_yaml(work / "elsewhere.yaml", data)), "--recipe", CACHE_RECIPE,
+                       "--no-validate", cwd=work, timeout=300)
+    assert elsewhere.rc == 1, elsewhere.out + elsewhere.err
+    assert f"the fleet cache cannot listen on {NOT_OURS}" in elsewhere.out, elsewhere.out
+    assert "cache.reach: forward" in elsewhere.out
+    rc, after, _ = sandbox_hosts.run("sandbox1", "cat /etc/apt-cacher-ng/zz-gpuprov.conf")
+    assert rc == 0 and after == before and not _refused(cache_address, PYPI_PORT)

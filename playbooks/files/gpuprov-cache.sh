@@ -7,8 +7,6 @@
 #   gpuprov-cache restart-pypi
 #                           restart devpi-server (after a change of its unit or of this script)
 #   gpuprov-cache status    exit 0 when both answer on their ports
-#   gpuprov-cache check-listen
-#                           exit 0 when this host has each address the services listen on
 #   gpuprov-cache mirrors [--check] PYPI_UPSTREAM [INDEX_URL ...]
 #                           point devpi's root/pypi at PYPI_UPSTREAM, mirror each INDEX_URL
 #                           as root/NAME (NAME: the URL's host and path, '/' -> '-') and remove
@@ -21,9 +19,6 @@ VENV={{ cache_venv | quote }}
 SERVERDIR={{ cache_dir | quote }}/devpi
 APT_PORT={{ cache_apt_port | int }}
 PYPI_PORT={{ cache_pypi_port | int }}
-# Where both services listen: where the fleet reaches the cache, and 127.0.0.1 (gpuprov's SSH
-# forward arrives there). Only devpi's root may create or change users and indexes.
-LISTEN={{ cache_listen | join(' ') | quote }}
 ROOT_PASSWORD_FILE={{ cache_dir | quote }}/devpi-root-password
 STARTED=/run/gpuprov-devpi.started
 # devpi-server trusts the CA file named here (else certifi's): the system's store, as apt's.
@@ -61,7 +56,7 @@ start)
       start-stop-daemon --start --background --make-pidfile --pidfile /run/gpuprov-devpi.pid \
         --chuid gpuprov-cache --output /var/log/gpuprov-devpi.log \
         --exec "$VENV/bin/devpi-server" -- --serverdir "$SERVERDIR" \
-        --restrict-modify root{% for address in cache_listen %} --listen {{ ((('[' ~ address ~ ']') if ':' in address else address) ~ ':' ~ (cache_pypi_port | int)) | quote }}{% endfor %}
+        --restrict-modify root {{ devpi_listen_args }}
     fi
   fi
   wait_for "$APT_PORT"; wait_for "$PYPI_PORT" ;;
@@ -97,20 +92,6 @@ restart-pypi)
   wait_for "$PYPI_PORT" ;;
 status)
   answers "$APT_PORT" && answers "$PYPI_PORT" ;;
-check-listen)
-  "$VENV/bin/python" - $LISTEN <<'PY'
-import socket, sys
-for address in sys.argv[1:]:
-    try:
-        family, _, _, _, where = socket.getaddrinfo(address, 0, type=socket.SOCK_STREAM)[0]
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.bind(where)
-    except OSError as exc:
-        sys.exit("the fleet cache cannot listen on %s (%s): set the inventory's cache.address "
-                 "to an address of this host that the fleet reaches, or cache.reach: forward"
-                 % (address, exc.strerror or exc))
-PY
-  ;;
 mirrors)
   # devpi's HTTP API (devpi-server 6.20.3 views.py: POST /+login {"user", "password"} gives a
   # token sent as X-Devpi-Auth: base64("root:TOKEN"); PUT/PATCH/DELETE /USER[/INDEX]), so the
@@ -190,5 +171,5 @@ stats)
   echo "apt-cacher-ng $(du -sb /var/cache/apt-cacher-ng | cut -f1)"
   echo "devpi $(du -sb "$SERVERDIR/+files" 2>/dev/null | cut -f1 || echo 0)" ;;
 *)
-  sed -n '2,19p' "$0" >&2; exit 2 ;;
+  sed -n '2,17p' "$0" >&2; exit 2 ;;
 esac
