@@ -174,9 +174,11 @@ class Inventory:
         """The inventory's variable layers for `host`, low to high precedence, with positions."""
         layers: list[tuple[dict[str, Any], dict[str, Where]]] = [(self.vars, self.vars_where)]
         if self.cache is not None:
-            # The ports the inventory gives the cache are the ones cache.yaml sets it up on.
-            ports = {"cache_apt_port": self.cache.apt_port, "cache_pypi_port": self.cache.pypi_port}
-            layers.insert(0, (ports, dict.fromkeys(ports, Where(str(self.path), 1))))
+            # The ports the inventory gives the cache are the ones cache.yaml sets it up on; its
+            # address and reach say where cache.yaml lets the services listen.
+            given = {"cache_apt_port": self.cache.apt_port, "cache_pypi_port": self.cache.pypi_port,
+                     "cache_address": self.cache.address, "cache_reach": self.cache.reach}
+            layers.insert(0, (given, dict.fromkeys(given, Where(str(self.path), 1))))
         for group in self.groups_of(host.name):
             g = self.groups[group]
             layers.append((g.vars, getattr(g.vars, "key_where", {})))
