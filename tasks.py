@@ -142,11 +142,16 @@ def facts(c, host=None, limit=None, inventory=None, list_hosts=False, json=None)
           "json": JSON, "junit": JUNIT,
           "var": "set variables: NAME=VALUE, a JSON object, or @FILE.yaml "
                  "(e.g. validate_python=/opt/venv/bin/python)",
-          "forks": FORKS, "verbose": VERBOSE, "list-hosts": LIST_HOSTS},
+          "forks": FORKS, "verbose": VERBOSE, "list-hosts": LIST_HOSTS,
+          "drain-failed": "Slurm clusters: drain the nodes that did not pass, with the reason",
+          "resume-passed": "Slurm clusters: validate again the nodes gpuprov drained, resume "
+                           "those that pass"},
 )
 def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None, junit=None,
-             var=None, forks=None, verbose=0, list_hosts=False):
-    """Push validate/ to hosts, run it there, pull the results into logs/<host>/<run>/."""
+             var=None, forks=None, verbose=0, list_hosts=False, drain_failed=False,
+             resume_passed=False):
+    """Push validate/ to hosts, run it there, pull the results into logs/<host>/<run>/.
+    A host with slurm: validates its partition's nodes through Slurm instead."""
     from remote import cli
 
     _refuse_invoke_options(c)
@@ -154,7 +159,8 @@ def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None,
     inventory = _inventory(inventory)
     _exit(cli.validate(host=host, limit=limit, inventory=inventory, suite=suite, json_path=json,
                        junit_path=junit, var=var, forks=forks, verbose=verbose,
-                       list_hosts=list_hosts))
+                       list_hosts=list_hosts, drain_failed=drain_failed,
+                       resume_passed=resume_passed))
 
 
 @task(short=SHORT, help={"host": "hosts to fetch from (patterns as in provision --help)",

@@ -192,18 +192,31 @@ def validate(host: Optional[str], inventory: str, suite: str = "quick",
              json_path: Optional[str] = None, var: Optional[list[str]] = None,
              forks: Union[int, str, None] = 16, logs_dir: str = "logs",
              limit: Optional[str] = None, verbose: int = 0, list_hosts: bool = False,
-             junit_path: Optional[str] = None) -> int:
-    """`gpuprov validate`: push validate/, run it on the selected hosts, pull the results."""
+             junit_path: Optional[str] = None, drain_failed: bool = False,
+             resume_passed: bool = False) -> int:
+    """`gpuprov validate`: push validate/, run it on the selected hosts, pull the results;
+    hosts with `slurm:` validate their partition's nodes through Slurm (remote/cluster/)."""
     outputs = Outputs(json_path, junit_path, verbose, False, list_hosts)
     try:
         extra_vars, forks_n, suite, (inv, hosts, _) = _run_inputs(
             inventory, host, limit, None, var, forks, suite, outputs)
+        if (drain_failed or resume_passed) and not any(h.slurm for h in hosts):
+            raise InputError("--drain-failed and --resume-passed act on Slurm nodes: select "
+                             "a host with slurm: in the inventory", inv.path)
     except InputError as exc:
         return fail_input(exc)
     if list_hosts:
         return print_hosts(hosts, outputs.stream)
-    return _execute(inv, hosts, "validate", Validate(suite, Path(logs_dir)), extra_vars, forks_n,
-                    outputs, False, logs_dir)
+    ssh_route = Validate(suite, Path(logs_dir))
+    job: Job = ssh_route
+    expand = None
+    if any(h.slurm for h in hosts):
+        from .cluster.slurm import SlurmValidate  # the scheduler route (remote/cluster/)
+
+        job = cluster_job = SlurmValidate(ssh_route, drain_failed, resume_passed)
+        expand = cluster_job.with_nodes
+    return _execute(inv, hosts, "validate", job, extra_vars, forks_n, outputs, False, logs_dir,
+                    expand=expand)
 
 
 def logs(host: Optional[str], inventory: str, logs_dir: str = "logs",
@@ -326,7 +339,11 @@ def failures(results: dict[str, HostResult], logs_dir: Optional[Path],
 
 def _execute(inv: Inventory, hosts: list[Host], title: str, job: Job, extra_vars: dict[str, Any],
              forks: int, outputs: Outputs, ask_become_pass: bool, logs_dir: str,
-             check: bool = False, write_logs: bool = True) -> int:
+             check: bool = False, write_logs: bool = True,
+             expand: Optional[Callable[[dict[str, HostResult]], dict[str, HostResult]]] = None
+             ) -> int:
+    """Run `job` on `hosts`; `expand` turns the hosts' results into the rows shown (a
+    cluster's login node gains a row per node) and may raise `InputError` (exit status 2)."""
     password = become_password(ask_become_pass)
     redact = Redactor([password] if password else [])
     for name in inv.secrets:
@@ -350,6 +367,11 @@ def _execute(inv: Inventory, hosts: list[Host], title: str, job: Job, extra_vars
             reporter.note("interrupted: stopped the hosts; what they did so far is kept")
         finally:
             reporter.close()
+    if expand is not None:
+        try:
+            results = expand(results)
+        except InputError as exc:
+            return fail_input(exc)
     reporter.recap(results, extra_column=job.outcome)
     reporter.failures(failures(results, options.logs_dir, options.run_id))
     if write_logs:

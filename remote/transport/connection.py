@@ -21,12 +21,13 @@ from .forward import RemoteForwards, ssh_transport
 from .hostkeys import KnownHosts
 from .local import LocalConnection
 from .ssh import SSHConnection
-from .transfer import COMMIT_FILE, pack, pull, unpack_command
+from .transfer import COMMIT_FILE, PullLimits, pack, publish_pull, pull, unpack_command
 
 __all__ = ["COMMIT_FILE", "BaseConnection", "BecomeError", "CommandResult", "CommandTimeout",
            "ConnectionLost", "Interrupted", "KnownHosts", "LineSplitter", "LocalConnection",
-           "OutputTooLarge", "RemoteForwards", "SSHConnection", "SSHException", "Unreachable",
-           "connection_for", "pack", "pull", "ssh_transport", "unpack_command"]
+           "OutputTooLarge", "PullLimits", "RemoteForwards", "SSHConnection", "SSHException",
+           "Unreachable", "connection_for", "pack", "publish_pull", "pull", "ssh_transport",
+           "unpack_command"]
 
 
 def connection_for(host: Host, hosts: dict[str, Host], timeouts: Timeouts,

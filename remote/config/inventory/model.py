@@ -13,9 +13,12 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from ...errors import InputError, Where
+
+if TYPE_CHECKING:
+    from ..slurm import SlurmSettings
 
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # used with fullmatch: `$` would pass a final newline
 CACHE_REACH = ("auto", "direct", "forward")
@@ -73,6 +76,7 @@ class Host:
     jump: str | None = None
     connection: str = "ssh"
     vars: dict[str, Any] = field(default_factory=dict)
+    slurm: SlurmSettings | None = None  # a cluster's login node (config/slurm.py)
 
     @property
     def is_local(self) -> bool:

@@ -6,7 +6,8 @@ are never shown), `cache` (the fleet cache host) and `include_if_exists`.
 This module reads the format only: keys, types, positions. What every inventory must satisfy
 whatever its format is in `checks`; the objects it builds are `model`'s.
 
-May import: `remote.errors`, `remote.config.schema`, `remote.config.yamlfile`, `model`, `checks`.
+May import: `remote.errors`, `remote.config.schema`, `remote.config.yamlfile`,
+`remote.config.slurm` (a host's `slurm:` key), `model`, `checks`.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 
 from ...errors import InputError, Where
 from ..schema import check_keys, expect, expect_str_list
+from ..slurm import load_slurm
 from ..yamlfile import YamlMap, load_yaml
 from .checks import check_graph, check_group_name, check_host_name
 from .model import (
@@ -30,7 +32,7 @@ from .model import (
 )
 
 HOST_KEYS = {"address", "user", "port", "identity_file", "ssh_agent", "python", "become",
-             "jump", "connection", "vars"}
+             "jump", "connection", "vars", "slurm"}
 GROUP_KEYS = {"hosts", "children", "vars"}
 TOP_KEYS = {"vars", "hosts", "groups", "host_key_policy", "known_hosts", "timeouts", "secrets",
             "include_if_exists", "cache"}
@@ -221,6 +223,8 @@ def _load_host(name: str, spec: Any, where: Where) -> Host:
     if "ssh_agent" in spec:
         host.ssh_agent = expect(spec["ssh_agent"], bool, spec.at("ssh_agent"),
                                 f"host '{name}': ssh_agent")
+    if "slurm" in spec:
+        host.slurm = load_slurm(spec["slurm"], spec.at("slurm"), name)
     host_vars = spec.get("vars") or YamlMap()
     host.vars = expect(host_vars, dict, spec.at("vars"), f"host '{name}': vars")
     return host
