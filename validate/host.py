@@ -7,7 +7,8 @@ import shutil
 import socket
 import subprocess
 
-from . import parsers
+from .smi import invalid_query_field, parse_query_csv
+from .text import ParseError, first_line
 
 
 def run_tool(argv, timeout=60, env=None, cwd=None):
@@ -121,16 +122,16 @@ def query_gpus(smi, fields, timeout=60, max_retries=8):
             return None, dropped, res["error"]
         if res["rc"] == 0:
             try:
-                return parsers.parse_query_csv(res["stdout"], fields), dropped, None
-            except parsers.ParseError as exc:
+                return parse_query_csv(res["stdout"], fields), dropped, None
+            except ParseError as exc:
                 return None, dropped, "cannot parse nvidia-smi output: %s" % exc
         message = (res["stdout"] + res["stderr"]).strip()
-        bad = parsers.invalid_query_field(message)
+        bad = invalid_query_field(message)
         if bad and bad in fields and len(fields) > 1:
             fields.remove(bad)
             dropped.append(bad)
             continue
-        return None, dropped, "nvidia-smi exited %s: %s" % (res["rc"], parsers.first_line(message))
+        return None, dropped, "nvidia-smi exited %s: %s" % (res["rc"], first_line(message))
     return None, dropped, "nvidia-smi rejected too many fields"
 
 

@@ -33,7 +33,8 @@ import statistics
 import threading
 import time
 
-from .. import actions, gpusample, host, parsers, specs, verify
+from .. import actions, gpusample, host, specs, verify
+from ..smi import BAD_THROTTLE
 
 GPU_N = 8192
 CPU_N = 256
@@ -85,7 +86,7 @@ def judge(per_gpu, fraction=specs.EXPECTED_FRACTION):
                             % (g["label"], g["mismatches"], g["iterations"]))
         seen = set()
         for row in g.get("samples") or []:
-            seen.update(r for r in (row.get("throttle") or []) if r in parsers.BAD_THROTTLE)
+            seen.update(r for r in (row.get("throttle") or []) if r in BAD_THROTTLE)
         if seen:
             problems.append("%s: clocks held back under load by %s" % (g["label"], ", ".join(sorted(seen))))
         if peer and g.get("tflops") is not None and g["tflops"] < fraction * peer:

@@ -12,7 +12,7 @@ op and a cuDNN convolution on every GPU compared with the CPU result.
 
 import warnings
 
-from .. import compat, parsers, torchenv
+from .. import compat, torchenv, versions
 from ..core import CheckFailed
 
 
@@ -46,7 +46,7 @@ def cudnn_version(torch):
         v = torch.backends.cudnn.version()
     except Exception:
         v = None
-    return v, parsers.cudnn_version_string(v)
+    return v, versions.cudnn_version_string(v)
 
 
 def run_import(ctx, res):

@@ -1,0 +1,15 @@
+"""Text helpers shared by the readers of tools' output: the one parse error, the first line.
+
+Standard library only; imports nothing of validate/.
+"""
+
+
+class ParseError(ValueError):
+    """A tool's output did not have the shape its reader expects."""
+
+
+def first_line(text):
+    for line in (text or "").splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
