@@ -231,13 +231,10 @@ def run_compile(ctx, res):
     ctx.shared["cudnn_binary"] = binary
 
 
-def run_sample(ctx, res):  # noqa: C901  one check's sequence; split with validate/'s measure/judge/record split (issue 26)
-    binary = ctx.shared.get("cudnn_binary")
-    if "cudnn_binary" in ctx.shared and binary is None:
-        raise CheckFailed("not run: cudnn_compile failed")
-    if binary is None:  # cudnn_compile was not selected: build here
-        binary = build(ctx, res)
-        res.summary = ""
+def _run_sample_binary(ctx, res, binary):
+    """Measure: run the sample, keep its full output as an artefact, read its stdout and stderr.
+
+    Returns (the run, its parsed stdout, its error lines)."""
     ctx.progress("running %s" % os.path.basename(binary))
     out = host.run_tool([binary], timeout=180)
     with open(ctx.artefact(res, SAMPLE_LOG), "w") as f:
@@ -247,7 +244,11 @@ def run_sample(ctx, res):  # noqa: C901  one check's sequence; split with valida
         parsed = softmax_sample.parse_sample_output(out["stdout"])
     except ParseError as exc:
         raise CheckFailed("cannot read the sample's output: %s" % exc) from None
-    errors = softmax_sample.parse_sample_errors(out["stderr"])
+    return out, parsed, softmax_sample.parse_sample_errors(out["stderr"])
+
+
+def _record_run(res, out, parsed, errors):
+    """Record what the sample printed: its figures, its lines, and its own failure."""
     res.figures["exit_code"] = out["rc"]
     res.figures["errors"] = errors
     for key in ("cudnn_header", "cudnn_runtime", "cudart_runtime", "cuda_driver", "devices", "device",
@@ -271,6 +272,10 @@ def run_sample(ctx, res):  # noqa: C901  one check's sequence; split with valida
             res.problem("sample killed by signal %d: %s" % (-out["rc"], last))
         else:
             res.problem("sample exited %d: %s" % (out["rc"], last))
+
+
+def _judge_run(res, out, parsed, errors):
+    """Judge the sample's result against the CPU reference and its cuDNN build against the loaded one."""
     problems, figures = softmax_sample.check_sample(parsed)
     res.figures.update(figures)
     if not errors and out["rc"] == 0:
@@ -284,6 +289,18 @@ def run_sample(ctx, res):  # noqa: C901  one check's sequence; split with valida
     if h and r and versions.decode_cudnn_version(h)[:2] != versions.decode_cudnn_version(r)[:2]:
         res.note("warning: built against cuDNN %s, loaded %s" % (
             versions.cudnn_version_string(h), versions.cudnn_version_string(r)))
+
+
+def run_sample(ctx, res):
+    binary = ctx.shared.get("cudnn_binary")
+    if "cudnn_binary" in ctx.shared and binary is None:
+        raise CheckFailed("not run: cudnn_compile failed")
+    if binary is None:  # cudnn_compile was not selected: build here
+        binary = build(ctx, res)
+        res.summary = ""
+    out, parsed, errors = _run_sample_binary(ctx, res, binary)
+    _record_run(res, out, parsed, errors)
+    _judge_run(res, out, parsed, errors)
     if not res.problems:
         dev = parsed.get("device") or {}
         res.summary = "%s: sum %.7f, top-5 %s = CPU reference (cuDNN %s)" % (
