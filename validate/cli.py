@@ -5,6 +5,8 @@ validated"), 2 for bad command-line input (one line on stderr), 130 when
 interrupted (results so far are written).
 """
 
+from __future__ import annotations
+
 import argparse
 import datetime
 import os
@@ -12,6 +14,7 @@ import re
 import signal
 import sys
 import time
+from typing import Any
 
 from . import TOOL, __version__, host, output, torchenv
 from .core import CHECK_NAMES, CHECKS, PASS, SKIP, Context, Result, not_selected, run_check
@@ -173,7 +176,7 @@ def resolve_defaults(opts):
     if opts.iters is None:
         opts.iters = base["iters"]
     if opts.batch is None:
-        opts.batch = list(base["batch"])
+        opts.batch = list(base["batch"])  # type: ignore[call-overload]  # base: a dict of mixed values
     if opts.stress_seconds is None:
         opts.stress_seconds = base["stress_seconds_quick" if opts.quick else "stress_seconds"]
 
@@ -310,7 +313,7 @@ def main(argv=None, stream=None):
     ctx.progress("%s %s: %d of %d checks, device %s, output %s" % (
         TOOL, __version__, sum(1 for p in plan if p[1]), len(plan), opts.device, ctx.out_dir), check="validate")
     resolve_defaults(opts)
-    results = []
+    results: list[Any] = []
     interrupted = False
 
     def flush_outputs(final):

@@ -31,10 +31,14 @@ same number (common_nvswitch.h, intr_nvswitch.h).  Judged by the driver's
 word, else by NVIDIA's Fabric Manager user guide lists (SXID_CLASS).
 """
 
+from __future__ import annotations
+
 import re
+from typing import Any
 
 from . import actions
-from .xid_catalog import BY_XID, CATALOG_VERSION
+from .xid_catalog import BY_XID
+from .xid_catalog import CATALOG_VERSION as CATALOG_VERSION  # re-exported: checks/xid.py records it
 
 # k8s-device-plugin (github.com/NVIDIA/k8s-device-plugin internal/rm/health.go):
 # "Application errors: the GPU should still be healthy".
@@ -99,10 +103,10 @@ _SXID_LINE = re.compile(r"(nvidia-nvswitch\d*): SXid \(PCI:([0-9A-Fa-f:.]+)\): (
 
 
 def _process(detail):
-    pid = _PID.search(detail)
-    name = _NAME.search(detail)
-    pid = pid.group(1) if pid else None
-    name = name.group(1).strip() if name else None
+    pid_match = _PID.search(detail)
+    name_match = _NAME.search(detail)
+    pid = pid_match.group(1) if pid_match else None
+    name = name_match.group(1).strip() if name_match else None
     if pid in ("<unknown>",):
         pid = None
     if name in ("<unknown>",):
@@ -206,7 +210,7 @@ def judge(events):
     """[finding]: one per (GPU, Xid, cause, driver word, action), with
     {"what", "action", "why", "xid", "pci", "count", "last", "sick"}; in the
     order the first of each group appeared."""
-    groups = {}
+    groups: dict[Any, Any] = {}
     order = []
     for e in events:
         act, why = action_of(e)
@@ -291,7 +295,7 @@ def sxid_class(sxid):
 def judge_sxid(events):
     """[finding] per (switch, SXid): the driver's Fatal / Non-fatal word on
     any of its lines decides, else the Fabric Manager guide's list."""
-    groups = {}
+    groups: dict[Any, Any] = {}
     order = []
     for e in events:
         key = (e["pci"], e["sxid"])

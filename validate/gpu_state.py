@@ -5,11 +5,15 @@ of that record (``assess_gpu``: problems and warnings, each with the operator's 
 Standard library only.  May import: actions, smi.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 from . import actions
 from .smi import BAD_THROTTLE, decode_throttle, to_bool, to_number, to_str
 
 
-def _section(tree, *names):
+def _section(tree: dict[str, Any], *names: str) -> dict[str, Any] | None:
     for name in names:
         node = tree.get(name)
         if isinstance(node, dict):
@@ -17,10 +21,10 @@ def _section(tree, *names):
     return None
 
 
-def smi_q_health(gpu):
+def smi_q_health(gpu: dict[str, Any]) -> dict[str, Any]:
     """Health facts from one GPU of ``parse_smi_q``: remapped rows, retired
     pages, ECC uncorrected counts, clock event (throttle) reasons, PCIe link."""
-    out = {"bus_id": gpu.get("_bus_id"), "name": to_str(gpu.get("Product Name"))}
+    out: dict[str, Any] = {"bus_id": gpu.get("_bus_id"), "name": to_str(gpu.get("Product Name"))}
     rr = _section(gpu, "Remapped Rows")
     if rr is not None:
         out["remapped_rows"] = {
@@ -52,7 +56,7 @@ def smi_q_health(gpu):
     if ecc is not None:
         vol = _section(ecc, "Volatile")
         if vol is not None:
-            total = 0
+            total: int | float = 0
             seen = False
             for key, val in vol.items():
                 if isinstance(val, dict) and key.lower().startswith("double bit"):
@@ -112,7 +116,7 @@ def smi_q_health(gpu):
     return out
 
 
-def gpu_record(t, q):
+def gpu_record(t: dict[str, Any], q: dict[str, Any] | None) -> dict[str, Any]:
     """One GPU's figures from typed query values ``t`` and -q health ``q``."""
     mask = t.get("clocks_throttle_reasons.active")
     if mask is None:
@@ -120,7 +124,7 @@ def gpu_record(t, q):
     active = decode_throttle(mask)
     if active is None and q is not None:
         active = q.get("throttle_active")
-    rec = {
+    rec: dict[str, Any] = {
         "index": t.get("index"),
         "name": t.get("name"),
         "uuid": t.get("uuid"),
@@ -185,7 +189,7 @@ def gpu_record(t, q):
     return rec
 
 
-def assess_gpu(rec):
+def assess_gpu(rec: dict[str, Any]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(problems, warnings) for one GPU record: lists of (message, action).
 
     Actions (validate/actions.py), from docs.nvidia.com/deploy/
@@ -199,8 +203,8 @@ def assess_gpu(rec):
     At idle, a link below its maximum width and HW slowdown are hints
     (warnings, action none): they are judged under load, where they fail
     as drain and replace (RMA), by ``bandwidth`` and ``stress``."""
-    problems = []
-    warnings = []
+    problems: list[tuple[str, str]] = []
+    warnings: list[tuple[str, str]] = []
     label = "GPU %s" % rec.get("index")
     ecc = rec["ecc"]
     if ecc.get("uncorrected_volatile"):

@@ -1,6 +1,8 @@
 """Host facts (OS, CPU, memory) and running external tools (nvidia-smi, nvcc,
 compilers) with time limits.  Standard library only."""
 
+from __future__ import annotations
+
 import os
 import platform
 import shutil
@@ -114,7 +116,7 @@ def query_gpus(smi, fields, timeout=60, max_retries=8):
     """``--query-gpu`` with ``--format=csv,noheader,nounits``; fields the driver
     rejects are dropped and the query retried.  Returns (rows, dropped, error)."""
     fields = list(fields)
-    dropped = []
+    dropped: list[str] = []
     for _ in range(max_retries):
         res = run_tool([smi, "--query-gpu=" + ",".join(fields),
                         "--format=csv,noheader,nounits"], timeout=timeout)

@@ -5,8 +5,11 @@ Pure functions over text, standard library only, tested against output captured 
 machines (tests/fixtures/validate/).  May import: text.
 """
 
+from __future__ import annotations
+
 import csv
 import re
+from typing import Any, Callable, Sequence
 
 from .text import ParseError
 
@@ -17,7 +20,7 @@ from .text import ParseError
 _MISSING_BARE = {"", "n/a", "not supported", "unknown error", "not available", "none"}
 
 
-def is_missing(value):
+def is_missing(value: str | None) -> bool:
     """nvidia-smi's ways of saying "no value": [N/A], [Not Supported], N/A, ..."""
     if value is None:
         return True
@@ -30,11 +33,11 @@ def is_missing(value):
 _NUM_UNIT = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(MiB|GiB|KiB|MHz|W|%|C|us|ms|KB/s|x)?\s*$")
 
 
-def to_number(value):
+def to_number(value: str | None) -> int | float | None:
     """'81559 MiB' -> 81559, '69.85 W' -> 69.85, '16x' -> 16; missing -> None."""
     if is_missing(value):
         return None
-    m = _NUM_UNIT.match(value)
+    m = _NUM_UNIT.match(value or "")
     if not m:
         return None
     text = m.group(1)
@@ -43,20 +46,20 @@ def to_number(value):
     return int(text)
 
 
-def to_hex(value):
+def to_hex(value: str | None) -> int | None:
     if is_missing(value):
         return None
     try:
-        return int(value.strip(), 16)
+        return int((value or "").strip(), 16)
     except ValueError:
         return None
 
 
-def to_bool(value):
+def to_bool(value: str | None) -> bool | None:
     """Yes/No, Enabled/Disabled, Active/Not Active -> bool; missing -> None."""
     if is_missing(value):
         return None
-    v = value.strip().lower()
+    v = (value or "").strip().lower()
     if v in ("yes", "enabled", "active", "true", "1"):
         return True
     if v in ("no", "disabled", "not active", "false", "0"):
@@ -64,14 +67,14 @@ def to_bool(value):
     return None
 
 
-def to_str(value):
+def to_str(value: str | None) -> str | None:
     if is_missing(value):
         return None
-    return value.strip()
+    return (value or "").strip()
 
 
 # Field -> converter for the query-gpu fields the system check asks for.
-QUERY_FIELD_TYPES = {
+QUERY_FIELD_TYPES: dict[str, Callable[[str | None], Any]] = {
     "index": to_number,
     "name": to_str,
     "uuid": to_str,
@@ -138,13 +141,13 @@ _UNIT_SUFFIX = re.compile(r"\s*\[[^\]]*\]\s*$")
 _INVALID_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
 
 
-def invalid_query_field(message):
+def invalid_query_field(message: str | None) -> str | None:
     """The field nvidia-smi rejected, from its error message, or None."""
     m = _INVALID_FIELD.search(message or "")
     return m.group(1) if m else None
 
 
-def parse_query_csv(text, fields=None):
+def parse_query_csv(text: str, fields: Sequence[str] | None = None) -> list[dict[str, str]]:
     """Rows of ``nvidia-smi --query-*=... --format=csv[,noheader][,nounits]``.
 
     With a header line (``--format=csv``) the header names the columns (units in
@@ -157,19 +160,20 @@ def parse_query_csv(text, fields=None):
         return []
     rows = list(csv.reader(lines, skipinitialspace=True))
     header = [_UNIT_SUFFIX.sub("", c).strip() for c in rows[0]]
-    has_header = bool(fields) and header[: len(fields)] == list(fields)[: len(header)]
+    wanted = list(fields or [])
+    has_header = bool(wanted) and header[: len(wanted)] == wanted[: len(header)]
     # a header cell carries its unit after the name ("memory.total [MiB]"); a
     # value may be all brackets: drivers 5xx print "[N/A]" even with noheader
     # (tests/fixtures/validate/h100_590_query_gpu.csv)
     unit_cells = any(_UNIT_SUFFIX.search(c) and not c.strip().startswith("[") for c in rows[0])
-    if not fields or has_header or unit_cells:
+    if not wanted or has_header or unit_cells:
         # header present: trust it
-        if fields and not has_header and not unit_cells:
+        if wanted and not has_header and not unit_cells:
             raise ParseError("no header line and fields do not match")
         names = header
         data = rows[1:]
     else:
-        names = list(fields)
+        names = wanted
         data = rows
     out = []
     for row in data:
@@ -181,11 +185,11 @@ def parse_query_csv(text, fields=None):
     return out
 
 
-def typed_gpu_rows(rows):
+def typed_gpu_rows(rows: list[dict[str, str]]) -> list[dict[str, Any]]:
     """Convert raw query rows to typed values (None where nvidia-smi had none)."""
     out = []
     for row in rows:
-        typed = {}
+        typed: dict[str, Any] = {}
         for key, raw in row.items():
             conv = QUERY_FIELD_TYPES.get(key, to_str)
             typed[key] = conv(raw)
@@ -211,7 +215,7 @@ BAD_THROTTLE = {"hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
                 "hw_power_brake_slowdown"}
 
 
-def decode_throttle(mask):
+def decode_throttle(mask: int | None) -> list[str] | None:
     if mask is None:
         return None
     return [name for bit, name in THROTTLE_BITS if mask & bit]
@@ -225,15 +229,15 @@ _Q_LINE_EMPTY = re.compile(r"^(\s*)(.*?)\s*:\s*$")
 _Q_GPU = re.compile(r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
 
 
-def parse_smi_q(text):
+def parse_smi_q(text: str) -> dict[str, Any]:
     """``nvidia-smi -q`` as {"header": {...}, "gpus": [{"_bus_id": ..., ...tree}]}.
 
     Sections become nested dicts by indentation; "Key : Value" lines become
     string leaves (values as printed).
     """
-    header = {}
-    gpus = []
-    stack = None  # list of (indent, dict) inside the current GPU
+    header: dict[str, str] = {}
+    gpus: list[dict[str, Any]] = []
+    stack: list[tuple[int, dict[str, Any]]] | None = None  # list of (indent, dict) inside the current GPU
     for raw in text.splitlines():
         line = raw.rstrip()
         if not line.strip() or line.strip().startswith("====="):
@@ -241,7 +245,7 @@ def parse_smi_q(text):
         indent = len(line) - len(line.lstrip(" "))
         body = line.strip()
         if indent == 0 and _Q_GPU.match(body):
-            gpu = {"_bus_id": body[4:]}
+            gpu: dict[str, Any] = {"_bus_id": body[4:]}
             gpus.append(gpu)
             stack = [(0, gpu)]
             continue
@@ -259,7 +263,7 @@ def parse_smi_q(text):
             stack.pop()
         parent = stack[-1][1]
         if value is None:
-            node = {}
+            node: dict[str, Any] = {}
             name = key
             n = 2
             while name in parent:

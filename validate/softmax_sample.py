@@ -3,9 +3,12 @@ reference, the readers of its stdout and stderr (measure), and the comparison of
 reference (judge).  Standard library only.  May import: text.
 """
 
+from __future__ import annotations
+
 import array
 import math
 import re
+from typing import Any
 
 from .text import ParseError
 
@@ -18,7 +21,7 @@ SAMPLE_SIZE = 1000
 SAMPLE_TOP = 5
 
 
-def additive_generator(seed, count):
+def additive_generator(seed: int, count: int) -> list[int]:
     """The glibc TYPE_3 additive-feedback stream (what rand() returns after
     srand(seed) with glibc), as validate/cudnn_softmax.cpp implements it."""
     r = [0] * (344 + count)
@@ -36,14 +39,14 @@ def additive_generator(seed, count):
     return [r[k] >> 1 for k in range(344, 344 + count)]
 
 
-def sample_input(seed=SAMPLE_SEED, count=SAMPLE_SIZE):
+def sample_input(seed: int = SAMPLE_SEED, count: int = SAMPLE_SIZE) -> list[float]:
     """The sample's input as float32 values: float(r) / 2^31, rounded to float32
     exactly as the C++ float division does."""
     raw = array.array("f", (float(v) for v in additive_generator(seed, count)))
     return list(array.array("f", (v / 2147483648.0 for v in raw)))
 
 
-def softmax_reference(values):
+def softmax_reference(values: list[float]) -> list[float]:
     """CPU softmax in double precision (max-shifted)."""
     m = max(values)
     exps = [math.exp(v - m) for v in values]
@@ -51,7 +54,7 @@ def softmax_reference(values):
     return [e / s for e in exps]
 
 
-def top_k(values, k):
+def top_k(values: list[float], k: int) -> list[tuple[int, float]]:
     order = sorted(range(len(values)), key=lambda i: (-values[i], i))
     return [(i, values[i]) for i in order[:k]]
 
@@ -59,10 +62,11 @@ def top_k(values, k):
 _LEGACY_TOP = re.compile(r"^\[(\d+)\]\s+pos\s+(\d+)\s+val\s+([-+0-9.eE]+)\s*$")
 
 
-def parse_sample_output(stdout):
+def parse_sample_output(stdout: str | None) -> dict[str, Any]:
     """Parse the sample's stdout (this project's format, or the original
     tutorial program's ``[k] pos P val V`` lines)."""
-    out = {"format": None, "top": [], "status": None}
+    top: list[tuple[int, float]] = []
+    out: dict[str, Any] = {"format": None, "top": top, "status": None}
     for raw in (stdout or "").splitlines():
         line = raw.strip()
         if not line:
@@ -104,7 +108,7 @@ def parse_sample_output(stdout):
 _SAMPLE_ERROR = re.compile(r"^error (cuda|cudnn) (.*?): (.*)$")
 
 
-def parse_sample_errors(stderr):
+def parse_sample_errors(stderr: str | None) -> list[dict[str, str]]:
     """``error cuda|cudnn CALL: NAME: TEXT`` lines from the sample's stderr."""
     errors = []
     for line in (stderr or "").splitlines():
@@ -116,7 +120,8 @@ def parse_sample_errors(stderr):
     return errors
 
 
-def check_sample(parsed, seed=SAMPLE_SEED, size=SAMPLE_SIZE, sum_tol=1e-5, rel_tol=1e-4):
+def check_sample(parsed: dict[str, Any], seed: int = SAMPLE_SEED, size: int = SAMPLE_SIZE, sum_tol: float = 1e-5,
+                 rel_tol: float = 1e-4) -> tuple[list[str], dict[str, Any]]:
     """Compare a parsed sample run with the CPU reference from the same input.
 
     Returns (problems, figures): no problems means the GPU softmax is right —
@@ -127,7 +132,7 @@ def check_sample(parsed, seed=SAMPLE_SEED, size=SAMPLE_SIZE, sum_tol=1e-5, rel_t
     x = sample_input(seed, size)
     ref = softmax_reference(x)
     ref_top = top_k(ref, SAMPLE_TOP)
-    figures = {
+    figures: dict[str, Any] = {
         "reference_top5": [[p, v] for p, v in ref_top],
         "gpu_top5": [[p, v] for p, v in parsed.get("top", [])],
     }

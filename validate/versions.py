@@ -2,13 +2,16 @@
 nvcc's banner.  Pure functions over text, standard library only; imports nothing of validate/.
 """
 
+from __future__ import annotations
+
 import re
+from typing import Any
 
 # --------------------------------------------------------------------------
 # cuDNN versions
 
 
-def decode_cudnn_version(n):
+def decode_cudnn_version(n: int | str | None) -> tuple[int, int, int] | None:
     """cudnnGetVersion()/torch.backends.cudnn.version() integer -> (major, minor, patch).
 
     cuDNN 9+: MAJOR*10000 + MINOR*100 + PATCH (9.1.0 -> 90100).
@@ -17,15 +20,15 @@ def decode_cudnn_version(n):
     """
     if n is None:
         return None
-    n = int(n)
-    if n <= 0:
+    v = int(n)
+    if v <= 0:
         return None
-    if n >= 10000:
-        return (n // 10000, (n % 10000) // 100, n % 100)
-    return (n // 1000, (n % 1000) // 100, n % 100)
+    if v >= 10000:
+        return (v // 10000, (v % 10000) // 100, v % 100)
+    return (v // 1000, (v % 1000) // 100, v % 100)
 
 
-def cudnn_version_string(n):
+def cudnn_version_string(n: int | str | None) -> str | None:
     v = decode_cudnn_version(n)
     return None if v is None else "%d.%d.%d" % v
 
@@ -33,10 +36,10 @@ def cudnn_version_string(n):
 _DEFINE = r"^\s*#\s*define\s+%s\s+\(?\s*(\d+)\s*\)?\s*$"
 
 
-def parse_cudnn_header(text):
+def parse_cudnn_header(text: str) -> dict[str, Any] | None:
     """Version defines of cudnn_version.h (cuDNN 8+), or cudnn.h (cuDNN 7 and
     older). Returns {"major","minor","patch","version","encoded"} or None."""
-    vals = {}
+    vals: dict[str, int] = {}
     for name in ("CUDNN_MAJOR", "CUDNN_MINOR", "CUDNN_PATCHLEVEL"):
         m = re.search(_DEFINE % name, text, re.M)
         if not m:
@@ -57,7 +60,7 @@ def parse_cudnn_header(text):
     }
 
 
-def parse_nvcc_version(text):
+def parse_nvcc_version(text: str | None) -> dict[str, str] | None:
     """'Cuda compilation tools, release 13.0, V13.0.88' -> {"release","version"}."""
     m = re.search(r"release\s+(\d+\.\d+),\s*V([\d.]+)", text or "")
     if not m:

@@ -13,6 +13,8 @@ torch.utils.benchmark as a cross-check.  Writes bench_torch.log in the seed's
 ``#head;...`` / ``#model;ms`` format (batch-1 median ms).
 """
 
+from __future__ import annotations
+
 import contextlib
 import os
 
@@ -24,7 +26,7 @@ CROSSCHECK_MODEL = "resnet50"
 
 def _autocast(torch, device, enabled):
     if not enabled:
-        return contextlib.contextmanager(lambda: (yield))()
+        return contextlib.nullcontext()
     if device == "cuda":
         return torch.autocast("cuda", dtype=torch.float16)
     return torch.autocast("cpu", dtype=torch.bfloat16)

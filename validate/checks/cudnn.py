@@ -286,7 +286,8 @@ def _judge_run(res, out, parsed, errors):
         for p in problems:
             res.note("check: " + p)
     h, r = parsed.get("cudnn_header"), parsed.get("cudnn_runtime")
-    if h and r and versions.decode_cudnn_version(h)[:2] != versions.decode_cudnn_version(r)[:2]:
+    built, loaded = versions.decode_cudnn_version(h), versions.decode_cudnn_version(r)
+    if built and loaded and built[:2] != loaded[:2]:
         res.note("warning: built against cuDNN %s, loaded %s" % (
             versions.cudnn_version_string(h), versions.cudnn_version_string(r)))
 

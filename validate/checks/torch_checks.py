@@ -10,14 +10,17 @@ build has kernels for it; torch.backends.cudnn.version(); a matmul+elementwise
 op and a cuDNN convolution on every GPU compared with the CPU result.
 """
 
+from __future__ import annotations
+
 import warnings
+from typing import Any
 
 from .. import compat, torchenv, versions
 from ..core import CheckFailed
 
 
 def tf32_flags(torch):
-    out = {}
+    out: dict[str, Any] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
