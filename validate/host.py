@@ -8,12 +8,14 @@ import platform
 import shutil
 import socket
 import subprocess
+from typing import Any
 
 from .smi import invalid_query_field, parse_query_csv
 from .text import ParseError, first_line
 
 
-def run_tool(argv, timeout=60, env=None, cwd=None):
+def run_tool(argv: list[str], timeout: float = 60, env: dict[str, str] | None = None,
+             cwd: str | None = None) -> dict[str, Any]:
     """Run a command; never raises for the command's own failure.
 
     Returns {"rc", "stdout", "stderr", "error"}: rc None and error set when the
@@ -45,7 +47,7 @@ def run_tool(argv, timeout=60, env=None, cwd=None):
     return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr, "error": None}
 
 
-def os_name():
+def os_name() -> str:
     try:
         with open("/etc/os-release") as f:
             for line in f:
@@ -56,7 +58,7 @@ def os_name():
     return "%s %s" % (platform.system(), platform.release())
 
 
-def cpu_model():
+def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -67,7 +69,7 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
-def memory_gib():
+def memory_gib() -> float | None:
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -78,14 +80,14 @@ def memory_gib():
     return None
 
 
-def cpu_count():
+def cpu_count() -> int:
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 0
 
 
-def basic_facts():
+def basic_facts() -> dict[str, Any]:
     return {
         "hostname": socket.gethostname(),
         "os": os_name(),
@@ -102,7 +104,7 @@ def basic_facts():
 # nvidia-smi
 
 
-def find_nvidia_smi():
+def find_nvidia_smi() -> str | None:
     path = shutil.which("nvidia-smi")
     if path:
         return path
@@ -112,7 +114,8 @@ def find_nvidia_smi():
     return None
 
 
-def query_gpus(smi, fields, timeout=60, max_retries=8):
+def query_gpus(smi: str, fields: list[str], timeout: float = 60,
+               max_retries: int = 8) -> tuple[list[dict[str, str]] | None, list[str], str | None]:
     """``--query-gpu`` with ``--format=csv,noheader,nounits``; fields the driver
     rejects are dropped and the query retried.  Returns (rows, dropped, error)."""
     fields = list(fields)
@@ -137,7 +140,7 @@ def query_gpus(smi, fields, timeout=60, max_retries=8):
     return None, dropped, "nvidia-smi rejected too many fields"
 
 
-def find_nvcc():
+def find_nvcc() -> str | None:
     path = shutil.which("nvcc")
     if path:
         return path
@@ -148,7 +151,7 @@ def find_nvcc():
     return None
 
 
-def cuda_homes():
+def cuda_homes() -> list[str]:
     """Candidate CUDA toolkit roots, most specific first, existing ones only."""
     out = []
     for var in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"):
