@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from validate import parsers
+from validate import softmax_sample
 from validate.checks import cudnn
 from validate.core import CheckFailed, Context, Result
 
@@ -71,7 +71,7 @@ def test_compile_and_run_through_the_cli(tmp_path):
 
     fig = sample["figures"]
     assert fig["cudnn_header"] == found["version"]["encoded"]
-    assert abs(fig["input_sum"] - sum(parsers.sample_input())) < 1e-6
+    assert abs(fig["input_sum"] - sum(softmax_sample.sample_input())) < 1e-6
     assert "cudnn_sample.txt" in sample["artefacts"]
     if _gpu_present():
         assert sample["status"] == "pass", sample["reason"]

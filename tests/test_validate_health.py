@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from validate import driver_errors, parsers, topology
+from validate import driver_errors, smi, topology
 from validate.checks import memory, stress
 from validate.checks import xid as xid_check
 
@@ -159,14 +159,14 @@ def test_xid_as_an_unprivileged_user_is_waived_with_the_reason_not_failed():
 
 def test_stress_judge_on_sampled_values():
     # H100 idle reading (h100_590_query_gpu.csv): event reasons 0x1 = idle
-    rows = parsers.typed_gpu_rows(parsers.parse_query_csv(open(os.path.join(FIX, "h100_590_query_gpu.csv")).read()))
+    rows = smi.typed_gpu_rows(smi.parse_query_csv(open(os.path.join(FIX, "h100_590_query_gpu.csv")).read()))
     mask = rows[0]["clocks_event_reasons.active"]
-    assert parsers.decode_throttle(mask) == ["gpu_idle"]
+    assert smi.decode_throttle(mask) == ["gpu_idle"]
     ok = {"label": "GPU 0", "name": "NVIDIA H100 80GB HBM3", "tflops": 700.0, "iterations": 100, "mismatches": 0,
-          "samples": [{"throttle": parsers.decode_throttle(mask)}, {"throttle": ["sw_power_cap"]}]}
+          "samples": [{"throttle": smi.decode_throttle(mask)}, {"throttle": ["sw_power_cap"]}]}
     assert stress.judge([ok, dict(ok, label="GPU 1", tflops=690.0)]) == []
     # NVML bits as Azure's azure_gpu_clock_throttling.nhc lists them: 0x40 HW thermal, 0x80 power brake
-    hot = dict(ok, label="GPU 1", samples=[{"throttle": parsers.decode_throttle(0x40 | 0x80)}])
+    hot = dict(ok, label="GPU 1", samples=[{"throttle": smi.decode_throttle(0x40 | 0x80)}])
     slow = dict(ok, label="GPU 2", tflops=0.3 * 700)
     flaky = dict(ok, label="GPU 3", mismatches=2)
     problems = stress.judge([ok, hot, slow, flaky])

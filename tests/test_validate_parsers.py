@@ -9,8 +9,7 @@ import statistics
 
 import pytest
 
-from validate import output, parsers, specs, timing
-from validate.checks import system
+from validate import gpu_state, output, smi, softmax_sample, specs, text, timing, versions
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "validate")
 
@@ -25,9 +24,9 @@ def fixture(name):
 
 
 def test_h100_query_gpu_with_header_and_units():
-    rows = parsers.parse_query_csv(fixture("h100_590_query_gpu.csv"))
+    rows = smi.parse_query_csv(fixture("h100_590_query_gpu.csv"))
     assert len(rows) == 1
-    t = parsers.typed_gpu_rows(rows)[0]
+    t = smi.typed_gpu_rows(rows)[0]
     assert t["name"] == "NVIDIA H100 80GB HBM3"
     assert t["driver_version"] == "590.48.01"
     assert t["memory.total"] == 81559  # "81559 MiB"
@@ -40,12 +39,12 @@ def test_h100_query_gpu_with_header_and_units():
     assert t["compute_cap"] == "9.0"
     assert t["index"] == 0
     # the active clock-event mask 0x...01 is "idle" and nothing else
-    assert parsers.decode_throttle(t["clocks_event_reasons.active"]) == ["gpu_idle"]
-    assert parsers.decode_throttle(0x1FF) == [name for _, name in parsers.THROTTLE_BITS]
+    assert smi.decode_throttle(t["clocks_event_reasons.active"]) == ["gpu_idle"]
+    assert smi.decode_throttle(0x1FF) == [name for _, name in smi.THROTTLE_BITS]
 
 
 def test_p100_csv_missing_values():
-    t = parsers.typed_gpu_rows(parsers.parse_query_csv(fixture("p100_query_gpu.csv")))[0]
+    t = smi.typed_gpu_rows(smi.parse_query_csv(fixture("p100_query_gpu.csv")))[0]
     assert t["name"] == "Tesla P100-PCIE-16GB"
     assert t["fan.speed"] is None  # "[N/A]"
     assert t["temperature.gpu"] == 37
@@ -55,37 +54,37 @@ def test_p100_csv_missing_values():
 def test_noheader_nounits_with_given_fields_and_bare_na():
     lines = fixture("rtx2080_query_gpu_noheader_nounits.txt").splitlines()
     fields = lines[0].split(":", 1)[1].strip().split(",")
-    rows = parsers.parse_query_csv("\n".join(lines[1:]), fields)
-    t = parsers.typed_gpu_rows(rows)[0]
+    rows = smi.parse_query_csv("\n".join(lines[1:]), fields)
+    t = smi.typed_gpu_rows(rows)[0]
     assert t["name"] == "GeForce RTX 2080"  # a name with a space stays one value
     assert t["memory.total"] == 7979
     assert t["temperature.memory"] is None  # old drivers print a bare N/A
     assert t["pcie.link.width.current"] == 8
     assert t["utilization.gpu"] == "86"  # fields without a known type stay strings
-    with pytest.raises(parsers.ParseError):
-        parsers.parse_query_csv("\n".join(lines[1:]), fields[:-1])
+    with pytest.raises(text.ParseError):
+        smi.parse_query_csv("\n".join(lines[1:]), fields[:-1])
 
 
 def test_missing_markers_and_numbers():
     for v in ("[N/A]", "[Not Supported]", "N/A", "[Unknown Error]",
               "[Requested functionality has been deprecated]", ""):
-        assert parsers.is_missing(v)
-        assert parsers.to_number(v) is None
-    assert parsers.to_number("16x") == 16
-    assert parsers.to_number("-8 C") == -8
-    assert parsers.to_bool("Not Active") is False and parsers.to_bool("Active") is True
+        assert smi.is_missing(v)
+        assert smi.to_number(v) is None
+    assert smi.to_number("16x") == 16
+    assert smi.to_number("-8 C") == -8
+    assert smi.to_bool("Not Active") is False and smi.to_bool("Active") is True
 
 
 def test_invalid_field_message():
     msg = 'Field "clocks_event_reasons.active" is not a valid field to query.\n\n'
-    assert parsers.invalid_query_field(msg) == "clocks_event_reasons.active"
-    assert parsers.invalid_query_field("NVIDIA-SMI has failed because it couldn't communicate") is None
+    assert smi.invalid_query_field(msg) == "clocks_event_reasons.active"
+    assert smi.invalid_query_field("NVIDIA-SMI has failed because it couldn't communicate") is None
 
 
 def test_retired_pages_query():
-    rows = parsers.parse_query_csv(fixture("h100_590_query_retired_pages.csv"))
+    rows = smi.parse_query_csv(fixture("h100_590_query_retired_pages.csv"))
     assert [r["retired_pages.cause"] for r in rows] == ["Single Bit ECC", "Double Bit ECC"]
-    assert all(parsers.is_missing(r["retired_pages.address"]) for r in rows)
+    assert all(smi.is_missing(r["retired_pages.address"]) for r in rows)
 
 
 # --------------------------------------------------------------------------
@@ -93,14 +92,14 @@ def test_retired_pages_query():
 
 
 def test_smi_q_h100():
-    q = parsers.parse_smi_q(fixture("h100_590_smi_q.txt"))
+    q = smi.parse_smi_q(fixture("h100_590_smi_q.txt"))
     assert q["header"]["Driver Version"] == "590.48.01"
     assert q["header"]["CUDA Version"] == "13.1"
     assert len(q["gpus"]) == 1
     gpu = q["gpus"][0]
     assert gpu["_bus_id"] == "00000000:00:09.0"
     assert gpu["FB Memory Usage"]["Total"] == "81559 MiB"
-    h = parsers.smi_q_health(gpu)
+    h = gpu_state.smi_q_health(gpu)
     assert h["name"] == "NVIDIA H100 80GB HBM3"
     assert h["remapped_rows"] == {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False}
     assert h["retired_pages"] == {"single_bit": None, "double_bit": None, "pending": None}
@@ -111,23 +110,23 @@ def test_smi_q_h100():
 
 
 def test_system_assessment_of_real_h100_and_of_a_sick_one():
-    t = parsers.typed_gpu_rows(parsers.parse_query_csv(fixture("h100_590_query_gpu.csv")))[0]
-    h = parsers.smi_q_health(parsers.parse_smi_q(fixture("h100_590_smi_q.txt"))["gpus"][0])
-    rec = system._gpu_record(t, h)
+    t = smi.typed_gpu_rows(smi.parse_query_csv(fixture("h100_590_query_gpu.csv")))[0]
+    h = gpu_state.smi_q_health(smi.parse_smi_q(fixture("h100_590_smi_q.txt"))["gpus"][0])
+    rec = gpu_state.gpu_record(t, h)
     assert rec["throttle"]["active"] == ["gpu_idle"]
-    assert system.assess_gpu(rec) == ([], [])
-    sick = system._gpu_record(t, h)
+    assert gpu_state.assess_gpu(rec) == ([], [])
+    sick = gpu_state.gpu_record(t, h)
     sick["remapped_rows"]["pending"] = True
     sick["ecc"]["uncorrected_volatile"] = 3
     sick["pcie"]["width_current"] = 8
     sick["throttle"]["active"] = ["hw_slowdown", "hw_thermal_slowdown"]
-    problems, warnings = system.assess_gpu(sick)
+    problems, warnings = gpu_state.assess_gpu(sick)
     assert ("GPU 0: row remapping pending", "reset the GPU") in problems
     assert ("GPU 0: 3 uncorrected ECC errors since boot", "reset the GPU") in problems
     assert ("GPU 0: PCIe link x8 of x16", "none") in warnings  # at idle a hint: bandwidth judges it under load
     assert any("hw_slowdown" in w and a == "none" for w, a in warnings)
     sick["remapped_rows"]["failure"] = True
-    assert ("GPU 0: row remapping failure occurred", "drain and replace (RMA)") in system.assess_gpu(sick)[0]
+    assert ("GPU 0: row remapping failure occurred", "drain and replace (RMA)") in gpu_state.assess_gpu(sick)[0]
 
 
 # --------------------------------------------------------------------------
@@ -141,10 +140,10 @@ def test_system_assessment_of_real_h100_and_of_a_sick_one():
     ("cudnn_h_7.4.2_grep.txt", "7.4.2", 7402),
 ])
 def test_cudnn_header(name, version, encoded):
-    v = parsers.parse_cudnn_header(fixture(name))
+    v = versions.parse_cudnn_header(fixture(name))
     assert v["version"] == version
     assert v["encoded"] == encoded
-    assert parsers.cudnn_version_string(encoded) == version
+    assert versions.cudnn_version_string(encoded) == version
 
 
 def test_cudnn_header_on_this_machine_when_the_wheel_is_installed():
@@ -153,7 +152,7 @@ def test_cudnn_header_on_this_machine_when_the_wheel_is_installed():
     except ImportError:
         pytest.skip("nvidia-cudnn wheel not installed")
     path = os.path.join(list(nvidia.cudnn.__path__)[0], "include", "cudnn_version.h")
-    v = parsers.parse_cudnn_header(open(path).read())
+    v = versions.parse_cudnn_header(open(path).read())
     assert v["major"] >= 9 and v["encoded"] == v["major"] * 10000 + v["minor"] * 100 + v["patch"]
 
 
@@ -167,15 +166,15 @@ def test_cudnn_header_on_this_machine_when_the_wheel_is_installed():
     (None, None),
 ])
 def test_decode_cudnn_version(n, expected):
-    assert parsers.decode_cudnn_version(n) == expected
+    assert versions.decode_cudnn_version(n) == expected
 
 
 def test_nvcc_banner():
     # from the seeds' real sessions
     text = ("nvcc: NVIDIA (R) Cuda compiler driver\nCopyright (c) 2005-2019 NVIDIA Corporation\n"
             "Built on Wed_Oct_23_19:24:38_PDT_2019\nCuda compilation tools, release 10.2, V10.2.89\n")
-    assert parsers.parse_nvcc_version(text) == {"release": "10.2", "version": "10.2.89"}
-    assert parsers.parse_nvcc_version("bash: nvcc: command not found") is None
+    assert versions.parse_nvcc_version(text) == {"release": "10.2", "version": "10.2.89"}
+    assert versions.parse_nvcc_version("bash: nvcc: command not found") is None
 
 
 # --------------------------------------------------------------------------
@@ -189,14 +188,14 @@ def test_generator_is_glibc_rand():
     libc = ctypes.CDLL(libc_name)
     libc.srand(1234)
     expected = [libc.rand() for _ in range(2000)]
-    assert parsers.additive_generator(1234, 2000) == expected
+    assert softmax_sample.additive_generator(1234, 2000) == expected
 
 
 def test_real_gpu_output_of_the_seed_program_passes_the_reference_check():
-    parsed = parsers.parse_sample_output(fixture("sample_legacy_rtx3080.txt"))
+    parsed = softmax_sample.parse_sample_output(fixture("sample_legacy_rtx3080.txt"))
     assert parsed["format"] == "legacy"
     assert [p for p, _ in parsed["top"]] == [754, 814, 961, 938, 717]
-    problems, figures = parsers.check_sample(parsed)
+    problems, figures = softmax_sample.check_sample(parsed)
     assert problems == []
     assert [p for p, _ in figures["reference_top5"]] == [754, 814, 961, 938, 717]
     assert figures["top5_max_rel_error"] < 1e-5
@@ -204,30 +203,32 @@ def test_real_gpu_output_of_the_seed_program_passes_the_reference_check():
 
 def test_reference_check_catches_wrong_results():
     text = fixture("sample_legacy_rtx3080.txt").replace("pos 814", "pos 815")
-    problems, _ = parsers.check_sample(parsers.parse_sample_output(text))
+    problems, _ = softmax_sample.check_sample(softmax_sample.parse_sample_output(text))
     assert problems == ["top-2 position 815, reference 814"]
     text = fixture("sample_legacy_rtx3080.txt").replace("0.00159118", "0.00169118")
-    problems, _ = parsers.check_sample(parsers.parse_sample_output(text))
+    problems, _ = softmax_sample.check_sample(softmax_sample.parse_sample_output(text))
     assert len(problems) == 1 and "top-1 value" in problems[0]
     good = ("gpuprov-cudnn-softmax 1\ninput_sum 493.332465549\nsum 1.000020000\n"
             + "".join("top %d %d %.9g\n" % (k, p, v) for k, (p, v) in enumerate(
-                parsers.top_k(parsers.softmax_reference(parsers.sample_input()), 5))) + "status ok\n")
-    problems, _ = parsers.check_sample(parsers.parse_sample_output(good))
+                softmax_sample.top_k(softmax_sample.softmax_reference(softmax_sample.sample_input()), 5)))
+            + "status ok\n")
+    problems, _ = softmax_sample.check_sample(softmax_sample.parse_sample_output(good))
     assert problems == ["softmax sums to 1.000020000, not 1 within 1e-05"]
-    problems, _ = parsers.check_sample(parsers.parse_sample_output(good.replace("sum 1.000020000", "sum 1.000000001")))
+    problems, _ = softmax_sample.check_sample(
+        softmax_sample.parse_sample_output(good.replace("sum 1.000020000", "sum 1.000000001")))
     assert problems == []
 
 
 def test_no_gpu_output_of_our_program():
-    parsed = parsers.parse_sample_output(fixture("sample_nogpu_stdout.txt"))
+    parsed = softmax_sample.parse_sample_output(fixture("sample_nogpu_stdout.txt"))
     assert parsed["format"] == "gpuprov" and parsed["status"] == "fail"
     assert parsed["cudnn_header"] == 92400 and parsed["cuda_driver"] == 0
     # the input generator of the C++ program and ours agree
-    assert abs(parsed["input_sum"] - sum(parsers.sample_input())) < 1e-6
-    errors = parsers.parse_sample_errors(fixture("sample_nogpu_stderr.txt"))
+    assert abs(parsed["input_sum"] - sum(softmax_sample.sample_input())) < 1e-6
+    errors = softmax_sample.parse_sample_errors(fixture("sample_nogpu_stderr.txt"))
     assert errors == [{"api": "cuda", "call": "cudaGetDeviceCount(&count)", "name": "cudaErrorInsufficientDriver",
                        "text": "CUDA driver version is insufficient for CUDA runtime version"}]
-    problems, _ = parsers.check_sample(parsed)
+    problems, _ = softmax_sample.check_sample(parsed)
     assert problems == ["sample did not complete (status fail)"]
 
 

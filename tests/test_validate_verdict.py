@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from validate import compat, parsers, specs, verify
+from validate import compat, gpu_state, smi, specs, verify
 from validate.checks import bench, gpu_health
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "validate")
@@ -119,7 +119,7 @@ def test_h100_on_a_gen4_host_passes_and_on_gen5_the_same_figure_fails():
 
 
 def test_downtrained_link_from_real_readings():
-    q = parsers.smi_q_health(parsers.parse_smi_q(open(os.path.join(FIX, "h100_590_smi_q.txt")).read())["gpus"][0])
+    q = gpu_state.smi_q_health(smi.parse_smi_q(open(os.path.join(FIX, "h100_590_smi_q.txt")).read())["gpus"][0])
     assert q["pcie"] == {"gen_current": 5, "gen_max": 5, "width_current": 16, "width_max": 16}
     assert specs.link_downtrained(q["pcie"]) is None
     # sysfs of a card at 16 GT/s x8 in a 32 GT/s x16 slot (nokyan/resources#512)

@@ -12,6 +12,10 @@ a100-gpu-mem-error-mgmt "Error Recovery and Response Flags") plus the two
 ends NVIDIA's Xid catalog uses (RESTART_APP; CONTACT_SUPPORT / RMA).
 """
 
+from __future__ import annotations
+
+from typing import Iterable
+
 NONE = "none"
 RESTART_JOB = "restart the job"
 RESET_GPU = "reset the GPU"
@@ -22,12 +26,12 @@ ORDER = (NONE, RESTART_JOB, RESET_GPU, REBOOT_NODE, DRAIN_RMA)
 SICK = frozenset((RESET_GPU, REBOOT_NODE, DRAIN_RMA))
 
 
-def rank(action):
+def rank(action: str | None) -> int:
     """Position in ORDER; unknown or None ranks below ``none``."""
     return ORDER.index(action) if action in ORDER else -1
 
 
-def worst(actions):
+def worst(actions: Iterable[str | None]) -> str | None:
     """The most disruptive of ``actions`` (None when there is none)."""
     best = None
     for a in actions:
@@ -36,11 +40,11 @@ def worst(actions):
     return best
 
 
-def is_sick(action):
+def is_sick(action: str | None) -> bool:
     return action in SICK
 
 
-def of_recovery_text(text):
+def of_recovery_text(text: str | None) -> str:
     """Our action for the recovery action the driver prints in Xid 154
     ("GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset
     Required)").  The names are the driver's (_gpuRecoveryActionName in

@@ -5,6 +5,8 @@ validated"), 2 for bad command-line input (one line on stderr), 130 when
 interrupted (results so far are written).
 """
 
+from __future__ import annotations
+
 import argparse
 import datetime
 import os
@@ -12,6 +14,7 @@ import re
 import signal
 import sys
 import time
+from typing import Any
 
 from . import TOOL, __version__, host, output, torchenv
 from .core import CHECK_NAMES, CHECKS, PASS, SKIP, Context, Result, not_selected, run_check
@@ -88,29 +91,40 @@ def build_parser():
     return p
 
 
-def parse_args(argv):  # noqa: C901  one rule per option pair; argparse cannot express them
+def _check_list(opts, attr):
+    """--checks / --skip as a list of known check names (None when not given)."""
+    raw = getattr(opts, attr)
+    names = _csv_list(raw) if raw is not None else None
+    if raw is not None and not names:
+        raise UsageError("--%s needs at least one check name" % attr)
+    for n in names or []:
+        if n not in CHECK_NAMES:
+            raise UsageError("unknown check %r in --%s (known: %s)" % (n, attr, ",".join(CHECK_NAMES)))
+    return names
+
+
+def _batch_sizes(raw):
+    """--batch as sorted distinct positive integers."""
+    try:
+        batches = [int(b) for b in _csv_list(raw)]
+    except ValueError:
+        raise UsageError("--batch takes comma-separated positive integers, got %r" % raw) from None
+    if not batches or any(b < 1 for b in batches):
+        raise UsageError("--batch takes comma-separated positive integers, got %r" % raw)
+    return sorted(set(batches))
+
+
+def parse_args(argv):
+    """Options, each checked after argparse: one ``UsageError`` line naming the option."""
     opts = build_parser().parse_args(argv)
     for attr in ("checks", "skip"):
-        raw = getattr(opts, attr)
-        names = _csv_list(raw) if raw is not None else None
-        if raw is not None and not names:
-            raise UsageError("--%s needs at least one check name" % attr)
-        for n in names or []:
-            if n not in CHECK_NAMES:
-                raise UsageError("unknown check %r in --%s (known: %s)" % (n, attr, ",".join(CHECK_NAMES)))
-        setattr(opts, attr, names)
+        setattr(opts, attr, _check_list(opts, attr))
     if opts.warmup is not None and opts.warmup < 0:
         raise UsageError("--warmup must be >= 0")
     if opts.iters is not None and opts.iters < 1:
         raise UsageError("--iters must be >= 1")
     if opts.batch is not None:
-        try:
-            batches = [int(b) for b in _csv_list(opts.batch)]
-        except ValueError:
-            raise UsageError("--batch takes comma-separated positive integers, got %r" % opts.batch) from None
-        if not batches or any(b < 1 for b in batches):
-            raise UsageError("--batch takes comma-separated positive integers, got %r" % opts.batch)
-        opts.batch = sorted(set(batches))
+        opts.batch = _batch_sizes(opts.batch)
     if opts.expect_gpus is not None and opts.expect_gpus < 0:
         raise UsageError("--expect-gpus must be >= 0")
     if not (0.0 < opts.floor <= 1.0):
@@ -173,7 +187,7 @@ def resolve_defaults(opts):
     if opts.iters is None:
         opts.iters = base["iters"]
     if opts.batch is None:
-        opts.batch = list(base["batch"])
+        opts.batch = list(base["batch"])  # type: ignore[call-overload]  # base: a dict of mixed values
     if opts.stress_seconds is None:
         opts.stress_seconds = base["stress_seconds_quick" if opts.quick else "stress_seconds"]
 
@@ -310,7 +324,7 @@ def main(argv=None, stream=None):
     ctx.progress("%s %s: %d of %d checks, device %s, output %s" % (
         TOOL, __version__, sum(1 for p in plan if p[1]), len(plan), opts.device, ctx.out_dir), check="validate")
     resolve_defaults(opts)
-    results = []
+    results: list[Any] = []
     interrupted = False
 
     def flush_outputs(final):

@@ -10,7 +10,10 @@ GPU compute architectures are backward compatible within major version").
 So an L4 / L40S / RTX 4090 (sm_89) runs a build with sm_86 or sm_80 kernels.
 """
 
+from __future__ import annotations
+
 import re
+from typing import Iterable
 
 NATIVE = "native"            # a cubin for exactly this capability
 BINARY = "binary-compatible"  # a cubin for the same major, lower or equal minor
@@ -20,7 +23,7 @@ NONE = "none"
 _ARCH = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
 
 
-def _parse(arch):
+def _parse(arch: str) -> tuple[str, int, int, str] | None:
     m = _ARCH.match(arch.strip())
     if not m:
         return None
@@ -28,11 +31,11 @@ def _parse(arch):
     return m.group(1), num // 10, num % 10, m.group(3)
 
 
-def kernel_support(major, minor, arch_list):
+def kernel_support(major: int, minor: int, arch_list: Iterable[str] | None) -> tuple[str, str | None]:
     """(status, via) for a device of capability major.minor and a torch build's
     ``torch.cuda.get_arch_list()``; status is NATIVE, BINARY, PTX or NONE, via
     the arch entry that qualifies (or None)."""
-    best = (NONE, None)
+    best: tuple[str, str | None] = (NONE, None)
     best_key = (0, -1)
     rank = {NONE: 0, PTX: 1, BINARY: 2, NATIVE: 3}
     for arch in arch_list or []:

@@ -49,6 +49,8 @@ Two things a check may say besides pass/fail/skip:
   the user asked for it, so its skip is "not validated".
 """
 
+from __future__ import annotations
+
 import importlib
 import os
 import sys
@@ -329,7 +331,7 @@ def run_check(ctx, spec, required, named=False):
     if res.status == SKIP and res.waived and not named:
         res.required = False
     ctx.current = None
-    word = {PASS: "PASS", FAIL: "FAIL", SKIP: "SKIP"}[res.status]
+    word = {PASS: "PASS", FAIL: "FAIL", SKIP: "SKIP"}[str(res.status)]
     ctx.progress("%s (%.1fs) %s" % (word, res.elapsed_s, res.reason or res.summary), check=spec.name)
     return res
 

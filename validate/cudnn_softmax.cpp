@@ -1,11 +1,11 @@
 // gpuprov validation sample: one cuDNN softmax on the GPU, results printed for
-// validate/checks/cudnn.py to read back (validate/parsers.py parses it).
+// validate/checks/cudnn.py to read back (validate/softmax_sample.py parses it).
 //
 // Input: 1000 floats in [0, 1) from an explicit implementation of the classic
 // glibc TYPE_3 additive-feedback generator seeded with 1234, each value being
 // float(r) / 2^31.  The generator is written out here (not std::rand) so the
 // input is identical on every C library, and the Python side recomputes the
-// very same input for its CPU reference (validate/parsers.py: sample_input).
+// very same input for its CPU reference (validate/softmax_sample.py: sample_input).
 // With seed 1234 the input equals that of the original tutorial program, whose
 // published GPU output (top-5 positions 754 814 961 938 717) is a test fixture.
 //

@@ -31,10 +31,14 @@ same number (common_nvswitch.h, intr_nvswitch.h).  Judged by the driver's
 word, else by NVIDIA's Fabric Manager user guide lists (SXID_CLASS).
 """
 
+from __future__ import annotations
+
 import re
+from typing import Any, Iterable
 
 from . import actions
-from .xid_catalog import BY_XID, CATALOG_VERSION
+from .xid_catalog import BY_XID
+from .xid_catalog import CATALOG_VERSION as CATALOG_VERSION  # re-exported: checks/xid.py records it
 
 # k8s-device-plugin (github.com/NVIDIA/k8s-device-plugin internal/rm/health.go):
 # "Application errors: the GPU should still be healthy".
@@ -98,11 +102,11 @@ _NVLINK_SEVERITY = re.compile(r"^\s*[A-Z0-9_/]+\s+(Fatal|Nonfatal|Non-fatal)\b")
 _SXID_LINE = re.compile(r"(nvidia-nvswitch\d*): SXid \(PCI:([0-9A-Fa-f:.]+)\): (\d+),\s*(.*)$")
 
 
-def _process(detail):
-    pid = _PID.search(detail)
-    name = _NAME.search(detail)
-    pid = pid.group(1) if pid else None
-    name = name.group(1).strip() if name else None
+def _process(detail: str) -> tuple[str | None, str | None]:
+    pid_match = _PID.search(detail)
+    name_match = _NAME.search(detail)
+    pid = pid_match.group(1) if pid_match else None
+    name = name_match.group(1).strip() if name_match else None
     if pid in ("<unknown>",):
         pid = None
     if name in ("<unknown>",):
@@ -110,7 +114,7 @@ def _process(detail):
     return pid, name
 
 
-def parse(text):
+def parse(text: str | None) -> list[dict[str, Any]]:
     """[{"xid", "pci", "pid", "process", "detail", "severity", "cause",
     "recovery", "line"}] for every Xid line of a kernel log (dmesg,
     journalctl -k, or a saved copy of either)."""
@@ -142,7 +146,7 @@ def parse(text):
 _DMESG_TIME = re.compile(r"^\[\s*(\d+\.\d+)\]")
 
 
-def dmesg_start(text):
+def dmesg_start(text: str | None) -> float | None:
     """Seconds after boot of the first line of ``dmesg`` output, or None when
     the lines carry no such timestamp.  The kernel's ring buffer is fixed in
     size: on a long-running host its first line is no longer the boot's
@@ -156,7 +160,7 @@ def dmesg_start(text):
     return None
 
 
-def name_of(xid):
+def name_of(xid: int) -> str:
     row = BY_XID.get(xid)
     if row is None:
         return "Xid %d (not in %s)" % (xid, CATALOG_VERSION)
@@ -164,7 +168,7 @@ def name_of(xid):
     return text.split(" -- ")[0]  # Xid 45's catalog text goes on with advice
 
 
-def catalog_action(xid):
+def catalog_action(xid: int) -> tuple[str, str]:
     """(action, why) for an Xid by its number alone."""
     row = BY_XID.get(xid)
     if row is None:
@@ -174,7 +178,7 @@ def catalog_action(xid):
     return UNBUCKETED_ACTION.get(xid, actions.RESET_GPU), "no catalog action; ours by analogy"
 
 
-def action_of(event):
+def action_of(event: dict[str, Any]) -> tuple[str, str]:
     """(action, why) for one parsed Xid event (rules in the module docstring)."""
     xid = event["xid"]
     if xid == 154 and event.get("recovery") is not None:
@@ -194,7 +198,7 @@ def action_of(event):
     return catalog_action(xid)
 
 
-def _who(pids, procs):
+def _who(pids: Iterable[str | None], procs: Iterable[str | None]) -> str:
     names = sorted(p for p in procs if p)
     ids = sorted(p for p in pids if p)
     if not names and not ids:
@@ -202,11 +206,11 @@ def _who(pids, procs):
     return "; process %s (pid %s)" % (", ".join(names) or "?", ", ".join(ids) or "?")
 
 
-def judge(events):
+def judge(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """[finding]: one per (GPU, Xid, cause, driver word, action), with
     {"what", "action", "why", "xid", "pci", "count", "last", "sick"}; in the
     order the first of each group appeared."""
-    groups = {}
+    groups: dict[Any, Any] = {}
     order = []
     for e in events:
         act, why = action_of(e)
@@ -260,7 +264,7 @@ SXID_ALWAYS_FATAL = frozenset([12020, 22003, 22011, 23001, 23002, 23003, 23004, 
 SXID_SOURCE = "NVIDIA Fabric Manager user guide DU-09883-001 v1.3 (Oct 2023), NVSwitch SXid errors"
 
 
-def parse_sxid(text):
+def parse_sxid(text: str | None) -> list[dict[str, Any]]:
     """[{"sxid", "switch", "pci", "severity", "detail", "line"}] for every SXid line."""
     out = []
     for line in (text or "").splitlines():
@@ -278,7 +282,7 @@ def parse_sxid(text):
     return out
 
 
-def sxid_class(sxid):
+def sxid_class(sxid: int) -> str | None:
     if sxid in SXID_ALWAYS_FATAL:
         return "always fatal"
     if sxid in SXID_FATAL:
@@ -288,10 +292,10 @@ def sxid_class(sxid):
     return None
 
 
-def judge_sxid(events):
+def judge_sxid(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """[finding] per (switch, SXid): the driver's Fatal / Non-fatal word on
     any of its lines decides, else the Fabric Manager guide's list."""
-    groups = {}
+    groups: dict[Any, Any] = {}
     order = []
     for e in events:
         key = (e["pci"], e["sxid"])

@@ -6,7 +6,8 @@ the checks that judge them sample under their own load."""
 import threading
 import time
 
-from . import host, parsers
+from . import host
+from .smi import decode_throttle, typed_gpu_rows
 
 SAMPLE_FIELDS = [
     "index", "pci.bus_id", "clocks.sm", "clocks.max.sm", "power.draw", "power.limit",
@@ -44,8 +45,8 @@ def read_once(smi):
     if err or not rows:
         return {}
     out = {}
-    for t in parsers.typed_gpu_rows(rows):
-        t["throttle"] = parsers.decode_throttle(t.get("clocks_throttle_reasons.active"))
+    for t in typed_gpu_rows(rows):
+        t["throttle"] = decode_throttle(t.get("clocks_throttle_reasons.active"))
         out[bus_key(t.get("pci.bus_id"))] = t
     return out
 

@@ -1,16 +1,21 @@
 """Host facts (OS, CPU, memory) and running external tools (nvidia-smi, nvcc,
 compilers) with time limits.  Standard library only."""
 
+from __future__ import annotations
+
 import os
 import platform
 import shutil
 import socket
 import subprocess
+from typing import Any
 
-from . import parsers
+from .smi import invalid_query_field, parse_query_csv
+from .text import ParseError, first_line
 
 
-def run_tool(argv, timeout=60, env=None, cwd=None):
+def run_tool(argv: list[str], timeout: float = 60, env: dict[str, str] | None = None,
+             cwd: str | None = None) -> dict[str, Any]:
     """Run a command; never raises for the command's own failure.
 
     Returns {"rc", "stdout", "stderr", "error"}: rc None and error set when the
@@ -42,7 +47,7 @@ def run_tool(argv, timeout=60, env=None, cwd=None):
     return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr, "error": None}
 
 
-def os_name():
+def os_name() -> str:
     try:
         with open("/etc/os-release") as f:
             for line in f:
@@ -53,7 +58,7 @@ def os_name():
     return "%s %s" % (platform.system(), platform.release())
 
 
-def cpu_model():
+def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -64,7 +69,7 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
-def memory_gib():
+def memory_gib() -> float | None:
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -75,14 +80,14 @@ def memory_gib():
     return None
 
 
-def cpu_count():
+def cpu_count() -> int:
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 0
 
 
-def basic_facts():
+def basic_facts() -> dict[str, Any]:
     return {
         "hostname": socket.gethostname(),
         "os": os_name(),
@@ -99,7 +104,7 @@ def basic_facts():
 # nvidia-smi
 
 
-def find_nvidia_smi():
+def find_nvidia_smi() -> str | None:
     path = shutil.which("nvidia-smi")
     if path:
         return path
@@ -109,11 +114,12 @@ def find_nvidia_smi():
     return None
 
 
-def query_gpus(smi, fields, timeout=60, max_retries=8):
+def query_gpus(smi: str, fields: list[str], timeout: float = 60,
+               max_retries: int = 8) -> tuple[list[dict[str, str]] | None, list[str], str | None]:
     """``--query-gpu`` with ``--format=csv,noheader,nounits``; fields the driver
     rejects are dropped and the query retried.  Returns (rows, dropped, error)."""
     fields = list(fields)
-    dropped = []
+    dropped: list[str] = []
     for _ in range(max_retries):
         res = run_tool([smi, "--query-gpu=" + ",".join(fields),
                         "--format=csv,noheader,nounits"], timeout=timeout)
@@ -121,20 +127,20 @@ def query_gpus(smi, fields, timeout=60, max_retries=8):
             return None, dropped, res["error"]
         if res["rc"] == 0:
             try:
-                return parsers.parse_query_csv(res["stdout"], fields), dropped, None
-            except parsers.ParseError as exc:
+                return parse_query_csv(res["stdout"], fields), dropped, None
+            except ParseError as exc:
                 return None, dropped, "cannot parse nvidia-smi output: %s" % exc
         message = (res["stdout"] + res["stderr"]).strip()
-        bad = parsers.invalid_query_field(message)
+        bad = invalid_query_field(message)
         if bad and bad in fields and len(fields) > 1:
             fields.remove(bad)
             dropped.append(bad)
             continue
-        return None, dropped, "nvidia-smi exited %s: %s" % (res["rc"], parsers.first_line(message))
+        return None, dropped, "nvidia-smi exited %s: %s" % (res["rc"], first_line(message))
     return None, dropped, "nvidia-smi rejected too many fields"
 
 
-def find_nvcc():
+def find_nvcc() -> str | None:
     path = shutil.which("nvcc")
     if path:
         return path
@@ -145,7 +151,7 @@ def find_nvcc():
     return None
 
 
-def cuda_homes():
+def cuda_homes() -> list[str]:
     """Candidate CUDA toolkit roots, most specific first, existing ones only."""
     out = []
     for var in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"):

@@ -1,9 +1,12 @@
 """Writers for results.json, validate.log and bench_torch.log (and the reader
 for bench_torch.log, so tests and tooling parse what we write)."""
 
+from __future__ import annotations
+
 import json
 import os
 import re
+from typing import Any
 
 from . import SCHEMA, TOOL, __version__, actions
 from .core import FAIL, PASS, SKIP
@@ -175,7 +178,7 @@ _ROW = re.compile(r"^#([^;#\s]+);([-+0-9.eE]+)\s*$")
 
 def parse_bench_log(text):
     """[{"label": str, "models": {model: ms}}] — one entry per #head column."""
-    columns = []
+    columns: list[Any] = []
     for raw in text.splitlines():
         line = raw.strip()
         if not line.startswith("#"):

@@ -7,16 +7,18 @@ node), ``SYS`` (across the SMP interconnect), ``X`` (self); the legend is
 printed by nvidia-smi itself below the matrix.
 """
 
+from __future__ import annotations
+
 import re
 
 _GPU = re.compile(r"^GPU\d+$")
 
 
-def parse_topo(text):
+def parse_topo(text: str | None) -> dict[tuple[int, int], str]:
     """{(i, j): link} for every GPU pair of ``nvidia-smi topo -m``."""
     lines = [ln.rstrip() for ln in (text or "").splitlines() if ln.strip()]
-    header = None
-    out = {}
+    header: list[str] | None = None
+    out: dict[tuple[int, int], str] = {}
     for ln in lines:
         cells = ln.split()
         if header is None:
@@ -34,7 +36,7 @@ def parse_topo(text):
     return out
 
 
-def link_class(cell):
+def link_class(cell: str | None) -> str | None:
     """'nvlink' for NV<n>, 'pcie' for the PCIe/host paths, None if unknown."""
     if cell and cell.startswith("NV"):
         return "nvlink"
@@ -43,7 +45,7 @@ def link_class(cell):
     return None
 
 
-def busbw_allreduce(nbytes, seconds, ranks):
+def busbw_allreduce(nbytes: float, seconds: float, ranks: int) -> tuple[float, float]:
     """nccl-tests' bus bandwidth of an all-reduce (github.com/NVIDIA/nccl-tests
     doc/PERFORMANCE.md): algbw = bytes / time, busbw = algbw x 2(n-1)/n, GB/s."""
     algbw = nbytes / seconds / 1e9

@@ -1,9 +1,12 @@
 """Optional imports (torch, torchvision, numpy) and the CUDA state, each looked
 up once.  Nothing here raises on a bare python3: callers get a reason string."""
 
-import warnings
+from __future__ import annotations
 
-_cache = {}
+import warnings
+from typing import Any
+
+_cache: dict[str, Any] = {}
 
 
 class Missing(Exception):
@@ -17,7 +20,7 @@ def _load(name):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             module = __import__(name)
-        value = (module, None)
+        value: tuple[Any, str | None] = (module, None)
     except ImportError as exc:
         value = (None, "%s not installed (%s)" % (name, exc))
     except Exception as exc:  # a broken install: report it, do not crash
@@ -59,7 +62,7 @@ def cuda_state():
     """{"available", "count", "reason", "build_cuda"}; never raises."""
     if "cuda" in _cache:
         return _cache["cuda"]
-    state = {"available": False, "count": 0, "reason": None, "build_cuda": None}
+    state: dict[str, Any] = {"available": False, "count": 0, "reason": None, "build_cuda": None}
     torch_mod, reason = _load("torch")
     if torch_mod is None:
         state["reason"] = reason

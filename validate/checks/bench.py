@@ -13,6 +13,8 @@ torch.utils.benchmark as a cross-check.  Writes bench_torch.log in the seed's
 ``#head;...`` / ``#model;ms`` format (batch-1 median ms).
 """
 
+from __future__ import annotations
+
 import contextlib
 import os
 
@@ -24,7 +26,7 @@ CROSSCHECK_MODEL = "resnet50"
 
 def _autocast(torch, device, enabled):
     if not enabled:
-        return contextlib.contextmanager(lambda: (yield))()
+        return contextlib.nullcontext()
     if device == "cuda":
         return torch.autocast("cuda", dtype=torch.float16)
     return torch.autocast("cpu", dtype=torch.bfloat16)
@@ -181,17 +183,10 @@ def n_oom(thr):
     return thr.get("oom_batch") or thr.get("batch")
 
 
-def run(ctx, res):  # noqa: C901  one check's sequence; split with validate/'s measure/judge/record split (issue 26)
-    torch = ctx.torch()
-    tv = ctx.torchvision()
-    from .. import models
+def _suite_figures(ctx, torch, device, f):
+    """Record the suite's conditions in ``f``; turns cuDNN benchmark mode on for CUDA.
 
-    device = ctx.device(res)
-    names = ctx.opts.model_list
-    if names is None:
-        names = models.classifier_names(tv)
-    known = set(models.classifier_names(tv))
-    f = res.figures
+    Returns (GPU name or None, the benchmark mode to restore or None)."""
     f["device"] = device
     f["models"] = {}
     f["warmup"] = ctx.opts.warmup
@@ -210,62 +205,76 @@ def run(ctx, res):  # noqa: C901  one check's sequence; split with validate/'s m
     f["sku"] = lookup(gpu_name)[0] if gpu_name else None
     f["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark) if device == "cuda" else None
     f["tf32"] = tf32_flags(torch)
-    label = "PyTorch %s %s%s" % (torch.__version__, device, (" " + gpu_name) if gpu_name else "")
-    f["label"] = label
+    f["label"] = "PyTorch %s %s%s" % (torch.__version__, device, (" " + gpu_name) if gpu_name else "")
+    return gpu_name, prev_bench
+
+
+def _model_line(res, f, name, rec):
+    """Judge one measured model and record its verdicts; returns its line."""
+    lat = rec["latency_ms"]
+    thr = rec["throughput_ips"]
+    msg = "b1 %.2f ms (p10 %.2f, p90 %.2f, IQR/med %.1f%%), b%d %s img/s fp32, %s AMP" % (
+        lat["median"], lat["p10"], lat["p90"], 100.0 * (lat["iqr_rel"] or 0), thr["batch"],
+        "%.1f" % thr["fp32"] if thr["fp32"] else "-", "%.1f" % thr["amp"] if thr["amp"] else "-")
+    if thr.get("oom"):
+        msg += (" (batch %d does not fit in GPU memory: a result of this batch size, not a fault)"
+                % n_oom(thr))
+        f.setdefault("oom", []).append(name)
+    elif thr.get("error"):
+        msg += " (throughput: %s)" % thr["error"]
+        res.problem("%s: batch-%d throughput failed: %s" % (name, thr["batch"], thr["error"]))
+    judged = judge_model(rec, BENCH_EXPECTED.get((f.get("sku"), name)))
+    rec["judgement"] = judged
+    if judged["trust"] == "untrusted":
+        msg = "UNTRUSTED (IQR/median above %d%% for %s, not a result): %s" % (
+            100 * UNSTABLE_IQR_REL, ", ".join(judged["unstable"]), msg)
+        f.setdefault("untrusted", []).append(name)
+    if judged["verdict"] == "fail":  # even if spread: half of a healthy GPU is not noise
+        res.problem("%s slower than healthy %s: %s" % (name, f.get("sku"), "; ".join(judged["slow"])))
+    return msg
+
+
+def _bench_models(ctx, res, torch, tv, device, names, known, log_path):
+    """Measure each model in turn, judge and record it; rewrites the bench log after each."""
+    from .. import models
+
+    f = res.figures
     cross = CROSSCHECK_MODEL if CROSSCHECK_MODEL in names else names[0]
-    log_path = ctx.artefact(res, output.BENCH_LOG)
     rows = []
     failed = []
-    try:
-        for i, name in enumerate(names):
-            if name not in known:
-                f["models"][name] = {"error": "unknown model (not in torchvision.models)"}
-                failed.append(name)
-                continue
-            ctx.progress("%d/%d %s ..." % (i + 1, len(names), name))
-            try:
-                rec = bench_one(ctx, torch, tv, name, device, name == cross)
-            except Exception as exc:
-                rec = {"error": _short_error(exc)}
-            finally:
-                models.release(device)
-            f["models"][name] = rec
-            if "error" in rec:
-                failed.append(name)
-                rows.append((name, None))
-                ctx.progress("%d/%d %s: FAILED %s" % (i + 1, len(names), name, rec["error"]))
-                res.note("%-22s error: %s" % (name, rec["error"]))
-            else:
-                lat = rec["latency_ms"]
-                thr = rec["throughput_ips"]
-                rows.append((name, lat["median"]))
-                msg = "b1 %.2f ms (p10 %.2f, p90 %.2f, IQR/med %.1f%%), b%d %s img/s fp32, %s AMP" % (
-                    lat["median"], lat["p10"], lat["p90"], 100.0 * (lat["iqr_rel"] or 0), thr["batch"],
-                    "%.1f" % thr["fp32"] if thr["fp32"] else "-", "%.1f" % thr["amp"] if thr["amp"] else "-")
-                if thr.get("oom"):
-                    msg += (" (batch %d does not fit in GPU memory: a result of this batch size, not a fault)"
-                            % n_oom(thr))
-                    f.setdefault("oom", []).append(name)
-                elif thr.get("error"):
-                    msg += " (throughput: %s)" % thr["error"]
-                    res.problem("%s: batch-%d throughput failed: %s" % (name, thr["batch"], thr["error"]))
-                judged = judge_model(rec, BENCH_EXPECTED.get((f.get("sku"), name)))
-                rec["judgement"] = judged
-                if judged["trust"] == "untrusted":
-                    msg = "UNTRUSTED (IQR/median above %d%% for %s, not a result): %s" % (
-                        100 * UNSTABLE_IQR_REL, ", ".join(judged["unstable"]), msg)
-                    f.setdefault("untrusted", []).append(name)
-                if judged["verdict"] == "fail":  # even if spread: half of a healthy GPU is not noise
-                    res.problem("%s slower than healthy %s: %s" % (name, f.get("sku"), "; ".join(judged["slow"])))
-                ctx.progress("%d/%d %s: %s" % (i + 1, len(names), name, msg))
-                res.note("%-22s %s, input %d, %.1f M params" % (name, msg, rec["input_size"], rec["params_m"]))
-                if "crosscheck" in rec:
-                    f["crosscheck"] = dict(rec["crosscheck"], model=name)
-            with open(log_path, "w") as fh:
-                fh.write(output.bench_log_text(label, rows))
-    finally:
-        if prev_bench is not None:
-            torch.backends.cudnn.benchmark = prev_bench
+    for i, name in enumerate(names):
+        if name not in known:
+            f["models"][name] = {"error": "unknown model (not in torchvision.models)"}
+            failed.append(name)
+            continue
+        ctx.progress("%d/%d %s ..." % (i + 1, len(names), name))
+        try:
+            rec = bench_one(ctx, torch, tv, name, device, name == cross)
+        except Exception as exc:
+            rec = {"error": _short_error(exc)}
+        finally:
+            models.release(device)
+        f["models"][name] = rec
+        if "error" in rec:
+            failed.append(name)
+            rows.append((name, None))
+            ctx.progress("%d/%d %s: FAILED %s" % (i + 1, len(names), name, rec["error"]))
+            res.note("%-22s error: %s" % (name, rec["error"]))
+        else:
+            rows.append((name, rec["latency_ms"]["median"]))
+            msg = _model_line(res, f, name, rec)
+            ctx.progress("%d/%d %s: %s" % (i + 1, len(names), name, msg))
+            res.note("%-22s %s, input %d, %.1f M params" % (name, msg, rec["input_size"], rec["params_m"]))
+            if "crosscheck" in rec:
+                f["crosscheck"] = dict(rec["crosscheck"], model=name)
+        with open(log_path, "w") as fh:
+            fh.write(output.bench_log_text(f["label"], rows))
+    return rows, failed
+
+
+def _suite_verdict(ctx, res, names, failed, gpu_name, device):
+    """Record the suite's verdicts, notes and summary line from the models' records."""
+    f = res.figures
     if failed:
         res.problem("%d of %d models failed: %s" % (len(failed), len(names), ", ".join(failed)))
     if f.get("untrusted"):
@@ -287,19 +296,40 @@ def run(ctx, res):  # noqa: C901  one check's sequence; split with validate/'s m
         res.note("cross-check %s: ours %.3f ms (median of %d), torch.utils.benchmark %.3f ms (%d runs), ratio %.3f"
                  % (cc["model"], cc["ours_median_ms"], ctx.opts.iters, cc["torch_benchmark_median_ms"],
                     cc["torch_benchmark_iters"], cc["ratio"] or 0))
+    cross = CROSSCHECK_MODEL if CROSSCHECK_MODEL in names else names[0]
     head = cross if cross in ok else (ok[0] if ok else None)
-    if head:
-        m = f["models"][head]
-        thr = m["throughput_ips"]
-        res.summary = "%d/%d models on %s; %s b1 %.2f ms (IQR/med %.1f%%), b%d %s img/s fp32%s" % (
-            len(ok), len(names), gpu_name or device, head, m["latency_ms"]["median"],
-            100.0 * (m["latency_ms"]["iqr_rel"] or 0), thr["batch"],
-            "%.0f" % thr["fp32"] if thr["fp32"] else "-",
-            (", %.0f AMP" % thr["amp"]) if thr.get("amp") else "")
-        if f.get("untrusted"):
-            res.summary += " [untrusted spread: %s]" % ", ".join(f["untrusted"])
-    else:
+    if not head:
         res.summary = "no model ran"
+        return
+    m = f["models"][head]
+    thr = m["throughput_ips"]
+    res.summary = "%d/%d models on %s; %s b1 %.2f ms (IQR/med %.1f%%), b%d %s img/s fp32%s" % (
+        len(ok), len(names), gpu_name or device, head, m["latency_ms"]["median"],
+        100.0 * (m["latency_ms"]["iqr_rel"] or 0), thr["batch"],
+        "%.0f" % thr["fp32"] if thr["fp32"] else "-",
+        (", %.0f AMP" % thr["amp"]) if thr.get("amp") else "")
+    if f.get("untrusted"):
+        res.summary += " [untrusted spread: %s]" % ", ".join(f["untrusted"])
+
+
+def run(ctx, res):
+    torch = ctx.torch()
+    tv = ctx.torchvision()
+    from .. import models
+
+    device = ctx.device(res)
+    names = ctx.opts.model_list
+    if names is None:
+        names = models.classifier_names(tv)
+    known = set(models.classifier_names(tv))
+    gpu_name, prev_bench = _suite_figures(ctx, torch, device, res.figures)
+    log_path = ctx.artefact(res, output.BENCH_LOG)
+    try:
+        rows, failed = _bench_models(ctx, res, torch, tv, device, names, known, log_path)
+    finally:
+        if prev_bench is not None:
+            torch.backends.cudnn.benchmark = prev_bench
+    _suite_verdict(ctx, res, names, failed, gpu_name, device)
     if not os.path.exists(log_path):
         with open(log_path, "w") as fh:
-            fh.write(output.bench_log_text(label, rows))
+            fh.write(output.bench_log_text(res.figures["label"], rows))

@@ -21,8 +21,9 @@ import shutil
 import site
 import sys
 
-from .. import host, parsers
+from .. import host, softmax_sample, versions
 from ..core import CheckFailed
+from ..text import ParseError, first_line
 
 SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cudnn_softmax.cpp")
 BINARY = "cudnn_softmax"
@@ -121,7 +122,7 @@ def find_cudnn():
         version = None
         if vh:
             with open(vh, errors="replace") as f:
-                version = parsers.parse_cudnn_header(f.read())
+                version = versions.parse_cudnn_header(f.read())
         lib_dir, flag = _find_lib(libs, "cudnn", version and version["major"])
         if lib_dir is None:
             searched.append("%s (header, but no libcudnn in %s)" % (inc, ", ".join(libs)))
@@ -172,9 +173,9 @@ def build(ctx, res):
     cuda = find_cuda()
     kind, compiler = find_compiler()
     ver = host.run_tool([compiler, "--version"], timeout=60)
-    compiler_version = parsers.first_line(ver["stdout"])
+    compiler_version = first_line(ver["stdout"])
     if kind == "nvcc":
-        nv = parsers.parse_nvcc_version(ver["stdout"])
+        nv = versions.parse_nvcc_version(ver["stdout"])
         compiler_version = "nvcc %s" % (nv["version"] if nv else compiler_version)
     binary = os.path.join(ctx.out_dir, BINARY)
     cmd = [compiler, "-O2", "-std=c++11", "-o", binary, SOURCE,
@@ -230,31 +231,32 @@ def run_compile(ctx, res):
     ctx.shared["cudnn_binary"] = binary
 
 
-def run_sample(ctx, res):  # noqa: C901  one check's sequence; split with validate/'s measure/judge/record split (issue 26)
-    binary = ctx.shared.get("cudnn_binary")
-    if "cudnn_binary" in ctx.shared and binary is None:
-        raise CheckFailed("not run: cudnn_compile failed")
-    if binary is None:  # cudnn_compile was not selected: build here
-        binary = build(ctx, res)
-        res.summary = ""
+def _run_sample_binary(ctx, res, binary):
+    """Measure: run the sample, keep its full output as an artefact, read its stdout and stderr.
+
+    Returns (the run, its parsed stdout, its error lines)."""
     ctx.progress("running %s" % os.path.basename(binary))
     out = host.run_tool([binary], timeout=180)
     with open(ctx.artefact(res, SAMPLE_LOG), "w") as f:
         f.write("$ %s\n# exit %s\n# stdout\n%s# stderr\n%s%s" % (
             binary, out["rc"], out["stdout"], out["stderr"], out["error"] or ""))
     try:
-        parsed = parsers.parse_sample_output(out["stdout"])
-    except parsers.ParseError as exc:
+        parsed = softmax_sample.parse_sample_output(out["stdout"])
+    except ParseError as exc:
         raise CheckFailed("cannot read the sample's output: %s" % exc) from None
-    errors = parsers.parse_sample_errors(out["stderr"])
+    return out, parsed, softmax_sample.parse_sample_errors(out["stderr"])
+
+
+def _record_run(res, out, parsed, errors):
+    """Record what the sample printed: its figures, its lines, and its own failure."""
     res.figures["exit_code"] = out["rc"]
     res.figures["errors"] = errors
     for key in ("cudnn_header", "cudnn_runtime", "cudart_runtime", "cuda_driver", "devices", "device",
                 "input_sum", "sum"):
         if key in parsed:
             res.figures[key] = parsed[key]
-    res.figures["cudnn_header_version"] = parsers.cudnn_version_string(parsed.get("cudnn_header"))
-    res.figures["cudnn_runtime_version"] = parsers.cudnn_version_string(parsed.get("cudnn_runtime"))
+    res.figures["cudnn_header_version"] = versions.cudnn_version_string(parsed.get("cudnn_header"))
+    res.figures["cudnn_runtime_version"] = versions.cudnn_version_string(parsed.get("cudnn_runtime"))
     for line in out["stdout"].splitlines():
         res.note("| " + line)
     for line in out["stderr"].splitlines():
@@ -265,12 +267,16 @@ def run_sample(ctx, res):  # noqa: C901  one check's sequence; split with valida
         for e in errors:
             res.problem("%s: %s: %s" % (e["call"].split("(")[0], e["name"], e["text"]))
     elif out["rc"] != 0:
-        last = parsers.first_line("\n".join(reversed((out["stderr"] or "").splitlines()))) or "no error text"
+        last = first_line("\n".join(reversed((out["stderr"] or "").splitlines()))) or "no error text"
         if out["rc"] < 0:
             res.problem("sample killed by signal %d: %s" % (-out["rc"], last))
         else:
             res.problem("sample exited %d: %s" % (out["rc"], last))
-    problems, figures = parsers.check_sample(parsed)
+
+
+def _judge_run(res, out, parsed, errors):
+    """Judge the sample's result against the CPU reference and its cuDNN build against the loaded one."""
+    problems, figures = softmax_sample.check_sample(parsed)
     res.figures.update(figures)
     if not errors and out["rc"] == 0:
         for p in problems:
@@ -280,9 +286,22 @@ def run_sample(ctx, res):  # noqa: C901  one check's sequence; split with valida
         for p in problems:
             res.note("check: " + p)
     h, r = parsed.get("cudnn_header"), parsed.get("cudnn_runtime")
-    if h and r and parsers.decode_cudnn_version(h)[:2] != parsers.decode_cudnn_version(r)[:2]:
+    built, loaded = versions.decode_cudnn_version(h), versions.decode_cudnn_version(r)
+    if built and loaded and built[:2] != loaded[:2]:
         res.note("warning: built against cuDNN %s, loaded %s" % (
-            parsers.cudnn_version_string(h), parsers.cudnn_version_string(r)))
+            versions.cudnn_version_string(h), versions.cudnn_version_string(r)))
+
+
+def run_sample(ctx, res):
+    binary = ctx.shared.get("cudnn_binary")
+    if "cudnn_binary" in ctx.shared and binary is None:
+        raise CheckFailed("not run: cudnn_compile failed")
+    if binary is None:  # cudnn_compile was not selected: build here
+        binary = build(ctx, res)
+        res.summary = ""
+    out, parsed, errors = _run_sample_binary(ctx, res, binary)
+    _record_run(res, out, parsed, errors)
+    _judge_run(res, out, parsed, errors)
     if not res.problems:
         dev = parsed.get("device") or {}
         res.summary = "%s: sum %.7f, top-5 %s = CPU reference (cuDNN %s)" % (

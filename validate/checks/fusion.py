@@ -10,8 +10,11 @@ torch.utils.benchmark (blocked_autorange), and torch.softmax is timed as the
 library baseline.  Optional check.
 """
 
+from __future__ import annotations
+
 import os
 import warnings
+from typing import Any
 
 from .. import timing
 
@@ -32,7 +35,7 @@ def daxpy(alpha, x, y):
 
 
 def _variants(torch, fn, device):
-    out = [("naive", fn, None)]
+    out: list[tuple[str, Any, Any]] = [("naive", fn, None)]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

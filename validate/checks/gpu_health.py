@@ -20,8 +20,11 @@ GPU 0's figures are the top-level ones (other GPUs: ``per_gpu``).  On the CPU
 the same measurements run for reference, with no judgement.
 """
 
+from __future__ import annotations
+
 import threading
 import warnings
+from typing import Any
 
 from .. import actions, gpusample, host, specs, timing, verify
 
@@ -260,7 +263,7 @@ def _judge_bandwidth(res, g, key, figures, share, floor):
     label = "%s (%s)" % (g["name"], g["device"])
     spec = {"d2d_gbs": figures["mem_gbs"], "h2d_gbs": figures.get("pcie_gbs"),
             "d2h_gbs": figures.get("pcie_gbs")} if figures else {}
-    verdict = {}
+    verdict: dict[str, Any] = {}
     if g["device"] == "cpu":
         return {"sku": None, "spec": {}, "ratio": {}, "verdict": {}, "mig_share": None}
     if share:

@@ -14,9 +14,12 @@ Status: in GPU mode the GPU/CPU agreement decides (a missing GPU fails); in
 skipped with the reasons.
 """
 
+from __future__ import annotations
+
 import glob
 import os
 import warnings
+from typing import Any
 
 from .. import timing
 from .torch_checks import tf32_flags
@@ -85,7 +88,7 @@ def run(ctx, res):
 
     # 1. classification with real weights -------------------------------
     path, member, where = find_weights(torch, ctx.opts.weights)
-    cls = {}
+    cls: dict[str, Any] = {}
     f["classification"] = cls
     if path is None:
         cls["status"] = "skip"
@@ -136,7 +139,7 @@ def run(ctx, res):
         del model
 
     # 2. GPU vs CPU on the same randomly initialised model -----------------
-    agree = {}
+    agree: dict[str, Any] = {}
     f["gpu_cpu_agreement"] = agree
     if use_cuda:
         torch.manual_seed(0)

@@ -11,9 +11,12 @@ by side.  One further run under torch.profiler gives the top-ops table
 Optional check; a missing GPU in GPU mode fails it (CPU figures are kept).
 """
 
+from __future__ import annotations
+
 import contextlib
 import os
 import sys
+from typing import Any
 
 from .. import timing
 
@@ -45,7 +48,7 @@ def _layer_times(torch, model, x, device, warmup, iters):
     clock = timing.IntervalClock(device)
     calls = []  # per iteration: list of (name, type, start_mark, end_mark)
     current = []
-    counts = {}
+    counts: dict[Any, Any] = {}
     hooks = []
 
     def pre(name):
@@ -104,7 +107,7 @@ def _sort_key(prof, device):
 
 
 def _top_ops(prof, key):
-    rows = []
+    rows: list[Any] = []
     try:
         events = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0) or 0, reverse=True)
     except Exception:
@@ -195,7 +198,7 @@ def run(ctx, res):
         model = build()
         entry = {"params_m": round(models.param_count(model) / 1e6, 3), "input": list(x.shape)}
         per_dev = {}
-        order = []
+        order: list[Any] = []
         for d in devices:
             ctx.progress("%s on %s" % (tag, d))
             fig, layer_map, order_d = profile_model(ctx, res, torch, tag, model, x, d)

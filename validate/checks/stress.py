@@ -29,11 +29,15 @@ the ordering of internal operations"), which a fixed thread count and the
 same buffers make unlikely but not impossible.
 """
 
+from __future__ import annotations
+
 import statistics
 import threading
 import time
+from typing import Any
 
-from .. import actions, gpusample, host, parsers, specs, verify
+from .. import actions, gpusample, host, specs, verify
+from ..smi import BAD_THROTTLE
 
 GPU_N = 8192
 CPU_N = 256
@@ -71,7 +75,7 @@ def judge(per_gpu, fraction=specs.EXPECTED_FRACTION):
     "mismatches", "expected": expected_tflops(...) or None, "samples": [typed
     nvidia-smi rows]}]."""
     problems = []
-    models = {}
+    models: dict[Any, list[float]] = {}
     for g in per_gpu:
         if g.get("tflops"):
             models.setdefault(g.get("name"), []).append(g["tflops"])
@@ -83,9 +87,9 @@ def judge(per_gpu, fraction=specs.EXPECTED_FRACTION):
         if g.get("mismatches"):
             problems.append("%s: %d of %d results differ from the verified first product"
                             % (g["label"], g["mismatches"], g["iterations"]))
-        seen = set()
+        seen: set[str] = set()
         for row in g.get("samples") or []:
-            seen.update(r for r in (row.get("throttle") or []) if r in parsers.BAD_THROTTLE)
+            seen.update(r for r in (row.get("throttle") or []) if r in BAD_THROTTLE)
         if seen:
             problems.append("%s: clocks held back under load by %s" % (g["label"], ", ".join(sorted(seen))))
         if peer and g.get("tflops") is not None and g["tflops"] < fraction * peer:
@@ -105,7 +109,7 @@ def summarize_samples(rows):
         return [r[key] for r in rows if r.get(key) is not None]
 
     clocks = vals("clocks.sm")
-    out = {"samples": len(rows)}
+    out: dict[str, Any] = {"samples": len(rows)}
     if clocks:
         out.update(sm_clock_min_mhz=min(clocks), sm_clock_median_mhz=statistics.median(clocks))
     for key, name in (("temperature.gpu", "temperature_max_c"), ("power.draw", "power_max_w")):
@@ -115,7 +119,7 @@ def summarize_samples(rows):
     limit = vals("power.limit")
     if limit:
         out["power_limit_w"] = limit[-1]
-    reasons = set()
+    reasons: set[str] = set()
     for r in rows:
         reasons.update(r.get("throttle") or [])
     out["throttle_seen"] = sorted(reasons)

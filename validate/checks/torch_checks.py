@@ -10,14 +10,17 @@ build has kernels for it; torch.backends.cudnn.version(); a matmul+elementwise
 op and a cuDNN convolution on every GPU compared with the CPU result.
 """
 
-import warnings
+from __future__ import annotations
 
-from .. import compat, parsers, torchenv
+import warnings
+from typing import Any
+
+from .. import compat, torchenv, versions
 from ..core import CheckFailed
 
 
 def tf32_flags(torch):
-    out = {}
+    out: dict[str, Any] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -46,7 +49,7 @@ def cudnn_version(torch):
         v = torch.backends.cudnn.version()
     except Exception:
         v = None
-    return v, parsers.cudnn_version_string(v)
+    return v, versions.cudnn_version_string(v)
 
 
 def run_import(ctx, res):
