@@ -19,6 +19,7 @@ from .errors import InputError
 from .engine.facts import FACT_NAMES, FACTS
 from .engine.jobs import Job
 from .engine.jobs.apply import ApplyRecipe
+from .engine.jobs.manifest import RecordStack
 from .engine.jobs.gather import GatherFacts
 from .engine.jobs.logs import PullLogs
 from .engine.jobs.validate import SUITES, Validate
@@ -123,7 +124,8 @@ def provision(host: str, recipe: str, inventory: str, check: bool = False, tags:
         return fail_input(exc)
     assert rec is not None  # a recipe path was given, so it was loaded
     then = Validate(suite, Path(logs_dir)) if validate and not check else None
-    return _execute(inv, hosts, rec.name, ApplyRecipe(rec, parse_tags(tags), then), extra_vars,
+    job = RecordStack(ApplyRecipe(rec, parse_tags(tags), then), Path(logs_dir))
+    return _execute(inv, hosts, rec.name, job, extra_vars,
                     forks_n, json_path, ask_become_pass, logs_dir, check=check)
 
 
@@ -136,7 +138,8 @@ def validate(host: str, inventory: str, suite: str = "quick", json_path: Optiona
                                                                    forks, suite)
     except InputError as exc:
         return fail_input(exc)
-    return _execute(inv, hosts, "validate", Validate(suite, Path(logs_dir)), extra_vars, forks_n,
+    job = RecordStack(Validate(suite, Path(logs_dir)), Path(logs_dir))
+    return _execute(inv, hosts, "validate", job, extra_vars, forks_n,
                     json_path, False, logs_dir)
 
 

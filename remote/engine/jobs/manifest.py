@@ -1,0 +1,78 @@
+"""Record each host's stack manifest (`remote/manifest.py`) after a `provision` or `validate`
+job, as `<logs>/<host>/<run-id>/stack.json`: one more round trip, a python run on the host with
+the stack's python (`validate_python`, else the one the host remembers, else the host's).
+
+The answer is untrusted: bounded and schema-checked (`remote.manifest.parse`); a bad one is
+logged and not written. A failed record never fails the host.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Optional
+
+from ...errors import CommandTimeout
+from ...manifest import HOST_SCRIPT, MANIFEST_FILE, ManifestError, parse
+from ..session import HostSession
+from . import Job
+from .logs import remote_root
+
+TIMEOUT_S = 60.0
+
+
+def manifest_command(host_name: str, python: str) -> str:
+    """Run the manifest script with the stack's python: `python` when given, else the python
+    a validation remembered on the host, else python3."""
+    chosen = (f"PY={shlex.quote(python)}; command -v \"$PY\" >/dev/null 2>&1 || "
+              if python else "")
+    return (f"{chosen}PY=$(cat {remote_root(host_name)}/python 2>/dev/null); "
+            "command -v \"$PY\" >/dev/null 2>&1 || PY=python3\n"
+            f"\"$PY\" - <<'GPUPROV_MANIFEST'\n{HOST_SCRIPT}\nGPUPROV_MANIFEST")
+
+
+class RecordStack:
+    """`job`, then the host's stack manifest written into its run's log folder."""
+
+    def __init__(self, job: Job, logs_dir: Optional[Path]):
+        self.job = job
+        self.logs_dir = logs_dir
+
+    @property
+    def outcome(self) -> Optional[str]:
+        return self.job.outcome
+
+    def __call__(self, session: HostSession) -> None:
+        self.job(session)
+        if self.logs_dir is not None and not session.options.check:
+            record(session, self.logs_dir / session.host.name / session.options.run_id)
+
+
+def record(session: HostSession, dest: Path) -> Optional[Path]:
+    """Ask the host for its manifest and write it to `dest/stack.json`; None when not recorded
+    (the reason goes to the run log)."""
+    python = str(session.context.get("validate_python") or "")
+    try:
+        res = session.conn.run(manifest_command(session.host.name, python), timeout=TIMEOUT_S)
+    except CommandTimeout as exc:
+        session.log.event(f"stack manifest not recorded: {exc}")
+        return None
+    session.log.command("stack manifest", "python - (stack manifest)", res.rc, res.elapsed_s,
+                        "", res.err)
+    if res.rc != 0 or not res.complete:
+        session.log.event(f"stack manifest not recorded: exit {res.rc}"
+                          + ("" if res.complete else ", answer over the output limit"))
+        return None
+    try:
+        manifest = parse(res.stdout)
+    except ManifestError as exc:
+        session.log.event(f"stack manifest not recorded: {exc}")
+        return None
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / MANIFEST_FILE
+    tmp = dest / f".{MANIFEST_FILE}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    session.log.event(f"stack manifest: {len(manifest['packages'])} packages, "
+                      f"{len(manifest['apt'])} apt packages -> {path}")
+    return path
