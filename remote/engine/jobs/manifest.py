@@ -22,12 +22,18 @@ TIMEOUT_S = 60.0
 
 
 def manifest_command(host_name: str, python: str) -> str:
-    """Run the manifest script with the stack's python: `python` when given, else the python
-    a validation remembered on the host, else python3."""
-    chosen = (f"PY={shlex.quote(python)}; command -v \"$PY\" >/dev/null 2>&1 || "
-              if python else "")
-    return (f"{chosen}PY=$(cat {remote_root(host_name)}/python 2>/dev/null); "
-            "command -v \"$PY\" >/dev/null 2>&1 || PY=python3\n"
+    """Run the manifest script with the stack's python: `python` when given (a recipe's
+    `validate_python`; remembered on the host as validation remembers it, so a later `validate`
+    reads the same environment), else the python remembered there, else python3."""
+    root = remote_root(host_name)
+    if python:
+        choose = (f'PY={shlex.quote(python)}\n'
+                  f'if command -v "$PY" >/dev/null 2>&1; then '
+                  f'mkdir -p {root} && printf "%s\\n" "$PY" > {root}/python\n'
+                  f'else PY=$(cat {root}/python 2>/dev/null); fi\n')
+    else:
+        choose = f'PY=$(cat {root}/python 2>/dev/null)\n'
+    return (f'{choose}command -v "$PY" >/dev/null 2>&1 || PY=python3\n'
             f"\"$PY\" - <<'GPUPROV_MANIFEST'\n{HOST_SCRIPT}\nGPUPROV_MANIFEST")
 
 
