@@ -1,10 +1,11 @@
 """The `pip_lock` step kind: a venv made to hold exactly the packages of a lock (`gpuprov lock`,
 remote/config/lockfile.py), every file checked against the lock's sha256.
 
-The installer is uv (its own lock, `locks/uv.txt`, installed into the venv with pip and hashes
-required), or pip when uv cannot be installed or `installer: pip`; both refuse a file whose
-hash is not in the lock, after downloading everything and before installing anything, so a
-mismatch leaves the venv as it was. The step's message then names the mismatch.
+The installer is uv (its own lock, `locks/uv.txt`, installed by the venv's pip with hashes
+required into `<venv>-uv`, beside the venv so the venv holds the lock alone), or pip when uv
+cannot be installed or `installer: pip`. Both refuse a file whose hash is not in the lock after
+downloading everything and before installing anything, so a mismatch leaves the venv as it was;
+the step's last line then names the package and both hashes.
 """
 from __future__ import annotations
 
