@@ -54,3 +54,21 @@ def test_a_host_that_answers_with_no_manifest_gets_none_written(farm, work, inve
     assert not (run / "stack.json").exists()
     log = (run / "provision.log").read_text()
     assert "stack manifest not recorded: " in log and why in log, log[-2000:]
+
+
+def test_the_manifest_rides_with_the_facts_unless_the_run_changed_something(
+        farm, work, inventory, provision):
+    """Converged: the manifest read with the facts is the stack after the run (no extra round
+    trip). A step that changed something: read again at the end."""
+    inv = inventory()
+    python = ["validate_python=/usr/bin/python3"]
+    reads_facts = [dict(ONE_STEP[0], when="facts.cpus > 0")]  # facts: a round trip to ride
+    assert provision("h2", recipe(work, reads_facts), inv, var=python).rc == 0
+    log = (_run_dir(work, "h2") / "provision.log").read_text()
+    assert "gather facts + 1 probes" in log and "stack manifest: $" not in log, log
+    assert (_run_dir(work, "h2") / "stack.json").exists()
+    changing = recipe(work, [{"name": "change", "shell": "true"}], name="c.yaml")
+    assert provision("h2", changing, inv, var=python).rc == 0
+    log = (_run_dir(work, "h2") / "provision.log").read_text()
+    assert "stack manifest: $ python - (stack manifest)" in log
+    assert (_run_dir(work, "h2") / "stack.json").exists()

@@ -111,6 +111,10 @@ class HostSession:
         self._route_known = False
         self._forwards: Optional[RemoteForwards] = None
         self._cache_link = cache_link or CacheLink(connect)
+        # Read-only snippets a job adds to the facts round trip (the stack manifest), and
+        # their answers: saves a round trip when the run changes nothing.
+        self.ride_along: list[str] = []
+        self.ride_along_answers: dict[str, Probe] = {}
 
     # ------------------------------------------------------------------ a job from start to end
     def run_job(self, job: Job) -> HostResult:
@@ -191,7 +195,7 @@ class HostSession:
             self._store_facts(f"user={self.host.user}\nuid={uid}")
             return {}
         script = facts_mod.script(self.host.python, names, over_ssh=not self.host.is_local)
-        early = list(dict.fromkeys(probes()))
+        early = list(dict.fromkeys([*probes(), *self.ride_along]))
         answers: dict[str, Probe] = {}
         result, label, fact_lines, probe_lines = None, "gather facts", "", ""
         if early:
@@ -218,6 +222,7 @@ class HostSession:
         self._store_facts(fact_lines)
         if self.facts["uid"] == 0:
             self.conn.is_root = True
+        self.ride_along_answers.update((s, answers[s]) for s in self.ride_along if s in answers)
         return answers
 
     def _store_facts(self, lines: str) -> None:

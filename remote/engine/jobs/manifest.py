@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import shlex
-from pathlib import Path
-from typing import Optional
+from pathlib import Path, PurePosixPath
+from typing import Any, Optional
 
 from ...errors import CommandTimeout
+from ...kinds import Probe
 from ...manifest import HOST_SCRIPT, MANIFEST_FILE, ManifestError, parse
+from ..results import StepStatus
 from ..session import HostSession
 from . import Job
 from .logs import remote_root
@@ -38,7 +40,12 @@ def manifest_command(host_name: str, python: str) -> str:
 
 
 class RecordStack:
-    """`job`, then the host's stack manifest written into its run's log folder."""
+    """`job`, then the host's stack manifest written into its run's log folder.
+
+    The manifest of the python the host remembers rides along with the facts (no extra round
+    trip); when the job changed nothing on the host and that python is the one the recipe
+    names, that answer is the stack after the job too, and is used. Otherwise the manifest is
+    read again at the end (one round trip)."""
 
     def __init__(self, job: Job, logs_dir: Optional[Path]):
         self.job = job
@@ -49,15 +56,50 @@ class RecordStack:
         return self.job.outcome
 
     def __call__(self, session: HostSession) -> None:
+        early = manifest_command(session.host.name, "")
+        if self.logs_dir is not None and not session.options.check:
+            session.ride_along.append(early)
         self.job(session)
         if self.logs_dir is not None and not session.options.check:
-            record(session, self.logs_dir / session.host.name / session.options.run_id)
+            record(session, self.logs_dir / session.host.name / session.options.run_id,
+                   session.ride_along_answers.get(early))
 
 
-def record(session: HostSession, dest: Path) -> Optional[Path]:
-    """Ask the host for its manifest and write it to `dest/stack.json`; None when not recorded
-    (the reason goes to the run log)."""
+def _unchanged(session: HostSession) -> bool:
+    """True when no step changed or failed (a failed step may have changed part of its work)."""
+    return all(s.status in (StepStatus.OK, StepStatus.SKIPPED) for s in session.result.steps)
+
+
+def record(session: HostSession, dest: Path, early: Optional[Probe] = None) -> Optional[Path]:
+    """Write the host's manifest to `dest/stack.json`: `early` (the answer that rode along with
+    the facts) when it still holds, else asked now. None when not recorded (the reason goes to
+    the run log)."""
     python = str(session.context.get("validate_python") or "")
+    manifest = None
+    if early is not None and early.rc == 0 and _unchanged(session):
+        try:
+            manifest = parse(early.out.encode())
+        except ManifestError:
+            manifest = None
+        if manifest is not None and python and \
+                manifest["environment"] != str(PurePosixPath(python).parent.parent):
+            manifest = None  # the recipe names another python than the host remembered
+    if manifest is None:
+        manifest = _ask(session, python)
+    if manifest is None:
+        return None
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / MANIFEST_FILE
+    tmp = dest / f".{MANIFEST_FILE}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    session.log.event(f"stack manifest: {len(manifest['packages'])} packages, "
+                      f"{len(manifest['apt'])} apt packages -> {path}")
+    return path
+
+
+def _ask(session: HostSession, python: str) -> Optional[dict[str, Any]]:
+    """Run the manifest script now; the checked manifest, or None (the reason logged)."""
     try:
         res = session.conn.run(manifest_command(session.host.name, python), timeout=TIMEOUT_S)
     except CommandTimeout as exc:
@@ -70,15 +112,7 @@ def record(session: HostSession, dest: Path) -> Optional[Path]:
                           + ("" if res.complete else ", answer over the output limit"))
         return None
     try:
-        manifest = parse(res.stdout)
+        return parse(res.stdout)
     except ManifestError as exc:
         session.log.event(f"stack manifest not recorded: {exc}")
         return None
-    dest.mkdir(parents=True, exist_ok=True)
-    path = dest / MANIFEST_FILE
-    tmp = dest / f".{MANIFEST_FILE}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    session.log.event(f"stack manifest: {len(manifest['packages'])} packages, "
-                      f"{len(manifest['apt'])} apt packages -> {path}")
-    return path
