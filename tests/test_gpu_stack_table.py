@@ -89,7 +89,7 @@ def test_no_nvcc_is_said_in_the_plan(work):
     assert "CUDA compiler: nvcc 13.0 in the venv (link with -L <site-packages>/nvidia/cu13/lib)" in steps
     wheels = steps["CUDA 13.0 compiler, runtime and cuDNN wheels (locked)"].commands[-1]
     assert wheels.startswith("install locks/cuda-13.0-wheels.txt into ")
-    assert wheels.endswith("with uv (pip when uv is missing), hashes required (6 packages)")
+    assert wheels.endswith("with uv (pip when uv cannot be fetched), hashes required (6 packages)")
 
 
 def test_11_8_wheels_are_refused_on_arm64(work):

@@ -1,9 +1,10 @@
 """The `pip_lock` step kind: a venv made to hold exactly the packages of a lock (`gpuprov lock`,
 remote/config/lockfile.py), every file checked against the lock's sha256.
 
-The installer is uv (its own lock, `locks/uv.txt`, installed by the venv's pip with hashes
-required into `<venv>-uv`, beside the venv so the venv holds the lock alone), or pip when uv
-cannot be installed or `installer: pip`. Both refuse a file whose hash is not in the lock after
+The installer is uv: its wheel is fetched with python's standard library and checked against
+its own lock (`locks/uv.txt`), its binary put in `<venv>-uv/` beside the venv (so the venv holds
+the lock alone), and it creates the venv when missing. pip (and `python -m venv`) install the
+lock where uv cannot be fetched, or with `installer: pip`. Both refuse a file whose hash is not in the lock after
 downloading everything and before installing anything, so a mismatch leaves the venv as it was;
 the step's last line then names the package and both hashes.
 """
@@ -64,6 +65,35 @@ if found:
           % (name, want, got), file=sys.stderr)
 """
 
+
+# Fetches uv's wheel for this machine from the index (PEP 503 simple page) with the standard
+# library, checks its sha256 against uv's lock and unpacks the uv binary into DEST: no pip,
+# no ensurepip (`python -m venv` with pip plus `pip install uv` took about 4 s of an 8 s install
+# in a sandbox host; bench/lock_floor.py). argv: VERSION HASHES(comma-separated) INDEX DEST.
+_FETCH_UV = """import hashlib, os, platform, re, sys, urllib.parse, urllib.request, zipfile, io
+version, hashes, index, dest = sys.argv[1], set(sys.argv[2].split(",")), sys.argv[3], sys.argv[4]
+page_url = index.rstrip("/") + "/uv/"
+page = urllib.request.urlopen(page_url, timeout=60).read().decode("utf-8", "replace")
+machine = platform.machine()
+want = re.compile(r"uv-%s-py3-none-manylinux_2_17_%s[.]" % (re.escape(version), re.escape(machine)))
+for href, name in re.findall(r'<a[^>]+href="([^"]+)"[^>]*>([^<]+)</a>', page):
+    if want.match(name.strip()) and name.strip().endswith(".whl"):
+        url = urllib.parse.urljoin(page_url, href.replace("&amp;", "&")).split("#")[0]
+        break
+else:
+    sys.exit("uv %s: no manylinux wheel for %s on %s" % (version, machine, page_url))
+data = urllib.request.urlopen(url, timeout=300).read()
+digest = hashlib.sha256(data).hexdigest()
+if digest not in hashes:
+    sys.exit("hash mismatch for uv==%s: the downloaded file is sha256:%s, not in the lock" % (version, digest))
+member = "uv-%s.data/scripts/uv" % version
+os.makedirs(dest, exist_ok=True)
+tmp = os.path.join(dest, ".uv.tmp")
+with zipfile.ZipFile(io.BytesIO(data)) as wheel, open(tmp, "wb") as out:
+    out.write(wheel.read(member))
+os.chmod(tmp, 0o755)
+os.replace(tmp, os.path.join(dest, "uv"))
+"""
 
 @dataclass
 class LockState:
@@ -158,19 +188,15 @@ class PipLock(Kind[LockState]):
         if not fact.python_missing and all(same(fact.versions.get(name, ""), pin.version)
                                            for name, pin in wanted.items()):
             return []
-        cmds = []
-        venv = q(str(args["venv"]))
-        if fact.python_missing:
-            cmds.append(Command(f"{q(args['python'] or 'python3')} -m venv {venv}"))
-        cmds.append(self._install(args, lock))
-        return cmds
+        return [self._install(args, lock)]
 
     def _install(self, args: Args, lock: LockFile) -> Command:
+        """One script: uv fetched if missing, the venv created if missing, the lock installed;
+        pip (and `python -m venv`) where uv cannot be had."""
         venv = str(args["venv"]).rstrip("/")
-        py = q(venv + "/bin/python")
-        # uv goes beside the venv, not into it (pip --target), so the venv holds the lock alone.
-        tools = q(venv + "-uv")
-        uv = q(venv + "-uv/bin/uv")
+        py, base = q(venv + "/bin/python"), q(args["python"] or "python3")
+        # uv goes beside the venv, not into it, so the venv holds the lock alone.
+        tools, uv = q(venv + "-uv"), q(venv + "-uv/uv")
         pip_opts = "--disable-pip-version-check --no-input -q --require-hashes"
         uv_opts = "--require-hashes --system-certs --no-progress"
         if args["index_url"]:
@@ -180,31 +206,35 @@ class PipLock(Kind[LockState]):
             pip_opts += f" --trusted-host {q(args['_trusted'])}"
             uv_opts += f" --allow-insecure-host {q(args['_trusted'])}"
         lines = ['lock=$(mktemp) && err=$(mktemp) || exit 1',
-                 'trap \'rm -f "$lock" "$err" "$uvlock"\' EXIT',
+                 'trap \'rm -f "$lock" "$err"\' EXIT',
                  'cat > "$lock"']
-        pip_install = f'{py} -m pip install {pip_opts} -r "$lock" 2>"$err"'
+        with_pip = [f'[ -x {py} ] || {base} -m venv {q(venv)} || exit 1',
+                    f'{py} -m pip install {pip_opts} -r "$lock" 2>"$err"']
         installer = args["installer"]
         if installer == "pip":
-            lines.append(pip_install)
+            lines += with_pip
         else:
             try:
-                uv_lock = read_lock(self._path(args, UV_LOCK)).text
+                uv_pin = read_lock(self._path(args, UV_LOCK)).pins[0]
             except InputError as exc:
                 raise PlanError(_lock_error(UV_LOCK, exc)) from None
-            lines += ['uvlock=$(mktemp) || exit 1',
-                      f"cat > \"$uvlock\" <<'GPUPROV_UV_LOCK'\n{uv_lock.rstrip()}\nGPUPROV_UV_LOCK",
-                      f'if [ ! -x {uv} ]; then',
-                      f'  {py} -m pip install {pip_opts} --target {tools} -r "$uvlock" >&2 || '
+            index = args["index_url"] or "https://pypi.org/simple"
+            fetch = (f'{base} - {q(uv_pin.version)} {q(",".join(uv_pin.hashes))} {q(index)} {tools} '
+                     f">&2 <<'EOF'\n{_FETCH_UV}EOF")
+            lines += [f'if [ ! -x {uv} ]; then',
+                      f'  {fetch} || '
                       + ('exit 1' if installer == "uv" else
-                         'echo "uv could not be installed: installing with pip" >&2'),
+                         'echo "uv could not be fetched: installing with pip" >&2'),
                       'fi',
                       f'if [ -x {uv} ]; then',
+                      f'  [ -x {py} ] || {uv} venv -q --no-config --no-python-downloads '
+                      f'--allow-existing --python {base} {q(venv)} || exit 1',
                       f'  NO_COLOR=1 {uv} pip install --python {py} {uv_opts} -r "$lock" 2>"$err"',
-                      f'else\n  {pip_install}\nfi']
+                      'else', *(f"  {line}" for line in with_pip), 'fi']
         lines += ['rc=$?', 'cat "$err" >&2',
-                  f'[ $rc -eq 0 ] || {py} - "$err" <<\'EOF\'\n{_MISMATCH}EOF',
+                  f'[ $rc -eq 0 ] || {base} - "$err" <<\'EOF\'\n{_MISMATCH}EOF',
                   'exit $rc']
-        how = "pip" if installer == "pip" else "uv (pip when uv is missing)"
+        how = "pip" if installer == "pip" else "uv (pip when uv cannot be fetched)"
         return Command("\n".join(lines), stdin=lock.text.encode(),
                        display=f"install {args['lock']} into {venv} with {how}, hashes required "
                                f"({len(lock.pins)} packages)")
