@@ -113,3 +113,17 @@ def test_the_fleet_cache_is_trusted_by_both_installers():
     assert "--allow-insecure-host 10.0.0.5:3141" in script and "--trusted-host 10.0.0.5:3141" in script
     assert script.count("--index-url http://10.0.0.5:3141/root/pypi/+simple/") == 2  # uv, pip
     assert "http://10.0.0.5:3141/root/pypi/+simple/ " in script  # where uv itself is fetched
+
+
+@pytest.mark.parametrize("installer", ["auto", "uv", "pip"])
+@pytest.mark.parametrize("index", [None, "http://10.0.0.5:3141/root/pypi/+simple/"])
+def test_the_install_script_is_valid_sh(installer, index):
+    """`sh -n` (dash, as /bin/sh on Debian and Ubuntu) reads the whole script: its heredocs
+    and branches."""
+    kind = KINDS["pip_lock"]
+    given = {"lock": "locks/small.txt", "venv": "/v", "installer": installer}
+    args = kind.load(dict(given, index_url=index) if index else given, None,
+                     REPO / "tests/kinds/pip_lock")
+    script = kind.plan(kind.render(args, {}), kind.parse("@missing\n"))[-1].script
+    result = subprocess.run(["/bin/sh", "-n"], input=script, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -219,12 +219,11 @@ class PipLock(Kind[LockState]):
             except InputError as exc:
                 raise PlanError(_lock_error(UV_LOCK, exc)) from None
             index = args["index_url"] or "https://pypi.org/simple"
-            fetch = (f'{base} - {q(uv_pin.version)} {q(",".join(uv_pin.hashes))} {q(index)} {tools} '
-                     f">&2 <<'EOF'\n{_FETCH_UV}EOF")
+            otherwise = ('exit 1' if installer == "uv" else
+                         'echo "uv could not be fetched: installing with pip" >&2')
             lines += [f'if [ ! -x {uv} ]; then',
-                      f'  {fetch} || '
-                      + ('exit 1' if installer == "uv" else
-                         'echo "uv could not be fetched: installing with pip" >&2'),
+                      f'  {base} - {q(uv_pin.version)} {q(",".join(uv_pin.hashes))} {q(index)} '
+                      f"{tools} >&2 <<'EOF' || {otherwise}\n{_FETCH_UV}EOF",
                       'fi',
                       f'if [ -x {uv} ]; then',
                       f'  [ -x {py} ] || {uv} venv -q --no-config --no-python-downloads '
