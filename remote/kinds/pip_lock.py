@@ -95,6 +95,7 @@ os.chmod(tmp, 0o755)
 os.replace(tmp, os.path.join(dest, "uv"))
 """
 
+
 @dataclass
 class LockState:
     """What the probe says: the venv's python is missing, or the host's marker environment and
