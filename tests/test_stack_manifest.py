@@ -65,7 +65,7 @@ def test_the_manifest_rides_with_the_facts_unless_the_run_changed_something(
     reads_facts = [dict(ONE_STEP[0], when="facts.cpus > 0")]  # facts: a round trip to ride
     assert provision("h2", recipe(work, reads_facts), inv, var=python).rc == 0
     log = (_run_dir(work, "h2") / "provision.log").read_text()
-    assert "gather facts + 1 probes" in log and "stack manifest: $" not in log, log
+    assert "stack manifest: $" not in log, log  # no round trip of its own
     assert (_run_dir(work, "h2") / "stack.json").exists()
     changing = recipe(work, [{"name": "change", "shell": "true"}], name="c.yaml")
     assert provision("h2", changing, inv, var=python).rc == 0

@@ -208,7 +208,8 @@ class HostSession:
             except CommandTimeout as exc:  # a hanging `unless`: facts alone, probes later
                 self.log.event(f"facts + {len(early)} probes {exc}; gathering facts alone")
             else:
-                label = f"gather facts + {len(early)} probes"
+                steps = len([p for p in early if p not in self.ride_along])
+                label = "gather facts" + (f" + {steps} probes" if steps else "")
                 cut = result.out.find(token)
                 cut = len(result.out) if cut < 0 else cut
                 fact_lines, probe_lines = result.out[:cut], result.out[cut:]
