@@ -1,31 +1,69 @@
 """Invoke tasks: the command line of gpuprov. Thin: options in, remote/ does the work, exit out.
 
 The installed `gpuprov` command runs these same tasks (remote/program.py); in a clone `invoke
-TASK` does too. `gpuprov --list` lists them, `gpuprov TASK --help` shows each one's options.
-Options are long only (no short flags: `-h` is always help), so none is taken by accident.
+TASK` does too. `gpuprov --help` lists them, `gpuprov TASK --help` shows each one's options.
+Options have Ansible's names and short flags where Ansible has one (`-i`, `-l`, `-e`, `-C`,
+`-D`, `-f`, `-v`, `-t`, `-K`); `-h` is always help.
 """
 from functools import partial
+from typing import Any
 
-from invoke import Exit, task
+from invoke import Exit, Task, task
 
 INVENTORY = "./inventory.yaml, else ~/.config/gpuprov/inventory.yaml"
 RECIPE = "site.yaml shipped with gpuprov"
 EXIT_INPUT = 2
+# Invoke's own options, under `invoke`: none reaches gpuprov's SSH work, so a run with one set
+# would do something else than asked (`invoke --dry provision` would change hosts).
+INVOKE_ONLY = {"dry": "--dry (for a dry run: provision --check)", "echo": "--echo",
+               "hide": "--hide", "pty": "--pty", "warn": "--warn-only"}
+
+
+class GpuprovTask(Task):
+    """An Invoke task whose options may have more names than their own: `short` maps an
+    option to extra names (`{"inventory": ["i"], "var": ["extra-vars", "e"]}`)."""
+
+    def __init__(self, *args: Any, short: Any = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.short = short or {}
+
+    def get_arguments(self, ignore_unknown_help: Any = None) -> Any:
+        args = super().get_arguments(ignore_unknown_help)
+        for arg in args:
+            extra = self.short.get(arg.attr_name or arg.name, ())
+            arg.names = tuple(arg.names) + tuple(extra)
+        return args
+
 
 # Every option is a flag (`--host gpu1`), never a positional word, so `TASK --help` is help and
-# not a host named '--help'; no short flags, so `-h` stays help.
-task = partial(task, positional=[], auto_shortflags=False)
+# not a host named '--help'; short flags only where given, so `-h` stays help.
+task = partial(task, positional=[], auto_shortflags=False, klass=GpuprovTask)
+SHORT = {"inventory": ["i"], "limit": ["l"], "var": ["extra-vars", "e"], "check": ["C"],
+         "diff": ["D"], "forks": ["f"], "verbose": ["v"], "tags": ["t"],
+         "ask_become_pass": ["K"]}
+HOST = "hosts: a name, a group, a glob, 'all'; ',' or ':' joins, '!x' leaves x out, '&x' keeps only x"
+LIMIT = "narrow the hosts further, same patterns as --host (Ansible's -l); alone it applies to all"
+LIST_HOSTS = "print the hosts selected and exit; contact none"
+FORKS = "how many hosts to work on at once (default 16)"
+VERBOSE = "show each step's output live, line by line with the host name (-vv: the same)"
+JSON = "also write per-host results as JSON to this file; '-' writes only the JSON to stdout"
+JUNIT = "also write JUnit XML to this file (a testsuite per host, a testcase per step and check)"
+
+
+def _refuse_invoke_options(c) -> None:
+    """Under `invoke`, its core options are set in `c.config`; refuse each (exit 2)."""
+    run = c.config.get("run", {})
+    given = [text for key, text in INVOKE_ONLY.items() if run.get(key)]
+    if c.config.get("sudo", {}).get("password"):
+        given.append("--prompt-for-sudo-password (use --ask-become-pass)")
+    if given:
+        raise Exit(f"error: invoke option {', '.join(given)} does not apply to gpuprov; run "
+                   "without it", code=EXIT_INPUT)
 
 
 def _exit(status: int) -> None:
     if status:
         raise Exit(code=status)
-
-
-def _need_host(host, task_name: str) -> None:
-    if host is None:
-        raise Exit(f"error: {task_name}: --host is required, e.g. --host gpu1 "
-                   f"(see {task_name} --help)", code=EXIT_INPUT)
 
 
 def _inventory(given):
@@ -38,74 +76,104 @@ def _inventory(given):
         raise Exit(f"error: {exc}", code=EXIT_INPUT) from None
 
 
+def _need_host(host, limit, task_name: str) -> None:
+    if host is None and limit is None:
+        raise Exit(f"error: {task_name}: --host is required, e.g. --host gpu1 "
+                   f"(see {task_name} --help)", code=EXIT_INPUT)
+
+
 @task(
-    iterable=["var"],
+    iterable=["var"], incrementable=["verbose"], short=SHORT,
     help={
-        "host": "hosts to act on: a name, a group, a comma list, a glob, or 'all'",
+        "host": HOST, "limit": LIMIT,
         "recipe": f"recipe file, or the name of a shipped one such as cuda-wheels.yaml "
                   f"(default {RECIPE})",
         "inventory": f"inventory file (default {INVENTORY})",
         "check": "probe only: report what would change and the exact commands; change nothing",
+        "diff": "show a unified diff of what file and template steps change (or would, with -C)",
         "tags": "run only steps with one of these tags (comma list); 'always' steps run too",
-        "var": "set a variable, NAME=VALUE (repeatable; overrides every other level)",
-        "forks": "how many hosts to work on at once (default 16)",
-        "json": "also write per-host results as JSON to this file",
+        "skip-tags": "leave out steps with one of these tags (comma list)",
+        "var": "set variables: NAME=VALUE, a JSON object, or @FILE.yaml (repeatable; "
+               "overrides every other level)",
+        "forks": FORKS, "verbose": VERBOSE, "list-hosts": LIST_HOSTS, "json": JSON,
+        "junit": JUNIT,
         "ask-become-pass": "prompt for the sudo password (else $GPUPROV_BECOME_PASSWORD)",
         "validate": "after the recipe, push validate/ and run it (default; --no-validate skips)",
         "suite": "validation suite: quick (default) or full",
     },
 )
-def provision(c, host=None, recipe=None, inventory=None, check=False, tags="", var=None,
-              forks=16, json=None, ask_become_pass=False, validate=True, suite="quick"):
+def provision(c, host=None, limit=None, recipe=None, inventory=None, check=False, diff=False,
+              tags="", skip_tags="", var=None, forks=None, verbose=0, list_hosts=False,
+              json=None, junit=None, ask_become_pass=False, validate=True, suite="quick"):
     """Apply a recipe to hosts over SSH, idempotently and in parallel, then validate them."""
     from remote import cli, paths
 
-    _need_host(host, "provision")
+    _refuse_invoke_options(c)
+    _need_host(host, limit, "provision")
     inventory = _inventory(inventory)
-    _exit(cli.provision(host=host, recipe=paths.recipe_path(recipe), inventory=inventory,
-                        check=check, tags=tags, var=var, forks=forks, json_path=json,
+    _exit(cli.provision(host=host, limit=limit, recipe=paths.recipe_path(recipe),
+                        inventory=inventory, check=check, diff=diff, tags=tags,
+                        skip_tags=skip_tags, var=var, forks=forks, verbose=verbose,
+                        list_hosts=list_hosts, json_path=json, junit_path=junit,
                         ask_become_pass=ask_become_pass, validate=validate, suite=suite))
 
 
-@task(help={"host": "hosts to query: a name, a group, a comma list, a glob, or 'all'",
-            "inventory": f"inventory file (default {INVENTORY})",
-            "json": "also write the facts as JSON to this file"})
-def facts(c, host=None, inventory=None, json=None):
+@task(short=SHORT, help={"host": HOST, "limit": LIMIT,
+                         "inventory": f"inventory file (default {INVENTORY})",
+                         "list-hosts": LIST_HOSTS,
+                         "json": "also write the facts as JSON to this file; '-' writes only "
+                                 "the JSON to stdout"})
+def facts(c, host=None, limit=None, inventory=None, list_hosts=False, json=None):
     """Gather and show facts (OS, CPUs, memory, GPUs, driver, CUDA, cuDNN...) in one round trip."""
     from remote import cli
 
-    _need_host(host, "facts")
+    _refuse_invoke_options(c)
+    _need_host(host, limit, "facts")
     inventory = _inventory(inventory)
-    _exit(cli.facts(host=host, inventory=inventory, json_path=json))
+    _exit(cli.facts(host=host, limit=limit, inventory=inventory, list_hosts=list_hosts,
+                    json_path=json))
 
 
 @task(
-    iterable=["var"],
-    help={"host": "hosts to validate: a name, a group, a comma list, a glob, or 'all'",
+    iterable=["var"], incrementable=["verbose"], short=SHORT,
+    help={"host": HOST, "limit": LIMIT,
           "inventory": f"inventory file (default {INVENTORY})",
           "suite": "quick (system, cuDNN, torch, a few models) or full (every check)",
-          "json": "also write per-host results as JSON to this file",
-          "var": "set a variable, NAME=VALUE (e.g. validate_python=/opt/venv/bin/python)",
-          "forks": "how many hosts at once (default 16)"},
+          "json": JSON, "junit": JUNIT,
+          "var": "set variables: NAME=VALUE, a JSON object, or @FILE.yaml "
+                 "(e.g. validate_python=/opt/venv/bin/python)",
+          "forks": FORKS, "verbose": VERBOSE, "list-hosts": LIST_HOSTS,
+          "drain-failed": "Slurm clusters: drain the nodes that did not pass, with the reason",
+          "resume-passed": "Slurm clusters: validate again the nodes gpuprov drained, resume "
+                           "those that pass"},
 )
-def validate(c, host=None, inventory=None, suite="quick", json=None, var=None, forks=16):
-    """Push validate/ to hosts, run it there, pull the results into logs/<host>/<run>/."""
+def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None, junit=None,
+             var=None, forks=None, verbose=0, list_hosts=False, drain_failed=False,
+             resume_passed=False):
+    """Push validate/ to hosts, run it there, pull the results into logs/<host>/<run>/.
+    A host with slurm: validates its partition's nodes through Slurm instead."""
     from remote import cli
 
-    _need_host(host, "validate")
+    _refuse_invoke_options(c)
+    _need_host(host, limit, "validate")
     inventory = _inventory(inventory)
-    _exit(cli.validate(host=host, inventory=inventory, suite=suite, json_path=json, var=var,
-                       forks=forks))
+    _exit(cli.validate(host=host, limit=limit, inventory=inventory, suite=suite, json_path=json,
+                       junit_path=junit, var=var, forks=forks, verbose=verbose,
+                       list_hosts=list_hosts, drain_failed=drain_failed,
+                       resume_passed=resume_passed))
 
 
-@task(help={"host": "hosts to fetch from", "inventory": f"inventory file (default {INVENTORY})"})
-def logs(c, host=None, inventory=None):
+@task(short=SHORT, help={"host": "hosts to fetch from (patterns as in provision --help)",
+                         "limit": LIMIT, "inventory": f"inventory file (default {INVENTORY})",
+                         "list-hosts": LIST_HOSTS})
+def logs(c, host=None, limit=None, inventory=None, list_hosts=False):
     """Pull what the last validation left on hosts into logs/<host>/<run>/."""
     from remote import cli
 
-    _need_host(host, "logs")
+    _refuse_invoke_options(c)
+    _need_host(host, limit, "logs")
     inventory = _inventory(inventory)
-    _exit(cli.logs(host=host, inventory=inventory))
+    _exit(cli.logs(host=host, limit=limit, inventory=inventory, list_hosts=list_hosts))
 
 
 @task(help={"logs": "folder of logs/<host>/<run>/ to read (default logs)",
@@ -113,13 +181,18 @@ def logs(c, host=None, inventory=None):
             "baseline": "compare with this run id, host, or HOST/RUN instead of each host's previous run",
             "threshold": "percent slower that counts as an outlier or a regression "
                          "(default: 15 for outliers, 10 for regressions)",
-            "fail-on-outlier": "exit 1 when a slow host or a regression is flagged"})
-def report(c, logs="logs", out=None, baseline=None, threshold=None, fail_on_outlier=False):
+            "fail-on-outlier": "exit 1 when a slow host or a regression is flagged",
+            "prometheus": "also write each host's latest verdicts and bench figures in the "
+                          "Prometheus text format to this file (node_exporter's textfile "
+                          "collector)"})
+def report(c, logs="logs", out=None, baseline=None, threshold=None, fail_on_outlier=False,
+           prometheus=None):
     """Compare benchmark logs across hosts and runs: merged table, slow hosts, regressions, HTML."""
     from remote import cli
 
+    _refuse_invoke_options(c)
     _exit(cli.report(logs=logs, out=out, baseline=baseline, threshold=threshold,
-                     fail_on_outlier=fail_on_outlier))
+                     fail_on_outlier=fail_on_outlier, prometheus=prometheus))
 
 
 @task(help={"cuda": "only this row of playbooks/stack.yaml (default: every row)",
@@ -138,10 +211,11 @@ def lock(c, cuda=None, torch_index=None, out=None):
 
 
 @task(positional=["action"],
-      help={"action": "up (start throwaway local hosts) or down (stop them, remove every mount)",
+      help={"action": "up (start throwaway local hosts), down (stop them, remove every mount) "
+                      "or status (which are running)",
             "hosts": "how many hosts for 'up' (default 2): sandbox1..sandboxN"})
-def sandbox(c, action=None, hosts=2):
-    """Throwaway local Debian 12 hosts (needs root) for trying recipes: sandbox up|down."""
+def sandbox(c, action=None, hosts=None):
+    """Throwaway local Debian 12 hosts (needs root) for trying recipes: sandbox up|down|status."""
     from remote import cli
 
     if action in ("-h", "--help"):  # the positional word took the flag: show the help anyway
@@ -150,4 +224,5 @@ def sandbox(c, action=None, hosts=2):
         print_task_help("sandbox")
         return
 
+    _refuse_invoke_options(c)
     _exit(cli.sandbox(action=action, hosts=hosts))

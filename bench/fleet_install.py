@@ -1,8 +1,8 @@
 """Fleet install benchmark (issue 16): N fresh hosts on the wheels route, without and with the
 fleet cache.
 
-    python3 bench/fleet_install.py [--hosts 3] [--one-first] [--prefetch] [--timeout 1800]
-                                   [--json PATH]
+    python3 -m bench.fleet_install [--hosts 3] [--one-first] [--prefetch] [--timeout 1800]
+                                     [--json PATH]
 
 Needs root (it starts sandbox hosts, see remote/sandbox/) and the internet: PyPI
 (pypi.org, files.pythonhosted.org) and Debian's mirror (deb.debian.org).
@@ -59,16 +59,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(BENCH))
+import yaml
 
-import yaml  # noqa: E402
+from remote import sandbox
+from tests.sandbox_fixture import connect, run
 
-from compare import machine  # noqa: E402
-from remote import sandbox  # noqa: E402
-from tests.sandbox_fixture import connect, run  # noqa: E402
+from .common import REPO, BenchError, machine, tail
 
 CACHE_HOST = "sandbox1"
 ADMIN_HOME = "/home/admin"  # the sandbox's login user (remote/sandbox/rootfs.py ADMIN_USER)
@@ -93,10 +89,6 @@ DEVPI_LOG = "/var/log/gpuprov-devpi.log"
 DEVPI_FILE_FETCH = re.compile(r"reading remote: URL\('(https?://[^']+)'\)")
 # gpuprov's run log line for a failed attempt of a step with `retries` (remote/engine/jobs).
 STEP_RETRIED = re.compile(r": attempt \d+/\d+ failed ")
-
-
-class BenchError(Exception):
-    """A provisioning failed, timed out, or did not go the way the run needs."""
 
 
 # ---------------------------------------------------------------- bytes from outside
@@ -202,7 +194,7 @@ def provision(work: Path, inventory: Path, hosts: list[str], recipe: str, variab
                               timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         raise BenchError(f"{label}: provisioning took longer than {timeout:.0f} s "
-                         f"(--timeout); output so far:\n{_tail(exc.stdout)}") from None
+                         f"(--timeout); output so far:\n{tail(exc.stdout, 25)}") from None
     wall = time.monotonic() - started
     outside = outside_rx_bytes() - before
     (work / f"{label}.out").write_text(proc.stdout + proc.stderr)
@@ -214,14 +206,8 @@ def provision(work: Path, inventory: Path, hosts: list[str], recipe: str, variab
     if proc.returncode != 0 or bad:
         raise BenchError(f"{label}: provisioning exited {proc.returncode}, hosts not done: "
                          f"{', '.join(bad) or 'none'} (output in {work / (label + '.out')}):\n"
-                         + _tail(proc.stdout + proc.stderr))
+                         + tail(proc.stdout + proc.stderr, 25))
     return Provisioning(wall, outside, result)
-
-
-def _tail(text: object, lines: int = 25) -> str:
-    if isinstance(text, bytes):
-        text = text.decode(errors="replace")
-    return "\n".join(str(text or "").splitlines()[-lines:])
 
 
 def host_downloads(fleet: Fleet, name: str, logs: Path) -> dict:

@@ -1,6 +1,6 @@
 """How fast and in how much memory a hostile pulled archive is refused (issue 15, item 3).
 
-    python3 bench/hostile_pull.py
+    python3 -m bench.hostile_pull
 
 Builds each archive a compromised host could answer a pull with, hands it to
 `publish_pull` (what `invoke validate` and `invoke logs` call), and prints the archive's size,
@@ -21,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from .common import REPO
+
 RUN_ID = "20261122T055742.123Z-14af"
 MIB_OF_ZEROS = gzip.compress(bytes(1 << 20), compresslevel=9)
 
@@ -49,7 +50,6 @@ ARCHIVES = {
 
 
 def measure(case: str) -> str:
-    sys.path.insert(0, str(REPO))
     from remote.transport.transfer import PullError, publish_pull
 
     data = ARCHIVES[case]()
@@ -72,7 +72,7 @@ def main() -> None:
         print(measure(sys.argv[1]))
         return
     for case in ARCHIVES:
-        subprocess.run([sys.executable, __file__, case], check=True)
+        subprocess.run([sys.executable, "-m", "bench.hostile_pull", case], check=True, cwd=REPO)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Time to split streamed command output into lines, with and without newlines (issue 15,
 item 8: 64 MiB without newlines took 69 s, against 4.3 s with).
 
-    python3 bench/line_split.py [MiB ...]        (default: 16 64)
+    python3 -m bench.line_split [MiB ...]        (default: 16 64)
 
 For each size, feeds that much text in 64 KiB chunks (what one SSH read returns) to:
 - `engine`: the splitter `invoke validate` used (remote/engine/validation.py `_LineSplitter`
@@ -17,14 +17,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from remote.config.inventory import Host, Timeouts  # noqa: E402
-from remote.errors import Where  # noqa: E402
-from remote.transport.base import LineSplitter  # noqa: E402
-from remote.transport.local import LocalConnection  # noqa: E402
+from remote.config.inventory import Host, Timeouts
+from remote.errors import Where
+from remote.transport.base import LineSplitter
+from remote.transport.local import LocalConnection
 
 CHUNK = 64 << 10
 

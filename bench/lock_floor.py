@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.compare import machine
+from bench.common import machine
 from remote import sandbox
 from tests.sandbox_fixture import connect, run
 

@@ -1,6 +1,6 @@
 """No-op re-run benchmark: a converged 10-step recipe re-applied to N loopback sshd hosts.
 
-    python3 bench/noop_rerun.py [--hosts 4] [--runs 5]
+    python3 -m bench.noop_rerun [--hosts 4] [--runs 5]
 
 Starts real sshd servers on 127.0.0.2.. (needs root, like the tests), converges once, then
 times `invoke provision` end to end (process start-up included) `--runs` times and prints the
@@ -18,12 +18,11 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import yaml
 
-import yaml  # noqa: E402
+from tests.sshd import SshdFarm, shared_tmp
 
-from tests.sshd import SshdFarm, shared_tmp  # noqa: E402
+from .common import REPO
 
 
 def run_as_users_do() -> None:

@@ -1,6 +1,6 @@
 """Where one gpuprov run spends its time: start-up, imports, connect, round trips, the rest.
 
-    python3 bench/profile_gpuprov.py --repo REPO --mode phases|cprofile|cpu --out F.json -- \
+    python3 -m bench.profile_gpuprov --repo REPO --mode phases|cprofile|cpu --out F.json -- \
         provision --host all --inventory INV --recipe REC --no-validate
 
 Runs gpuprov's `invoke` program inside this process (as `python -m invoke` would), with:
@@ -13,8 +13,9 @@ Runs gpuprov's `invoke` program inside this process (as `python -m invoke` would
   cost (issue 16: control CPU per converged host). A thread parked in timed waits for the
   whole run (the slow-step alarm thread) may still show its waits under `acquire`: read the
   list that leaves waits out.
-bench/compare.py --profile calls this on a converged host set and adds `-X importtime` figures
-of the same command. The wrappers live only in this process: gpuprov itself is not changed.
+`python3 -m bench.compare --profile` calls this (with REPO on PYTHONPATH) on a converged host
+set and adds `-X importtime` figures of the same command. The wrappers live only in this
+process: gpuprov itself is not changed.
 """
 from __future__ import annotations
 
@@ -57,11 +58,11 @@ def timed(owner, attr: str, label: str) -> None:
 
 def install_phase_timers() -> None:
     import remote.cli as cli
-    import remote.transport.connection as connection
-    import remote.output.recap as recap
     import remote.engine.jobs.apply as apply
     import remote.engine.run as run
     import remote.engine.session as session
+    import remote.output.recap as recap
+    import remote.transport.connection as connection
 
     timed(cli, "load_and_check", "load + check inventory, recipe, templates")
     timed(run.Run, "connect", "connect: TCP + SSH handshake + auth (per host)")
@@ -150,10 +151,10 @@ def main() -> int:
     parser.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     argv = [a for a in args.argv if a != "--"]
-    sys.path.insert(0, args.repo)
 
     t_imports = time.perf_counter()
     from invoke.main import program
+
     import remote.cli  # noqa: F401  (what the provision task imports first)
     t_invoke = time.perf_counter()
     if args.mode == "phases":

@@ -2,42 +2,49 @@
 
 Each function takes the options as the user gave them, checks everything that can be checked
 before contacting a host (inventory, selection, recipe, templates, options), runs, prints, and
-returns the exit status: 0 every selected host succeeded, 1 a host failed or was unreachable,
-2 bad input (one line on stderr naming the file and line), 130 interrupted.
+returns the exit status (`remote.exitcodes`: 0 every selected host succeeded, 1 a step failed,
+2 bad input with one line on stderr naming the file and line, 3 validation failed, 4 a host
+was unreachable, 130 interrupted).
 """
 from __future__ import annotations
 
+import dataclasses
 import getpass
+import json
 import os
 import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, TextIO, Union
 
-from .errors import InputError
+from .config.inventory import Host, Inventory, load_inventory
+from .config.recipe import Recipe, check_names, load_recipe
+from .config.templating import check_vars
 from .engine.facts import FACT_NAMES, FACTS
 from .engine.jobs import Job
 from .engine.jobs.apply import ApplyRecipe
-from .engine.jobs.manifest import RecordStack
 from .engine.jobs.gather import GatherFacts
 from .engine.jobs.logs import PullLogs
+from .engine.jobs.manifest import RecordStack
 from .engine.jobs.validate import SUITES, Validate
-from .engine.results import write_json
-from .fileio import write_atomic
+from .engine.results import HostResult, StepStatus, write_json
 from .engine.run import Run, RunInterrupted, RunOptions
 from .engine.session import layered_vars
+from .errors import InputError
+from .exitcodes import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_STEP_FAILED, EXIT_UNREACHABLE, EXIT_VALIDATION_FAILED
+from .fileio import write_atomic
 from .kinds import KINDS
-from .config.templating import check_vars
-from .config.inventory import Host, Inventory, load_inventory
-from .output.recap import Reporter
-from .config.recipe import Recipe, check_names, load_recipe
+from .options import check_forks, parse_extra_vars, select_hosts
+from .output.junit import write_junit
+from .output.recap import Failure, Reporter
 from .output.runlog import Redactor, new_run_id
 
-EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_FAILED = EXIT_STEP_FAILED  # the name older callers use
 BECOME_PASSWORD_ENV = "GPUPROV_BECOME_PASSWORD"
 RESERVED = ("host", "facts", "vars")
 Checked = tuple[Inventory, list[Host], Optional[Recipe]]  # what `load_and_check` returns
+__all__ = ["check_forks", "EXIT_FAILED", "EXIT_INPUT", "EXIT_OK"]
 
 
 def fail_input(exc: InputError) -> int:
@@ -46,34 +53,13 @@ def fail_input(exc: InputError) -> int:
 
 
 def parse_vars(pairs: Optional[Iterable[str]]) -> dict[str, Any]:
-    """`--var k=v` pairs as a dict. Values stay strings as typed (so 12.8 stays "12.8"), except
-    true/false, which become booleans so that `when: with_torch` means what it says."""
-    out: dict[str, Any] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise InputError(f"--var {pair!r} must look like NAME=VALUE")
-        if not key.isidentifier():
-            raise InputError(f"--var {pair!r}: {key!r} is not a valid variable name")
-        booleans = {"true": True, "false": False}
-        out[key] = booleans.get(value.strip().lower(), value)
-    return out
+    """`--var/-e/--extra-vars` values as a dict (`remote.options.parse_extra_vars`)."""
+    return parse_extra_vars(pairs)
 
 
 def parse_tags(text: Optional[str]) -> Optional[set[str]]:
     tags = {t.strip() for t in (text or "").split(",") if t.strip()}
     return tags or None
-
-
-def check_forks(forks: Union[int, str]) -> int:
-    try:
-        value = int(forks)
-    except (TypeError, ValueError):
-        raise InputError(f"--forks must be a whole number, not {forks!r}") from None
-    if value < 1:
-        raise InputError("--forks must be 1 or more")
-    return value
 
 
 def become_password(ask: bool) -> Optional[str]:
@@ -82,11 +68,12 @@ def become_password(ask: bool) -> Optional[str]:
     return os.environ.get(BECOME_PASSWORD_ENV) or None  # empty means "none given"
 
 
-def load_and_check(inventory_path: str, selection: str, recipe_path: Optional[str],
-                   extra_vars: dict[str, Any]) -> Checked:
-    """Inventory, selected hosts and recipe, all checked; raises `InputError`."""
+def load_and_check(inventory_path: str, selection: Optional[str], recipe_path: Optional[str],
+                   extra_vars: dict[str, Any], limit: Optional[str] = None) -> Checked:
+    """Inventory, selected hosts (`--host` narrowed by `--limit`) and recipe, all checked;
+    raises `InputError`."""
     inventory = load_inventory(inventory_path)
-    hosts = inventory.select(selection)
+    hosts = select_hosts(inventory, selection, limit)
     recipe = load_recipe(recipe_path, KINDS) if recipe_path else None
     if recipe is not None:
         checked: set[frozenset[str]] = set()
@@ -104,58 +91,153 @@ def load_and_check(inventory_path: str, selection: str, recipe_path: Optional[st
     return inventory, hosts, recipe
 
 
-def _run_inputs(inventory: str, host: str, recipe: Optional[str], var: Optional[list[str]],
-                forks: Union[int, str], suite: str) -> tuple[dict[str, Any], int, str, Checked]:
+def check_key_files(hosts: list[Host]) -> None:
+    """Each selected host's identity_file exists: else paramiko's "No such file or directory"
+    read as a network error, host after host."""
+    for host in hosts:
+        if host.identity_file and not host.is_local:
+            key_file = Path(os.path.expanduser(host.identity_file))
+            if not key_file.is_file():
+                state = "is not a file" if key_file.exists() else "does not exist"
+                raise host.where.error(f"{host.name}: identity_file {key_file} {state}")
+
+
+def load_for_run(inventory_path: str, selection: Optional[str], recipe_path: Optional[str],
+                 extra_vars: dict[str, Any], limit: Optional[str] = None) -> Checked:
+    """`load_and_check`, and what must be true on this machine to contact the hosts."""
+    checked = load_and_check(inventory_path, selection, recipe_path, extra_vars, limit)
+    check_key_files(checked[1])
+    return checked
+
+
+@dataclasses.dataclass
+class Outputs:
+    """Where a run's results go besides the terminal: `--json PATH` ('-': stdout alone, the
+    step lines then go to stderr), `--junit PATH`, and how much the lines show."""
+
+    json_path: Optional[str] = None
+    junit_path: Optional[str] = None
+    verbose: int = 0
+    diff: bool = False
+    list_hosts: bool = False
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr if self.json_path == "-" else sys.stdout
+
+    def check(self) -> None:
+        for flag, path in (("--json", self.json_path), ("--junit", self.junit_path)):
+            if path is not None and path != "-" and (not path or Path(path).is_dir()):
+                raise InputError(f"{flag} needs a file name, not {path!r}")
+        if self.junit_path == "-":
+            raise InputError("--junit needs a file name ('-' is for --json)")
+
+
+def _run_inputs(inventory: str, host: Optional[str], limit: Optional[str],
+                recipe: Optional[str], var: Optional[list[str]], forks: Union[int, str, None],
+                suite: str, outputs: Outputs) -> tuple[dict[str, Any], int, str, Checked]:
     """The options every run shares, checked: (vars, forks, suite, (inventory, hosts, recipe))."""
     extra_vars = parse_vars(var)
-    return (extra_vars, check_forks(forks), check_suite(suite),
-            load_and_check(inventory, host, recipe, extra_vars))
+    outputs.check()
+    return (extra_vars, check_forks(16 if forks is None else forks), check_suite(suite),
+            load_for_run(inventory, host, recipe, extra_vars, limit))
 
 
-def provision(host: str, recipe: str, inventory: str, check: bool = False, tags: str = "",
-              var: Optional[list[str]] = None, forks: Union[int, str] = 16,
-              json_path: Optional[str] = None, ask_become_pass: bool = False,
-              logs_dir: str = "logs", validate: bool = True, suite: str = "quick") -> int:
-    """`invoke provision`: run a recipe on the selected hosts, then validate them."""
+def print_hosts(hosts: list[Host], stream: TextIO) -> int:
+    """`--list-hosts`: the selected hosts, as ansible-playbook --list-hosts prints them."""
+    stream.write(f"  hosts ({len(hosts)}):\n" + "".join(f"    {h.name}\n" for h in hosts))
+    return EXIT_OK
+
+
+def _steps(recipe: Recipe, tags: Optional[set[str]], skip: Optional[set[str]],
+           warn: TextIO) -> Recipe:
+    """The recipe with only the steps `--tags` and `--skip-tags` leave (as Ansible: a skipped
+    tag wins over `always`); a warning names a tag that matches no step."""
+    known = set().union(*(s.tags for s in recipe.steps)) if recipe.steps else set()
+    for flag, given in (("--tags", tags), ("--skip-tags", skip)):
+        unknown = sorted((given or set()) - known - {"always"})
+        if unknown:
+            warn.write(f"warning: {flag} {','.join(unknown)} matches no step of {recipe.path} "
+                       f"(its tags: {', '.join(sorted(known)) or 'none'})\n")
+    steps = recipe.select(tags)
+    if skip:
+        steps = [s for s in steps if not s.tags & skip]
+    return dataclasses.replace(recipe, steps=steps)
+
+
+def provision(host: Optional[str], recipe: str, inventory: str, check: bool = False,
+              tags: str = "", var: Optional[list[str]] = None,
+              forks: Union[int, str, None] = 16, json_path: Optional[str] = None,
+              ask_become_pass: bool = False, logs_dir: str = "logs", validate: bool = True,
+              suite: str = "quick", limit: Optional[str] = None, skip_tags: str = "",
+              diff: bool = False, verbose: int = 0, list_hosts: bool = False,
+              junit_path: Optional[str] = None) -> int:
+    """`gpuprov provision`: run a recipe on the selected hosts, then validate them."""
+    outputs = Outputs(json_path, junit_path, verbose, diff, list_hosts)
     try:
-        extra_vars, forks_n, suite, (inv, hosts, rec) = _run_inputs(inventory, host, recipe,
-                                                                     var, forks, suite)
+        extra_vars, forks_n, suite, (inv, hosts, rec) = _run_inputs(
+            inventory, host, limit, recipe, var, forks, suite, outputs)
     except InputError as exc:
         return fail_input(exc)
     assert rec is not None  # a recipe path was given, so it was loaded
-    then = Validate(suite, Path(logs_dir)) if validate and not check else None
-    job = RecordStack(ApplyRecipe(rec, parse_tags(tags), then), Path(logs_dir))
-    return _execute(inv, hosts, rec.name, job, extra_vars,
-                    forks_n, json_path, ask_become_pass, logs_dir, check=check)
+    if list_hosts:
+        return print_hosts(hosts, outputs.stream)
+    rec = _steps(rec, parse_tags(tags), parse_tags(skip_tags), sys.stderr)
+    then = (Validate(suite, Path(logs_dir))
+            if validate and rec.validate and not check else None)
+    job = RecordStack(ApplyRecipe(rec, None, then), Path(logs_dir))
+    return _execute(inv, hosts, rec.name, job, extra_vars, forks_n,
+                    outputs, ask_become_pass, logs_dir, check=check)
 
 
-def validate(host: str, inventory: str, suite: str = "quick", json_path: Optional[str] = None,
-             var: Optional[list[str]] = None, forks: Union[int, str] = 16,
-             logs_dir: str = "logs") -> int:
-    """`invoke validate`: push validate/, run it on the selected hosts, pull the results."""
+def validate(host: Optional[str], inventory: str, suite: str = "quick",
+             json_path: Optional[str] = None, var: Optional[list[str]] = None,
+             forks: Union[int, str, None] = 16, logs_dir: str = "logs",
+             limit: Optional[str] = None, verbose: int = 0, list_hosts: bool = False,
+             junit_path: Optional[str] = None, drain_failed: bool = False,
+             resume_passed: bool = False) -> int:
+    """`gpuprov validate`: push validate/, run it on the selected hosts, pull the results;
+    hosts with `slurm:` validate their partition's nodes through Slurm (remote/cluster/)."""
+    outputs = Outputs(json_path, junit_path, verbose, False, list_hosts)
     try:
-        extra_vars, forks_n, suite, (inv, hosts, _) = _run_inputs(inventory, host, None, var,
-                                                                   forks, suite)
+        extra_vars, forks_n, suite, (inv, hosts, _) = _run_inputs(
+            inventory, host, limit, None, var, forks, suite, outputs)
+        if (drain_failed or resume_passed) and not any(h.slurm for h in hosts):
+            raise InputError("--drain-failed and --resume-passed act on Slurm nodes: select "
+                             "a host with slurm: in the inventory", inv.path)
     except InputError as exc:
         return fail_input(exc)
-    job = RecordStack(Validate(suite, Path(logs_dir)), Path(logs_dir))
-    return _execute(inv, hosts, "validate", job, extra_vars, forks_n,
-                    json_path, False, logs_dir)
+    if list_hosts:
+        return print_hosts(hosts, outputs.stream)
+    ssh_route = Validate(suite, Path(logs_dir))
+    job: Job = RecordStack(ssh_route, Path(logs_dir))
+    expand = None
+    if any(h.slurm for h in hosts):
+        from .cluster.slurm import SlurmValidate  # the scheduler route (remote/cluster/)
+
+        job = cluster_job = SlurmValidate(ssh_route, drain_failed, resume_passed)
+        expand = cluster_job.with_nodes
+    return _execute(inv, hosts, "validate", job, extra_vars, forks_n, outputs, False, logs_dir,
+                    expand=expand)
 
 
-def logs(host: str, inventory: str, logs_dir: str = "logs") -> int:
-    """`invoke logs`: pull what the last validation left on each selected host."""
+def logs(host: Optional[str], inventory: str, logs_dir: str = "logs",
+         limit: Optional[str] = None, list_hosts: bool = False) -> int:
+    """`gpuprov logs`: pull what the last validation left on each selected host."""
     try:
-        inv, hosts, _ = load_and_check(inventory, host, None, {})
+        inv, hosts, _ = load_for_run(inventory, host, None, {}, limit)
     except InputError as exc:
         return fail_input(exc)
-    return _execute(inv, hosts, "logs", PullLogs(Path(logs_dir)), {}, 16, None, False, logs_dir,
-                    write_logs=False)
+    if list_hosts:
+        return print_hosts(hosts, sys.stdout)
+    return _execute(inv, hosts, "logs", PullLogs(Path(logs_dir)), {}, 16, Outputs(), False,
+                    logs_dir, write_logs=False)
 
 
 def report(logs: str = "logs", out: Optional[str] = None, baseline: Optional[str] = None,
-           threshold: Union[str, float, None] = None, fail_on_outlier: bool = False) -> int:
-    """`invoke report`: merged table, slow hosts, regressions, pictures, HTML."""
+           threshold: Union[str, float, None] = None, fail_on_outlier: bool = False,
+           prometheus: Optional[str] = None) -> int:
+    """`gpuprov report`: merged table, slow hosts, regressions, pictures, HTML."""
     from .report import run_report
 
     kwargs: dict[str, Any] = {}  # only the percentages given; run_report has the defaults
@@ -167,28 +249,45 @@ def report(logs: str = "logs", out: Optional[str] = None, baseline: Optional[str
         if value <= 0:
             return fail_input(InputError("--threshold must be more than 0"))
         kwargs.update(outlier_pct=value, regression_pct=value)
+    if prometheus is not None:
+        if not prometheus or Path(prometheus).is_dir():
+            return fail_input(InputError(f"--prometheus needs a file name, not {prometheus!r}"))
+        kwargs["prometheus_path"] = Path(prometheus)
     return run_report(logs_dir=Path(logs), out_dir=Path(out) if out else None, baseline=baseline,
                       fail_on_outlier=fail_on_outlier, **kwargs)
 
 
-def sandbox(action: str, hosts: Union[int, str] = 2, state_dir: str = ".sandbox") -> int:
-    """`invoke sandbox up|down`: throwaway local hosts for trying recipes."""
+def sandbox(action: Optional[str], hosts: Union[int, str, None] = None,
+            state_dir: str = ".sandbox") -> int:
+    """`gpuprov sandbox up|down|status`: throwaway local hosts for trying recipes."""
     from . import sandbox as sb
 
     try:
         if action == "up":
-            count = int(hosts)
+            try:
+                count = int(2 if hosts is None else hosts)
+            except ValueError:
+                count = 0
             if count < 1:
-                raise ValueError
+                raise InputError(f"--hosts must be a whole number of 1 or more, not {hosts!r}")
             inventory = sb.up(count, Path(state_dir))
             print(f"{count} sandbox host(s) up; inventory {inventory} "
                   "(inventory.yaml includes it: try gpuprov facts --host sandbox)")
+        elif hosts is not None:
+            raise InputError(f"--hosts is for 'sandbox up' only, not {action!r}")
         elif action == "down":
             sb.down(Path(state_dir))
+        elif action == "status":
+            hosts_now = sb.status(Path(state_dir))
+            if not hosts_now:
+                print("no sandbox hosts (gpuprov sandbox up starts them)")
+            for entry in hosts_now:
+                print(f"{entry['name']}  {entry['user']}@{entry['address']}:{entry['port']}  "
+                      f"{entry['state'] if entry['running'] else 'stopped'}")
         else:
-            return fail_input(InputError(f"sandbox action must be up or down, not {action!r}"))
-    except ValueError:
-        return fail_input(InputError(f"--hosts must be a whole number of 1 or more, not {hosts!r}"))
+            raise InputError(f"sandbox action must be up, down or status, not {action!r}")
+    except InputError as exc:
+        return fail_input(exc)
     except sb.SandboxError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INPUT
@@ -201,15 +300,59 @@ def check_suite(suite: str) -> str:
     return suite
 
 
+def exit_status(results: dict[str, HostResult]) -> int:
+    """The run's exit status from its hosts (`remote.exitcodes`): a failed step first, then
+    an unreachable host, then a failed validation."""
+    failed = [r for r in results.values() if not r.ok]
+    if any(r.interrupted for r in failed):
+        return EXIT_INTERRUPTED
+    if any(s.status is StepStatus.FAILED for r in failed for s in r.steps):
+        return EXIT_STEP_FAILED
+    if any(r.unreachable for r in failed):
+        return EXIT_UNREACHABLE
+    if any(r.outcome is not None and not r.outcome.ok for r in failed):
+        return EXIT_VALIDATION_FAILED
+    return EXIT_STEP_FAILED if failed else EXIT_OK
+
+
+def failures(results: dict[str, HostResult], logs_dir: Optional[Path],
+             run_id: str) -> list[Failure]:
+    """Each failed host's reason (the first failed step, the connection's error, or the
+    verdict) and its provision.log, for the block under the recap."""
+    out = []
+    for name, result in results.items():
+        if result.ok:
+            continue
+        step = next((s for s in result.steps if s.status is StepStatus.FAILED), None)
+        if result.unreachable:
+            reason = f"unreachable: {result.message}"
+        elif step is not None:
+            reason = f"step '{step.name}' failed: {step.message}"
+        elif result.outcome is not None and not result.outcome.ok:
+            reason = f"{result.outcome.name}: {result.outcome.text}"
+        elif result.interrupted:
+            reason = "interrupted"
+        else:
+            reason = result.message or "failed"
+        log = logs_dir / name / run_id / "provision.log" if logs_dir else None
+        out.append(Failure(name, reason, str(log) if log and log.exists() else ""))
+    return out
+
+
 def _execute(inv: Inventory, hosts: list[Host], title: str, job: Job, extra_vars: dict[str, Any],
-             forks: int, json_path: Optional[str], ask_become_pass: bool, logs_dir: str,
-             check: bool = False, write_logs: bool = True) -> int:
+             forks: int, outputs: Outputs, ask_become_pass: bool, logs_dir: str,
+             check: bool = False, write_logs: bool = True,
+             expand: Optional[Callable[[dict[str, HostResult]], dict[str, HostResult]]] = None
+             ) -> int:
+    """Run `job` on `hosts`; `expand` turns the hosts' results into the rows shown (a
+    cluster's login node gains a row per node) and may raise `InputError` (exit status 2)."""
     password = become_password(ask_become_pass)
     redact = Redactor([password] if password else [])
     for name in inv.secrets:
         if name in extra_vars:
             redact.add(extra_vars[name])
-    reporter = Reporter(redact, check=check)
+    reporter = Reporter(redact, stream=outputs.stream, check=check, verbose=outputs.verbose,
+                        diff=outputs.diff)
     reporter.set_hosts([h.name for h in hosts])
     options = RunOptions(check=check, extra_vars=extra_vars, forks=forks,
                          become_password=password,
@@ -224,12 +367,29 @@ def _execute(inv: Inventory, hosts: list[Host], title: str, job: Job, extra_vars
         except RunInterrupted as exc:
             results, status = exc.results, EXIT_INTERRUPTED
             reporter.note("interrupted: stopped the hosts; what they did so far is kept")
+        finally:
+            reporter.close()
+    if expand is not None:
+        try:
+            results = expand(results)
+        except InputError as exc:
+            return fail_input(exc)
     reporter.recap(results, extra_column=job.outcome)
-    if json_path:
-        write_json(Path(json_path), results, redact)
-    if status == EXIT_OK and not all(r.ok for r in results.values()):
-        status = EXIT_FAILED
-    return status
+    reporter.failures(failures(results, options.logs_dir, options.run_id))
+    if write_logs:
+        shown = ", ".join(str(Path(logs_dir) / h.name / options.run_id) for h in hosts[:3])
+        reporter.note(f"logs: {Path(logs_dir) / '<host>' / options.run_id}/ "
+                      f"({shown}{', ...' if len(hosts) > 3 else ''})")
+    if outputs.json_path == "-":
+        sys.stdout.write(json.dumps({"hosts": {n: r.to_json(redact) for n, r in results.items()}},
+                                    indent=2) + "\n")
+        sys.stdout.flush()
+    elif outputs.json_path:
+        write_json(Path(outputs.json_path), results, redact)
+    if outputs.junit_path:
+        write_junit(Path(outputs.junit_path), title, results, redact,
+                    Path(logs_dir) if write_logs else None, options.run_id)
+    return status if status != EXIT_OK else exit_status(results)
 
 
 class _sigterm_as_interrupt:
@@ -254,19 +414,25 @@ class _sigterm_as_interrupt:
             signal.signal(signal.SIGTERM, self.previous)
 
 
-def facts(host: str, inventory: str, json_path: Optional[str] = None) -> int:
-    """`invoke facts`: gather and print facts of the selected hosts."""
-    import json
-
+def facts(host: Optional[str], inventory: str, json_path: Optional[str] = None,
+          limit: Optional[str] = None, list_hosts: bool = False) -> int:
+    """`gpuprov facts`: gather and print facts of the selected hosts."""
+    outputs = Outputs(json_path)
     try:
-        inv, hosts, _ = load_and_check(inventory, host, None, {})
+        outputs.check()
+        inv, hosts, _ = load_for_run(inventory, host, None, {}, limit)
     except InputError as exc:
         return fail_input(exc)
+    if list_hosts:
+        return print_hosts(hosts, outputs.stream)
     redact = Redactor()
-    reporter = Reporter(redact)
+    reporter = Reporter(redact, stream=outputs.stream)
     reporter.set_hosts([h.name for h in hosts])
     options = RunOptions(run_id=new_run_id(), logs_dir=None)
-    results = Run(inv, hosts, options, reporter, redact).execute(GatherFacts())
+    try:
+        results = Run(inv, hosts, options, reporter, redact).execute(GatherFacts())
+    finally:
+        reporter.close()
     rows = []
     for fact in FACTS:
         row = [fact]
@@ -282,5 +448,12 @@ def facts(host: str, inventory: str, json_path: Optional[str] = None) -> int:
         data = {"hosts": {name: ({"facts": r.facts} if r.facts is not None else
                                  {"unreachable": True, "message": r.message})
                           for name, r in results.items()}}
-        write_atomic(Path(json_path), json.dumps(data, indent=2) + "\n")
-    return EXIT_OK if all(r.facts is not None for r in results.values()) else EXIT_FAILED
+        text = json.dumps(data, indent=2) + "\n"
+        if json_path == "-":
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        else:
+            write_atomic(Path(json_path), text)
+    if all(r.facts is not None for r in results.values()):
+        return EXIT_OK
+    return EXIT_UNREACHABLE if any(r.unreachable for r in results.values()) else EXIT_STEP_FAILED

@@ -1,24 +1,33 @@
-"""The `gpuprov` command: Invoke's own Program over the tasks of `tasks.py`, loaded from the
+"""The `gpuprov` command: Invoke's Program over the tasks of `tasks.py`, loaded from the
 installed package (see `remote.paths`), so it works from any folder and `tasks.py` stays the one
 definition of the tasks (`invoke TASK` in a clone runs the same ones).
 
-Differences from the `invoke` command, all on purpose: a bad option exits 2 (the exit status
-the other input errors have) instead of Invoke's 1, and no tasks file is searched for in the
-current folder.
+The top-level command line is gpuprov's own: `-h/--help [TASK]`, `-V/--version` and `--list`.
+Invoke's other core options (`--dry`, `--echo`, `--hide`, `--pty`, `-w`, `-T`, the sudo
+prompt, `--write-pyc`, `-f` config files...) do nothing for gpuprov's SSH work, so they are
+refused in one line with exit 2, like every other bad option. No tasks file is searched for in
+the current folder, and a reader that goes away (`| head`) ends the command quietly.
 """
 from __future__ import annotations
 
 import importlib.util
+import inspect
+import os
+import re
+import sys
 from typing import Optional
 
 from invoke.collection import Collection
 from invoke.exceptions import Exit, ParseError
+from invoke.parser.argument import Argument
 from invoke.program import Program
 
 from . import paths
 from .errors import InputError
+from .exitcodes import EXIT_BROKEN_PIPE, EXIT_INPUT
+from .exitcodes import HELP as EXIT_HELP
 
-EXIT_INPUT = 2
+_UNKNOWN = re.compile(r"No idea what '(.*)' is!")
 
 
 def load_tasks() -> Collection:
@@ -33,19 +42,99 @@ def load_tasks() -> Collection:
 
 
 class GpuprovProgram(Program):
-    """Invoke's Program whose parse errors (unknown option, missing value) exit 2, one line."""
+    """Invoke's Program with gpuprov's own core options, help, and parse errors that exit 2."""
+
+    def core_args(self) -> list[Argument]:
+        return [Argument(names=("help", "h"), optional=True,
+                         help="show this help; with a task name, that task's options"),
+                Argument(names=("version", "V"), kind=bool, default=False,
+                         help="show gpuprov's version"),
+                Argument(names=("list",), kind=bool, default=False,
+                         help="list the tasks and what each does")]
+
+    def parse_core_args(self) -> None:
+        super().parse_core_args()
+        # Invoke's own code still reads its other core options: give it their defaults.
+        parsed = self.core[0].args
+        for arg in Program.core_args(self) + Program.task_args(self):
+            if arg.name not in parsed:
+                parsed[arg.name] = arg
 
     def parse_core(self, argv: Optional[list[str]]) -> None:
         try:
             super().parse_core(argv)
         except ParseError as exc:
-            raise Exit(f"error: {exc} (see {self.binary} --help)", code=EXIT_INPUT) from None
+            raise Exit(self._error(exc, "--help"), code=EXIT_INPUT) from None
 
     def parse_tasks(self) -> None:
         try:
             super().parse_tasks()
         except ParseError as exc:
-            raise Exit(f"error: {exc} (see {self.binary} TASK --help)", code=EXIT_INPUT) from None
+            raise Exit(self._error(exc, "TASK --help"), code=EXIT_INPUT) from None
+
+    def parse_cleanup(self) -> None:
+        try:
+            super().parse_cleanup()
+        except ParseError as exc:
+            raise Exit(self._error(exc, "--help"), code=EXIT_INPUT) from None
+
+    def _error(self, exc: ParseError, see: str) -> str:
+        unknown = _UNKNOWN.fullmatch(str(exc))
+        if unknown and unknown.group(1).startswith("-"):
+            return (f"error: {unknown.group(1)} is not a gpuprov option "
+                    f"(see {self.binary} {see})")
+        if unknown:
+            return f"error: {unknown.group(1)!r} is not a gpuprov task (see {self.binary} --help)"
+        return f"error: {exc} (see {self.binary} {see})"
+
+    def print_help(self) -> None:
+        print(f"Usage: {self.binary} [-h | -V | --list] TASK [options]\n"
+              f"       {self.binary} TASK --help    (the task's options)\n")
+        print("Tasks:\n")
+        self.print_columns([(name, _first_line(self.collection[name]))
+                            for name in sorted(self.collection.task_names)])
+        print("Options:\n")
+        self.print_columns(self.initial_context.help_tuples())
+        print(_wrapped(EXIT_HELP))
+
+    def print_task_help(self, name: str) -> None:
+        ctx = self.parser.contexts[name]
+        positional = [arg.name.upper() for arg in ctx.positional_args]
+        counted = {arg.name for arg in ctx.flags.values() if arg.incrementable}
+        tuples = [(_counted_spec(spec) if any(f"--{c}" in spec for c in counted) else spec, text)
+                  for spec, text in ctx.help_tuples()
+                  if not any(spec.startswith(f"--{p.lower()}=") for p in positional)]
+        usage = " ".join([f"Usage: {self.binary} {name} [--options]"] + positional)
+        print(usage + "\n")
+        for line in (inspect.getdoc(self.collection[name]) or "").splitlines():
+            print(self.leading_indent + line if line.strip() else "")
+        print("")
+        if positional:
+            self.print_columns([(p, arg.help) for p, arg in
+                                zip(positional, ctx.positional_args)])
+        print("Options:")
+        self.print_columns(tuples or [("none", "")])
+        if name not in ("report", "sandbox"):
+            print(_wrapped(EXIT_HELP))
+
+    def list_tasks(self) -> None:
+        self.print_columns([(name, _first_line(self.collection[name]))
+                            for name in sorted(self.collection.task_names)])
+
+
+def _counted_spec(spec: str) -> str:
+    """`-v, --verbose` for a counted flag, which Invoke shows as taking an INT."""
+    return spec.replace(" INT", "").replace("=INT", "")
+
+
+def _first_line(task: object) -> str:
+    return (inspect.getdoc(task) or "").split("\n")[0]
+
+
+def _wrapped(text: str) -> str:
+    import textwrap
+
+    return textwrap.fill(text, width=88) + "\n"
 
 
 def print_task_help(task_name: str) -> None:
@@ -63,5 +152,14 @@ def main() -> None:
         release = version("gpuprov")
     except PackageNotFoundError:  # run from a clone without installing
         release = "unknown"
-    GpuprovProgram(namespace=load_tasks(), name="gpuprov", binary="gpuprov",
-                   version=release).run()
+    try:
+        GpuprovProgram(namespace=load_tasks(), name="gpuprov", binary="gpuprov",
+                       version=release).run()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `gpuprov provision -h | head -3`: the reader is done. Point stdout at /dev/null so
+        # Python's flush at exit does not fail again (docs.python.org/3/library/signal.html,
+        # "Note on SIGPIPE").
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(EXIT_BROKEN_PIPE)

@@ -14,8 +14,9 @@ from typing import Callable
 Answer = Callable[[str, Message], "tuple[int, str, bytes]"]  # path, headers -> status, type, body
 
 
-def serve(answer: Answer, port: int = 0) -> http.server.ThreadingHTTPServer:
-    """Start serving on 127.0.0.1:`port` (0: any free port) in a thread; OSError if taken."""
+def serve(answer: Answer, port: int = 0,
+          address: str = "127.0.0.1") -> http.server.ThreadingHTTPServer:
+    """Start serving on `address`:`port` (0: any free port) in a thread; OSError if taken."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - http.server's name
@@ -29,6 +30,6 @@ def serve(answer: Answer, port: int = 0) -> http.server.ThreadingHTTPServer:
         def log_message(self, *args):  # keep pytest's output clean
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server = http.server.ThreadingHTTPServer((address, port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server

@@ -30,8 +30,7 @@ from remote import sandbox
 from remote.config.templating import render_text
 from tests.conftest import REPO, invoke, write_yaml
 from tests.sandbox_fixture import sandbox_hosts  # noqa: F401  (session fixture)
-from tests.standin_repo import (FIXTURES, IMAGE_DRIVER, KEYRING_PATH, MAINTAINER, STANDIN, Package,
-                                StandinRepo)
+from tests.standin_repo import FIXTURES, IMAGE_DRIVER, KEYRING_PATH, MAINTAINER, STANDIN, Package, StandinRepo
 
 pytestmark = [pytest.mark.slow, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="sandbox hosts need root")]

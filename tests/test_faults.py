@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, forwarding_refused_server, write_yaml
-from tests.procs import (SilentServer, alive, kill_pids, session_servers, wait_for_file,
-                         wait_gone, wait_until)
+from tests.procs import SilentServer, alive, kill_pids, session_servers, wait_for_file, wait_gone, wait_until
 from tests.sshd import keygen
 
 SILENT_ADDRESS = "127.0.0.60"
@@ -72,7 +71,7 @@ def test_each_unreachable_host_has_its_reason_while_others_converge(farm, work, 
         total = time.monotonic() - started
     finally:
         silent.close()
-    assert result.rc == 1, result.out
+    assert result.rc == 4, result.out
     assert result.host("good")["changed"] == 1 and (work / "good").exists()
     expected = {
         "refused": "refused",
@@ -114,7 +113,7 @@ def test_small_banner_timeout_is_honoured(farm, work, banner, connect):
                         str(out_json), timeout=30)
     finally:
         silent.close()
-    assert result.rc == 1
+    assert result.rc == 4
     host = json.loads(out_json.read_text())["hosts"]["silent"]
     assert f"sent no SSH banner within {banner} s" in host["message"], host["message"]
     assert silent.accepted, "the client did reach the silent server"
@@ -185,7 +184,7 @@ def test_session_killed_mid_step(farm, work, inventory):
             leftovers = [shell_pid] + descendants_of(shell_pid)
             kill_pids(leftovers)
     assert "error" not in box, box.get("error")
-    assert box["result"] == 1
+    assert box["result"] == 4
     detect = box["ended"] - killed_at
     data = json.loads(json_path.read_text())["hosts"]
     assert data["victim"]["unreachable"] is True
@@ -214,7 +213,7 @@ def test_link_cut_mid_step_in_private_namespace():
     started = time.monotonic()
     out = run_scenario("linkcut", timeout=120)
     hosts = out["results"]["hosts"]
-    assert out["rc"] == 1, out["output"]
+    assert out["rc"] == 4, out["output"]
     assert hosts["cut"]["unreachable"] is True, out["output"]
     assert "stopped answering" in hosts["cut"]["message"]
     assert hosts["fine"]["changed"] == 2 and hosts["fine"]["unreachable"] is False
@@ -453,16 +452,16 @@ def test_jump_host_of_a_jump_host_is_followed(farm, work, inventory, provision):
     assert result.host("inner")["changed"] == 1 and (work / "inner").exists()
     assert result.host("closed-inner")["unreachable"] is True
     assert not (work / "closed-inner").exists()
-    assert result.rc == 1
+    assert result.rc == 4
 
 
 def test_cancel_stops_a_local_command(work):
     """The local connection stops a cancelled command the same way (its process group)."""
     import threading
 
-    from remote.transport.connection import Interrupted, LocalConnection
     from remote.config.inventory import Host, Timeouts
     from remote.errors import Where
+    from remote.transport.connection import Interrupted, LocalConnection
     from tests.procs import descendants_of
 
     conn = LocalConnection(Host("localhost", "localhost", Where("inv", 1), connection="local"),

@@ -24,7 +24,7 @@ def _inv(farm, work, known: str, policy="strict"):
 def test_unknown_key_is_refused(farm, work, provision):
     inv, known = _inv(farm, work, "")
     result = provision("h1", _recipe(work), inv)
-    assert result.rc == 1
+    assert result.rc == 4
     host = result.host("h1")
     assert host["unreachable"] is True
     assert "is unknown" in host["message"] and str(known) in host["message"]
@@ -40,7 +40,7 @@ def test_changed_key_is_refused_even_with_accept_new(farm, work, provision):
     name = f"[{farm.addresses[0]}]:{farm.port}"
     inv, known = _inv(farm, work, f"# comment\n{name} {kt} {kb}\n", policy="accept-new")
     result = provision("h1", _recipe(work), inv)
-    assert result.rc == 1
+    assert result.rc == 4
     message = result.host("h1")["message"]
     assert "CHANGED" in message
     assert f"{known} line 2" in message, message

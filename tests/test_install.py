@@ -5,8 +5,8 @@ into any venv gives a working `gpuprov` (recipes and tasks shipped as package da
 from __future__ import annotations
 
 import io
-import re
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -80,13 +80,20 @@ def test_fresh_debian_installs_and_runs_gpuprov(sandbox_hosts, user, host):  # n
                                    "--no-validate'", timeout=120)
         assert rc == 0, out + err
         assert "localhost would change say hi" in out
+        # The README's other way: `invoke TASK` in the clone, in a new login shell too.
+        rc, out, err = run(client, f"bash -lc 'cd ~/gpuprov && invoke provision --host "
+                                   f"localhost -i /tmp/try-{user}/inv.yaml --recipe "
+                                   f"/tmp/try-{user}/tiny.yaml -C --no-validate'", timeout=120)
+        assert rc == 0, out + err
+        assert "localhost would change say hi" in out
 
         # Again: safe to repeat, nothing recreated.
         rc, out, err = run(client, "cd ~/gpuprov && .ci/setup", timeout=900)
         assert rc == 0 and "creating the virtual environment" not in out, out + err
     finally:
         run(client, "rm -rf ~/gpuprov ~/.local/share/gpuprov /tmp/try-*; "
-                    "rm -f ~/.local/bin/gpuprov /usr/local/bin/gpuprov 2>/dev/null; true")
+                    "rm -f ~/.local/bin/gpuprov /usr/local/bin/gpuprov ~/.local/bin/invoke "
+                    "/usr/local/bin/invoke 2>/dev/null; true")
         client.close()
 
 

@@ -17,7 +17,7 @@ A case is one YAML file, `tests/kinds/<kind>/<case>.yaml`:
     cache:                     # the fleet cache's route for the host (engine/cache.CacheRoute):
       apt_proxy: http://10.0.0.5:3142   # the arguments go through `through_cache` first
     error: 'apt.state ...'     # instead of commands: the load or plan error's message
-    result: [false, message]   # assert only: run_local's answer
+    result: [false, message]   # assert only: its LocalAction's answer
 
 Adding a kind: add its folder here with at least the converged case and one case per branch.
 """
@@ -30,9 +30,9 @@ from typing import Any
 import pytest
 
 from remote.config.yamlfile import load_yaml
-from remote.kinds.route import CacheRoute
 from remote.errors import InputError, PlanError, Where
-from remote.kinds import KINDS, Probe
+from remote.kinds import KINDS, LocalAction, Probe
+from remote.kinds.route import CacheRoute
 
 TABLES = Path(__file__).parent / "kinds"
 CASES = sorted(TABLES.glob("*/*.yaml"))
@@ -65,9 +65,6 @@ def test_kind_case(path: Path):
         args = kind.render(args, dict(case.get("vars") or {}))
         if "cache" in case:
             args = kind.through_cache(args, CacheRoute(**case["cache"]))
-        if not kind.remote:
-            assert list(kind.run_local(args, dict(case.get("vars") or {}))) == case["result"]
-            return
         command = kind.probe(args)
         for text in case.get("probe_has") or []:
             assert text in (command or "")
@@ -78,6 +75,11 @@ def test_kind_case(path: Path):
             plain = _plain(fact)
             assert {k: plain[k] for k in case["fact"]} == case["fact"]
         commands = kind.plan(args, fact)
+        if "result" in case:
+            actions = [c for c in commands if isinstance(c, LocalAction)]
+            assert len(actions) == len(commands) == 1, commands
+            assert list(actions[0].run(dict(case.get("vars") or {}))) == case["result"]
+            return
     except (InputError, PlanError) as exc:
         assert "error" in case, f"unexpected error: {exc}"
         assert getattr(exc, "message", str(exc)) == case["error"]

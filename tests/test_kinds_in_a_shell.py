@@ -17,7 +17,6 @@ import pytest
 from remote.errors import Where
 from remote.kinds import KINDS, Command, Probe
 
-
 # A value that creates a file named `pwned` (in the folder the command runs in) if any part of
 # it reaches a shell unquoted.
 HOSTILE = "a$(touch pwned)`touch pwned`;touch pwned\ntouch pwned\n'\"$(touch pwned)\""

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from remote.cli import load_and_check
-from remote.output.recap import Reporter
-from remote.output.runlog import Redactor
 from remote.engine.jobs.apply import ApplyRecipe
 from remote.engine.run import Run, RunOptions
+from remote.output.recap import Reporter
+from remote.output.runlog import Redactor
 from tests.conftest import REPO, write_yaml
 
 # The recipes' `become` steps run on the local connection, which needs root.

@@ -6,7 +6,6 @@ import shutil
 import time
 from pathlib import Path
 
-
 from tests.conftest import forwarding_refused_server, write_yaml
 
 
@@ -192,7 +191,7 @@ def test_one_host_unreachable_others_converge(farm, work, inventory, provision):
     started = time.monotonic()
     result = provision("all", rec, inv)
     assert time.monotonic() - started < 30
-    assert result.rc == 1
+    assert result.rc == 4
     assert result.host("down")["unreachable"] is True
     assert "refused" in result.host("down")["message"]
     assert result.host("up")["changed"] == 1 and (work / "up").exists()
@@ -212,7 +211,7 @@ def test_jump_host(farm, work, inventory, provision):
     # connection really goes through the jump host.
     assert result.host("behind-closed")["unreachable"] is True
     assert not (work / "behind-closed").exists()
-    assert result.rc == 1
+    assert result.rc == 4
 
 
 def test_retries_until_success(farm, work, inventory, provision):
@@ -248,8 +247,9 @@ def test_local_connection(work, provision):
 
 
 def test_facts_over_ssh(farm, work, inventory):
-    from tests.conftest import invoke
     import json
+
+    from tests.conftest import invoke
 
     out = work / "facts.json"
     result = invoke("facts", "--host", "h1", "--inventory", str(inventory()), "--json", str(out))
@@ -354,9 +354,9 @@ def test_a_command_that_closes_its_output_early_does_not_spin(farm, work, invent
     """After the remote end sends EOF, waiting for the exit status must sleep, not poll: a
     command that closes stdout/stderr and keeps running used to busy-loop the client (and
     starve every other host's thread of the GIL)."""
+    from remote.config.inventory import load_inventory
     from remote.transport.connection import connection_for
     from remote.transport.hostkeys import KnownHosts
-    from remote.config.inventory import load_inventory
 
     inv = load_inventory(inventory())
     conn = connection_for(inv.hosts["h1"], inv.hosts, inv.timeouts,
@@ -377,10 +377,10 @@ def test_connections_leave_the_shared_fabric_config_untouched(farm, work, invent
     64 hosts connecting at once, one host now and then failed with "No attribute or config key
     found for 'gateway'". A connection must not write to it at all (the race itself is too rare
     to reproduce on demand; test_forks_bound_concurrency_with_64_hosts is where it showed)."""
+    from remote.config.inventory import load_inventory
     from remote.transport.connection import connection_for
     from remote.transport.hostkeys import KnownHosts
     from remote.transport.ssh import _fabric_config
-    from remote.config.inventory import load_inventory
 
     inv = load_inventory(inventory())
     shared = _fabric_config()
@@ -474,7 +474,7 @@ def test_an_encrypted_identity_file_is_a_login_error(farm, work, inventory, prov
                    check=True)
     inv = inventory(hosts={"h1": farm.host_entry(farm.addresses[0], identity_file=str(key))})
     result = provision("h1", recipe(work, [{"shell": "true"}]), inv)
-    assert result.rc == 1
+    assert result.rc == 4
     host = result.host("h1")
     assert host["unreachable"] is True and host["steps"] == []
     assert "login as" in host["message"] and "encrypted" in host["message"], host["message"]

@@ -10,8 +10,7 @@ import matplotlib.image
 import pytest
 
 from remote.report import build_report, parse_bench_log, run_report
-from tests.test_report_common import (fleet_copy, printed, recording_terminal, results_json,
-                                      seed_log, write_run)
+from tests.test_report_common import fleet_copy, printed, recording_terminal, results_json, seed_log, write_run
 
 A100 = "NVIDIA A100-SXM4-40GB"
 BASE = {"alexnet": 1.20, "resnet18": 2.10, "resnet50": 5.00, "vgg16": 3.40}

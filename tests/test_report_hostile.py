@@ -19,8 +19,7 @@ import pytest
 from remote.output.term import Terminal
 from remote.report import build_report, run_report
 from remote.report.plot import MAX_MODEL_LABELS, latency_figure
-from tests.test_report_common import (REPO, printed, recording_terminal, results_json, seed_log,
-                                      write_run)
+from tests.test_report_common import REPO, printed, recording_terminal, results_json, seed_log, write_run
 
 A100 = "NVIDIA A100-SXM4-40GB"
 BASE = {"alexnet": 1.20, "resnet18": 2.10, "resnet50": 5.00}

@@ -217,3 +217,111 @@ def test_pulled_logs_follow_the_users_umask(work, umask):
     for path in [dest] + list(dest.rglob("*")):
         mode = stat.S_IMODE(path.stat().st_mode)
         assert mode & umask == 0, f"{path.relative_to(work)} is {oct(mode)} under umask {oct(umask)}"
+
+
+# Run as `nobody` (setpriv): what any local user of a host can do. It reads every process's
+# command line, as `ps` does, until the stop file appears (at most 120 s), and reports how many
+# times it looked, how often it saw the step's own processes (so it did watch them) and every
+# command line holding a secret. The secrets come on its stdin: on its own command line they
+# would be a leak of their own.
+CMDLINE_WATCHER = r"""
+import json, os, sys, time
+secrets = sys.stdin.read().split()
+stop, markers = sys.argv[1], sys.argv[2:]
+me, samples, seen, leaks = os.getpid(), 0, dict.fromkeys(markers, 0), []
+deadline = time.monotonic() + 120
+while not os.path.exists(stop) and time.monotonic() < deadline:
+    samples += 1
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                line = handle.read().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        for marker in markers:
+            seen[marker] += marker in line
+        leaks += [line for secret in secrets if secret in line]
+    time.sleep(0.003)
+print(json.dumps({"uid": os.getuid(), "samples": samples, "seen": seen, "leaks": leaks[:5],
+                  "leak_count": len(leaks)}))
+"""
+
+
+def test_secrets_never_reach_a_command_line_that_another_user_reads(farm, inventory, provision,
+                                                                     work):
+    """While a step with a secret `env:` and a pip step whose index URLs carry a password and
+    a token run over real SSH, another local user (`nobody`) reads every process's command
+    line (/proc/PID/cmdline, what `ps` shows) about every 10 ms: the step's own processes are
+    seen, the secrets never. The values still reach the command (its environment) and pip
+    (its requests carry them), and the run log and terminal show them masked."""
+    import base64
+    import hashlib
+    import time
+
+    from tests.http_stub import serve
+
+    hf_token, index_password, extra_token = "hf_ps-SEEN-3131", "idx-ps-pw-5252", "tok-ps-7373"
+    authorizations: list = []
+
+    def index(path, headers):
+        authorizations.append((path.split("/")[1], headers.get("Authorization")))
+        time.sleep(1.5)  # a slow index: pip waits, its command line stays there to be read
+        return 404, "text/plain", b"not here\n"
+
+    server = serve(index)
+    port = server.server_address[1]
+    inv = inventory({"h1": farm.host_entry(farm.addresses[0])},
+                    secrets=["hf_token", "index_password", "extra_token"],
+                    vars={"hf_token": hf_token, "index_password": index_password,
+                          "extra_token": extra_token})
+    rec = write_yaml(work / "r.yaml", {"name": "secrets in env", "steps": [
+        {"name": "use the token", "changed_when": False,
+         "shell": {"cmd": f": gpuprov-watch-shell; sleep 3; printf %s \"$HF_TOKEN\" | sha256sum"
+                          f" > {work}/token.sha",
+                   "env": {"HF_TOKEN": "{{ hf_token }}"}}},
+        {"name": "from a private index", "pip": {
+            # Debian's python3 refuses installs into itself (PEP 668), not into a --target
+            "packages": ["gpuprov-watch-pip"], "python": "python3",
+            "extra_args": ["--target", f"{work}/packages"],
+            "index_url": f"http://ci:{{{{ index_password }}}}@127.0.0.1:{port}/main/",
+            "extra_index_url": [f"http://{{{{ extra_token }}}}@127.0.0.1:{port}/extra/"]}},
+    ]})
+    stop = work / "stop-watching"
+    watcher = subprocess.Popen(
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3",
+         "-c", CMDLINE_WATCHER, str(stop), "gpuprov-watch-shell", "gpuprov-watch-pip"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        watcher.stdin.write(f"{hf_token} {index_password} {extra_token}\n")
+        watcher.stdin.close()
+        result = provision(recipe=rec, inventory=inv)
+    finally:
+        stop.touch()
+        output = watcher.stdout.read()
+        watcher.wait(30)
+        watched = json.loads(output)
+        server.shutdown()
+        server.server_close()
+    # the steps ran, with the values: the command's environment, pip's requests
+    assert result.json["hosts"]["h1"]["steps"][0]["status"] == "ok", result.out
+    assert (work / "token.sha").read_text().split()[0] == \
+        hashlib.sha256(hf_token.encode()).hexdigest()
+    sent = {(where, base64.b64decode(auth.split()[1]).decode()) for where, auth in
+            authorizations if auth}
+    assert ("main", f"ci:{index_password}") in sent and ("extra", f"{extra_token}:") in sent, \
+        authorizations
+    # another user watched the steps' processes the whole time and never saw a secret
+    assert watched["uid"] == 65534
+    assert watched["seen"]["gpuprov-watch-shell"] > 0 and watched["seen"]["gpuprov-watch-pip"] > 0, \
+        watched
+    assert watched["leak_count"] == 0, watched
+    # and the control side still masks them
+    texts = _everything_written(work)
+    texts.update({"stdout": result.out, "stderr": result.err})
+    for name, text in texts.items():
+        for secret in (hf_token, index_password, extra_token):
+            assert secret not in text, f"{secret} leaked into {name}"
+    print(f"nobody read every command line {watched['samples']} times: "
+          f"{watched['seen']}, {watched['leak_count']} secrets seen")

@@ -2,13 +2,20 @@
 from __future__ import annotations
 
 import logging
+import os
+import re
 import socket
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import paramiko
+import pytest
 
 from remote.transport.ssh import _ClientTransport
+from tests.conftest import invoke, write_yaml
+from tests.sshd import SshdFarm, keygen
 
 
 def test_a_stalled_key_exchange_ends_at_the_handshake_deadline():
@@ -56,3 +63,75 @@ def test_the_servers_debug_message_is_still_logged_when_asked(farm, caplog):
     client.close()
     assert any("Debug msg:" in r.getMessage() and "key options" in r.getMessage()
                for r in caplog.records)
+
+
+class _KeyLoggingFarm(SshdFarm):
+    """sshd at LogLevel VERBOSE: it logs each public key a client offers ("Failed publickey
+    for USER from ... ssh2: ED25519 SHA256:...", or "Accepted publickey ...")."""
+
+    def config_for(self, address: str) -> Path:
+        path = super().config_for(address)
+        path.write_text(path.read_text().replace("LogLevel ERROR", "LogLevel VERBOSE"))
+        return path
+
+    def offered(self) -> list[str]:
+        log = (self.dir / f"sshd_{self.addresses[0]}.log").read_text()
+        return re.findall(r"(?:Failed|Accepted|Postponed) publickey for \S+ from .* ssh2: \S+ "
+                          r"(SHA256:\S+)", log)
+
+
+def _fingerprint(key: Path) -> str:
+    out = subprocess.run(["ssh-keygen", "-l", "-E", "sha256", "-f", f"{key}.pub"],
+                         capture_output=True, text=True, check=True).stdout
+    return out.split()[1]
+
+
+@pytest.mark.root
+def test_only_the_inventorys_key_is_offered_unless_it_asks_for_the_agent(work):
+    """A host that refuses the inventory's `identity_file` learns no other identity: not the
+    ssh-agent's key (a real ssh-agent the test starts) nor ~/.ssh/id_ed25519, although the
+    host would have let either in. `ssh_agent: true` offers the agent's keys after it."""
+    if os.geteuid() != 0:
+        pytest.fail("the SSH tests start sshd for a dedicated user and must run as root")
+    farm = _KeyLoggingFarm(1, first=71)
+    agent = None
+    try:
+        home = work / "home"
+        (home / ".ssh").mkdir(parents=True)
+        named, agents, homes = work / "named_key", work / "agent_key", home / ".ssh" / "id_ed25519"
+        for key in (named, agents, homes):
+            keygen(key)
+        # the agent's and the home folder's keys would log in; the inventory's key would not
+        farm.authorized.write_text(f"{agents.with_suffix('.pub').read_text()}"
+                                   f"{homes.with_suffix('.pub').read_text()}")
+        sock = work / "agent.sock"
+        agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        env = {"HOME": str(home), "SSH_AUTH_SOCK": str(sock)}
+        subprocess.run(["ssh-add", "-q", str(agents)], env=dict(os.environ, **env), check=True)
+        address = farm.addresses[0]
+        inv = write_yaml(work / "inventory.yaml", {
+            "known_hosts": [str(farm.known_hosts)],
+            "hosts": {"only": farm.host_entry(address, identity_file=str(named)),
+                      "agent": farm.host_entry(address, identity_file=str(named),
+                                               ssh_agent=True)}})
+
+        refused = invoke("facts", "--host", "only", "--inventory", str(inv), cwd=work, env=env)
+        assert refused.rc == 4, refused.out + refused.err  # unreachable
+        assert "only unreachable login as gpuprovtest" in refused.out
+        offered = farm.offered()
+        assert offered and set(offered) == {_fingerprint(named)}, offered
+
+        with_agent = invoke("facts", "--host", "agent", "--inventory", str(inv), cwd=work,
+                            env=env)
+        assert with_agent.rc == 0, with_agent.out + with_agent.err
+        offered = farm.offered()[len(offered):]
+        assert offered == [_fingerprint(named), _fingerprint(agents)], offered
+    finally:
+        if agent is not None:
+            agent.terminate()
+            agent.wait(5)
+        farm.close()

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from validate import parsers, topology, xid
+from validate import driver_errors, parsers, topology
 from validate.checks import memory, stress
 from validate.checks import xid as xid_check
 
@@ -34,14 +34,18 @@ def _run(ctx, name):
 
 
 def test_real_xid_lines_are_parsed_named_and_judged():
-    events = xid.parse(open(os.path.join(FIX, "kernel_xid_lines.txt")).read())
+    events = driver_errors.parse(open(os.path.join(FIX, "kernel_xid_lines.txt")).read())
     assert [(e["xid"], e["pci"]) for e in events] == [
         (13, "0000:cb:00"), (79, "0000:44:00"), (94, "0000:9b:00"), (149, "0019:01:00"), (145, "0018:01:00")]
     assert events[2]["pid"] == "1234" and events[2]["process"] == "python3"
-    problems, notes = xid.judge(events)
-    assert problems == ["Xid 79 (GPU has fallen off the bus) on GPU PCI:0000:44:00, 1 time(s); "
-                        "last: NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus"]
-    assert [n.split(" (")[0] for n in notes] == ["Xid 13", "Xid 94", "Xid 145", "Xid 149"]
+    assert [e["severity"] for e in events] == [None, None, None, "fatal", "nonfatal"]
+    findings = driver_errors.judge(events)
+    assert [(f["xid"], f["action"], f["sick"]) for f in findings] == [
+        (13, "restart the job", False), (79, "reboot the node", True), (94, "restart the job", False),
+        (149, "reset the GPU", True), (145, "none", False)]
+    assert findings[1]["what"].startswith("GPU PCI:0000:44:00: Xid 79 (GPU has fallen off the bus), 1 time(s) "
+                                          "[catalog: RESTART_BM]; last: NVRM: Xid (PCI:0000:44:00): 79")
+    assert "process python3 (pid 1234)" in findings[2]["what"]
 
 
 def test_xid_check_fails_on_a_sick_log_passes_a_clean_one_and_never_passes_unread(tmp_path):
@@ -49,7 +53,8 @@ def test_xid_check_fails_on_a_sick_log_passes_a_clean_one_and_never_passes_unrea
     log.write_text(open(os.path.join(FIX, "kernel_xid_lines.txt")).read())
     res = _run(_ctx(tmp_path, "--kernel-log", str(log)), "xid")
     assert res.status == "fail" and "Xid 79 (GPU has fallen off the bus)" in res.reason
-    assert res.figures["sick"] == [79] and res.figures["xids"] == [13, 79, 94, 145, 149]
+    assert "[action: reboot the node]" in res.reason and res.to_json()["action"] == "reboot the node"
+    assert res.figures["sick"] == [79, 149] and res.figures["xids"] == [13, 79, 94, 145, 149]
     clean = tmp_path / "clean.log"
     clean.write_text("[    0.000000] Linux version 6.1.0\n")
     res = _run(_ctx(tmp_path, "--kernel-log", str(clean)), "xid")
@@ -66,10 +71,10 @@ def test_a_wrapped_dmesg_is_named():
     # this machine's dmesg, first and last line (SOURCES.md): a whole buffer starts at boot;
     # one that starts later has lost the lines before it
     first, last = open(os.path.join(FIX, "dmesg_first_and_last_line.txt")).read().splitlines()
-    assert xid.dmesg_start(first + "\n" + last) == 0.0
-    assert xid.dmesg_start(last) == 3689.690026
+    assert driver_errors.dmesg_start(first + "\n" + last) == 0.0
+    assert driver_errors.dmesg_start(last) == 3689.690026
     # journalctl's and --kernel-log's own formats carry no such timestamp: not judged
-    assert xid.dmesg_start(open(os.path.join(FIX, "kernel_xid_lines.txt")).read()) is None
+    assert driver_errors.dmesg_start(open(os.path.join(FIX, "kernel_xid_lines.txt")).read()) is None
 
 
 def test_why_the_kernel_log_is_unreadable():
@@ -138,7 +143,7 @@ def test_xid_as_an_unprivileged_user_is_waived_with_the_reason_not_failed():
         assert c["warnings"] == [c["waived"]]
         assert doc["ok"] is True and proc.returncode == 0, proc.stderr
         log = open(os.path.join(base, "quick", "validate.log")).read()
-        assert log.startswith("gpuprov-validate 0.1.0: VALIDATED (exit 0); waived: xid; 1 warning(s)\n")
+        assert log.startswith("gpuprov-validate 0.1.0: VALIDATED (exit 0); waived: xid, fabric; 1 warning(s)\n")
         assert "required checks waived (not applicable here): xid: kernel log not readable" in log
         assert re.search(r"^xid\s+SKIP\s+waived ", log, re.M)
         proc, doc, c = as_nobody("named", "--checks", "xid")

@@ -21,10 +21,10 @@ from validate.core import CHECK_NAMES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = ["resnet18", "mobilenet_v3_small"]
-RESULT_KEYS = {"schema", "tool", "version", "started", "elapsed_s", "ok", "options", "host", "checks"}
+RESULT_KEYS = {"schema", "tool", "version", "started", "elapsed_s", "ok", "action", "options", "host", "checks"}
 HOST_KEYS = {"hostname", "os", "kernel", "arch", "python", "cpu", "cpus", "memory_gib", "gpu_name",
              "gpu_count", "driver", "torch", "torchvision", "cuda", "device"}
-CHECK_KEYS = {"name", "status", "required", "reason", "elapsed_s", "figures", "artefacts"}
+CHECK_KEYS = {"name", "status", "required", "reason", "elapsed_s", "figures", "artefacts", "action", "findings"}
 GPU_PRESENT = shutil.which("nvidia-smi") is not None and os.path.exists("/dev/nvidia0")
 no_gpu_only = pytest.mark.skipif(GPU_PRESENT, reason="asserts the behaviour without a GPU")
 
@@ -57,7 +57,7 @@ def by_name(doc):
 
 def assert_schema(doc):
     assert set(doc) == RESULT_KEYS
-    assert doc["schema"] == 1 and doc["tool"] == "gpuprov-validate"
+    assert doc["schema"] == 2 and doc["tool"] == "gpuprov-validate"
     assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", doc["started"])
     assert isinstance(doc["elapsed_s"], float) and isinstance(doc["ok"], bool)
     assert set(doc["host"]) == HOST_KEYS
@@ -145,7 +145,9 @@ def test_full_run_without_gpu_is_not_validated_with_reasons(full_run):
     required = dict((n, c[n]["required"]) for n in CHECK_NAMES)
     assert required == {"system": True, "cudnn_compile": True, "cudnn_sample": True, "torch_import": True,
                         "torch_cuda": True, "inference": True, "bench": True, "matmul": True,
-                        "bandwidth": True, "stress": True, "memory": True, "xid": True, "p2p": True,
+                        "bandwidth": True, "stress": True, "memory": True, "xid": True,
+                        "fabric": False,  # waived: no NVSwitch here
+                        "p2p": True,
                         "nccl": True, "profile": False, "fusion": False, "precision": False,
                         "kernel": False}
     assert c["torch_import"]["status"] == "pass"
@@ -199,7 +201,8 @@ def test_cpu_quick_run_passes_on_cpu(tmp_path):
     doc = load(out)
     assert_schema(doc)
     c = by_name(doc)
-    quick = ["system", "cudnn_compile", "cudnn_sample", "torch_import", "torch_cuda", "bench", "stress", "xid"]
+    quick = ["system", "cudnn_compile", "cudnn_sample", "torch_import", "torch_cuda", "bench", "stress", "xid",
+             "fabric"]
     for name in CHECK_NAMES:
         if name not in quick:
             assert c[name]["status"] == "skip" and c[name]["reason"] == "not part of --quick"

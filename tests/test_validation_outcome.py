@@ -43,3 +43,22 @@ def test_an_oversized_results_file_is_not_read(tmp_path):
     with open(path, "wb") as handle:  # sparse: costs no disk, would cost memory if read
         handle.truncate(MAX_RESULTS_BYTES + 1)
     assert summarize(path, 0) == ("not validated: results.json is larger than 16 MiB", False)
+
+
+def test_a_fifo_for_results_is_refused_without_waiting_for_a_writer(tmp_path):
+    """The recap and the report read results.json through one reader (remote/resultsfile.py):
+    a FIFO in its place (a pulled archive cannot hold one, a hand-copied folder can) is
+    refused at once, as the report already refused it, instead of blocking the recap."""
+    import os
+    import threading
+
+    path = tmp_path / "results.json"
+    os.mkfifo(path)
+    answer: list = []
+    reader = threading.Thread(target=lambda: answer.append(summarize(path, 0)), daemon=True)
+    reader.start()
+    reader.join(30)  # a guard against a hang, not a timing: the answer comes at once or never
+    if not answer:  # unblock the reader of the old code so the test run can end
+        with open(os.open(path, os.O_WRONLY | os.O_NONBLOCK), "w"):
+            pass
+    assert answer == [("not validated: no readable results.json (validate exit 0)", False)]

@@ -4,6 +4,8 @@ Standard library only, plus torch/torchvision (and numpy through them) when they
 are installed.  See validate/README.md and validate/cli.py.
 """
 
-SCHEMA = 1
+# 2: each check has "action" and "findings" (issue 22), the document an
+# "action" (the worst action of the checks that failed); 1 had neither.
+SCHEMA = 2
 TOOL = "gpuprov-validate"
 __version__ = "0.1.0"

@@ -13,9 +13,8 @@ import signal
 import sys
 import time
 
-from . import TOOL, __version__, host, torchenv
+from . import TOOL, __version__, host, output, torchenv
 from .core import CHECK_NAMES, CHECKS, PASS, SKIP, Context, Result, not_selected, run_check
-from . import output
 from .specs import DEFAULT_FLOOR
 
 # `--models classic`: the 31 classic ImageNet classifiers of torchvision's first model zoo
@@ -89,7 +88,7 @@ def build_parser():
     return p
 
 
-def parse_args(argv):
+def parse_args(argv):  # noqa: C901  one rule per option pair; argparse cannot express them
     opts = build_parser().parse_args(argv)
     for attr in ("checks", "skip"):
         raw = getattr(opts, attr)
@@ -282,11 +281,15 @@ def _utc_now():
 
 def main(argv=None, stream=None):
     stream = stream if stream is not None else sys.stderr
+    args = sys.argv[1:] if argv is None else list(argv)
+    if "--health" in args:  # the fast subset: its own options, no torch (validate/health.py)
+        from . import health
+        return health.main(args, stderr=stream)
     # Kineto (torch.profiler) logs errors on machines without a GPU straight
     # to stderr; keep the progress stream readable.
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     try:
-        opts = parse_args(sys.argv[1:] if argv is None else argv)
+        opts = parse_args(args)
         os.makedirs(opts.out, exist_ok=True)
         if not os.access(opts.out, os.W_OK):
             raise UsageError("--out %s: not writable" % opts.out)

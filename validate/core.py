@@ -17,6 +17,7 @@ bandwidth      required                optional
 stress         required                optional
 memory         required                optional
 xid            required                optional
+fabric         required                optional
 p2p            required                optional
 nccl           required                optional
 profile        optional                optional
@@ -55,7 +56,7 @@ import time
 import traceback
 import warnings
 
-from . import torchenv
+from . import actions, torchenv
 
 PASS = "pass"
 FAIL = "fail"
@@ -111,6 +112,8 @@ CHECKS = [
          "write/verify patterns over most of each GPU's free memory"),
     Spec("xid", "xid:run", "gpu", True,
          "NVIDIA Xid errors in the kernel log since boot (journalctl -k, dmesg or --kernel-log)"),
+    Spec("fabric", "fabric:run", "gpu", True,
+         "NVSwitch boards: Fabric Manager running, every GPU in the NVLink fabric"),
     Spec("p2p", "multigpu:run_p2p", "gpu", False,
          "GPU-to-GPU copy bandwidth matrix vs the topology (nvidia-smi topo -m)"),
     Spec("nccl", "multigpu:run_nccl", "gpu", False,
@@ -144,11 +147,27 @@ class Result(object):
         self.python_warnings = []
         self.skip_reason = None
         self.waived = None
+        self.findings = []
 
     # used by checks
-    def problem(self, message):
-        """Record a reason to fail; the check carries on collecting figures."""
+    def problem(self, message, action=None):
+        """Record a reason to fail; the check carries on collecting figures.
+        ``action``: the operator's action (validate/actions.py), shown in the
+        reason and kept in results.json ``findings``."""
+        if action is not None:
+            self.findings.append({"what": message, "action": action, "fails": True})
+            message = "%s [action: %s]" % (message, action)
         self.problems.append(message)
+
+    def notice(self, message, action):
+        """A health finding that does not fail the check (action none or
+        restart the job): a detail line and a ``findings`` entry."""
+        self.findings.append({"what": message, "action": action, "fails": False})
+        self.note("%s [action: %s]" % (message, action))
+
+    def action(self):
+        """The most disruptive action among the findings that fail the check."""
+        return actions.worst(f["action"] for f in self.findings if f["fails"])
 
     def note(self, line):
         """A line for the details section of validate.log."""
@@ -185,6 +204,8 @@ class Result(object):
             "artefacts": list(self.artefacts),
             "warnings": list(self.warnings),
             "waived": self.waived if self.status == SKIP and not self.required else None,
+            "action": self.action(),
+            "findings": list(self.findings),
         }
 
 

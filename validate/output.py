@@ -5,7 +5,7 @@ import json
 import os
 import re
 
-from . import SCHEMA, TOOL, __version__
+from . import SCHEMA, TOOL, __version__, actions
 from .core import FAIL, PASS, SKIP
 
 RESULTS = "results.json"
@@ -45,6 +45,7 @@ def results_document(started, elapsed_s, ok, options, host, results):
         "started": started,
         "elapsed_s": round(elapsed_s, 3),
         "ok": ok,
+        "action": actions.worst(r.action() for r in results if r.status == FAIL),
         "options": options,
         "host": host,
         "checks": [r.to_json() for r in results],
@@ -109,6 +110,8 @@ def render_log(doc, results):
     )
     if failed_req:
         lines.append("required checks not passed: %s" % ", ".join(failed_req))
+    if doc.get("action"):
+        lines.append("operator's action: %s" % doc["action"])
     waived = [r for r in results if r.name in waived_names]
     if waived:
         lines.append("required checks waived (not applicable here): %s"

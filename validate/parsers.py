@@ -163,9 +163,13 @@ def parse_query_csv(text, fields=None):
     rows = list(csv.reader(lines, skipinitialspace=True))
     header = [_UNIT_SUFFIX.sub("", c).strip() for c in rows[0]]
     has_header = bool(fields) and header[: len(fields)] == list(fields)[: len(header)]
-    if not fields or has_header or any("[" in c for c in rows[0]):
+    # a header cell carries its unit after the name ("memory.total [MiB]"); a
+    # value may be all brackets: drivers 5xx print "[N/A]" even with noheader
+    # (tests/fixtures/validate/h100_590_query_gpu.csv)
+    unit_cells = any(_UNIT_SUFFIX.search(c) and not c.strip().startswith("[") for c in rows[0])
+    if not fields or has_header or unit_cells:
         # header present: trust it
-        if fields and not has_header and not any("[" in c for c in rows[0]):
+        if fields and not has_header and not unit_cells:
             raise ParseError("no header line and fields do not match")
         names = header
         data = rows[1:]
@@ -371,6 +375,13 @@ def smi_q_health(gpu):
         }
     else:
         out["pcie"] = None
+    fabric = _section(gpu, "Fabric")
+    # Hopper and newer on an NVSwitch board: State Not Started / In Progress /
+    # Completed, Status Success or an error; "N/A" / "Not Supported" elsewhere
+    # (gpud components/accelerator/nvidia/fabric-manager: single-GPU H200 boxes
+    # report "Not Supported").
+    out["fabric"] = ({"state": to_str(fabric.get("State")), "status": to_str(fabric.get("Status"))}
+                     if fabric is not None else None)
     return out
 
 

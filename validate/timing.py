@@ -168,9 +168,8 @@ def torch_benchmark(fn, min_run_time, label="", sub_label="", description=""):
     # importing torch.utils.benchmark pulls in cpp_extension, which logs a
     # CUDA_HOME guess on machines without CUDA: noise on our progress stream
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
-    from torch.utils import benchmark
-
     import torch
+    from torch.utils import benchmark
 
     # Timer defaults to ONE thread; compare like with like (the rest of the
     # package runs with torch's current intra-op thread count)

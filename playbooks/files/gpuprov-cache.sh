@@ -8,8 +8,9 @@
 #                           restart devpi-server (after a change of its unit or of this script)
 #   gpuprov-cache status    exit 0 when both answer on their ports
 #   gpuprov-cache mirrors [--check] PYPI_UPSTREAM [INDEX_URL ...]
-#                           point devpi's root/pypi at PYPI_UPSTREAM and mirror each INDEX_URL
-#                           as root/NAME (NAME: the URL's host and path, '/' -> '-')
+#                           point devpi's root/pypi at PYPI_UPSTREAM, mirror each INDEX_URL
+#                           as root/NAME (NAME: the URL's host and path, '/' -> '-') and remove
+#                           every other user and index
 #   gpuprov-cache warm      load PyPI's project list into devpi now (its first request for any
 #                           project waits for it, longer than pip's 15 s default timeout)
 #   gpuprov-cache stats     bytes each cache holds (what it fetched from upstream, once)
@@ -18,8 +19,8 @@ VENV={{ cache_venv | quote }}
 SERVERDIR={{ cache_dir | quote }}/devpi
 APT_PORT={{ cache_apt_port | int }}
 PYPI_PORT={{ cache_pypi_port | int }}
+ROOT_PASSWORD_FILE={{ cache_dir | quote }}/devpi-root-password
 STARTED=/run/gpuprov-devpi.started
-export DEVPI_CLIENTDIR={{ cache_dir | quote }}/devpi-client
 # devpi-server trusts the CA file named here (else certifi's): the system's store, as apt's.
 export REQUESTS_CA_BUNDLE={{ cache_ca_bundle | quote }}
 
@@ -43,8 +44,6 @@ wait_for() {  # devpi-server takes ~15 s to answer on its first start
   done
 }
 
-index_name() { echo "$1" | sed -e 's#^[a-z]*://##' -e 's#/*$##' -e 's#[^A-Za-z0-9._-]#-#g'; }
-
 case "${1:-}" in
 start)
   answers "$PYPI_PORT" || touch "$STARTED"
@@ -57,7 +56,7 @@ start)
       start-stop-daemon --start --background --make-pidfile --pidfile /run/gpuprov-devpi.pid \
         --chuid gpuprov-cache --output /var/log/gpuprov-devpi.log \
         --exec "$VENV/bin/devpi-server" -- --serverdir "$SERVERDIR" \
-        --host 0.0.0.0 --port "$PYPI_PORT"
+        --restrict-modify root {{ devpi_listen_args }}
     fi
   fi
   wait_for "$APT_PORT"; wait_for "$PYPI_PORT" ;;
@@ -94,33 +93,71 @@ restart-pypi)
 status)
   answers "$APT_PORT" && answers "$PYPI_PORT" ;;
 mirrors)
-  check=false; [ "$2" = --check ] && { check=true; shift; }
-  shift; upstream=$1; shift
-  list=$("$VENV/bin/python" - "$PYPI_PORT" <<'PY'
-import json, sys, urllib.request
-request = urllib.request.Request("http://127.0.0.1:%s/root" % sys.argv[1],
-                                 headers={"Accept": "application/json"})
-for name, spec in json.load(urllib.request.urlopen(request, timeout=10))["result"]["indexes"].items():
-    print(name, spec.get("mirror_url", ""))
+  # devpi's HTTP API (devpi-server 6.20.3 views.py: POST /+login {"user", "password"} gives a
+  # token sent as X-Devpi-Auth: base64("root:TOKEN"); PUT/PATCH/DELETE /USER[/INDEX]), so the
+  # root password goes from its file to devpi-server and to no command line.
+  shift
+  "$VENV/bin/python" - "$PYPI_PORT" "$ROOT_PASSWORD_FILE" "$@" <<'PY'
+import base64, json, re, sys, urllib.request
+port, password_file, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+check = args[:1] == ["--check"]
+if check:
+    args = args[1:]
+upstream, extra = args[0], args[1:]
+base = "http://127.0.0.1:%s" % port
+
+def index_name(url):
+    return re.sub(r"[^A-Za-z0-9._-]", "-", re.sub(r"/*$", "", re.sub(r"^[a-z]*://", "", url)))
+
+def call(method, path, body=None, auth=""):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(base + path, data=data, method=method, headers={
+        "Accept": "application/json", "Content-Type": "application/json"})
+    if auth:
+        request.add_header("X-Devpi-Auth", auth)
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        return json.load(answer).get("result")
+
+want = dict([("pypi", upstream)] + [(index_name(url), url) for url in extra])
+users = call("GET", "/")
+root = users.get("root", {}).get("indexes", {})
+others = sorted(name for name in users if name != "root")
+unwanted = sorted(name for name in root if name not in want
+                  or root[name].get("type") != "mirror")
+to_set = sorted(name for name, url in want.items()
+                if name in unwanted or root.get(name, {}).get("mirror_url") != url)
+changes = ["user %s: removed" % name for name in others]
+changes += ["root/%s: removed" % name for name in unwanted if name not in want]
+changes += ["root/%s mirrors %s" % (name, want[name]) for name in to_set]
+if not changes:
+    sys.exit(0)
+if check:
+    print("to change: " + "; ".join(changes))
+    sys.exit(1)
+with open(password_file) as secret:
+    token = call("POST", "/+login", {"user": "root", "password": secret.read().strip()})["password"]
+auth = base64.b64encode(("root:%s" % token).encode()).decode()
+
+def remove(user, indexes):
+    for name, spec in indexes.items():  # devpi deletes volatile indexes only
+        if not spec.get("volatile", True):
+            call("PATCH", "/%s/%s" % (user, name), ["volatile=True"], auth)
+        if user == "root":
+            call("DELETE", "/root/%s" % name, auth=auth)
+    if user != "root":
+        call("DELETE", "/%s" % user, auth=auth)
+
+for name in others:
+    remove(name, users[name].get("indexes", {}))
+remove("root", {name: root[name] for name in unwanted})
+for name in to_set:
+    if name in root and name not in unwanted:
+        call("PATCH", "/root/%s" % name, ["mirror_url=%s" % want[name]], auth)
+    else:
+        call("PUT", "/root/%s" % name, {"type": "mirror", "mirror_url": want[name]}, auth)
+print("\n".join(changes))
 PY
-)
-  want="pypi $upstream"
-  for url in "$@"; do want="$want
-$(index_name "$url") $url"; done
-  missing=$(echo "$want" | while read -r name url; do
-    echo "$list" | grep -qxF "$name $url" || echo "$name $url"; done)
-  [ -z "$missing" ] && exit 0
-  $check && { echo "not mirrored yet: $missing"; exit 1; }
-  "$VENV/bin/devpi" use "http://127.0.0.1:$PYPI_PORT" >/dev/null
-  "$VENV/bin/devpi" login root --password "$(cat {{ cache_dir | quote }}/devpi-root-password)" >/dev/null
-  echo "$missing" | while read -r name url; do
-    if echo "$list" | grep -q "^$name "; then
-      "$VENV/bin/devpi" index "root/$name" "mirror_url=$url" >/dev/null
-    else
-      "$VENV/bin/devpi" index -c "root/$name" type=mirror "mirror_url=$url" >/dev/null
-    fi
-    echo "root/$name mirrors $url"
-  done ;;
+  ;;
 warm)
   "$VENV/bin/python" - "$PYPI_PORT" <<'PY'
 import sys, urllib.error, urllib.request
@@ -134,5 +171,5 @@ stats)
   echo "apt-cacher-ng $(du -sb /var/cache/apt-cacher-ng | cut -f1)"
   echo "devpi $(du -sb "$SERVERDIR/+files" 2>/dev/null | cut -f1 || echo 0)" ;;
 *)
-  sed -n '2,10p' "$0" >&2; exit 2 ;;
+  sed -n '2,17p' "$0" >&2; exit 2 ;;
 esac

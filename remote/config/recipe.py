@@ -22,7 +22,7 @@ from .yamlfile import YamlMap, load_yaml
 if TYPE_CHECKING:  # the kinds are passed in: config never imports them at run time
     from ..kinds import Kind
 
-TOP_KEYS = {"name", "description", "vars", "steps", "handlers"}
+TOP_KEYS = {"name", "description", "vars", "steps", "handlers", "validate"}
 MAX_INCLUDE_DEPTH = 20
 MAX_SECONDS = 10_000_000  # ~116 days: anything above is a typo (and .inf/.nan are refused)
 MAX_RETRIES = 1000
@@ -96,6 +96,7 @@ class Recipe:
     steps: list[Step]
     handlers: dict[str, Step]
     files: list[Path] = field(default_factory=list)
+    validate: bool = True  # `validate: false` at the top: provision never validates after it
 
     def select(self, tags: Optional[set[str]]) -> list[Step]:
         """Steps to run for `--tags` (all when None); steps tagged `always` always run."""
@@ -117,7 +118,7 @@ def load_recipe(path: str | Path, kinds: Mapping[str, Kind[Any]]) -> Recipe:
                                        f"{suggest(name, loader.handlers)}")
     return Recipe(path=root, name=loader.root_name or root.stem, vars=loader.vars,
                   vars_where=loader.vars_where, steps=steps, handlers=loader.handlers,
-                  files=loader.files)
+                  files=loader.files, validate=loader.validate)
 
 
 class _Loader:
@@ -129,10 +130,44 @@ class _Loader:
         self.files: list[Path] = []
         self.included: set[tuple[Path, tuple[str, ...], frozenset[str], Optional[bool]]] = set()
         self.root_name: Optional[str] = None
+        self.validate = True
 
     def load_file(self, path: Path, stack: list[Path], when: list[Any], tags: frozenset[str],
                   become: Optional[bool], included_at: Where) -> list[Step]:
+        """The steps of the recipe at `path` (its vars and handlers go to the loader), under
+        the conditions of the includes in `stack`; [] for a file already included alike."""
         resolved = path.resolve()
+        if not self._enter(path, stack, (resolved, tuple(map(str, when)), tags, become), included_at):
+            return []
+        data = _read_yaml_recipe(path)
+        self.files.append(path)
+        if not stack:
+            self.root_name = str(data["name"]) if data.get("name") else None
+            if "validate" in data:
+                expect(data["validate"], bool, data.at("validate"), "'validate'")
+                self.validate = bool(data["validate"])
+        self._add_vars(data)
+        steps_raw = data.get("steps")
+        if steps_raw is None:
+            raise data.where.error("a recipe needs 'steps:' (a list of steps)")
+        expect(steps_raw, list, data.at("steps"), "'steps'")
+        stack = stack + [resolved]
+        steps = []
+        for index, raw in enumerate(steps_raw):
+            expect(raw, dict, steps_raw.at(index), f"step {index + 1}")
+            if "include" in raw:
+                steps += self._include(raw, path, stack, when, tags, become)
+            else:
+                steps.append(self._step(raw, path.parent, when, tags, become))
+        self._add_handlers(data, path.parent, become)
+        return steps
+
+    def _enter(self, path: Path, stack: list[Path],
+               context: tuple[Path, tuple[str, ...], frozenset[str], Optional[bool]],
+               included_at: Where) -> bool:
+        """Check the include graph before reading `path`: no cycle, not too deep, a file that
+        exists. False: the file was included before under the same conditions."""
+        resolved = context[0]
         if resolved in stack:
             chain = " -> ".join(p.name for p in stack[stack.index(resolved):] + [resolved])
             raise included_at.error(f"include cycle: {chain}")
@@ -144,18 +179,12 @@ class _Loader:
             raise included_at.error(f"included recipe {path} is not a file")
         # A file included again under the same conditions adds nothing (stack.yaml and
         # nvidia-repo.yaml are shared by many recipes); under other conditions it comes in again.
-        context = (resolved, tuple(map(str, when)), tags, become)
         if stack and context in self.included:
-            return []
+            return False
         self.included.add(context)
-        data = load_yaml(path, "recipe")
-        if not isinstance(data, YamlMap):
-            raise InputError("a recipe must be a mapping with 'steps:'", path,
-                             getattr(data, "where", Where(str(path), 1)).line)
-        check_keys(data, TOP_KEYS, "recipe")
-        self.files.append(path)
-        if not stack:
-            self.root_name = str(data["name"]) if data.get("name") else None
+        return True
+
+    def _add_vars(self, data: YamlMap) -> None:
         file_vars = data.get("vars") or YamlMap()
         expect(file_vars, dict, data.at("vars"), "'vars'")
         for name, value in file_vars.items():
@@ -163,19 +192,8 @@ class _Loader:
             if name not in self.vars:
                 self.vars[name] = value
                 self.vars_where[name] = file_vars.at(name)
-        steps_raw = data.get("steps")
-        if steps_raw is None:
-            raise data.where.error("a recipe needs 'steps:' (a list of steps)")
-        expect(steps_raw, list, data.at("steps"), "'steps'")
-        stack = stack + [resolved]
-        steps = []
-        for index, raw in enumerate(steps_raw):
-            at = steps_raw.at(index)
-            expect(raw, dict, at, f"step {index + 1}")
-            if "include" in raw:
-                steps += self._include(raw, path, stack, when, tags, become)
-            else:
-                steps.append(self._step(raw, path.parent, when, tags, become))
+
+    def _add_handlers(self, data: YamlMap, base_dir: Path, become: Optional[bool]) -> None:
         handlers_raw = data.get("handlers") or YamlMap()
         expect(handlers_raw, dict, data.at("handlers"), "'handlers'")
         for name, raw in handlers_raw.items():
@@ -186,11 +204,10 @@ class _Loader:
             expect(raw, dict, at, f"handler '{name}'")
             if "include" in raw:
                 raise at.error("a handler cannot be an include")
-            handler = self._step(raw, path.parent, [], frozenset(), become)
+            handler = self._step(raw, base_dir, [], frozenset(), become)
             if "name" not in raw:
                 handler.name, handler.named = name, False
             self.handlers[name] = handler
-        return steps
 
     def _include(self, raw: YamlMap, path: Path, stack: list[Path], when: list[Any],
                  tags: frozenset[str], become: Optional[bool]) -> list[Step]:
@@ -226,7 +243,7 @@ class _Loader:
                     timeout=None if common["timeout"] is None else float(common["timeout"]),
                     changed_when=common["changed_when"], failed_when=common["failed_when"],
                     creates=common["creates"], unless=common["unless"], named="name" in raw)
-        if not kind.remote and (step.creates or step.unless):
+        if kind.control_side and (step.creates or step.unless):
             raise raw.where.error(f"'{kind.name}' runs on the control side: creates/unless do "
                                   "not apply")
         for key in ("changed_when", "failed_when"):
@@ -239,6 +256,16 @@ class _Loader:
             if isinstance(value, str):
                 parse(value, where)
         return step
+
+
+def _read_yaml_recipe(path: Path) -> YamlMap:
+    """The format: a YAML mapping with the top-level keys of `TOP_KEYS`, with positions."""
+    data = load_yaml(path, "recipe")
+    if not isinstance(data, YamlMap):
+        raise InputError("a recipe must be a mapping with 'steps:'", path,
+                         getattr(data, "where", Where(str(path), 1)).line)
+    check_keys(data, TOP_KEYS, "recipe")
+    return data
 
 
 def _listed(value: Any) -> list[Any]:

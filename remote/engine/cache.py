@@ -7,23 +7,28 @@ the `mirror_url` it mirrors). `parse_reach` turns that answer (untrusted: it is 
 printed) into a `CacheRoute`: apt's proxy, and for each mirrored index URL the cache's index URL.
 The kinds that download (`Kind.fetches`) rewrite their arguments with it
 (`Kind.through_cache`), so recipes need no change, and a cache that does not answer leaves them
-as written: the origin.
+as written: the origin. `HostCache` is one host's view (its route, its forwards); `CacheLink`
+the one connection to the cache host that a run's forwards share.
+
+May import: `remote.errors`, `remote.kinds` (base, route), `remote.transport.connection`.
 """
 from __future__ import annotations
 
 import json
 import re
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 from ..errors import HostError
-from ..kinds.base import q
+from ..kinds.base import Kind, q
 from ..kinds.route import CacheRoute, normalize_index
-from ..transport.forward import ssh_transport
+from ..transport.connection import RemoteForwards, SSHException, ssh_transport
 
 if TYPE_CHECKING:
-    from ..config.inventory import Host
+    from ..config.inventory import Host, Inventory
+    from ..output.runlog import RunLog
     from ..transport.connection import BaseConnection
+    from .results import HostResult
 
 REACH_TIMEOUT_S = 5
 # devpi index names are user/index path parts; refuse anything else the host sends back.
@@ -137,3 +142,103 @@ class CacheLink:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+class CacheUser(Protocol):
+    """What `HostCache` needs of a host's session (engine/session.py `HostSession`)."""
+
+    host: Host
+    inventory: Inventory
+    log: RunLog
+    result: HostResult
+
+    @property
+    def conn(self) -> BaseConnection: ...
+
+    def warn(self, text: str) -> None: ...
+
+
+class HostCache:
+    """The fleet cache as one host reaches it: worked out before the host's first step that
+    downloads, again after its connection is reopened (a reboot ends the forwards)."""
+
+    def __init__(self, session: CacheUser, link: CacheLink):
+        self.session = session
+        self.link = link
+        self._route: Optional[CacheRoute] = None
+        self._route_known = False
+        self._forwards: Optional[RemoteForwards] = None
+
+    def through(self, kind: Kind[Any], args: dict[str, Any]) -> dict[str, Any]:
+        """A downloading step's rendered `args`, sent through the fleet cache when the
+        inventory names one and it answers; as written otherwise (the origin)."""
+        if not kind.fetches or self.session.inventory.cache is None:
+            return args
+        if not self._route_known:
+            self._route = self._find()
+            self._route_known = True
+        return kind.through_cache(args, self._route) if self._route is not None else args
+
+    def forget(self) -> None:
+        """Close the forwards and forget the route (the host's connection is closing)."""
+        if self._forwards is not None:
+            self._forwards.close()
+            if self._forwards.refused:
+                self.session.log.event(f"fleet cache forward: {self._forwards.refused} "
+                                       "connection(s) from the host refused over the limit")
+            self._forwards = None
+        self._route, self._route_known = None, False
+
+    def _find(self) -> Optional[CacheRoute]:
+        """Ask the cache from the host directly, then over an SSH forward (as `reach` allows);
+        say which way it answered, or warn that the downloads go to the origin."""
+        cache = self.session.inventory.cache
+        if cache is None or cache.host == self.session.host.name:
+            return None
+        tried = []
+        route: Optional[CacheRoute] = None
+        if cache.reach != "forward":
+            route, why = self._ask(cache.address, cache.apt_port, cache.pypi_port, "direct")
+            if route is None:
+                tried.append(f"direct to {cache.address}: {why}")
+        if route is None and cache.reach != "direct":
+            try:
+                ports = self._forward()
+            except (HostError, OSError, EOFError, SSHException) as exc:
+                tried.append(f"SSH forward: {exc or type(exc).__name__}")
+            else:
+                route, why = self._ask("127.0.0.1", *ports, "SSH forward")
+                if route is None:
+                    tried.append(f"SSH forward: {why}")
+        if route is None:
+            self.session.warn(f"fleet cache {cache.host} does not answer, apt and pip go to the origin "
+                       f"({'; '.join(tried)})")
+        elif not route.apt_proxy or not route.indexes:
+            self.session.warn(f"fleet cache {cache.host}: "
+                       + ("apt-cacher-ng does not answer, apt goes" if not route.apt_proxy
+                          else "devpi mirrors no index, pip goes") + " to the origin")
+        return route
+
+    def _ask(self, address: str, apt_port: int, pypi_port: int,
+                   via: str) -> tuple[Optional[CacheRoute], str]:
+        result = self.session.conn.run(reach_script(self.session.host.python, address, apt_port, pypi_port),
+                               timeout=60)
+        route, why = parse_reach(result.out, address, apt_port, pypi_port, via)
+        if route is not None:
+            served = ", ".join(filter(None, ["apt" if route.apt_proxy else "",
+                                             f"{len(route.indexes)} pip index(es)"
+                                             if route.indexes else ""]))
+            self.session.log.event(f"fleet cache: {served} via {via}: "
+                           + " ".join(filter(None, [route.apt_proxy, *route.indexes.values()])))
+            self.session.result.cache = via
+        return route, why
+
+    def _forward(self) -> tuple[int, int]:
+        """Ports on the host's loopback that lead to the cache host's two services."""
+        cache = self.session.inventory.cache
+        assert cache is not None
+        if self._forwards is None:
+            target = self.link.conn(self.session.inventory.hosts[cache.host])
+            self._forwards = RemoteForwards(self.session.conn, target,
+                                            on_refused=self.session.warn)
+        return self._forwards.add(cache.apt_port), self._forwards.add(cache.pypi_port)

@@ -33,6 +33,7 @@ class StepResult:
     elapsed_s: float = 0.0
     message: str = ""
     commands: list[str] = field(default_factory=list)  # what ran (or would run), as shown
+    diff: str = ""  # with --diff: a unified diff of the file content the step writes
 
     def to_json(self, redact: Redact) -> dict[str, Any]:
         return {"name": redact(self.name), "status": self.status.value,

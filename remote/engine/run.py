@@ -9,32 +9,16 @@ import functools
 import gc
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Optional
 
 from ..config.inventory import Host, Inventory
 from ..errors import GpuprovError, Interrupted
 from ..output.recap import Reporter
 from ..output.runlog import Redactor
-from ..transport.connection import BaseConnection, connection_for
-from ..transport.hostkeys import KnownHosts
+from ..transport.connection import BaseConnection, KnownHosts, connection_for
 from .cache import CacheLink
-from .jobs import Job
+from .options import RunOptions as RunOptions  # re-exported: the command line builds it
 from .results import HostResult
-from .session import HostSession, facts_read_by_vars
-
-
-@dataclass
-class RunOptions:
-    check: bool = False
-    extra_vars: dict[str, Any] = field(default_factory=dict)
-    forks: int = 16
-    become_password: Optional[str] = None
-    logs_dir: Optional[Path] = Path("logs")  # None: keep no provision.log
-    run_id: str = ""
-    # Facts to use instead of the gathered ones (plans for another distro in check mode).
-    facts_override: dict[str, Any] = field(default_factory=dict)
+from .session import HostSession, Job, facts_read_by_vars
 
 
 class RunInterrupted(GpuprovError):

@@ -1,39 +1,38 @@
 """One host's side of a run: its connection, run log, facts, template context and result, and
-the reporter its lines go to. A job (`engine/jobs/`) gets a `HostSession` and works only
-through it; the session knows the commands every job may need (gather facts, reboot).
+the reporter its lines go to. A job (`engine/jobs/`, the `Job` protocol here) gets a
+`HostSession` and works only through it; the session knows what every job may need (the
+connection, facts, vars and context, the result). The fleet cache as the host reaches it is
+`cache.HostCache`; a reboot is a command type (`jobs/reboot.py`).
+
+May import: `remote.errors`, `config`, `kinds`, `output`, `transport.connection`, and the
+engine's `cache`, `facts`, `fact_shapes`, `probes`, `results`, `options`. Never `run` or `jobs`.
 """
 from __future__ import annotations
 
 import threading
 import time
+from typing import Any, Callable, Iterable, Optional, Protocol
 
-import paramiko
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
-
-from . import facts as facts_mod
-from .fact_shapes import FactShapeError, check_fact_shapes
 from ..config.inventory import Host, Inventory
 from ..config.recipe import Recipe
 from ..config.templating import facts_read, resolve_vars
-from ..errors import (CommandTimeout, ConnectionLost, HostError, Interrupted, TemplateError, Unreachable,
-                      Where)
-from ..kinds import Kind, Probe
+from ..errors import CommandTimeout, ConnectionLost, HostError, Interrupted, TemplateError, Unreachable, Where
+from ..kinds import Probe
 from ..output.recap import Reporter
 from ..output.runlog import Redactor, RunLog
 from ..transport.connection import BaseConnection
-from ..transport.forward import RemoteForwards
-from ..kinds.route import CacheRoute
-from .cache import CacheLink, parse_reach, reach_script
+from . import facts as facts_mod
+from .cache import CacheLink, HostCache
+from .fact_shapes import FactShapeError, check_fact_shapes
+from .options import RunOptions
 from .probes import batch_script, in_one_write, parse_batch
 from .results import HostResult, Outcome, StepResult, StepStatus
 
-if TYPE_CHECKING:
-    from .jobs import Job
-    from .run import RunOptions
-
 Vars = dict[str, Any]
 VarPositions = dict[str, Where]
-BOOT_ID = "cat /proc/sys/kernel/random/boot_id"
+# The facts script alone (a fraction of a second on a healthy host; nvidia-smi the slowest part)
+# gets this long, or the inventory's timeouts.command when that is shorter.
+FACTS_TIMEOUT_S = 60.0
 
 
 def layered_vars(inventory: Inventory, host: Host, extra_vars: Vars,
@@ -78,6 +77,18 @@ def union(*names: Optional[set[str]]) -> Optional[set[str]]:
     return total
 
 
+class Job(Protocol):
+    """What a run does on each host (`jobs/`): one object serves every host of a run."""
+
+    @property
+    def outcome(self) -> Optional[str]:
+        """The name of the `Outcome` this job concludes with (the recap's extra column and
+        the `--json` key), or None when its steps say everything."""
+
+    def __call__(self, session: HostSession) -> None:
+        """Do the job on one host; raise only what `HostSession.run_job` handles."""
+
+
 class _VarsFailed(Exception):
     """A var does not render for this host (`{{ 1 // 0 }}`, a bad filter argument)."""
 
@@ -105,12 +116,8 @@ class HostSession:
                           if logs is not None else None, redact)
         self.facts: dict[str, Any] = {}
         self.context: dict[str, Any] = {}
-        # The fleet cache as this host reaches it: worked out before the first step that
-        # downloads, again after the connection is reopened (a reboot ends the forwards).
-        self._route: Optional[CacheRoute] = None
-        self._route_known = False
-        self._forwards: Optional[RemoteForwards] = None
-        self._cache_link = cache_link or CacheLink(connect)
+        # The fleet cache as this host reaches it (engine/cache.py).
+        self.cache = HostCache(self, cache_link or CacheLink(connect))
         # Read-only snippets a job adds to the facts round trip (the stack manifest), and
         # their answers: saves a round trip when the run changes nothing.
         self.ride_along: list[str] = []
@@ -165,10 +172,7 @@ class HostSession:
         return self._conn
 
     def close(self) -> None:
-        if self._forwards is not None:
-            self._forwards.close()
-            self._forwards = None
-        self._route, self._route_known = None, False
+        self.cache.forget()  # a reopened connection (after a reboot) looks for it again
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -216,7 +220,8 @@ class HostSession:
                 answers = {early[key]: answer
                            for key, answer in parse_batch(probe_lines, token).items()}
         if result is None:
-            result = self.conn.run(script, timeout=60)
+            result = self.conn.run(script, timeout=min(FACTS_TIMEOUT_S,
+                                                       self.inventory.timeouts.command))
             fact_lines = result.out
         self.log.command("facts", label, result.rc, result.elapsed_s, probe_lines, result.err)
         result.require_complete("facts")  # a cut answer would parse as wrong facts
@@ -255,74 +260,11 @@ class HostSession:
             if name in values:
                 self.redact.add(str(values[name]))
 
-    # ------------------------------------------------------------------ the fleet cache
-    def through_cache(self, kind: Kind[Any], args: dict[str, Any]) -> dict[str, Any]:
-        """A downloading step's rendered `args`, sent through the fleet cache when the
-        inventory names one and it answers; as written otherwise (the origin)."""
-        if not kind.fetches or self.inventory.cache is None:
-            return args
-        if not self._route_known:
-            self._route = self._find_cache()
-            self._route_known = True
-        return kind.through_cache(args, self._route) if self._route is not None else args
-
-    def _find_cache(self) -> Optional[CacheRoute]:
-        """Ask the cache from the host directly, then over an SSH forward (as `reach` allows);
-        say which way it answered, or warn that the downloads go to the origin."""
-        cache = self.inventory.cache
-        if cache is None or cache.host == self.host.name:
-            return None
-        tried = []
-        route: Optional[CacheRoute] = None
-        if cache.reach != "forward":
-            route, why = self._ask_cache(cache.address, cache.apt_port, cache.pypi_port, "direct")
-            if route is None:
-                tried.append(f"direct to {cache.address}: {why}")
-        if route is None and cache.reach != "direct":
-            try:
-                ports = self._forward_to_cache()
-            except (HostError, OSError, EOFError, paramiko.SSHException) as exc:
-                tried.append(f"SSH forward: {exc or type(exc).__name__}")
-            else:
-                route, why = self._ask_cache("127.0.0.1", *ports, "SSH forward")
-                if route is None:
-                    tried.append(f"SSH forward: {why}")
-        if route is None:
-            self._warn(f"fleet cache {cache.host} does not answer, apt and pip go to the origin "
-                       f"({'; '.join(tried)})")
-        elif not route.apt_proxy or not route.indexes:
-            self._warn(f"fleet cache {cache.host}: "
-                       + ("apt-cacher-ng does not answer, apt goes" if not route.apt_proxy
-                          else "devpi mirrors no index, pip goes") + " to the origin")
-        return route
-
-    def _warn(self, text: str) -> None:
+    def warn(self, text: str) -> None:
+        """A warning for this host: shown, logged, and kept in its result."""
         self.reporter.warning(self.host.name, text)
         self.log.event(f"warning: {text}")
         self.result.warnings.append(text)
-
-    def _ask_cache(self, address: str, apt_port: int, pypi_port: int,
-                   via: str) -> tuple[Optional[CacheRoute], str]:
-        result = self.conn.run(reach_script(self.host.python, address, apt_port, pypi_port),
-                               timeout=60)
-        route, why = parse_reach(result.out, address, apt_port, pypi_port, via)
-        if route is not None:
-            served = ", ".join(filter(None, ["apt" if route.apt_proxy else "",
-                                             f"{len(route.indexes)} pip index(es)"
-                                             if route.indexes else ""]))
-            self.log.event(f"fleet cache: {served} via {via}: "
-                           + " ".join(filter(None, [route.apt_proxy, *route.indexes.values()])))
-            self.result.cache = via
-        return route, why
-
-    def _forward_to_cache(self) -> tuple[int, int]:
-        """Ports on the host's loopback that lead to the cache host's two services."""
-        cache = self.inventory.cache
-        assert cache is not None
-        if self._forwards is None:
-            target = self._cache_link.conn(self.inventory.hosts[cache.host])
-            self._forwards = RemoteForwards(self.conn, target)
-        return self._forwards.add(cache.apt_port), self._forwards.add(cache.pypi_port)
 
     # ------------------------------------------------------------------ results
     def record(self, step: StepResult) -> None:
@@ -338,41 +280,3 @@ class HostSession:
     def conclude(self, outcome: Outcome) -> None:
         """The job's verdict beyond its steps (see `Outcome`)."""
         self.result.outcome = outcome
-
-    # ------------------------------------------------------------------ commands the session knows
-    def reboot(self, timeout: float) -> tuple[StepStatus, str]:
-        """Reboot the host, reconnect, and wait for a new boot_id: (status, message)."""
-        if self.host.is_local:
-            return StepStatus.FAILED, ("refusing to reboot: this host is the control machine "
-                                       "(connection: local)")
-        before = self.conn.run(BOOT_ID, timeout=30).out.strip()
-        self.reporter.running(self.host.name, f"rebooting (waiting up to {timeout:g} s)")
-        self.log.event(f"reboot: boot_id before {before}")
-        try:
-            # Detached, so the command returns before sshd goes down with the host.
-            self.conn.run("nohup sh -c 'sleep 1; reboot || shutdown -r now' >/dev/null 2>&1 &",
-                          become=True, timeout=30)
-        except (ConnectionLost, CommandTimeout):
-            pass
-        self.close()
-        deadline = time.monotonic() + timeout
-        last = "no answer yet"
-        time.sleep(2)
-        while time.monotonic() < deadline:
-            self.check_cancel()
-            try:
-                self.open()
-                after = self.conn.run(BOOT_ID, timeout=30).out.strip()
-                if after and after != before:
-                    self.facts["boot_id"] = after
-                    self.log.event(f"reboot: back with boot_id {after}")
-                    return StepStatus.CHANGED, \
-                        f"rebooted in {timeout - (deadline - time.monotonic()):.0f} s"
-                last = "still the same boot_id (reboot not started?)"
-                self.close()
-            except (Unreachable, ConnectionLost, CommandTimeout, EOFError, OSError) as exc:
-                # sshd may accept and drop connections while the host comes back
-                last = str(exc) or type(exc).__name__
-            time.sleep(2)
-        raise Unreachable(f"did not come back with a new boot_id within {timeout:g} s after "
-                          f"reboot ({last})")

@@ -7,6 +7,8 @@ Adding a kind means three things: its module here (a `Kind` subclass with `name`
 `tests/kinds/<name>/` (arguments + probe output -> fact and commands; the format is in
 tests/test_kinds.py). A kind that downloads sets `fetches` and sends its downloads through the
 fleet cache in `through_cache` (`route.CacheRoute` says where the cache is for the host).
+`plan` yields typed commands (`commands`: shell, reboot-and-wait, local action); the engine
+runs those types, so a new kind needs no engine edit.
 
 May import: `remote.errors`, `remote.config` (schema, templating). Never the engine, transport
 or output.
@@ -18,7 +20,8 @@ from typing import Any
 from ..errors import PlanError
 from .apt import Apt
 from .assertion import Assert
-from .base import Command, Kind, Probe
+from .base import Kind, Probe
+from .commands import Command, LocalAction, Planned, RebootAndWait
 from .deb import Deb
 from .file import File
 from .pip import Pip
@@ -30,4 +33,4 @@ from .template import Template
 KINDS: dict[str, Kind[Any]] = {kind.name: kind for kind in (
     Shell(), File(), Template(), Pip(), PipLock(), Apt(), Deb(), Reboot(), Assert())}
 
-__all__ = ["KINDS", "Command", "Kind", "PlanError", "Probe"]
+__all__ = ["KINDS", "Command", "Kind", "LocalAction", "PlanError", "Planned", "Probe", "RebootAndWait"]

@@ -8,6 +8,7 @@ from ..config.schema import Arg
 from ..config.templating import evaluate, render_text
 from ..errors import Where
 from .base import Args, Kind
+from .commands import LocalAction
 
 
 class Assert(Kind[None]):
@@ -16,7 +17,7 @@ class Assert(Kind[None]):
     name = "assert"
     spec = {"that": Arg((list, str), required=True), "msg": Arg((str,), "")}
     scalar_field = "that"
-    remote = False
+    control_side = True
 
     def check(self, args: Args, where: Where, base_dir: Path) -> None:
         if isinstance(args["that"], str):
@@ -35,11 +36,13 @@ class Assert(Kind[None]):
         return None
 
     def render(self, args: Args, context: dict[str, Any]) -> Args:
-        return args  # expressions are evaluated in run_local, msg rendered there
+        return args  # expressions are evaluated by the plan's action, msg rendered there
 
-    def run_local(self, args: Args, context: dict[str, Any]) -> tuple[bool, str]:
-        for expr in args["that"]:
-            if not evaluate(expr, context):
-                msg = render_text(args["msg"] or "", context)
-                return False, msg or f"assertion failed: {expr}"
-        return True, ""
+    def plan(self, args: Args, fact: None) -> list[LocalAction]:
+        def check(context: dict[str, Any]) -> tuple[bool, str]:
+            for expr in args["that"]:
+                if not evaluate(expr, context):
+                    msg = render_text(args["msg"] or "", context)
+                    return False, msg or f"assertion failed: {expr}"
+            return True, ""
+        return [LocalAction(check, "assert " + " and ".join(map(str, args["that"])))]

@@ -9,6 +9,8 @@ A kind splits its work the way pyinfra's operations and facts do:
   sends the probes of many steps to a host as one script, one round trip;
 - `plan(args, fact)`: only decides. The commands needed to reach the target state from what
   the fact says; empty when it already holds, so a converged host runs nothing that changes it.
+  Commands are typed (`commands`: a shell command, a reboot-and-wait, a local action): the
+  engine runs the types and never knows the kinds.
 Values are rendered before `probe`/`plan` see them (`render`), shell fields quoted.
 """
 from __future__ import annotations
@@ -16,30 +18,19 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Mapping, Optional, Sequence, TypeVar
 
 from ..config.schema import Arg, check_args, expect
 from ..config.templating import render_shell, render_value
 from ..errors import Where
+from .commands import Command as Command  # noqa: F401  (re-exported: the kinds import it from here)
+from .commands import Planned
 
 if TYPE_CHECKING:
     from .route import CacheRoute
 
 Args = dict[str, Any]
 FactT = TypeVar("FactT")
-
-
-@dataclass
-class Command:
-    """One command for the host. `display` is what plans and logs show (defaults to script)."""
-
-    script: str
-    stdin: Optional[bytes] = None
-    display: str = ""
-    shell: str = "/bin/sh"
-
-    def shown(self) -> str:
-        return self.display or self.script
 
 
 @dataclass
@@ -53,6 +44,24 @@ class Probe:
 q = shlex.quote
 
 
+def with_env(script: str, env: Mapping[str, str], *, display: str,
+             shell: str = "/bin/sh") -> Command:
+    """A command that runs `script` with `env` exported, the values sent on stdin.
+
+    A value written into the script would sit in the `sh -c SCRIPT` argument on the host, and
+    any local user there reads every process's arguments (`ps`, /proc/PID/cmdline); the
+    environment of a process (/proc/PID/environ) only its own user and root can read (proc(5)).
+    So the script starts by reading exactly the bytes of the `export` lines from stdin (`dd`
+    with bs=1 reads one byte at a time, so nothing meant for the command is taken) and `eval`s
+    them: the values never touch the command line or the host's disk. The command's own stdin
+    is at end of file, as for any step without `stdin`. Names must be valid (the caller checks)."""
+    if not env:
+        return Command(script, display=display, shell=shell)
+    block = "".join(f"export {name}={q(value)}\n" for name, value in env.items()).encode()
+    prelude = f'eval "$(dd bs=1 count={len(block)} 2>/dev/null)"\n'
+    return Command(prelude + script, stdin=block, display=display, shell=shell)
+
+
 class Kind(Generic[FactT]):
     """Base of every step kind; `FactT` is the type of what its probe's output says."""
 
@@ -60,7 +69,9 @@ class Kind(Generic[FactT]):
     spec: dict[str, Arg] = {}
     scalar_field: Optional[str] = None  # `kind: VALUE` shorthand fills this field
     shell_fields: tuple[str, ...] = ()  # rendered with every value shell-quoted
-    remote = True                       # False: evaluated on the control side (assert)
+    # True: plans only `LocalAction`s, run on the control side (assert); the recipe loader
+    # refuses creates/unless on it. The engine never reads it.
+    control_side = False
     probe_fields: tuple[str, ...] = ()  # the arguments `probe` reads (see `render_for_probe`)
     fetches = False                     # downloads packages: a fleet cache can serve them
 
@@ -114,16 +125,18 @@ class Kind(Generic[FactT]):
         """The fact from the probe's answer (a kind without a probe parses nothing)."""
         return self.parse(probe.out if probe is not None else "")
 
-    def plan(self, args: Args, fact: FactT) -> list[Command]:
+    def plan(self, args: Args, fact: FactT) -> Sequence[Planned]:
         raise NotImplementedError
+
+    def diff_target(self, args: Args, fact: FactT) -> Optional[tuple[str, str, bool]]:
+        """For `--diff`: (path, new content, whether the file exists now) when the step would
+        write a file's content; None for a kind, or a step, that writes none."""
+        return None
 
     def through_cache(self, args: Args, route: CacheRoute) -> Args:
         """`args` (rendered) with the downloads sent through the fleet cache `route`; a kind
         with `fetches` overrides it."""
         return args
-
-    def run_local(self, args: Args, context: dict[str, Any]) -> tuple[bool, str]:
-        raise NotImplementedError
 
 
 def listed(value: Any) -> list[Any]:

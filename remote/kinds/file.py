@@ -11,7 +11,6 @@ from ..config.schema import Arg
 from ..errors import PlanError, Where
 from .base import Args, Command, Kind, q
 
-
 MODE = re.compile(r"0?[0-7]{3,4}")  # used with fullmatch: `$` would pass a final newline
 OCTAL = re.compile(r"[0-7]{1,4}")  # a mode as `stat -c %a` prints it
 
@@ -83,6 +82,18 @@ class File(Kind[FileState]):
     def plan(self, args: Args, fact: FileState) -> list[Command]:
         return plan_file(args["path"], args["content"], args["mode"], args["owner"],
                          args["group"], args["state"], fact)
+
+    def diff_target(self, args: Args, fact: FileState) -> Optional[tuple[str, str, bool]]:
+        if args["state"] != "file" or args["content"] is None:
+            return None
+        return content_change(args["path"], args["content"], fact)
+
+
+def content_change(path: str, content: str, fact: FileState) -> Optional[tuple[str, str, bool]]:
+    """(path, content, exists) when `content` differs from what the probe saw at `path`."""
+    if fact.what == "file" and fact.sha256 == hashlib.sha256(content.encode()).hexdigest():
+        return None
+    return path, content, fact.what == "file"
 
 
 def check_mode(args: Args, where: Where) -> None:

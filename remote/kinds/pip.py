@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..config.schema import Arg
 from ..errors import PlanError, Where
-from .base import Args, Command, Kind, listed, q
+from .base import Args, Command, Kind, listed, q, with_env
 
 if TYPE_CHECKING:
     from .route import CacheRoute
@@ -122,12 +122,45 @@ class Pip(Kind[PipState]):
             base = q(args["python"] or "python3")
             cmds.append(Command(f"{base} -m venv {q(args['venv'])}"))
         opts = ["--disable-pip-version-check", "--no-input", "-q"]
-        if args["index_url"]:
-            opts += ["--index-url", q(args["index_url"])]
-        extra = args["extra_index_url"] or []
-        for url in [extra] if isinstance(extra, str) else extra:
-            opts += ["--extra-index-url", q(url)]
-        opts += [q(str(a)) for a in args["extra_args"] or []]
-        cmds.append(Command(f"{py} -m pip install {' '.join(opts)} " +
-                            " ".join(q(str(r)) for r in todo)))
+        extra = [q(str(a)) for a in args["extra_args"] or []]
+        packages = " ".join(q(str(r)) for r in todo)
+        env = _index_env(args)
+        # Plans and logs show the indexes as pip's options, passwords as ***; the host gets
+        # them in pip's environment (`_index_env`).
+        shown_indexes = [f"--{name[4:].lower().replace('_', '-')} {q(_redacted(url))}"
+                         for name, urls in env.items() for url in urls.split(" ")]
+        cmds.append(with_env(
+            f"{py} -m pip install {' '.join(opts + extra)} {packages}", env,
+            display=f"{py} -m pip install {' '.join(opts + shown_indexes + extra)} {packages}"))
         return cmds
+
+
+def _index_env(args: Args) -> dict[str, str]:
+    """The step's indexes as pip's environment variables, never its arguments: an index URL
+    may carry a password or token, and a command line on the host is readable by every local
+    user. pip reads each long option from PIP_<UPPER_LONG_NAME>, a repeatable one as values
+    separated by spaces (pip's docs, "Configuration", "Environment Variables":
+    https://pip.pypa.io/en/stable/topics/configuration/#environment-variables; the
+    `pip install` manual names PIP_INDEX_URL and PIP_EXTRA_INDEX_URL). `with_env` sends them
+    on stdin. A command-line option would override them (pip's order: options, environment,
+    config files), and none is given."""
+    env = {}
+    if args["index_url"]:
+        env["PIP_INDEX_URL"] = str(args["index_url"])
+    extra = args["extra_index_url"] or []
+    extras = [str(url) for url in ([extra] if isinstance(extra, str) else extra)]
+    if extras:
+        env["PIP_EXTRA_INDEX_URL"] = " ".join(extras)
+    return env
+
+
+def _redacted(url: str) -> str:
+    """`url` for plans and logs: the password of its user part shown as ***, as pip shows it
+    ("Looking in indexes: https://user:****@host/simple"); a lone user part (a token) as ***
+    too."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.partition("@") if sep else ("", "", "")
+    if not at or "/" in userinfo:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}://{user + ':***' if colon else '***'}@{host}"

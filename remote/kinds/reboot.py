@@ -1,10 +1,10 @@
 """The `reboot` step kind."""
 from __future__ import annotations
 
-
 from ..config.schema import Arg
 from ..errors import PlanError
-from .base import Args, Command, Kind
+from .base import Args, Kind
+from .commands import RebootAndWait
 
 
 class Reboot(Kind[None]):
@@ -19,9 +19,8 @@ class Reboot(Kind[None]):
     def parse(self, out: str) -> None:
         return None
 
-    def plan(self, args: Args, fact: None) -> list[Command]:
-        return [Command("reboot", display=f"reboot and wait up to {self.timeout(args):g} s for a "
-                                          "new boot_id")]
+    def plan(self, args: Args, fact: None) -> list[RebootAndWait]:
+        return [RebootAndWait(self.timeout(args))]
 
     @staticmethod
     def timeout(args: Args) -> float:

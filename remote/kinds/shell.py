@@ -5,7 +5,7 @@ import re
 
 from ..config.schema import Arg
 from ..errors import PlanError
-from .base import Args, Command, Kind, q
+from .base import Args, Command, Kind, q, with_env
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # used with fullmatch: `$` would pass a final newline
 
@@ -30,10 +30,12 @@ class Shell(Kind[None]):
         parts = []
         if args["chdir"]:
             parts.append(f"cd {q(args['chdir'])} || exit 1")
+        env = {}
         for key, value in (args["env"] or {}).items():
             if not ENV_NAME.fullmatch(str(key)):
                 raise PlanError(f"env name {key!r} is not a valid variable name")
-            parts.append(f"export {key}={q(str(value))}")
+            env[str(key)] = str(value)
         parts.append(args["cmd"])
-        return [Command("\n".join(parts), display=args["cmd"],
-                        shell=args["executable"] or "/bin/sh")]
+        # The values travel on stdin, never in the script (a command line on the host).
+        return [with_env("\n".join(parts), env, display=args["cmd"],
+                         shell=args["executable"] or "/bin/sh")]

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from ..config.schema import Arg
-from ..config.templating import parse as parse_template, render_text
+from ..config.templating import parse as parse_template
+from ..config.templating import render_text
 from ..errors import Where
 from .base import Args, Command, Kind, q
-from .file import FILE_PROBE, FILE_SPEC, FileState, check_mode, parse_file_state, plan_file
+from .file import FILE_PROBE, FILE_SPEC, FileState, check_mode, content_change, parse_file_state, plan_file
 
 
 class Template(Kind[FileState]):
@@ -47,3 +48,6 @@ class Template(Kind[FileState]):
     def plan(self, args: Args, fact: FileState) -> list[Command]:
         return plan_file(args["dest"], args["content"], args["mode"], args["owner"],
                          args["group"], "file", fact)
+
+    def diff_target(self, args: Args, fact: FileState) -> Optional[tuple[str, str, bool]]:
+        return content_change(args["dest"], args["content"], fact)

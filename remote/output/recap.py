@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Optional, Protocol, Sequence, TextIO, Union
 
-from .term import paint, printable, wants_color
+from .progress import Progress, Running, elapsed_text
+from .term import paint, printable, printable_line, terminal_width, wants_color
 
 STYLE = {"ok": "green", "changed": "yellow", "skipped": "cyan", "failed": "bold red",
          "unreachable": "bold red", "running": "dim", "would change": "yellow",
@@ -20,6 +22,16 @@ STYLE = {"ok": "green", "changed": "yellow", "skipped": "cyan", "failed": "bold 
 RECAP_COLUMNS = ("host", "ok", "changed", "skipped", "failed", "unreachable", "elapsed")
 
 Cell = Union[str, tuple[str, str]]  # text, or (text, style)
+_CLEAR_LINE = "\r\x1b[K"  # carriage return, then erase to the end of the line (ECMA-48 EL)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed host under the recap: why, and where its run log is ("" when none)."""
+
+    host: str
+    reason: str
+    log: str = ""
 
 
 class StepLine(Protocol):
@@ -61,14 +73,21 @@ class Reporter:
     `check`: a dry run, so "changed" reads "would change" and each planned command is listed."""
 
     def __init__(self, redact: Callable[[str], str], stream: Optional[TextIO] = None,
-                 check: bool = False, width: int = 0, color: Optional[bool] = None):
+                 check: bool = False, width: int = 0, color: Optional[bool] = None,
+                 verbose: int = 0, diff: bool = False, live: Optional[bool] = None):
         self.redact = redact
         self.stream = stream or sys.stdout
         self.color = wants_color(self.stream) if color is None else color
         self.check = check
         self.width = width
+        self.verbose = verbose
+        self.diff = diff
         self._lock = threading.Lock()
         self._gone = False
+        self._status = ""  # the live line at the bottom of a terminal, "" when none
+        if live is None:
+            live = _is_terminal(self.stream)
+        self.progress = Progress(self._announce, self._still, self._live if live else None)
 
     def set_hosts(self, names: Iterable[str]) -> None:
         self.width = max([len(n) for n in names] + [4])
@@ -85,6 +104,8 @@ class Reporter:
         with self._lock:
             if self._gone:
                 return
+            if self._status:  # the lines go above the live line, which is drawn again
+                text = _CLEAR_LINE + text + self._status
             try:
                 self.stream.write(text)
                 self.stream.flush()
@@ -119,6 +140,12 @@ class Reporter:
         if result.message and status in ("failed", "skipped"):
             detail = f"{result.message} {detail}"
         lines = [self._line(host, status, result.name, detail)]
+        diff = getattr(result, "diff", "")
+        if self.diff and diff:
+            colours = {"+": "green", "-": "red", "@": "cyan"}
+            for line in self._shown(diff).splitlines():
+                style = "dim" if line.startswith(("+++", "---")) else colours.get(line[:1], "")
+                lines.append(f"{' ' * self.width} {self._paint(line, style)}")
         if self.check and result.commands:
             for command in result.commands:
                 for n, line in enumerate(self._shown(command).splitlines() or [""]):
@@ -128,6 +155,49 @@ class Reporter:
 
     def running(self, host: str, text: str) -> None:
         self._print([self._line(host, "running", text)])
+
+    def started(self, host: str, name: str) -> Running:
+        """A step began: announced if still running after a second, then kept alive (see
+        `progress`); with -v its output shows as it comes. `progress.stop(it)` when done."""
+        return self.progress.start(host, name, self.output if self.verbose else None)
+
+    def _announce(self, step: Running) -> None:
+        self.running(step.host, step.name)
+
+    def _still(self, step: Running, elapsed: float) -> None:
+        self._print([self._line(step.host, "running", step.name,
+                                f"(still running, {elapsed_text(elapsed)})")])
+
+    def _live(self, text: str) -> None:
+        with self._lock:
+            if self._gone:
+                return
+            columns = terminal_width(self.stream)
+            width = (columns if columns >= 20 else 80) - 1  # an unsized pty says 0
+            shown = printable_line(self.redact(text))
+            shown = (shown[:width - 3] + "...") if len(shown) > width else shown
+            self._status = self._paint(shown, "dim") if shown else ""
+            try:
+                self.stream.write(_CLEAR_LINE + self._status)
+                self.stream.flush()
+            except OSError:
+                self._reader_left()
+
+    def close(self) -> None:
+        """The run is over: stop the signs of life and clear the live line."""
+        self.progress.close()
+
+    def failures(self, failed: Sequence[Failure]) -> None:
+        """Under the recap: each failed host, why, and its run log."""
+        if not failed:
+            return
+        lines = ["", "FAILED"]
+        for item in failed:
+            lines.append(f"{self._paint(self._shown(item.host), 'bold red')}: "
+                         f"{printable_line(self.redact(item.reason))}")
+            if item.log:
+                lines.append(f"{' ' * 2}log: {self._shown(item.log)}")
+        self._print(lines)
 
     def output(self, host: str, text: str) -> None:
         """A line of a long command's own output (validation progress)."""
@@ -179,3 +249,12 @@ class Reporter:
         lines += ["  ".join(cell(i, text, style) for i, (text, style) in enumerate(row)).rstrip()
                   for row in shown]
         self._print(lines)
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    if os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False

@@ -72,8 +72,8 @@ Modules, imports pointing down only (``collect`` <- ``analyse`` <- the outputs):
 - ``html``     the self-contained page.
 
 They return data and never print; ``run_report`` (here) prints and writes the files.
-May import: ``remote.errors``, ``remote.output.term``, ``remote.manifest``. Nothing else of
-remote/.
+May import: ``remote.errors``, ``remote.output.term``, ``remote.resultsfile``, ``remote.manifest``.
+Nothing else of remote/
 """
 from __future__ import annotations
 
@@ -101,6 +101,7 @@ def run_report(
     regression_pct: float = 10.0,
     fail_on_outlier: bool = False,
     terminal: Terminal | None = None,
+    prometheus_path: Path | None = None,
 ) -> int:
     """Build, print and write the report; return the exit status (see module docstring)."""
     terminal = terminal or Terminal()
@@ -115,6 +116,16 @@ def run_report(
     paths = write_outputs(report, out_dir)
     paths["txt"] = out_dir / "report.txt"
     paths["txt"].write_text(paint(render(report, TEXT_WIDTH), color=False), encoding="utf-8")
+    if prometheus_path is not None:
+        from .prometheus import write_prometheus  # prometheus_client only when asked
+
+        try:
+            write_prometheus(prometheus_path, report.runs)
+        except OSError as exc:
+            print(f"report: cannot write {prometheus_path}: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return 2
+        paths["prometheus"] = prometheus_path
     terminal.write(paint(render(report, terminal.width) + [
         [], [(f"Wrote {out_dir}/: " + ", ".join(p.name for p in paths.values()), "")]],
         terminal.color))

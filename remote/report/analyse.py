@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..errors import InputError
-from .collect import Problem, Results, Run, check, collect, fmt_ms, get, num
+from .collect import NO_RESULTS, Problem, Results, Run, check, collect, fmt_ms, get, num
 from .drift import Drift, find_drift
 
 UNKNOWN_GPU = "unknown GPU"
@@ -418,12 +418,20 @@ def build_report(
     if not logs_dir.is_dir():
         raise BadInput(f"logs folder {logs_dir} does not exist")
     runs, problems = collect(logs_dir)
+    # A run that only provisioned (--no-validate, a cache host) left provision.log and no
+    # results: that is no bad log, only a run with nothing to compare; counted, not listed.
+    unvalidated = [p for p in problems if p.message == NO_RESULTS
+                   and (Path(p.path) / "provision.log").is_file()]
+    problems = [p for p in problems if p not in unvalidated]
     groups, fleet = find_outliers(runs, outlier_pct)
     gpus = host_gpus(runs)
     drift = find_drift(logs_dir, {h: gpus.get(h, UNKNOWN_GPU) for h in os.listdir(logs_dir)})
     problems += drift.problems
     comparisons = find_regressions(runs, regression_pct, baseline)
     notes = []
+    if unvalidated:
+        notes.append(f"{len(unvalidated)} run(s) without validation results (provisioning "
+                     "only, e.g. --no-validate): nothing to compare")
     if not runs:
         notes.append(f"no runs found under {logs_dir}/<host>/<run>/")
     for gpu, hosts in groups.items():

@@ -1,31 +1,31 @@
 """Reading log folders: every ``<logs>/<host>/<run>/`` with its ``bench_torch.log`` (the seed's
-format) and ``results.json`` (the validation package's, schema 1), into `Run`s and the
-`Problem`s found on the way. A bad file is a problem and is skipped, never an error.
+format) and ``results.json`` (the validation package's, schema 1 or 2, read by
+`remote.resultsfile`), into `Run`s and the `Problem`s found on the way. A bad file is a problem
+and is skipped, never an error.
 
-Imports nothing of remote/.
+May import: `remote.resultsfile`. Nothing else of remote/.
 """
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from .. import resultsfile
+from ..resultsfile import MAX_FILE_BYTES as MAX_FILE_BYTES  # noqa: F401  (re-exported: report docs cite it)
+from ..resultsfile import RESULTS, UnusableFile, read_capped
+
 BENCH_LOG = "bench_torch.log"
-RESULTS = "results.json"
 MISSING = "-"
 # The latencies a run may contribute: below a nanosecond (one clock cycle at 1 GHz) or above
 # a day (86.4e6 ms) a value is not a batch-1 timing but a broken or hostile log. The bounds
 # also keep every ratio between two values, and so every figure in flags.json, finite.
 MIN_MS = 1e-6
 MAX_MS = 86.4e6
-# The largest results.json or bench_torch.log read: the validation package writes a few KiB,
-# and a log of 20,000 models is under 1 MiB. Anything larger is not read at all.
-MAX_FILE_BYTES = 16 << 20
+# MAX_FILE_BYTES (remote.resultsfile) caps bench_torch.log too: a log of 20,000 models is
+# under 1 MiB. Anything larger is not read at all.
 
 # head label (None: values before any #head line) -> model -> batch-1 latency in ms
 Latency = Dict[Optional[str], Dict[str, float]]
@@ -159,20 +159,9 @@ def read_log_file(path: Path, shown: str) -> tuple[bytes | None, list[Problem]]:
     reads more than the limit (a sparse 1 GiB results.json costs nothing), never blocks on a
     FIFO."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        return None, [Problem(shown, f"unreadable ({exc.strerror or exc}): skipped")]
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder, a FIFO, a device
-        os.close(fd)
-        return None, [Problem(shown, "unreadable (not a regular file): skipped")]
-    with os.fdopen(fd, "rb") as f:
-        try:
-            data = f.read(MAX_FILE_BYTES + 1)
-        except OSError as exc:
-            return None, [Problem(shown, f"unreadable ({exc.strerror or exc}): skipped")]
-    if len(data) > MAX_FILE_BYTES:
-        return None, [Problem(shown, f"larger than {MAX_FILE_BYTES >> 20} MiB: skipped")]
-    return data, []
+        return read_capped(path), []
+    except UnusableFile as exc:
+        return None, [Problem(shown, exc.message, exc.line)]
 
 
 def read_bench_log(path: Path, shown: str) -> tuple[Latency, list[Problem]]:
@@ -188,31 +177,17 @@ def read_bench_log(path: Path, shown: str) -> tuple[Latency, list[Problem]]:
 
 
 def read_results(path: Path, shown: str) -> tuple[Results | None, list[Problem]]:
-    raw, problems = read_log_file(path, shown)
-    if raw is None:
-        return None, problems
-    text = raw.decode("utf-8", errors="replace")
-    if not text.strip():
-        return None, [Problem(shown, "empty file: skipped")]
+    """A results.json through the one reader (`remote.resultsfile`), plus the report's own
+    needs: a `host` object, and at least one check."""
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        line = getattr(exc, "lineno", None)
-        msg = getattr(exc, "msg", str(exc))
-        return None, [Problem(shown, f"not valid JSON ({msg}): skipped", line)]
-    except RecursionError:  # the decoder recurses once per level: [[[[... a million deep
-        return None, [Problem(shown, "not valid JSON (nested too deeply): skipped")]
-    if not isinstance(data, dict):
-        return None, [Problem(shown, f"not a JSON object (a {type(data).__name__}): skipped")]
-    checks, host = data.get("checks", []), data.get("host", {})
-    if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
-        return None, [Problem(shown, "'checks' is not a list of objects: skipped")]
+        results = resultsfile.read_results(path)
+    except UnusableFile as exc:
+        return None, [Problem(shown, exc.message, exc.line)]
+    data, problems = results.data, [Problem(shown, text) for text in results.warnings]
+    host = data.get("host", {})
     if not isinstance(host, dict):
         return None, [Problem(shown, f"'host' is not an object (a {type(host).__name__}): skipped")]
-    schema = data.get("schema")
-    if schema != 1:
-        problems.append(Problem(shown, f"schema {schema!r} is not 1; reading what matches"))
-    if not checks:
+    if not data.get("checks"):
         problems.append(Problem(shown, "no checks ran: not a pass"))
     return data, problems
 
@@ -267,6 +242,9 @@ def bench_from_results(results: Results | None, shown: str) -> tuple[dict[str, f
     return out, problems
 
 
+NO_RESULTS = f"neither {RESULTS} nor {BENCH_LOG}: skipped"
+
+
 def collect(logs_dir: Path) -> tuple[list[Run], list[Problem]]:
     """Read every ``logs_dir/<host>/<run>/``. Runs sorted by host, then run id."""
     logs_dir = Path(logs_dir)
@@ -281,9 +259,7 @@ def collect(logs_dir: Path) -> tuple[list[Run], list[Problem]]:
             run = Run(host=host_dir.name, run_id=run_dir.name, path=run_dir)
             res_path, log_path = run_dir / RESULTS, run_dir / BENCH_LOG
             if not res_path.exists() and not log_path.exists():
-                problems.append(
-                    Problem(str(run_dir), f"neither {RESULTS} nor {BENCH_LOG}: skipped")
-                )
+                problems.append(Problem(str(run_dir), NO_RESULTS))
                 continue
             if res_path.exists():
                 run.results, probs = read_results(res_path, str(res_path))

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import List, Tuple
 
-from ..output.term import cells, paint as paint_text, printable_line
+from ..output.term import cells, printable_line
+from ..output.term import paint as paint_text
 from .analyse import SPEC_KEYS, CheckRow, Column, HostHealth, Report, SpecFigure, has_label
 from .collect import MISSING, fmt_ms
 

@@ -90,12 +90,19 @@ May import: nothing of remote/ outside this package.
 
 from __future__ import annotations
 
-from .hosts import (DEFAULT_PORT, DEFAULT_STATE_DIR, boot_id, down, restart, start, status, stop,
-                    up, wait_rebooted)
+from .hosts import DEFAULT_PORT, DEFAULT_STATE_DIR, boot_id, down, restart, start, status, stop, up, wait_rebooted
 from .init import CAP_SYS_BOOT, INIT_ARG, KEEP_CAPS, REBOOT_DOWN_S
 from .machine import NotRootError, SandboxError
-from .rootfs import (ADMIN_USER, DEFAULT_PACKAGES, SUITE, cache_root, ensure_rootfs,
-                     host_apt_sources, host_pip_config, rootfs_key)
+from .rootfs import (
+                    ADMIN_USER,
+                    DEFAULT_PACKAGES,
+                    SUITE,
+                    cache_root,
+                    ensure_rootfs,
+                    host_apt_sources,
+                    host_pip_config,
+                    rootfs_key,
+)
 
 __all__ = [
     "ADMIN_USER", "CAP_SYS_BOOT", "DEFAULT_PACKAGES", "DEFAULT_PORT", "DEFAULT_STATE_DIR",

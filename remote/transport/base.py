@@ -15,7 +15,10 @@ the group outlives the grace period. Then `Interrupted` is raised.
 What a command prints is untrusted and may be endless: each stream is kept, and passed to
 `on_output`, up to `OutputLimit` bytes (its first and last halves with a marker between), and a
 stdout streamed into a file (`stdout_to`, a pulled archive) stops at its own cap. Memory stays
-bounded whatever the host sends.
+bounded whatever the host sends. Time too: besides the deadline, a command run with
+`idle_timeout` fails ("no output line for N s") once that long passes without a complete output
+line (or, for `stdout_to`, without a byte), and is stopped on the host, so a host that dribbles
+a byte at a time cannot hold the run for the whole deadline.
 
 As in Invoke, whose `Runner` holds the loop while `Local` and Fabric's `Remote` supply
 read/write/close/finished primitives (invoke/runners.py, fabric/runners.py), the loop lives once
@@ -26,6 +29,7 @@ from __future__ import annotations
 import abc
 import os
 import secrets
+import select
 import shlex
 import threading
 import time
@@ -52,6 +56,16 @@ TIMEOUT_EXIT_CODES = (124, 137)
 # chosen, unsourced), small enough that 64 hosts at once stay well under 1 GiB.
 OUTPUT_MAX_BYTES = 1 << 20
 OUTPUT_MAX_VARIABLE = "GPUPROV_OUTPUT_MAX_BYTES"
+
+
+def wait_readable(fds: list[int], wait: float) -> list[int]:
+    """The file descriptors of `fds` that are readable within `wait` seconds. poll(2), not
+    select(2): select cannot watch a descriptor of FD_SETSIZE (1024) or more ("filedescriptor
+    out of range in select()"), and a process carrying many forwarded channels has such fds."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return [fd for fd, _ in poller.poll(max(0, int(wait * 1000)))]
 
 
 def output_max_bytes() -> int:
@@ -383,14 +397,16 @@ class BaseConnection:
             stdin: Optional[bytes] = None, on_output: Optional[OutputCallback] = None,
             shell: str = "/bin/sh", cancellable: bool = True,
             stdout_to: Optional[BinaryIO] = None,
-            stdout_max_bytes: Optional[int] = None) -> CommandResult:
+            stdout_max_bytes: Optional[int] = None,
+            idle_timeout: Optional[float] = None) -> CommandResult:
         """Run a POSIX sh script on the host; return its exit status and output, each stream
         kept up to `output_max_bytes()` (see `BoundedStream`).
 
         With `stdout_to`, stdout is written into that file instead (a pulled archive: never
         in memory); past `stdout_max_bytes` (required then) the command is stopped and
-        `OutputTooLarge` raised. Raises `Interrupted` (after stopping the command on the host)
-        when `cancel` is set."""
+        `OutputTooLarge` raised. With `idle_timeout`, `CommandTimeout` ("no output line for N
+        s") once that long passes without a complete line (without a byte into `stdout_to`).
+        Raises `Interrupted` (after stopping the command on the host) when `cancel` is set."""
         token = secrets.token_hex(8)
         prompt, ready = f"[gpuprov-sudo-{token}]", f"[gpuprov-ready-{token}]"
         use_sudo = become and not self.is_root
@@ -410,11 +426,15 @@ class BaseConnection:
             running = self._start(command)
             try:
                 rc = self._pump(running, exchange, deadline, timeout,
-                                self.cancel if cancellable else None)
+                                self.cancel if cancellable else None, idle_timeout)
             finally:
                 running.close()
-        except Interrupted:
-            self._stop(exchange.pid, become)
+        except (Interrupted, CommandTimeout):
+            # A client-side timeout (the link, or silence the host's `timeout` cannot see)
+            # stops the command on the host too, so nothing is left running there; not for the
+            # stopping command itself (not cancellable), which would recurse.
+            if cancellable:
+                self._stop(exchange.pid, become)
             raise
         exchange.finish()
         if timeout and rc in TIMEOUT_EXIT_CODES:
@@ -439,11 +459,15 @@ class BaseConnection:
 
     @staticmethod
     def _pump(running: RunningCommand, exchange: _Exchange, deadline: Optional[float],
-              timeout: Optional[float], cancel: Optional[threading.Event]) -> int:
+              timeout: Optional[float], cancel: Optional[threading.Event],
+              idle_timeout: Optional[float] = None) -> int:
         """The one I/O loop: feed stdin as the exchange allows, pass output to it, watch the
-        cancel event, the client deadline and the link; return the exit status."""
+        cancel event, the client deadline, the silence (`idle_timeout`) and the link; return
+        the exit status."""
         stdin_closed = False
         cancelled_at = None
+        to_file = isinstance(exchange.stdout, FileSink)
+        progress_at = time.monotonic()  # when the last line (or byte into a file) came
         while True:
             cancelled_at = _check_cancel(cancel, exchange, cancelled_at)
             while exchange.to_send:
@@ -454,6 +478,9 @@ class BaseConnection:
             now = time.monotonic()
             if deadline and now > deadline:
                 raise CommandTimeout(f"timed out after {timeout:g} s")
+            if idle_timeout and now - progress_at > idle_timeout:
+                raise CommandTimeout(f"no output {'' if to_file else 'line '}for "
+                                     f"{idle_timeout:g} s (timeouts.idle), stopped")
             wait = POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - now))
             chunks = running.read(wait)
             for stream, data in chunks:
@@ -461,6 +488,8 @@ class BaseConnection:
                     exchange.stdout.feed(data)
                 else:
                     exchange.feed_stderr(data)
+                if b"\n" in data or (to_file and stream == "stdout"):
+                    progress_at = time.monotonic()
             rc = running.exit_status()
             if rc is not None:
                 return rc

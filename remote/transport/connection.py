@@ -2,23 +2,32 @@
 
 The engine reaches transports only through this module: `connection_for`, a connection's
 `open`/`run`/`close`/`abort`/`describe`, the `CommandResult` it returns, the `LineSplitter` for
-its streamed output and the errors it raises (re-exported here from `remote.errors`). The I/O
-loop lives in `base`, the transports in `ssh` and `local`.
+its streamed output and the errors it raises (re-exported here from `remote.errors`, and
+paramiko's `SSHException` for what a forward can raise), host-key trust (`KnownHosts`), the
+fleet cache's forwards (`RemoteForwards`, `ssh_transport`) and the tarball transfers (`pack`,
+`unpack_command`, `pull`, `COMMIT_FILE`). The I/O loop lives in `base`, the transports in `ssh`
+and `local`.
 """
 from __future__ import annotations
 
 from typing import Optional
 
+from paramiko import SSHException
+
 from ..config.inventory import Host, Timeouts
 from ..errors import BecomeError, CommandTimeout, ConnectionLost, Interrupted, OutputTooLarge, Unreachable
 from .base import BaseConnection, CommandResult, LineSplitter
+from .forward import RemoteForwards, ssh_transport
 from .hostkeys import KnownHosts
 from .local import LocalConnection
 from .ssh import SSHConnection
+from .transfer import COMMIT_FILE, PullLimits, pack, publish_pull, pull, unpack_command
 
-__all__ = ["BaseConnection", "BecomeError", "CommandResult", "CommandTimeout", "ConnectionLost",
-           "Interrupted", "LineSplitter", "LocalConnection", "OutputTooLarge", "SSHConnection",
-           "Unreachable", "connection_for"]
+__all__ = ["COMMIT_FILE", "BaseConnection", "BecomeError", "CommandResult", "CommandTimeout",
+           "ConnectionLost", "Interrupted", "KnownHosts", "LineSplitter", "LocalConnection",
+           "OutputTooLarge", "PullLimits", "RemoteForwards", "SSHConnection", "SSHException",
+           "Unreachable", "connection_for", "pack", "publish_pull", "pull", "ssh_transport",
+           "unpack_command"]
 
 
 def connection_for(host: Host, hosts: dict[str, Host], timeouts: Timeouts,

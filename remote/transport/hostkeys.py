@@ -149,10 +149,13 @@ class _Policy(paramiko.MissingHostKeyPolicy):
             client.get_host_keys().add(hostname, key.get_name(), key)
             return
         files = ", ".join(str(p) for p in self.store.files)
+        address, _, port = hostname[1:].partition("]:") if hostname.startswith("[") else (
+            hostname, "", "22")
+        scan = f"ssh-keyscan {'' if port == '22' else f'-p {port} '}{address}"
         raise HostKeyError(
             f"host key for {self.host_label} ({hostname}) is unknown: {key.get_name()} "
             f"{key.fingerprint} is not in {files}. Check the fingerprint out of band, then add "
-            f"it (ssh-keyscan -p PORT ADDRESS >> {self.store.record_file}) or set "
+            f"it ({scan} >> {self.store.record_file}) or set "
             f"host_key_policy: accept-new in the inventory to record new keys on first contact")
 
 

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 from typing import IO, Optional
 
 from ..config.inventory import Host, Timeouts
-from .base import BaseConnection, RunningCommand, Stream
+from .base import BaseConnection, RunningCommand, Stream, wait_readable
 
 
 class LocalConnection(BaseConnection):
@@ -57,7 +56,7 @@ class _LocalCommand(RunningCommand):
             pass
 
     def read(self, wait: float) -> list[tuple[Stream, bytes]]:
-        readable, _, _ = select.select(list(self.streams), [], [], wait)
+        readable = wait_readable(list(self.streams), wait)
         chunks: list[tuple[Stream, bytes]] = []
         for fd in readable:
             data = os.read(fd, 65536)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import select
 import socket
 import threading
 import time
@@ -18,7 +17,7 @@ from paramiko.packet import Packetizer
 
 from ..config.inventory import Host, Timeouts
 from ..errors import ConnectionLost, HostKeyError, Interrupted, Unreachable
-from .base import BaseConnection, RunningCommand, Stream
+from .base import BaseConnection, RunningCommand, Stream, wait_readable
 from .hostkeys import KnownHosts, lookup_name
 
 # paramiko logs failures (a missing banner, a reset) with tracebacks; with no handler configured,
@@ -27,6 +26,12 @@ from .hostkeys import KnownHosts, lookup_name
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 KEX_GRACE_S = 10  # after the banner came, the key exchange has this much longer
+# A session sshd refused with "connect failed" (RFC 4254 5.1: SSH_OPEN_CONNECT_FAILED, what
+# OpenSSH answers past MaxSessions) is asked for again after each of these waits, 1.9 s in all.
+# Measured (bench/one_session_host.py, MaxSessions 1, banner, chatty ~/.ssh/rc, a new session
+# right after the last one closed): refused at first 97% to 99% of the time; it went through
+# after median 0.054 s, max 0.099 s idle; median 0.095 s, max 0.583 s on 2 cores under load 15.
+SESSION_RETRY_DELAYS_S = (0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 0.64)
 
 
 class SSHConnection(BaseConnection):
@@ -73,13 +78,9 @@ class SSHConnection(BaseConnection):
                           "auth_timeout": self.timeouts.auth,
                           "channel_timeout": self.timeouts.auth,
                           "transport_factory": _ClientTransport}
-        if self.host.identity_file:
-            path = os.path.expanduser(self.host.identity_file)
-            key = _private_key(path)
-            if key is not None:
-                connect_kwargs["pkey"] = key
-            else:  # paramiko reads it again and reports what is wrong with it
-                connect_kwargs["key_filename"] = path
+        identity = os.path.expanduser(self.host.identity_file) if self.host.identity_file \
+            else None
+        connect_kwargs.update(_key_sources(identity, self.host.ssh_agent))
         where = f"{self.host.address}:{self.host.port}"
         if self.gateway is not None:
             self.gateway.open()
@@ -93,6 +94,12 @@ class SSHConnection(BaseConnection):
             self.host.address, user=self.host.user, port=self.host.port,
             config=_fabric_config(), connect_timeout=negotiation_s,
             connect_kwargs=connect_kwargs, gateway=self.gateway.fabric if self.gateway else None)
+        if identity is not None:
+            # Fabric adds ssh_config's IdentityFile entries to key_filename; the inventory's
+            # key is the only one offered (OpenSSH's IdentitiesOnly).
+            self.fabric.connect_kwargs.pop("key_filename", None)
+            if "pkey" not in connect_kwargs:
+                self.fabric.connect_kwargs["key_filename"] = identity
         self.known_hosts.install(self.fabric.client, self.host.name,
                                  lookup_name(self.fabric.host, self.fabric.port))
         try:
@@ -175,12 +182,32 @@ class SSHConnection(BaseConnection):
     def _start(self, command: str) -> RunningCommand:
         transport: paramiko.Transport = self.fabric.transport
         try:
-            channel = transport.open_session(timeout=self.timeouts.auth)
+            channel = self._open_session(transport)
             channel.exec_command(command)
         except (paramiko.SSHException, EOFError, OSError) as exc:
             raise ConnectionLost(f"SSH session to {self.host.name} lost: {exc}") from None
         return _SSHCommand(channel, transport, self.host.name,
                            _Liveness(transport, self.timeouts.keepalive))
+
+    def _open_session(self, transport: paramiko.Transport) -> paramiko.Channel:
+        """A new session channel. One that sshd refuses with "connect failed" is asked for
+        again after SESSION_RETRY_DELAYS_S: a host with `MaxSessions 1` refuses a session
+        while it still tears the previous one down (the client has closed it already)."""
+        for delay in (*SESSION_RETRY_DELAYS_S, None):
+            try:
+                return transport.open_session(timeout=self.timeouts.auth)
+            except paramiko.ChannelException as exc:
+                if exc.code != paramiko.common.OPEN_FAILED_CONNECT_FAILED:
+                    raise
+                if delay is None:
+                    raise paramiko.SSHException(
+                        f"the server refused a new session ({exc.text}) "
+                        f"{len(SESSION_RETRY_DELAYS_S) + 1} times over "
+                        f"{sum(SESSION_RETRY_DELAYS_S):g} s (its MaxSessions?)") from None
+                # A plain sleep, not the run's cancel event: the `kill` that stops a cancelled
+                # command needs a session too. 1.9 s at most.
+                time.sleep(delay)
+        raise AssertionError("unreachable: the last try raises")
 
     def describe(self) -> str:
         where = (f"{self.fabric.user}@{self.host.address}:{self.host.port}"
@@ -219,12 +246,12 @@ class _SSHCommand(RunningCommand):
     def read(self, wait: float) -> list[tuple[Stream, bytes]]:
         channel = self.channel
         if channel.eof_received:
-            # After EOF paramiko keeps the channel's pipe readable for good, so select
+            # After EOF paramiko keeps the channel's pipe readable for good, so poll
             # would return at once until the exit status comes: wait for that instead
             # (a spinning thread also starves the others of the GIL).
             channel.status_event.wait(wait)
         else:
-            select.select([channel], [], [], wait)
+            wait_readable([channel.fileno()], wait)
         chunks: list[tuple[Stream, bytes]] = []
         while channel.recv_ready():
             chunks.append(("stdout", channel.recv(65536)))
@@ -400,6 +427,26 @@ def _fabric_connection_class() -> Any:
 
     class_names = tuple(dir(_Connection))
     return _Connection
+
+
+def _key_sources(identity: Optional[str], agent: Optional[bool]) -> dict[str, Any]:
+    """paramiko's connect() arguments that say which keys are offered to the server.
+
+    paramiko, left to itself, offers the given key, then every key of the ssh-agent, then
+    ~/.ssh/id_* (`allow_agent`, `look_for_keys`: both True by default, SSHClient.connect), so a
+    host that refuses the inventory's key learns every identity the operator holds. With an
+    `identity_file` only that key is offered, as OpenSSH's `IdentitiesOnly yes`; the agent
+    only where the host says `ssh_agent: true`. Without one, as `ssh` does: the agent (unless
+    `ssh_agent: false`), then ~/.ssh/id_*."""
+    if identity is None:
+        return {"allow_agent": agent is not False, "look_for_keys": True}
+    sources: dict[str, Any] = {"allow_agent": agent is True, "look_for_keys": False}
+    key = _private_key(identity)
+    if key is not None:
+        sources["pkey"] = key
+    else:  # paramiko reads it again and reports what is wrong with it
+        sources["key_filename"] = identity
+    return sources
 
 
 @functools.lru_cache(maxsize=64)

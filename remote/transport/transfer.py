@@ -106,7 +106,8 @@ def pack_command(remote_dir: str) -> str:
 
 
 def pull(conn: BaseConnection, remote_dir: str, dest: Path, timeout: float = 600.0,
-         limits: Optional[PullLimits] = None) -> tuple[CommandResult, list[str]]:
+         limits: Optional[PullLimits] = None,
+         idle_timeout: Optional[float] = None) -> tuple[CommandResult, list[str]]:
     """Pull the host's `remote_dir` (a quoted shell word) into `dest` (see `publish_pull`):
     (the pack command's result, the names stored; none when it failed on the host).
 
@@ -122,7 +123,7 @@ def pull(conn: BaseConnection, remote_dir: str, dest: Path, timeout: float = 600
     with archive:
         try:
             result = conn.run(pack_command(remote_dir), timeout=timeout, stdout_to=archive,
-                              stdout_max_bytes=limits.archive_bytes)
+                              stdout_max_bytes=limits.archive_bytes, idle_timeout=idle_timeout)
         except OutputTooLarge:
             raise PullError(f"the pulled archive is over the {_size(limits.archive_bytes)} "
                             "allowed (GPUPROV_PULL_MAX_ARCHIVE_BYTES)") from None

@@ -23,7 +23,7 @@ the same measurements run for reference, with no judgement.
 import threading
 import warnings
 
-from .. import gpusample, host, specs, timing, verify
+from .. import actions, gpusample, host, specs, timing, verify
 
 MATMUL_KEYS = ("fp32_tflops", "tf32_tflops", "bf16_tflops")
 BANDWIDTH_KEYS = ("d2d_gbs", "h2d_gbs", "d2h_gbs")
@@ -285,7 +285,9 @@ def _judge_bandwidth(res, g, key, figures, share, floor):
                 verdict[k] = v
             finding = specs.link_downtrained(link)
             if finding:
-                res.problem("%s: %s (read under load)" % (label, finding))
+                # a link trained below its maximum under load is the slot, riser or
+                # card: hands on the hardware (drain)
+                res.problem("%s: %s (read under load)" % (label, finding), actions.DRAIN_RMA)
     for k, v in sorted(verdict.items()):
         if v["verdict"] == "fail":
             res.problem("%s %s %.1f GB/s below %.1f (%s)" % (label, k.split("_")[0], g[k], v["floor"], v["why"]))

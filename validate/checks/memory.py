@@ -9,6 +9,8 @@ reported with the GPU index, the pattern and the first bad word's offset.
 On the CPU (CI, or no GPU) a 16 MiB buffer runs the same code.
 """
 
+from .. import actions
+
 MEMORY_FRACTION = 0.9
 CHUNK_BYTES = 256 << 20
 CPU_BYTES = 16 << 20
@@ -73,7 +75,7 @@ def run(ctx, res):
         label = "GPU %s" % dev.split(":")[-1] if dev != "cpu" else "cpu"
         for name, i, count, first in errors:
             res.problem("%s: %d bad words with pattern %s in chunk %d, first at byte %d of the chunk"
-                        % (label, count, name, i, first))
+                        % (label, count, name, i, first), actions.DRAIN_RMA)
         per_gpu.append({"device": dev, "bytes_tested": tested, "requested": want, "errors": len(errors)})
         res.note("%s: %.2f GiB tested, %d pattern errors" % (label, tested / 2.0 ** 30, len(errors)))
     res.figures.update({"device": device, "patterns": [p for p, _ in PATTERNS], "per_gpu": per_gpu,

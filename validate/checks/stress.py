@@ -33,7 +33,7 @@ import statistics
 import threading
 import time
 
-from .. import gpusample, host, parsers, specs, verify
+from .. import actions, gpusample, host, parsers, specs, verify
 
 GPU_N = 8192
 CPU_N = 256
@@ -187,7 +187,9 @@ def run(ctx, res):
         g["samples"] = sampler.for_gpu(key) if key is not None else []
         g["sampled"] = summarize_samples(g["samples"])
     for p in judge(results):
-        res.problem(p)
+        # wrong products, throttling or a GPU far below its peers under load:
+        # the GPU (or its cooling / power) needs hands on it
+        res.problem(p, actions.DRAIN_RMA)
     f = res.figures
     f.update({"device": device, "n": n, "dtype": mode, "seconds": seconds,
               "sampled_by": "nvidia-smi every 1 s" if smi else None,

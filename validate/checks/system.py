@@ -9,7 +9,7 @@ Link width below max, bad throttle reasons, persistence mode off and ECC off
 are recorded as warnings.
 """
 
-from .. import host, parsers
+from .. import actions, host, parsers
 
 
 def _merge_optional(smi, rows):
@@ -84,12 +84,16 @@ def _gpu_record(t, q):
             "failure": t.get("remapped_rows.failure"),
         },
         "throttle": {"mask": mask, "active": active},
+        "fabric": q.get("fabric") if q is not None else None,
     }
-    if q is not None:  # fill what the CSV query could not give from -q
-        if all(v is None for v in rec["remapped_rows"].values()) and q.get("remapped_rows"):
-            rec["remapped_rows"] = q["remapped_rows"]
-        if all(v is None for v in rec["retired_pages"].values()) and q.get("retired_pages"):
-            rec["retired_pages"] = q["retired_pages"]
+    if q is not None:  # fill what the CSV query could not give from -q; a count or a
+        # pending flag either reading reports counts (the two are read moments apart)
+        for key in ("remapped_rows", "retired_pages"):
+            for k, v in (q.get(key) or {}).items():
+                if v and not rec[key].get(k):
+                    rec[key][k] = v
+                elif rec[key].get(k) is None:
+                    rec[key][k] = v
         if rec["ecc"]["uncorrected_volatile"] is None:
             rec["ecc"]["uncorrected_volatile"] = q.get("ecc_uncorrected_volatile")
         if rec["ecc"]["mode"] is None:
@@ -100,39 +104,54 @@ def _gpu_record(t, q):
 
 
 def assess_gpu(rec):
-    """(problems, warnings) for one GPU record."""
+    """(problems, warnings) for one GPU record: lists of (message, action).
+
+    Actions (validate/actions.py), from docs.nvidia.com/deploy/
+    a100-gpu-mem-error-mgmt "Error Recovery and Response Flags":
+    uncorrected (double-bit) ECC errors since boot and a pending row remap
+    are fixed by the next GPU reset ("row-remapping will happen at the next
+    GPU reset"), a pending page retirement (pre-Ampere) likewise; a row
+    remapping failure is an RMA case ("RMA Policy Thresholds for
+    Row-Remapping").  Lifetime (aggregate) uncorrected errors and retired
+    pages are history the remapping already handled: warnings, action none.
+    At idle, a link below its maximum width and HW slowdown are hints
+    (warnings, action none): they are judged under load, where they fail
+    as drain and replace (RMA), by ``bandwidth`` and ``stress``."""
     problems = []
     warnings = []
     label = "GPU %s" % rec.get("index")
     ecc = rec["ecc"]
     if ecc.get("uncorrected_volatile"):
-        problems.append("%s: %d uncorrected ECC errors since boot" % (label, ecc["uncorrected_volatile"]))
+        problems.append(("%s: %d uncorrected ECC errors since boot" % (label, ecc["uncorrected_volatile"]),
+                         actions.RESET_GPU))
     rr = rec["remapped_rows"]
     if rr.get("pending"):
-        problems.append("%s: row remapping pending (GPU reset needed)" % label)
+        problems.append(("%s: row remapping pending" % label, actions.RESET_GPU))
     if rr.get("failure"):
-        problems.append("%s: row remapping failure occurred" % label)
+        problems.append(("%s: row remapping failure occurred" % label, actions.DRAIN_RMA))
     rp = rec["retired_pages"]
     if rp.get("pending"):
-        problems.append("%s: page retirement pending (GPU reset needed)" % label)
+        problems.append(("%s: page retirement pending" % label, actions.RESET_GPU))
     if rp.get("double_bit"):
-        warnings.append("%s: %d pages retired for double-bit ECC errors" % (label, rp["double_bit"]))
+        warnings.append(("%s: %d pages retired for double-bit ECC errors" % (label, rp["double_bit"]), actions.NONE))
     if ecc.get("uncorrected_aggregate"):
-        warnings.append("%s: %d uncorrected ECC errors over its lifetime" % (label, ecc["uncorrected_aggregate"]))
+        warnings.append(("%s: %d uncorrected ECC errors over its lifetime" % (label, ecc["uncorrected_aggregate"]),
+                         actions.NONE))
     if ecc.get("mode") is False:
-        warnings.append("%s: ECC disabled" % label)
+        warnings.append(("%s: ECC disabled" % label, actions.NONE))
     pcie = rec["pcie"]
     if pcie.get("width_current") and pcie.get("width_max") and pcie["width_current"] < pcie["width_max"]:
-        warnings.append("%s: PCIe link x%d of x%d" % (label, pcie["width_current"], pcie["width_max"]))
+        warnings.append(("%s: PCIe link x%d of x%d" % (label, pcie["width_current"], pcie["width_max"]),
+                         actions.NONE))
     bad = [r for r in (rec["throttle"].get("active") or []) if r in parsers.BAD_THROTTLE]
     if bad:
-        warnings.append("%s: clocks held back by %s" % (label, ", ".join(bad)))
+        warnings.append(("%s: clocks held back by %s" % (label, ", ".join(bad)), actions.NONE))
     if rec.get("persistence_mode") is False:
-        warnings.append("%s: persistence mode off" % label)
+        warnings.append(("%s: persistence mode off" % label, actions.NONE))
     return problems, warnings
 
 
-def run(ctx, res):
+def run(ctx, res):  # noqa: C901  one check's sequence; split with validate/'s measure/judge/record split (issue 26)
     facts = host.basic_facts()
     res.figures["host"] = facts
     gpu_mode = ctx.device_mode != "cpu"
@@ -150,25 +169,39 @@ def run(ctx, res):
         res.note(msg)
         parts.append("no nvidia-smi")
     else:
-        plain = host.run_tool([smi], timeout=60)
-        with open(ctx.artefact(res, "nvidia-smi.txt"), "w") as f:
-            f.write(plain["stdout"] + plain["stderr"] + (plain["error"] or ""))
+        # --health asks nvidia-smi twice (-q and one query with every field): each
+        # call starts NVML on every GPU; the full run keeps the summary table as an
+        # artefact and asks the optional field groups one by one
+        health = getattr(ctx.opts, "health", False)
+        plain = None
+        if not health:
+            plain = host.run_tool([smi], timeout=60)
+            with open(ctx.artefact(res, "nvidia-smi.txt"), "w") as f:
+                f.write(plain["stdout"] + plain["stderr"] + (plain["error"] or ""))
         q = host.run_tool([smi, "-q"], timeout=120)
         qtext = q["stdout"] if q["rc"] == 0 else ""
         if qtext:
             with open(ctx.artefact(res, "nvidia-smi-q.txt"), "w") as f:
                 f.write(qtext)
-        rows, dropped, err = host.query_gpus(smi, parsers.CORE_QUERY_FIELDS)
+        fields = list(parsers.CORE_QUERY_FIELDS)
+        if health:
+            fields += [f for group in parsers.OPTIONAL_QUERY_GROUPS for f in group if f not in fields]
+        rows, dropped, err = host.query_gpus(smi, fields, max_retries=len(fields))
         if err:
             msg = "nvidia-smi failed: %s" % err
-            if plain["rc"] not in (0, None):
-                msg = "nvidia-smi failed: %s" % parsers.first_line(plain["stdout"] + plain["stderr"])
+            shown = plain if plain is not None else q
+            if shown["rc"] not in (0, None):
+                msg = "nvidia-smi failed: %s" % parsers.first_line(shown["stdout"] + shown["stderr"])
             if gpu_mode:
-                res.problem(msg)
+                # the driver does not answer (not loaded, or a GPU lost): gpud's
+                # reading of NVML init errors is REBOOT_SYSTEM (components/
+                # accelerator/nvidia/ecc/component.go)
+                res.problem(msg, actions.REBOOT_NODE)
             res.note(msg)
             parts.append("nvidia-smi failed")
         else:
-            dropped += _merge_optional(smi, rows)
+            if not health:
+                dropped += _merge_optional(smi, rows)
             if dropped:
                 res.note("nvidia-smi did not know fields: %s" % ", ".join(dropped))
             health_q = []
@@ -189,9 +222,11 @@ def run(ctx, res):
                 rec = _gpu_record(t, qh)
                 gpus.append(rec)
                 probs, warns = assess_gpu(rec)
-                for p in probs:
-                    res.problem(p)
-                warnings.extend(warns)
+                for p, action in probs:
+                    res.problem(p, action)
+                for w, action in warns:
+                    res.notice("warning: " + w, action)
+                warnings.extend(w for w, _ in warns)
                 res.note(
                     "GPU %s: %s, %s MiB, driver %s, cc %s, pstate %s, %s C, %s/%s W, SM %s/%s MHz, "
                     "PCIe gen %s/%s x%s/x%s, ECC %s (uncorrected %s), persistence %s, throttle %s"
@@ -202,8 +237,6 @@ def run(ctx, res):
                        rec["pcie"]["width_max"], rec["ecc"]["mode"], rec["ecc"]["uncorrected_volatile"],
                        rec["persistence_mode"], ",".join(rec["throttle"]["active"] or []) or "none"))
             res.figures["warnings"] = warnings
-            for w in warnings:
-                res.note("warning: " + w)
             if gpus:
                 names = sorted(set(g["name"] for g in gpus if g["name"]))
                 parts.append("%dx %s, driver %s" % (len(gpus), "/".join(names), gpus[0]["driver_version"]))
@@ -216,7 +249,13 @@ def run(ctx, res):
     ctx.shared["nvidia_smi"] = {"gpus": gpus}
     expect = ctx.opts.expect_gpus
     if expect is not None and smi is not None and len(gpus) != expect:
-        res.problem("nvidia-smi lists %d GPUs, expected %d" % (len(gpus), expect))
+        # fewer GPUs than the node has: one fell off the bus or failed to
+        # initialise (catalog: Xid 79 RESTART_BM, Xid 143 RESET_GPU): reboot
+        res.problem("nvidia-smi lists %d GPUs, expected %d" % (len(gpus), expect),
+                    actions.REBOOT_NODE if len(gpus) < expect else None)
+    if getattr(ctx.opts, "health", False):
+        res.summary = "; ".join(parts)
+        return  # --health: GPUs only, no compiler
 
     nvcc = host.find_nvcc()
     res.figures["nvcc"] = None

@@ -1,8 +1,10 @@
-"""xid: NVIDIA Xid errors in the kernel log since boot (validate/xid.py).
+"""xid: NVIDIA Xid (GPU) and SXid (NVSwitch) errors in the kernel log since
+boot, judged with the operator's action (validate/driver_errors.py).
 
 The log comes from ``--kernel-log PATH`` (a log collected elsewhere), else
-``journalctl -k -b``, else ``dmesg``.  Xids that mean a sick GPU or node fail
-the check; others are reported.
+``journalctl -k -b``, else ``dmesg``.  A finding whose action is reset the
+GPU or worse fails the check; restart the job and none are reported as
+notes (an application's Xid 13 on a healthy node stays a note).
 
 A system log that the user running validate may not read is not the GPU's
 fault, and it is the common case: the control side runs validate as the SSH
@@ -18,7 +20,7 @@ its skip stays required ("not validated").
 import grp
 import os
 
-from .. import host, xid
+from .. import driver_errors, host
 
 # Groups whose members journalctl shows the system journal to (journalctl(1):
 # "Members of the groups systemd-journal, adm, and wheel can read all journal
@@ -94,21 +96,27 @@ def run(ctx, res):
         res.waive("kernel log not readable, Xid errors NOT checked (%s): %s"
                   % ("; ".join(reasons), why_unreadable(uid, groups, restrict)))
         return
-    events = xid.parse(text)
-    problems, notes = xid.judge(events)
+    events = driver_errors.parse(text)
+    sxids = driver_errors.parse_sxid(text)
+    findings = driver_errors.judge(events) + driver_errors.judge_sxid(sxids)
     f["events"] = [dict((k, e[k]) for k in ("xid", "pci", "pid", "process", "detail")) for e in events]
     f["xids"] = sorted(set(e["xid"] for e in events))
-    f["sick"] = sorted(set(e["xid"] for e in events if e["xid"] in xid.SICK_XIDS))
-    for p in problems:
-        res.problem(p)
-    for n in notes:
-        res.note("reported, not failed: " + n)
+    f["sxids"] = sorted(set(e["sxid"] for e in sxids))
+    f["sick"] = sorted(set(x["xid"] for x in findings if x["sick"] and "xid" in x))
+    f["sick_sxids"] = sorted(set(x["sxid"] for x in findings if x["sick"] and "sxid" in x))
+    f["catalog"] = driver_errors.CATALOG_VERSION
+    for x in findings:
+        if x["sick"]:
+            res.problem(x["what"], x["action"])
+        else:
+            res.notice("reported, not failed: " + x["what"], x["action"])
     res.note("read %d lines from %s" % (len(text.splitlines()), source))
-    start = xid.dmesg_start(text) if source == "dmesg" else None
+    start = driver_errors.dmesg_start(text) if source == "dmesg" else None
     f["log_starts_s"] = start
     if start:  # the ring buffer wrapped: what came before is not checked
         res.warn("dmesg starts %.0f s after boot (its ring buffer wrapped): Xids logged earlier were not "
                  "checked; journalctl -k -b (root or group adm/systemd-journal) or --kernel-log reach back "
                  "to boot" % start)
-    res.summary = "%d Xid event(s) in %s%s" % (
-        len(events), source, (": " + ", ".join("Xid %d" % x for x in f["xids"])) if events else "")
+    res.summary = "%d Xid event(s) in %s%s%s" % (
+        len(events), source, (": " + ", ".join("Xid %d" % x for x in f["xids"])) if events else "",
+        "; %d SXid line(s): %s" % (len(sxids), ", ".join("SXid %d" % x for x in f["sxids"])) if sxids else "")

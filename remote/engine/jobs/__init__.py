@@ -3,25 +3,18 @@
 - `apply.ApplyRecipe`  apply a recipe (`provision`), then optionally validate
 - `validate.Validate`  push `validate/`, run it, pull its results (`validate`)
 - `logs.PullLogs`      pull what the last validation left on the host (`logs`)
-- `facts.GatherFacts`  gather every fact (`facts`)
+- `gather.GatherFacts` gather every fact (`facts`)
+- `reboot`             the reboot-and-wait command type's executor (`kinds.commands.RebootAndWait`)
 
 A job is called once per host, in that host's worker thread, with the session open; it keeps
 its per-host state on the stack or in the session, never on itself (one job object serves
-every host of a run).
+every host of a run). The `Job` protocol is `session.Job`.
+
+May import: `remote.errors`, `config`, `kinds`, `output`, `transport.connection`, the engine's
+`session` and the modules below it. Never `run`.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Protocol
+from ..session import Job
 
-if TYPE_CHECKING:
-    from ..session import HostSession
-
-
-class Job(Protocol):
-    @property
-    def outcome(self) -> Optional[str]:
-        """The name of the `Outcome` this job concludes with (the recap's extra column and
-        the `--json` key), or None when its steps say everything."""
-
-    def __call__(self, session: HostSession) -> None:
-        """Do the job on one host; raise only what `HostSession.run_job` handles."""
+__all__ = ["Job"]

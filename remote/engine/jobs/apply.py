@@ -11,24 +11,22 @@ then, if every step succeeded and a validation was asked for, the host is valida
 """
 from __future__ import annotations
 
-import heapq
+import difflib
 import shlex
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional, Sequence
 
 from ...config.recipe import Recipe, Step, facts_used
-from ...config.templating import (evaluate, fact_dependent_vars, names_in, render_shell,
-                                  render_text, resolve_vars)
+from ...config.templating import evaluate, fact_dependent_vars, names_in, render_shell, render_text, resolve_vars
 from ...errors import BecomeError, CommandTimeout, Interrupted, PlanError, TemplateError
-from ...kinds import Command, Probe
-from ...kinds.reboot import Reboot
+from ...kinds import Command, LocalAction, Planned, Probe, RebootAndWait
 from ...transport.connection import CommandResult
 from ..probes import batch_script, in_one_write, parse_batch
 from ..results import StepResult, StepStatus
 from ..session import HostSession, facts_read_by_vars, union
-from .validate import Validate
+from .reboot import reboot_and_wait
+from .validate import Validate, remember_python
 
 PROBE_SLOTS = ("kind", "creates", "unless")
 
@@ -46,6 +44,9 @@ class _Prepared:
     probes: dict[str, str] = field(default_factory=dict)   # slot -> snippet
     answers: dict[str, Probe] = field(default_factory=dict)
     stale: bool = False
+
+
+DIFF_MAX_BYTES = 256 * 1024  # --diff reads at most this much of a file on the host
 
 
 class ApplyRecipe:
@@ -67,6 +68,8 @@ class ApplyRecipe:
         _HostApply(self.recipe, session).run(self.recipe.select(self.tags), self.fact_names)
         if self.validate is not None and session.result.ok:
             self.validate.run(session)
+        elif session.result.ok and not session.options.check:
+            remember_python(session)
 
 
 class _HostApply:
@@ -107,7 +110,7 @@ class _HostApply:
         context.update(host=session.host.name, vars=values)
         snippets: dict[str, None] = {}
         for step in steps:
-            if not step.kind.remote or self._become(step):
+            if self._become(step):
                 continue
             probed = {k: v for k, v in step.args.items() if k in step.kind.probe_fields}
             reads = set().union(*(names_in(e, expression=True) for e in step.when),
@@ -153,9 +156,8 @@ class _HostApply:
                 if not evaluate(expr, context):
                     item.skip = f"when: {expr}"
                     return item
-            item.args = self.session.through_cache(step.kind, step.kind.render(step.args, context))
-            if step.kind.remote:
-                item.probes = _probe_snippets(step, item.args, context)
+            item.args = self.session.cache.through(step.kind, step.kind.render(step.args, context))
+            item.probes = _probe_snippets(step, item.args, context)
         except (TemplateError, PlanError) as exc:
             item.error = str(exc)
         return item
@@ -165,7 +167,6 @@ class _HostApply:
 
     def probe(self, items: list[_Prepared]) -> None:
         """Send the probes of `items` as one script per privilege level; store the answers."""
-        session = self.session
         groups: dict[bool, list[tuple[int, str]]] = {False: [], True: []}
         for n, item in enumerate(items):
             if item.skip or item.error:
@@ -180,32 +181,35 @@ class _HostApply:
                                             snippet))
         self.early_answers = {}  # from here on, steps may change what they saw
         for become, probes in groups.items():
-            if not probes:
-                continue
-            script, token = batch_script(probes)
-            try:
-                result = session.conn.run(in_one_write(script), become=become,
-                                          timeout=session.inventory.timeouts.command)
-            except BecomeError as exc:
-                for item in items:
-                    if item.become == become and item.probes:
-                        item.error = str(exc)
-                continue
-            except CommandTimeout as exc:
-                for item in items:
-                    if item.become == become and item.probes:
-                        item.error = f"probes {exc}"
-                continue
+            if probes:
+                self._probe_level(items, become, probes)
+
+    def _probe_level(self, items: list[_Prepared], become: bool,
+                     probes: list[tuple[int, str]]) -> None:
+        """One privilege level's probes in one script; a failure marks each of its steps."""
+        session = self.session
+        script, token = batch_script(probes)
+        error = ""
+        try:
+            result = session.conn.run(in_one_write(script), become=become,
+                                      timeout=session.inventory.timeouts.command)
+        except BecomeError as exc:
+            error = str(exc)
+        except CommandTimeout as exc:
+            error = f"probes {exc}"
+        else:
             session.log.command("probe", f"{len(probes)} probes{' (become)' if become else ''}",
                                 result.rc, result.elapsed_s, result.out, result.err)
             if not result.complete:  # a cut answer would read as wrong probe results
-                for item in items:
-                    if item.become == become and item.probes:
-                        item.error = "probes: the host's answer is over the output limit"
-                continue
-            for key, answer in parse_batch(result.out, token).items():
-                index, slot_index = divmod(key, len(PROBE_SLOTS))
-                items[index].answers[PROBE_SLOTS[slot_index]] = answer
+                error = "probes: the host's answer is over the output limit"
+        if error:
+            for item in items:
+                if item.become == become and item.probes:
+                    item.error = error
+            return
+        for key, answer in parse_batch(result.out, token).items():
+            index, slot_index = divmod(key, len(PROBE_SLOTS))
+            items[index].answers[PROBE_SLOTS[slot_index]] = answer
 
     def execute(self, item: _Prepared) -> StepResult:
         step = item.step
@@ -216,18 +220,14 @@ class _HostApply:
                 result.status, result.message = StepStatus.SKIPPED, item.skip
             elif item.error:
                 result.status, result.message = StepStatus.FAILED, item.error
-            elif not step.kind.remote:
-                ok, message = step.kind.run_local(item.args, self.session.context)
-                if not ok:
-                    result.status, result.message = StepStatus.FAILED, message
             else:
-                self._execute_remote(item, result)
+                self._execute_planned(item, result)
         except TemplateError as exc:
             result.status, result.message = StepStatus.FAILED, str(exc)
         result.elapsed_s = time.monotonic() - started
         return result
 
-    def _execute_remote(self, item: _Prepared, result: StepResult) -> None:
+    def _execute_planned(self, item: _Prepared, result: StepResult) -> None:
         step, session = item.step, self.session
         missing = [slot for slot in item.probes if slot not in item.answers]
         if missing:
@@ -246,28 +246,68 @@ class _HostApply:
         except PlanError as exc:
             result.status, result.message = StepStatus.FAILED, str(exc)
             return
-        if not commands:
-            return
-        result.commands = [c.shown() for c in commands]
-        if self.check:
+        on_host = [c for c in commands if not isinstance(c, LocalAction)]
+        if on_host:
+            result.commands = [c.shown() for c in on_host]
+            if session.reporter.diff:
+                result.diff = self._diff(item)
+        if self.check and on_host:
             result.status = StepStatus.CHANGED
-            result.message = "would run: " + "; ".join(c.shown().splitlines()[0] for c in commands)
+            result.message = "would run: " + "; ".join(c.shown().splitlines()[0] for c in on_host)
             return
-        if isinstance(step.kind, Reboot):
-            result.status, result.message = session.reboot(step.kind.timeout(item.args))
+        self._run_planned(item, result, commands)
+
+    def _run_planned(self, item: _Prepared, result: StepResult, commands: Sequence[Planned]) -> None:
+        """Run a step's commands in order, each by its type (`kinds.commands`); stop at the
+        first that fails."""
+        session = self.session
+        shell = [c for c in commands if isinstance(c, Command)]
+        for command in commands:
+            if isinstance(command, LocalAction):
+                ok, message = command.run(session.context)
+                if not ok:
+                    result.status, result.message = StepStatus.FAILED, message
+                    return
+            elif isinstance(command, RebootAndWait):
+                result.status, result.message = reboot_and_wait(session, command.timeout)
+                if result.status is StepStatus.FAILED:
+                    return
+        if not shell:
             return
-        # Announce a step only when it is still running after a second: quick ones stay quiet.
-        announce = _ANNOUNCER.after(1.0, lambda: session.reporter.running(session.host.name,
-                                                                         result.name))
+        # Signs of life on a long step, its output live with -v (remote/output/progress.py).
+        running = session.reporter.started(session.host.name, result.name)
         try:
             last = None
-            for command in commands:
-                last = self._run_command(item, command)
-                if last is None or self._failed(step, last):
+            for command in shell:
+                last = self._run_command(item, command,
+                                          running.on_output if running.show_line else None)
+                if last is None or self._failed(item.step, last):
                     break
         finally:
-            announce.cancelled = True
+            session.reporter.progress.stop(running)
         self._judge(item, result, last)
+
+    def _diff(self, item: _Prepared) -> str:
+        """`--diff`: the unified diff of the content a file or template step writes."""
+        step, session = item.step, self.session
+        target = step.kind.diff_target(item.args, step.kind.fact(item.answers.get("kind")))
+        if target is None:
+            return ""
+        path, new, exists = target
+        old = ""
+        if exists:
+            try:
+                res = session.conn.run(f"head -c {DIFF_MAX_BYTES + 1} -- {shlex.quote(path)}",
+                                       become=item.become, timeout=item.timeout)
+            except CommandTimeout:
+                return f"(no diff: reading {path} timed out)"
+            if res.rc != 0 or len(res.out.encode()) > DIFF_MAX_BYTES:
+                return f"(no diff: {path} is unreadable or over {DIFF_MAX_BYTES} bytes)"
+            old = res.out
+        lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                     f"{path} (before)" if exists else "/dev/null",
+                                     f"{path} (after)")
+        return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
 
     def _judge(self, item: _Prepared, result: StepResult, last: Optional[CommandResult]) -> None:
         """Status of a step from its last command: failed, changed, or ok (changed_when)."""
@@ -285,7 +325,8 @@ class _HostApply:
             changed = bool(evaluate(step.changed_when, self._result_context(last)))
         result.status = StepStatus.CHANGED if changed else StepStatus.OK
 
-    def _run_command(self, item: _Prepared, command: Command) -> Optional[CommandResult]:
+    def _run_command(self, item: _Prepared, command: Command,
+                     on_output: Any = None) -> Optional[CommandResult]:
         """Run one command with the step's retries; None when it timed out."""
         step, session = item.step, self.session
         attempts = step.retries + 1
@@ -293,7 +334,8 @@ class _HostApply:
         while True:
             try:
                 res = session.conn.run(command.script, become=item.become, timeout=item.timeout,
-                                       stdin=command.stdin, shell=command.shell)
+                                       stdin=command.stdin, shell=command.shell,
+                                       on_output=on_output)
             except CommandTimeout:
                 session.log.command(step.name, command.shown(), None, item.timeout)
                 return None
@@ -331,57 +373,6 @@ class _HostApply:
         context = dict(self.session.context)
         context.update(rc=res.rc, stdout=res.out, stderr=res.err)
         return context
-
-
-@dataclass(order=True)
-class _Alarm:
-    due: float
-    call: Callable[[], None] = field(compare=False)
-    cancelled: bool = field(default=False, compare=False)
-
-
-class _Alarms:
-    """Calls made after a delay unless cancelled first, all from one thread: a
-    `threading.Timer` per step that runs a command started and stopped a thread each time,
-    about 0.5 ms of control CPU per extra converged host with one such step (bench/compare.py
-    --fleet 1,64). The delays are all the same, so a new alarm never falls due before those
-    already waiting: it wakes no one."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._waiting: list[_Alarm] = []  # a heap, the next due first
-        self._thread: Optional[threading.Thread] = None
-
-    def after(self, delay: float, call: Callable[[], None]) -> _Alarm:
-        alarm = _Alarm(time.monotonic() + delay, call)
-        with self._cond:
-            heapq.heappush(self._waiting, alarm)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="alarms", daemon=True)
-                self._thread.start()
-            elif self._waiting[0] is alarm:
-                self._cond.notify()
-        return alarm
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._waiting:
-                    self._cond.wait()
-                alarm = self._waiting[0]
-                wait = alarm.due - time.monotonic()
-                if wait > 0 and not alarm.cancelled:
-                    self._cond.wait(wait)
-                    continue
-                heapq.heappop(self._waiting)
-            if not alarm.cancelled:
-                try:
-                    alarm.call()
-                except Exception:  # noqa: BLE001 - a failed status line must not stop the others
-                    pass
-
-
-_ANNOUNCER = _Alarms()
 
 
 def _probe_snippets(step: Step, args: dict[str, Any], context: dict[str, Any]) -> dict[str, str]:

@@ -6,18 +6,22 @@ can be fetched again) with `runs/latest` naming the newest; it comes back as one
 """
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 from typing import Optional
 
-from ...errors import PullError
+from ...errors import CommandTimeout, PullError
 from ...output.term import printable_line
-from ...transport.transfer import COMMIT_FILE, pull
+from ...resultsfile import MAX_FILE_BYTES, UnusableFile, read_results
+from ...transport.connection import COMMIT_FILE, pull
 from ..results import Outcome
 from ..session import HostSession
 
 OUTCOME = "validation"
+# A pull (at most 256 MiB) and a readlink get this long, or the inventory's timeouts.command
+# when that is shorter; a pull also fails after timeouts.idle without a byte.
+PULL_TIMEOUT_S = 600.0
+READLINK_TIMEOUT_S = 60.0
 
 
 def remote_root(host_name: str) -> str:
@@ -31,33 +35,40 @@ def pull_run(session: HostSession, run_id: str, rc: Optional[int], dest: Path) -
     remote = f"{remote_root(session.host.name)}/runs/{shlex.quote(run_id)}"
     try:
         # streamed into a file beside `dest` and capped: never whole in memory
-        res, names = pull(session.conn, remote, dest, timeout=600)
+        timeouts = session.inventory.timeouts
+        res, names = pull(session.conn, remote, dest, timeout=min(PULL_TIMEOUT_S, timeouts.command),
+                          idle_timeout=timeouts.idle)
     except PullError as exc:
         session.log.event(f"pull failed: {exc}")
         return f"not validated: {exc}", False
+    except CommandTimeout as exc:
+        session.log.event(f"pull {exc}")
+        return f"not validated: the pull {exc}", False
     if res.rc != 0:
         return f"not validated: no output on the host ({res.err.strip()[:200]})", False
     session.log.event(f"pulled {res.stdout_bytes} bytes into {dest}: {', '.join(names)}")
     return summarize(dest / COMMIT_FILE, rc)
 
 
-# A results.json larger than this is not read: validate writes a few hundred KiB at most, and
-# a host could otherwise make the control side hold gigabytes (a sparse file costs it nothing).
-MAX_RESULTS_BYTES = 16 * 1024 * 1024
+# A results.json larger than this is not read (remote.resultsfile, the one reader).
+MAX_RESULTS_BYTES = MAX_FILE_BYTES
 
 
 def summarize(results_path: Path, rc: Optional[int]) -> tuple[str, bool]:
     """(text for the recap, ok) from a pulled results.json: what the host wrote is untrusted, so
     anything but a list of checks with names is 'not validated', and so are zero checks."""
     try:
-        if results_path.stat().st_size > MAX_RESULTS_BYTES:
+        data = read_results(results_path).data
+    except UnusableFile as exc:
+        if exc.reason == "too_large":
             return f"not validated: {COMMIT_FILE} is larger than {MAX_RESULTS_BYTES >> 20} MiB", False
-        data = json.loads(results_path.read_text())
-        checks = data["checks"]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        if exc.reason == "checks":
+            return f"not validated: {COMMIT_FILE} has no list of named checks", False
         return f"not validated: no readable {COMMIT_FILE} (validate exit {rc})", False
-    if not isinstance(checks, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str)
-                                               for c in checks):
+    if "checks" not in data:
+        return f"not validated: no readable {COMMIT_FILE} (validate exit {rc})", False
+    checks = data["checks"]
+    if not all(isinstance(c.get("name"), str) for c in checks):
         return f"not validated: {COMMIT_FILE} has no list of named checks", False
     if not checks:
         return f"not validated: {COMMIT_FILE} lists no checks", False
@@ -78,7 +89,8 @@ def summarize(results_path: Path, rc: Optional[int]) -> tuple[str, bool]:
 
 def latest_run_id(session: HostSession) -> Optional[str]:
     """The run id `runs/latest` names on the host, if any."""
-    res = session.conn.run(f"readlink {remote_root(session.host.name)}/runs/latest", timeout=60)
+    res = session.conn.run(f"readlink {remote_root(session.host.name)}/runs/latest",
+                           timeout=min(READLINK_TIMEOUT_S, session.inventory.timeouts.command))
     run_id = res.out.strip()
     # any other shape (`..`, `.`) is refused by transfer.pull, before anything is made or pulled
     return run_id if res.rc == 0 and run_id else None

@@ -3,23 +3,24 @@ there, pull its results into `<logs>/<host>/<run-id>/`.
 
 One round trip pushes and runs (the package travels as a tarball on the command's stdin and is
 unpacked into a fresh folder), one more pulls the output folder back as a tarball (`logs`).
+The run is bounded by the inventory's `timeouts.command` and, as validate prints progress lines
+all along, by `timeouts.idle` without a line: a host that stalls or dribbles fails alone with
+the reason, and the others' recap does not wait for it.
 """
 from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
-from ...errors import CommandTimeout
+from ...errors import CommandTimeout, GpuprovError
 from ...paths import VALIDATE_DIR
-from ...transport.connection import LineSplitter
-from ...transport.transfer import pack, unpack_command
+from ...transport.connection import LineSplitter, pack, unpack_command
 from ..results import Outcome
 from ..session import HostSession
 from .logs import OUTCOME, pull_run, remote_root
 
 SUITES = ("quick", "full")
-DEFAULT_TIMEOUT_S = 7200.0
 UNPACK_FAILED = 90  # the exit status of `validate_command` when the package did not unpack
 
 
@@ -54,6 +55,35 @@ def validate_command(host_name: str, python: str, run_id: str, args: list[str],
             f"ln -sfn {shlex.quote(run_id)} {root}/runs/latest\nexit $rc")
 
 
+def idle_bound(idle: float, args: list[str]) -> float:
+    """`idle` (timeouts.idle), plus the stress check's length when `--stress-seconds` asks for
+    one: stress prints one line as it starts and one as it ends, silent in between."""
+    for n, arg in enumerate(args):
+        text = arg.partition("=")[2] if arg.startswith("--stress-seconds=") else (
+            args[n + 1] if arg == "--stress-seconds" and n + 1 < len(args) else None)
+        if text is not None:
+            try:
+                return idle + max(0.0, float(text))
+            except ValueError:  # validate refuses it and says so
+                pass
+    return idle
+
+
+def remember_python(session: HostSession) -> None:
+    """Record the recipe's `validate_python` on the host without validating (provision
+    --no-validate, a recipe with `validate: false`), as a validation would, so that a later
+    `gpuprov validate` runs the venv the recipe built rather than the host's python."""
+    chosen = session.context.get("validate_python")
+    if not chosen:
+        return
+    root = remote_root(session.host.name)
+    try:
+        session.conn.run(f'mkdir -p {root} && printf "%s\\n" {shlex.quote(str(chosen))} '
+                         f'> {root}/python', timeout=session.inventory.timeouts.command)
+    except GpuprovError as exc:  # the recipe succeeded; only the reminder is lost
+        session.log.event(f"could not record validate_python: {exc}")
+
+
 def suite_args(suite: str, context: dict[str, Any]) -> list[str]:
     """validate's arguments for `suite` and the host's vars (`gpu_expected`, `validate_args`)."""
     args = ["--quick"] if suite == "quick" else []
@@ -70,10 +100,10 @@ class Validate:
 
     outcome = OUTCOME
 
-    def __init__(self, suite: str, logs_dir: Path, timeout: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, suite: str, logs_dir: Path, timeout: Optional[float] = None):
         self.suite = suite
         self.logs_dir = logs_dir
-        self.timeout = timeout
+        self.timeout = timeout  # None: the inventory's timeouts.command
         self.package = package_bytes()
 
     def __call__(self, session: HostSession) -> None:
@@ -90,10 +120,12 @@ class Validate:
         args = suite_args(self.suite, session.context)
         session.reporter.running(host.name, f"validate ({self.suite})")
         lines = LineSplitter(lambda line: session.reporter.output(host.name, line))
+        timeouts = session.inventory.timeouts
         try:
             res = session.conn.run(validate_command(host.name, python, run_id, args,
                                                     remember=bool(chosen)),
-                                   stdin=self.package, timeout=self.timeout, on_output=lines)
+                                   stdin=self.package, timeout=self.timeout or timeouts.command,
+                                   idle_timeout=idle_bound(timeouts.idle, args), on_output=lines)
         except CommandTimeout as exc:
             lines.flush()
             session.conclude(Outcome(OUTCOME, f"not validated: {exc}", False))

@@ -1,0 +1,133 @@
+"""Gating nodes: the drain reason gpuprov writes, and the scontrol commands that drain, resume,
+and hold nodes in a reservation while they are validated.
+
+A reason reads `gpuprov <run>: <check>: <finding and action>`, e.g.
+`gpuprov 20261125T093000.123Z-ab12: system: nvidia-smi not found (no NVIDIA driver installed?)`.
+The `gpuprov ` prefix is how a later run knows the drain as its own (nodes.GPUPROV_PREFIX);
+a node drained with any other reason is never touched.
+
+Taking a drained node back without letting users' jobs onto it first: Slurm starts no job on a
+drained node, not even root's (srun: "Required node not available (down, drained or
+reserved)"), so the nodes go into a reservation for the run's user first ("When cores or nodes
+are reserved, then jobs using that reservation can use only those resources ... and no other
+jobs can use those resources", slurm.schedmd.com/reservations.html), are resumed, validated in
+the reservation, and the reservation is deleted only after every node that did not pass was
+drained again. Creating reservations, draining and resuming need root or SlurmUser (same page;
+slurm.md gotcha 11): with `become: true` on the login node they run through sudo.
+"""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any, Optional
+
+from ..output.term import printable_line
+from .nodes import GPUPROV_PREFIX
+
+# Slurm sets no length limit on a node's reason: scontrol's update_node.c copies it whole, and
+# 22.05 stored and printed 5000 characters on the test cluster (measured). The cut is gpuprov's
+# own (unsourced), the same as `validate --health --slurm-drain`'s: enough for what failed and
+# what to do, short enough for a line of `sinfo -R`.
+REASON_MAX = 200
+RESULTS_MAX_BYTES = 16 << 20  # as the engine's summarize: a larger results.json is not read
+
+
+def drain_reason(run_id: str, results_path: Optional[Path], fallback: str) -> str:
+    """`gpuprov <run>: <check>: <finding and action>` from the node's results.json (its first
+    failing required check), else `gpuprov <run>: <fallback>`; one printable line, cut."""
+    check = _first_failure(results_path) if results_path is not None else None
+    if check is not None:
+        name, finding = check
+        text = f"{GPUPROV_PREFIX}{run_id}: {name}: {finding}"
+    else:
+        text = f"{GPUPROV_PREFIX}{run_id}: {fallback}"
+    text = " ".join(printable_line(text).split())
+    return text if len(text) <= REASON_MAX else text[:REASON_MAX - 3] + "..."
+
+
+def _first_failure(path: Path) -> Optional[tuple[str, str]]:
+    import json
+
+    try:
+        if path.stat().st_size > RESULTS_MAX_BYTES:
+            return None
+        checks = json.loads(path.read_text()).get("checks")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return None
+    if not isinstance(checks, list):
+        return None
+    for status in ("fail", "skip"):
+        for check in checks:
+            if (isinstance(check, dict) and check.get("required") and
+                    check.get("status") == status and isinstance(check.get("name"), str)):
+                return check["name"], _finding(check, status)
+    return None
+
+
+def _finding(check: dict[str, Any], status: str) -> str:
+    """A failing finding and its action when the check lists findings (validate --health's
+    shape), else the check's reason."""
+    for finding in check.get("findings") or []:
+        if isinstance(finding, dict) and finding.get("fails") and isinstance(finding.get("what"), str):
+            action = finding.get("action")
+            what: str = finding["what"]
+            return what + (f"; action: {action}" if isinstance(action, str) else "")
+    reason = check.get("reason")
+    text = reason if isinstance(reason, str) and reason else "failed"
+    return text if status == "fail" else f"not checked: {text}"
+
+
+def each_node_command(commands: dict[str, str]) -> str:
+    """One script running a command per node, each answered by a line `@@rc NODE RC` after its
+    output, so one round trip does them all and each node's outcome is known."""
+    lines = []
+    for node, command in commands.items():
+        lines.append(f"{command} 2>&1; echo \"@@rc {node} $?\"")
+    return "\n".join(lines) + "\n"
+
+
+def parse_each_node(out: str) -> dict[str, tuple[int, str]]:
+    """Node -> (rc, what its command printed) from `each_node_command`'s output."""
+    result: dict[str, tuple[int, str]] = {}
+    said: list[str] = []
+    for line in out.splitlines():
+        words = line.split()
+        if len(words) == 3 and words[0] == "@@rc" and words[2].isdigit():
+            result[words[1]] = (int(words[2]), " ".join(said).strip())
+            said = []
+        else:
+            said.append(line)
+    return result
+
+
+def drain_command(node: str, reason: str) -> str:
+    return (f"scontrol update nodename={shlex.quote(node)} state=drain "
+            f"reason={shlex.quote(reason)}")
+
+
+def resume_command(nodes: list[str]) -> str:
+    return f"scontrol update nodename={shlex.quote(','.join(nodes))} state=resume"
+
+
+def run_name(run_id: str) -> str:
+    """The run's name in Slurm (its job and its reservation): letters, digits, '-', '_'."""
+    return "gpuprov-" + "".join(c if c.isalnum() else "_" for c in run_id)
+
+
+def cancel_command(job_name: str, user: str) -> str:
+    """Cancel the run's job: srun killed before it could (a cancelled run's command is
+    stopped hard) leaves its allocation behind, and the reservation cannot go while it runs."""
+    return f"scancel --name={shlex.quote(job_name)} --user={shlex.quote(user)}"
+
+
+def reserve_command(name: str, user: str, nodes: list[str], minutes: int) -> str:
+    """Hold `nodes` for `user`'s jobs only, from now, `minutes` long: IGNORE_JOBS lets nodes
+    still running jobs be reserved (gpuprov's own job waits for them), so the reservation ends
+    by itself should gpuprov die before deleting it."""
+    return (f"scontrol create reservation reservationname={shlex.quote(name)} "
+            f"users={shlex.quote(user)} nodes={shlex.quote(','.join(nodes))} starttime=now "
+            f"duration={minutes} flags=ignore_jobs")
+
+
+def unreserve_command(name: str) -> str:
+    return f"scontrol delete reservationname={shlex.quote(name)}"

@@ -1,0 +1,195 @@
+"""What Slurm says about its nodes, read from any of its JSON shapes, and what a run does with
+each node: validate it, skip it (down, or drained by someone else), or take it back (drained
+by gpuprov, with --resume-passed).
+
+Shapes (tests/fixtures/slurm/SOURCES.md):
+- 22.05 `sinfo --json` (openapi v0.0.38): `nodes[]`, `state` a lower-case string ("idle",
+  "down", "mixed"), `state_flags` a list (["DRAIN"], ["NOT_RESPONDING"]), `partitions` a list.
+- 23.02+ `scontrol show nodes --json` (data_parser v0.0.39+): `nodes[]`, `state` a list of
+  upper-case words (["IDLE", "DRAIN"]).
+- 23.02+ `sinfo --json`: grouped records `sinfo[]`: `node.state`, `nodes.nodes`,
+  `partition.name`, `reason.description`.
+22.05's `--json` ignores every filter (slurm.md, gotcha 13): everything is filtered here.
+What the cluster answers is read defensively: a field of an unexpected type counts as absent.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional
+
+# A node name becomes a folder, logs/<node>/<run>/: the inventory's own rule for host names.
+NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+GPUPROV_PREFIX = "gpuprov "  # every reason gpuprov writes starts so (gate.drain_reason)
+# Slurm's node states and flags (slurm.h NODE_STATE_*, and data_parser's NODE_STATES names):
+# any of these and no job can start on the node now, so it is reported, not validated.
+UNAVAILABLE = {"DOWN", "FUTURE", "UNKNOWN", "ERROR", "NOT_RESPONDING", "POWERED_DOWN",
+               "POWERING_DOWN", "POWER_DOWN", "POWERING_UP", "REBOOT_ISSUED",
+               "REBOOT_REQUESTED", "INVALID_REG", "INVALID", "MAINTENANCE", "PLANNED",
+               "BLOCKED"}
+DRAINED = {"DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "POWER_DRAIN"}
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node as Slurm reports it; `states` holds its base state and flags, upper case."""
+
+    name: str
+    states: frozenset[str]
+    reason: str = ""
+    partitions: tuple[str, ...] = ()
+
+    @property
+    def state(self) -> str:
+        """The states as one word for messages, e.g. `IDLE+DRAIN`."""
+        return "+".join(sorted(self.states)) or "UNKNOWN"
+
+    @property
+    def drained(self) -> bool:
+        return bool(self.states & DRAINED)
+
+    @property
+    def unavailable(self) -> bool:
+        return bool(self.states & UNAVAILABLE)
+
+    @property
+    def drained_by_gpuprov(self) -> bool:
+        return self.drained and self.reason.startswith(GPUPROV_PREFIX)
+
+
+class NodeListError(ValueError):
+    """The cluster's answer is not a node listing gpuprov can read."""
+
+
+def parse_nodes(text: str) -> dict[str, Node]:
+    """Node name -> `Node` from any of the JSON shapes above; a node in several records (one
+    per partition in grouped output) gathers all its partitions."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise NodeListError(f"not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise NodeListError("not a JSON object")
+    found: dict[str, Node] = {}
+    records = data.get("nodes")
+    grouped = data.get("sinfo")
+    if isinstance(records, list):
+        for record in records:
+            if isinstance(record, dict):
+                _add(found, _from_node_record(record))
+    elif isinstance(grouped, list):
+        for record in grouped:
+            if isinstance(record, dict):
+                for node in _from_sinfo_record(record):
+                    _add(found, node)
+    else:
+        errors = data.get("errors")
+        why = f": {errors}" if errors else ""
+        raise NodeListError(f"neither 'nodes' nor 'sinfo' in the answer{why}")
+    return found
+
+
+def _add(found: dict[str, Node], node: Optional[Node]) -> None:
+    if node is None:
+        return
+    old = found.get(node.name)
+    if old is not None:
+        parts = tuple(dict.fromkeys(old.partitions + node.partitions))
+        node = Node(node.name, old.states | node.states, old.reason or node.reason, parts)
+    found[node.name] = node
+
+
+def _words(value: Any) -> set[str]:
+    """State words from a string ("idle", "IDLE+DRAIN", "down*") or a list of them."""
+    items = value if isinstance(value, list) else [value]
+    words: set[str] = set()
+    for item in items:
+        if not isinstance(item, str):
+            continue
+        text = item.strip().upper()
+        if text.endswith("*"):  # sinfo's mark for a node that does not respond
+            words.add("NOT_RESPONDING")
+            text = text[:-1]
+        words |= {w for w in re.split(r"[+\s,]+", text) if w}
+    return words
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, dict):  # 23.02+ grouped records: {"description": ..., "user": ...}
+        value = value.get("description")
+    return value.strip() if isinstance(value, str) else ""
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, list):
+        return ()
+    return tuple(v.strip() for v in value if isinstance(v, str) and v.strip())
+
+
+def _from_node_record(record: dict[str, Any]) -> Optional[Node]:
+    name = record.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    states = _words(record.get("state")) | _words(record.get("state_flags"))
+    return Node(name, frozenset(states), _text(record.get("reason")),
+                _names(record.get("partitions")))
+
+
+def _from_sinfo_record(record: dict[str, Any]) -> list[Node]:
+    node = record.get("node")
+    states = frozenset(_words(node.get("state") if isinstance(node, dict) else None))
+    nodes = record.get("nodes")
+    names = _names(nodes.get("nodes") if isinstance(nodes, dict) else None)
+    partition = record.get("partition")
+    part = partition.get("name") if isinstance(partition, dict) else partition
+    parts = (part,) if isinstance(part, str) and part else ()
+    reason = _text(record.get("reason"))
+    return [Node(name, states, reason, parts) for name in names]
+
+
+@dataclass
+class Plan:
+    """What a run does with a partition's nodes."""
+
+    validate: list[Node]        # validated (the ones in `resume` among them)
+    resume: list[Node]          # drained by gpuprov earlier, validated again (--resume-passed)
+    skipped: list[tuple[Node, str]]  # not validated, with why
+    down: list[tuple[Node, str]]     # cannot run anything now: reported like unreachable hosts
+
+
+def plan_nodes(nodes: dict[str, Node], partition: str, wanted: Optional[Iterable[str]],
+               resume_passed: bool) -> Plan:
+    """Sort the partition's nodes (only `wanted` ones when given; both already checked to
+    exist) into those validated, taken back, skipped and down."""
+    chosen = [n for n in nodes.values() if partition in n.partitions]
+    if wanted is not None:
+        keep = set(wanted)
+        chosen = [n for n in chosen if n.name in keep]
+    plan = Plan([], [], [], [])
+    for node in sorted(chosen, key=lambda n: natural_order(n.name)):
+        reason = f" ({node.reason})" if node.reason else ""
+        if not NODE_NAME.fullmatch(node.name):
+            plan.skipped.append((node, "its name cannot be a folder name"))
+        elif node.unavailable:
+            plan.down.append((node, f"{node.state}{reason}"))
+        elif node.drained_by_gpuprov:
+            if resume_passed:
+                plan.validate.append(node)
+                plan.resume.append(node)
+            else:
+                plan.skipped.append((node, f"drained by gpuprov{reason}; --resume-passed "
+                                           "validates it again"))
+        elif node.drained:
+            plan.skipped.append((node, f"{node.state}, drained by someone else{reason}: left "
+                                       "alone"))
+        else:
+            plan.validate.append(node)
+    return plan
+
+
+def natural_order(name: str) -> list[Any]:
+    """n2 before n10."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]

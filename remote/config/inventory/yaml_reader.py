@@ -1,0 +1,250 @@
+"""gpuprov's own inventory format, YAML (the README's Inventory section): top-level `vars`,
+`hosts`, `groups` (with `hosts`, `children`, `vars`), `host_key_policy` (strict | accept-new),
+`known_hosts` (extra files of trusted keys), `timeouts`, `secrets` (names of vars whose values
+are never shown), `cache` (the fleet cache host) and `include_if_exists`.
+
+This module reads the format only: keys, types, positions. What every inventory must satisfy
+whatever its format is in `checks`; the objects it builds are `model`'s.
+
+May import: `remote.errors`, `remote.config.schema`, `remote.config.yamlfile`,
+`remote.config.slurm` (a host's `slurm:` key), `model`, `checks`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ...errors import InputError, Where
+from ..schema import check_keys, expect, expect_str_list
+from ..slurm import load_slurm
+from ..yamlfile import YamlMap, load_yaml
+from .checks import check_graph, check_group_name, check_host_name
+from .model import (
+    CACHE_REACH,
+    MAX_APT_CACHER_PORT,
+    MAX_SECONDS,
+    POLICIES,
+    CacheSettings,
+    Group,
+    Host,
+    Inventory,
+    Timeouts,
+)
+
+HOST_KEYS = {"address", "user", "port", "identity_file", "ssh_agent", "python", "become",
+             "jump", "connection", "vars", "slurm"}
+GROUP_KEYS = {"hosts", "children", "vars"}
+TOP_KEYS = {"vars", "hosts", "groups", "host_key_policy", "known_hosts", "timeouts", "secrets",
+            "include_if_exists", "cache"}
+CACHE_KEYS = {"host", "address", "reach", "apt_port", "pypi_port"}
+TIMEOUT_KEYS = {"connect", "banner", "auth", "keepalive", "command", "idle"}
+
+Parts = list[tuple[Path, YamlMap]]  # the file and those it includes, the including one first
+
+
+def _read(path: Path) -> YamlMap:
+    data = load_yaml(path, "inventory")
+    if not isinstance(data, YamlMap):
+        raise InputError("an inventory must be a mapping with 'hosts:'", path,
+                         getattr(data, "where", Where(str(path), 1)).line)
+    check_keys(data, TOP_KEYS, "inventory")
+    return data
+
+
+def read_yaml_inventory(path: Path) -> Inventory:
+    """Read and check a YAML inventory completely; raise `InputError` at the first flaw.
+
+    `include_if_exists: [files]` merges other inventories (hosts, groups, vars under this
+    file's, known_hosts) when they exist: the example inventory takes in the sandbox's this way.
+    """
+    data = _read(path)
+    parts = _with_includes(path, data)
+    hosts = _load_hosts(parts)
+    if not hosts:
+        raise data.at("hosts").error("the inventory defines no hosts (add a 'hosts:' mapping)")
+    groups = _load_groups(parts, hosts)
+    top_vars = _merge_vars(data, parts)
+    check_graph(hosts, groups)
+
+    policy = data.get("host_key_policy", "strict")
+    if policy not in POLICIES:
+        raise data.at("host_key_policy").error(
+            f"host_key_policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+    known_paths = _known_hosts(parts)
+    secrets = data.get("secrets") or []
+    expect_str_list(secrets, data.at("secrets"), "'secrets'")
+
+    return Inventory(path=path, hosts=hosts, groups=groups, vars=top_vars,
+                     vars_where=getattr(top_vars, "key_where", {}), host_key_policy=policy,
+                     known_hosts=known_paths, timeouts=_load_timeouts(data),
+                     secrets=set(secrets), cache=_load_cache(data, hosts))
+
+
+def _with_includes(path: Path, data: YamlMap) -> Parts:
+    parts = [(path, data)]
+    includes = data.get("include_if_exists") or []
+    if isinstance(includes, str):
+        includes = [includes]
+    expect_str_list(includes, data.at("include_if_exists"), "'include_if_exists'")
+    for name in includes:
+        included = _resolve_path(name, path)
+        if included.exists():
+            part = _read(included)
+            if part.get("include_if_exists"):
+                raise part.at("include_if_exists").error("an included inventory cannot include others")
+            parts.append((included, part))
+    return parts
+
+
+def _load_hosts(parts: Parts) -> dict[str, Host]:
+    hosts: dict[str, Host] = {}
+    for _, part in parts:
+        hosts_raw = part.get("hosts") or YamlMap()
+        expect(hosts_raw, dict, part.at("hosts"), "'hosts'")
+        for name, spec in hosts_raw.items():
+            if name in hosts:
+                raise hosts_raw.at(name).error(f"host '{name}' is already defined at {hosts[name].where}")
+            hosts[name] = _load_host(name, spec, hosts_raw.at(name))
+    return hosts
+
+
+def _load_groups(parts: Parts, hosts: dict[str, Host]) -> dict[str, Group]:
+    groups: dict[str, Group] = {}
+    for _, part in parts:
+        expect(part.get("groups") or {}, dict, part.at("groups"), "'groups'")
+        for name, spec in (part.get("groups") or {}).items():
+            if name in groups:
+                raise part["groups"].at(name).error(f"group '{name}' is already defined at "
+                                                    f"{groups[name].where}")
+            groups[name] = _load_group(name, spec, part["groups"].at(name), hosts)
+    return groups
+
+
+def _merge_vars(data: YamlMap, parts: Parts) -> YamlMap:
+    top_vars = YamlMap()
+    top_vars.where, top_vars.key_where = data.where, {}
+    for _, part in reversed(parts):  # the including file's vars win
+        layer = part.get("vars") or YamlMap()
+        expect(layer, dict, part.at("vars"), "'vars'")
+        top_vars.update(layer)
+        top_vars.key_where.update(getattr(layer, "key_where", {}))
+    return top_vars
+
+
+def _known_hosts(parts: Parts) -> list[Path]:
+    known_paths = []
+    for source, part in parts:
+        known = part.get("known_hosts") or []
+        if isinstance(known, str):
+            known = [known]
+        expect_str_list(known, part.at("known_hosts"), "'known_hosts'")
+        known_paths += [_resolve_path(p, source) for p in known]
+    return known_paths
+
+
+def _load_cache(data: YamlMap, hosts: dict[str, Host]) -> CacheSettings | None:
+    spec = data.get("cache")
+    if spec is None:
+        return None
+    if isinstance(spec, str):  # `cache: NAME` shorthand
+        spec = YamlMap({"host": spec})
+        spec.where, spec.key_where = data.at("cache"), {}
+    expect(spec, dict, data.at("cache"), "'cache'")
+    check_keys(spec, CACHE_KEYS, "cache")
+    name = spec.get("host")
+    if not isinstance(name, str) or name not in hosts:
+        raise spec.at("host").error(
+            f"cache.host must name a host of the inventory, not {name!r}"
+            if name is not None else "cache needs 'host:' (the host that runs the cache)")
+    if hosts[name].is_local:
+        raise spec.at("host").error(f"cache host '{name}' has connection: local; the other "
+                                    "hosts reach the cache over the network")
+    address = expect(spec.get("address", hosts[name].address), str, spec.at("address"),
+                     "cache.address")
+    reach = spec.get("reach", "auto")
+    if reach not in CACHE_REACH:
+        raise spec.at("reach").error(f"cache.reach must be one of {', '.join(CACHE_REACH)}, "
+                                     f"not {reach!r}")
+    ports = {}
+    for key in ("apt_port", "pypi_port"):
+        port = spec.get(key, getattr(CacheSettings, key))
+        top = MAX_APT_CACHER_PORT if key == "apt_port" else 65535
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port <= top:
+            why = " (apt-cacher-ng 3.7.4 cannot listen above it)" if key == "apt_port" else ""
+            raise spec.at(key).error(f"cache.{key} must be a number from 1 to {top}{why}")
+        ports[key] = port
+    return CacheSettings(host=name, address=address, reach=reach, **ports)
+
+
+def _resolve_path(value: str, inventory_path: Path) -> Path:
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else (inventory_path.parent / p)
+
+
+def _load_timeouts(data: YamlMap) -> Timeouts:
+    spec = data.get("timeouts")
+    if spec is None:
+        return Timeouts()
+    expect(spec, dict, data.at("timeouts"), "'timeouts'")
+    check_keys(spec, TIMEOUT_KEYS, "timeouts")
+    values = {}
+    for key, value in spec.items():
+        # `not 0 < value <= MAX` also refuses NaN, and compares huge ints exactly
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not 0 < value <= MAX_SECONDS:
+            raise spec.at(key).error(f"timeouts.{key} must be a positive number of seconds "
+                                     f"(at most {MAX_SECONDS})")
+        values[key] = float(value)
+    return Timeouts(**values)
+
+
+def _load_host(name: str, spec: Any, where: Where) -> Host:
+    check_host_name(name, where)
+    if spec is None:
+        spec = YamlMap()
+        spec.where, spec.key_where = where, {}
+    expect(spec, dict, where, f"host '{name}'")
+    check_keys(spec, HOST_KEYS, f"host '{name}'")
+    connection = spec.get("connection", "ssh")
+    if connection not in ("ssh", "local"):
+        raise spec.at("connection").error(f"connection must be 'ssh' or 'local', not {connection!r}")
+    host = Host(name=name, address=str(spec.get("address", name)), where=where,
+                connection=connection)
+    for key, kind in (("user", str), ("identity_file", str), ("python", str), ("jump", str)):
+        if key in spec:
+            setattr(host, key, expect(spec[key], kind, spec.at(key), f"host '{name}': {key}"))
+    if "port" in spec:
+        port = spec["port"]
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise spec.at("port").error(f"host '{name}': port must be a number from 1 to 65535")
+        host.port = port
+    if "become" in spec:
+        host.become = expect(spec["become"], bool, spec.at("become"), f"host '{name}': become")
+    if "ssh_agent" in spec:
+        host.ssh_agent = expect(spec["ssh_agent"], bool, spec.at("ssh_agent"),
+                                f"host '{name}': ssh_agent")
+    if "slurm" in spec:
+        host.slurm = load_slurm(spec["slurm"], spec.at("slurm"), name)
+    host_vars = spec.get("vars") or YamlMap()
+    host.vars = expect(host_vars, dict, spec.at("vars"), f"host '{name}': vars")
+    return host
+
+
+def _load_group(name: str, spec: Any, where: Where, hosts: dict[str, Host]) -> Group:
+    check_group_name(name, where)
+    spec = spec or YamlMap()
+    expect(spec, dict, where, f"group '{name}'")
+    if spec:
+        check_keys(spec, GROUP_KEYS, f"group '{name}'")
+    group = Group(name=name, where=where)
+    for key in ("hosts", "children"):
+        value = spec.get(key) or []
+        expect_str_list(value, spec.at(key) if spec else where, f"group '{name}': {key}")
+        setattr(group, key, list(value))
+    for index, member in enumerate(group.hosts):
+        if member not in hosts:
+            at = spec["hosts"].at(index) if hasattr(spec["hosts"], "at") else where
+            raise at.error(f"group '{name}' lists host '{member}', which is not under hosts:")
+    group.vars = expect(spec.get("vars") or YamlMap(), dict, spec.at("vars") if spec else where,
+                        f"group '{name}': vars")
+    return group

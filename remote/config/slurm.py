@@ -1,0 +1,142 @@
+"""A host's `slurm:` key: the host is a cluster's login node, and `validate` on it validates the
+nodes of a Slurm partition through the scheduler (remote/cluster/).
+
+    slurm:
+      partition: gpu            # required
+      nodes: gpu[01-16]         # a Slurm hostlist; default: every node of the partition
+      account: ops              # srun --account
+      qos: maintenance          # srun --qos
+      time: "00:30:00"          # srun --time (Slurm's time formats; a number is minutes)
+      gpus_per_node: 8          # srun --gpus-per-node ([type:]count)
+      extra_args: [--constraint=h100]   # more srun options, each one argument
+      conf: /etc/slurm/slurm.conf       # exported as SLURM_CONF for every Slurm command
+
+Values only reach srun and scontrol as single quoted arguments; their shapes are checked here
+so that a typo is one `file:line` error before any host is contacted.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..errors import Where
+from .schema import check_keys, expect
+from .yamlfile import YamlMap
+
+SLURM_KEYS = {"partition", "nodes", "account", "qos", "time", "gpus_per_node", "extra_args",
+              "conf"}
+# Slurm names (partitions, accounts, QOS): no spaces, commas or shell characters. Slurm's own
+# rules are looser in places; these cover every name in its documentation's examples.
+SLURM_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+# A hostlist as `scontrol show hostnames` reads it: names, ranges in brackets, commas.
+HOSTLIST = re.compile(r"[A-Za-z0-9_.\-\[\],]+")
+# srun(1) --time, "Acceptable time formats include "minutes", "minutes:seconds",
+# "hours:minutes:seconds", "days-hours", "days-hours:minutes" and "days-hours:minutes:seconds""
+# (doc/man/man1/srun.1 in SchedMD/slurm); plus UNLIMITED/INFINITE, which Slurm also reads.
+TIME = re.compile(r"(\d+|\d+:\d+|\d+:\d+:\d+|\d+-\d+|\d+-\d+:\d+|\d+-\d+:\d+:\d+|UNLIMITED|"
+                  r"unlimited|INFINITE|infinite)")
+# srun(1) --gpus-per-node=[type:]number
+GPUS = re.compile(r"([A-Za-z0-9_.-]+:)?[1-9][0-9]*")
+# Options gpuprov sets itself: given again in extra_args they would change what a run means
+# (one task per node, every GPU of the node, no other job beside it, output labelled per node).
+OWN_OPTIONS = ("--nodes", "-N", "--ntasks", "-n", "--ntasks-per-node", "--nodelist", "-w",
+               "--exclusive", "--label", "-l", "--input", "-i", "--output", "-o", "--error",
+               "-e", "--partition", "-p", "--reservation", "--no-kill", "-k",
+               "--kill-on-bad-exit", "-K")
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """What `slurm:` says; `where` is the key's position, `at` each given key's."""
+
+    partition: str
+    where: Where
+    at: dict[str, Where]
+    nodes: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    time: Optional[str] = None
+    gpus_per_node: Optional[str] = None
+    extra_args: tuple[str, ...] = ()
+    conf: Optional[str] = None
+
+    def position(self, key: str) -> Where:
+        return self.at.get(key, self.where)
+
+
+def load_slurm(spec: Any, where: Where, host: str) -> SlurmSettings:
+    """Check a host's `slurm:` mapping; raise `InputError` (file:line) at the first flaw."""
+    what = f"host '{host}': slurm"
+    expect(spec, dict, where, what)
+    check_keys(spec, SLURM_KEYS, what)
+    at: dict[str, Where] = dict(spec.key_where) if isinstance(spec, YamlMap) else {}
+
+    def pos(key: str) -> Where:
+        return at.get(key, where)
+
+    values: dict[str, Any] = {}
+    partition = spec.get("partition")
+    if partition is None or partition == "":
+        raise where.error(f"{what} needs 'partition' (the Slurm partition whose nodes to validate)")
+    for key in ("partition", "account", "qos"):
+        if key in spec:
+            value = expect(spec[key], str, pos(key), f"{what}.{key}")
+            if not SLURM_NAME.fullmatch(value):
+                raise pos(key).error(f"{what}.{key} {value!r} is not a Slurm name (letters, "
+                                     "digits, '_', '.', '+', '-')")
+            values[key] = value
+    if "nodes" in spec:
+        nodes = expect(spec["nodes"], str, pos("nodes"), f"{what}.nodes")
+        if not HOSTLIST.fullmatch(nodes) or nodes.count("[") != nodes.count("]"):
+            raise pos("nodes").error(f"{what}.nodes {nodes!r} is not a Slurm hostlist "
+                                     "(like gpu[01-16],gpu20)")
+        values["nodes"] = nodes
+    if "time" in spec:
+        values["time"] = _shaped(spec["time"], TIME, pos("time"), f"{what}.time must be a "
+                                 "Slurm time limit such as 30, \"01:00:00\" or \"1-00:00:00\"")
+    if "gpus_per_node" in spec:
+        values["gpus_per_node"] = _shaped(spec["gpus_per_node"], GPUS, pos("gpus_per_node"),
+                                          f"{what}.gpus_per_node must be a count of 1 or more, "
+                                          "or TYPE:COUNT (like h100:8)")
+    if "extra_args" in spec:
+        values["extra_args"] = _extra_args(spec["extra_args"], pos("extra_args"), what)
+    if "conf" in spec:
+        conf = expect(spec["conf"], str, pos("conf"), f"{what}.conf")
+        if not conf.startswith("/") or "\n" in conf or "\0" in conf:
+            raise pos("conf").error(f"{what}.conf must be an absolute path on the login node, "
+                                    f"not {conf!r}")
+        values["conf"] = conf
+    return SlurmSettings(where=where, at=at, **values)
+
+
+def _shaped(value: Any, shape: re.Pattern[str], where: Where, must: str) -> str:
+    """`value` as a string of `shape`; a whole number is written out (`time: 30` is minutes,
+    as for srun --time)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not shape.fullmatch(value):
+        raise where.error(f"{must}, not {value!r}")
+    return value
+
+
+def _extra_args(value: Any, where: Where, what: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        try:
+            args = shlex.split(value)
+        except ValueError as exc:
+            raise where.error(f"{what}.extra_args: {exc}") from None
+    elif isinstance(value, list) and all(isinstance(a, str) for a in value):
+        args = list(value)
+    else:
+        raise where.error(f"{what}.extra_args must be a string or a list of strings")
+    for arg in args:
+        if not arg.startswith("-") or "\n" in arg or "\0" in arg:
+            raise where.error(f"{what}.extra_args: {arg!r} is not an srun option (write "
+                              "--name=value as one item)")
+        name = arg.split("=", 1)[0] if arg.startswith("--") else arg[:2]  # -N3 is -N 3
+        if name in OWN_OPTIONS:
+            raise where.error(f"{what}.extra_args: {name} is set by gpuprov (one task per "
+                              "node, labelled output, the partition and nodes of slurm:)")
+    return tuple(args)

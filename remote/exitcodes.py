@@ -1,0 +1,20 @@
+"""Exit statuses of every gpuprov command, in one place (README: Commands, and `--help`).
+
+Ansible's ansible-playbook exits 2 when a host failed and 4 when one was unreachable
+(lib/ansible/executor/task_queue_manager.py, RUN_FAILED_HOSTS = 2, RUN_UNREACHABLE_HOSTS = 4; see
+https://github.com/ansible/ansible/issues/19720). gpuprov keeps 2 for bad input, as before, so
+a script can tell "fix the command" from "look at the hosts"; 4 is the same as Ansible's.
+Imports nothing.
+"""
+EXIT_OK = 0
+EXIT_STEP_FAILED = 1          # a step failed on at least one host
+EXIT_INPUT = 2                # bad input: nothing was contacted
+EXIT_VALIDATION_FAILED = 3    # every step ran, but validation failed on at least one host
+EXIT_UNREACHABLE = 4          # a host could not be reached (and no step failed elsewhere)
+EXIT_INTERRUPTED = 130        # Ctrl-C or SIGTERM
+EXIT_BROKEN_PIPE = 141        # the reader went away (`| head`): 128 + SIGPIPE, as a shell reports
+
+HELP = ("Exit status: 0 every selected host succeeded; 1 a step failed on a host; 2 bad input "
+        "(one line on stderr, no host contacted); 3 validation failed on a host (its steps "
+        "succeeded); 4 a host was unreachable; 130 interrupted. When several apply, 1 "
+        "comes before 4, and 4 before 3.")

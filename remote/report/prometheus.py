@@ -1,0 +1,88 @@
+"""`gpuprov report --prometheus PATH`: each host's latest verdicts and bench figures in the
+Prometheus text format that node_exporter's textfile collector reads
+(https://github.com/prometheus/node_exporter#textfile-collector): point PATH at a `*.prom`
+file in its `--collector.textfile.directory`. Written with prometheus_client's
+CollectorRegistry and write_to_textfile, which writes a temporary file and renames it, so the
+collector never reads half a file. Metric names follow https://prometheus.io/docs/practices/naming/
+(base units: seconds). What a log says is untrusted: label values are whatever the text is
+(prometheus_client escapes them), numbers that are not finite are left out.
+
+May import: `remote.report.collect`, prometheus_client.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+
+from .collect import Run, num
+
+STATUSES = ("pass", "fail", "skip")  # validate/core.py: PASS, FAIL, SKIP
+
+
+def _latest(runs: list[Run], want: str) -> dict[str, Run]:
+    """Per host, its latest run (by run id) that has `want`: 'results' or 'latency'."""
+    latest: dict[str, Run] = {}
+    for run in runs:  # sorted by host, then run id
+        if getattr(run, want):
+            latest[run.host] = run
+    return latest
+
+
+def _finite(value: Any) -> Optional[float]:
+    number = num(value)
+    return number if number is not None and math.isfinite(number) else None
+
+
+def registry_for(runs: list[Run]) -> CollectorRegistry:
+    """The metrics of `runs` (collect's runs) in a registry of their own."""
+    registry = CollectorRegistry()
+    valid = Gauge("gpuprov_validation_ok", "1 when the host's latest validation passed, else 0",
+                  ["host", "run"], registry=registry)
+    passed = Gauge("gpuprov_check_passed", "1 when the check passed in the host's latest "
+                   "validation, else 0 (failed or skipped)", ["host", "check"], registry=registry)
+    status = Gauge("gpuprov_check_status", "the check's status in the host's latest validation: "
+                   "1 for the status it had, 0 for the others", ["host", "check", "status"],
+                   registry=registry)
+    seconds = Gauge("gpuprov_check_duration_seconds", "how long the check ran",
+                    ["host", "check"], registry=registry)
+    latency = Gauge("gpuprov_bench_latency_seconds", "median inference latency per model in "
+                    "the host's latest benchmark", ["host", "model"], registry=registry)
+    throughput = Gauge("gpuprov_bench_throughput_images_per_second", "images per second per "
+                       "model and precision in the host's latest benchmark",
+                       ["host", "model", "precision"], registry=registry)
+    for host, run in _latest(runs, "results").items():
+        results = run.results or {}
+        valid.labels(host, run.run_id).set(1 if results.get("ok") is True else 0)
+        checks = results.get("checks")
+        for check in checks if isinstance(checks, list) else []:
+            if not isinstance(check, dict) or not isinstance(check.get("name"), str):
+                continue
+            name, state = check["name"], str(check.get("status"))
+            passed.labels(host, name).set(1 if state == "pass" else 0)
+            for known in STATUSES:
+                status.labels(host, name, known).set(1 if state == known else 0)
+            took = _finite(check.get("elapsed_s"))
+            if took is not None:
+                seconds.labels(host, name).set(took)
+            models = (check.get("figures") or {}).get("models") if name == "bench" else None
+            for model, figures in (models.items() if isinstance(models, dict) else []):
+                rates = figures.get("throughput_ips") if isinstance(figures, dict) else None
+                for precision in ("fp32", "amp"):
+                    rate = _finite((rates or {}).get(precision)) if isinstance(rates, dict) else None
+                    if rate is not None:
+                        throughput.labels(host, str(model), precision).set(rate)
+    for host, run in _latest(runs, "latency").items():
+        column = run.latency.get(None) or next(iter(run.latency.values()), {})
+        for model, ms in column.items():
+            value = _finite(ms)
+            if value is not None:
+                latency.labels(host, model).set(value / 1000.0)
+    return registry
+
+
+def write_prometheus(path: Path, runs: list[Run]) -> None:
+    """Write the metrics of `runs` to `path` (atomically, by prometheus_client)."""
+    write_to_textfile(str(path), registry_for(runs))

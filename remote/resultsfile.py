@@ -1,0 +1,88 @@
+"""The one reader of a pulled ``results.json`` on the control side (the validation package's
+output, schema 1 or 2): the engine's recap (`engine/jobs/logs.py`) and the report
+(`report/collect.py`) both read it here, with the same care. What a host wrote is untrusted:
+the file is read only when it is a regular file of at most `MAX_FILE_BYTES` (never blocking
+on a FIFO, never reading past the cap), must be a JSON object whose ``checks`` is a list of
+objects, and its schema version is checked here once.
+
+The bottom layer: imports nothing of gpuprov, so every package may use it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+RESULTS = "results.json"
+# 2 (issue 22) adds each check's `action` and `findings` and the run's worst `action`; 1 is
+# what hosts validated before it left: both read the same.
+SCHEMAS = (1, 2)
+# The largest results.json (or bench_torch.log) read: the validation package writes a few
+# hundred KiB at most, and a host could otherwise make the control side hold gigabytes (a
+# sparse file costs it nothing).
+MAX_FILE_BYTES = 16 << 20
+
+
+class UnusableFile(Exception):
+    """The file cannot be used at all. `reason`: unreadable, too_large, empty, not_json,
+    not_object or checks; the message says why in words, `line` where when known."""
+
+    def __init__(self, reason: str, message: str, line: Optional[int] = None):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.line = line
+
+
+@dataclass
+class ResultsFile:
+    """A results.json that can be read: its data, and what is odd about it (read anyway)."""
+
+    data: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+
+def read_capped(path: Path) -> bytes:
+    """The bytes of a regular file of at most `MAX_FILE_BYTES`; `UnusableFile` otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise UnusableFile("unreadable", f"unreadable ({exc.strerror or exc}): skipped") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder, a FIFO, a device
+        os.close(fd)
+        raise UnusableFile("unreadable", "unreadable (not a regular file): skipped")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            raise UnusableFile("unreadable", f"unreadable ({exc.strerror or exc}): skipped") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise UnusableFile("too_large", f"larger than {MAX_FILE_BYTES >> 20} MiB: skipped")
+    return data
+
+
+def read_results(path: Path) -> ResultsFile:
+    """Read and check a results.json; `UnusableFile` when it cannot be used at all."""
+    text = read_capped(path).decode("utf-8", errors="replace")
+    if not text.strip():
+        raise UnusableFile("empty", "empty file: skipped")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        msg = getattr(exc, "msg", str(exc))
+        raise UnusableFile("not_json", f"not valid JSON ({msg}): skipped",
+                           getattr(exc, "lineno", None)) from None
+    except RecursionError:  # the decoder recurses once per level: [[[[... a million deep
+        raise UnusableFile("not_json", "not valid JSON (nested too deeply): skipped") from None
+    if not isinstance(data, dict):
+        raise UnusableFile("not_object", f"not a JSON object (a {type(data).__name__}): skipped")
+    checks = data.get("checks", [])
+    if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
+        raise UnusableFile("checks", "'checks' is not a list of objects: skipped")
+    warnings = []
+    if data.get("schema") not in SCHEMAS:
+        warnings.append(f"schema {data.get('schema')!r} is not 1 or 2; reading what matches")
+    return ResultsFile(data, warnings)

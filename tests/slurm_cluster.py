@@ -1,0 +1,303 @@
+"""A real Slurm cluster for the tests and the bench: munged, slurmctld and N `slurmd -N nX`
+as plain processes from Debian's packages (`.ci/setup --dev` installs slurmctld, slurmd,
+slurm-client and munge), all on 127.0.0.1 ports of their own, stopped by PID.
+
+The configuration is the one measured in shared/research/slurm.md (Debian 12, Slurm 22.05.8):
+multiple-slurmd nodes on one machine, fake GPUs (`Gres=gpu:2` backed by character devices made
+with mknod), no cgroups, no accounting. Every client command needs `SLURM_CONF`: `env` holds it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "sinfo", "srun", "scontrol")
+# slurm.md, "Timings": all nodes idle 0.3 to 0.5 s after start; a loaded 2-core machine
+# shared with other test runs needs far more.
+START_TIMEOUT_S = 60.0
+
+
+def missing_reason() -> Optional[str]:
+    """Why a real cluster cannot start here (None when it can): the pytest skip reason."""
+    if os.geteuid() != 0:
+        return "a Slurm test cluster runs slurmd as root"
+    absent = [b for b in BINARIES if shutil.which(b) is None
+              and not Path("/usr/sbin", b).exists()]
+    if absent:
+        return (f"Slurm is not installed ({', '.join(absent)} missing): .ci/setup --dev installs "
+                "slurmctld slurmd slurm-client munge")
+    return None
+
+
+def _which(name: str) -> str:
+    return shutil.which(name) or f"/usr/sbin/{name}"
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_port_block(count: int) -> int:
+    """A base port with `count` free ports from it, away from sshd's 2200-2500 and from the
+    ephemeral range (32768+), picked at random so concurrent runs do not clash."""
+    for _ in range(200):
+        base = random.randrange(10000, 30000 - count)
+        if all(_free(base + i) for i in range(count)):
+            return base
+    raise RuntimeError(f"no block of {count} free ports")
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` runs; a zombie (PID 1 here reaps late: slurm.md gotcha 4) is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class SlurmCluster:
+    """`nodes` fake nodes n1..nN in partition `debug` (and `gpu`, the same nodes), each with
+    `gpus` fake GPUs. `conf_extra`: more slurm.conf lines; `scripts`: executable files written
+    into the cluster's folder first (name -> text); `{dir}` in either is that folder.
+    `wait_idle=False`: return once the daemons run (a health check may drain nodes at once)."""
+
+    def __init__(self, nodes: int = 3, gpus: int = 2, conf_extra: str = "",
+                 name: str = "gpuprovtest", scripts: Optional[dict[str, str]] = None,
+                 wait_idle: bool = True):
+        self.count = nodes
+        self.gpus = gpus
+        self.name = name
+        self.nodes = [f"n{i}" for i in range(1, nodes + 1)]
+        self.dir = Path(tempfile.mkdtemp(prefix="gpuprov-slurm-", dir="/tmp"))
+        os.chmod(self.dir, 0o755)
+        self.conf = self.dir / "etc" / "slurm.conf"
+        self.env = dict(os.environ, SLURM_CONF=str(self.conf))
+        self.pids: dict[str, int] = {}
+        # controller, its unused SlurmdPort, one port per node, then 100 for srun
+        self.base = free_port_block(2 + nodes + 100)
+        self.conf_extra = conf_extra.replace("{dir}", str(self.dir))
+        self.scripts = {k: v.replace("{dir}", str(self.dir)) for k, v in (scripts or {}).items()}
+        try:
+            self._write()
+            self._start(wait_idle)
+        except BaseException:
+            self.stop()
+            raise
+
+    # ------------------------------------------------------------------ files
+    def _write(self) -> None:
+        d = self.dir
+        for sub in ("etc", "state", "spool", "run", "log", "munge/key", "dev"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(d / "munge", 0o755)     # slurm.md gotcha 5: 755 or non-root clients fail
+        os.chmod(d / "munge/key", 0o700)
+        for script, text in self.scripts.items():
+            (d / script).write_text(text)
+            os.chmod(d / script, 0o755)
+        for index in range(self.gpus):
+            device = d / "dev" / f"gpu{index}"
+            # slurm.md gotcha 2: a GPU needs File=; a clone of /dev/null is a clean char device
+            os.mknod(device, 0o666 | 0o020000, os.makedev(1, 3))
+        last = self.count
+        ports = f"{self.base + 2}-{self.base + 1 + last}" if last > 1 else str(self.base + 2)
+        srun_ports = f"{self.base + 2 + last}-{self.base + 101 + last}"
+        nodes = f"n[1-{last}]" if last > 1 else "n1"
+        node_line = (f"NodeName={nodes} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports} "
+                     f"CPUs=2 RealMemory=1000 Gres=gpu:{self.gpus} State=UNKNOWN")
+        self.conf.write_text(f"""\
+ClusterName={self.name}
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort={self.base}
+SlurmdPort={self.base + 1}
+SrunPortRange={srun_ports}
+CommunicationParameters=NoInAddrAny,NoCtldInAddrAny
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={d}/munge/munge.sock
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool/%n
+SlurmctldPidFile={d}/run/slurmctld.pid
+SlurmdPidFile={d}/run/slurmd-%n.pid
+SlurmctldLogFile={d}/log/slurmctld.log
+SlurmdLogFile={d}/log/slurmd-%n.log
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/filetxt
+JobCompLoc={d}/log/jobcomp.txt
+MinJobAge=3600
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+SwitchType=switch/none
+ReturnToService=2
+SlurmdParameters=config_overrides
+SchedulerParameters=batch_sched_delay=0
+SlurmdTimeout=10
+GresTypes=gpu
+{self.conf_extra}
+{node_line}
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpu Nodes=ALL MaxTime=INFINITE State=UP
+""")
+        gpu_files = f"{d}/dev/gpu[0-{self.gpus - 1}]" if self.gpus > 1 else f"{d}/dev/gpu0"
+        (d / "etc" / "gres.conf").write_text(
+            f"AutoDetect=off\nNodeName={nodes} Name=gpu File={gpu_files}\n")
+
+    # ------------------------------------------------------------------ daemons
+    def _daemon(self, key: str, argv: list[str]) -> int:
+        log = open(self.dir / "log" / f"{key}.out", "wb")
+        # slurm.md gotcha 6: own session, no inherited stdout/stderr
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                env=self.env, start_new_session=True)
+        log.close()
+        self.pids[key] = proc.pid
+        return proc.pid
+
+    def _start(self, wait_idle: bool) -> None:
+        d = self.dir
+        key = d / "munge/key/munge.key"
+        subprocess.run([_which("mungekey"), "--create", f"--keyfile={key}"], check=True,
+                       capture_output=True)
+        self._daemon("munged", [_which("munged"), "--foreground", "--force",
+                                f"--socket={d}/munge/munge.sock", f"--key-file={key}",
+                                f"--pid-file={d}/run/munged.pid",
+                                f"--seed-file={d}/run/munged.seed",
+                                f"--log-file={d}/log/munged.log"])
+        self._wait(lambda: (d / "munge/munge.sock").exists(), "munged's socket")
+        self._daemon("slurmctld", [_which("slurmctld"), "-D", "-f", str(self.conf)])
+        self._wait(lambda: b"UP" in self.run("scontrol", "ping", check=False).stdout,
+                   "slurmctld to answer ping")
+        for node in self.nodes:
+            self.start_node(node)
+        if wait_idle:
+            self.wait_idle(self.nodes)
+
+    def start_node(self, node: str) -> int:
+        return self._daemon(f"slurmd-{node}", [_which("slurmd"), "-D", "-N", node,
+                                               "-f", str(self.conf)])
+
+    def _wait(self, predicate, what: str, within: float = START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            dead = [k for k, pid in self.pids.items() if not alive(pid)]
+            if dead:
+                raise RuntimeError(f"{', '.join(dead)} exited while waiting for {what}: "
+                                   f"{self.log_tail()}")
+            time.sleep(0.05)
+        raise RuntimeError(f"timed out waiting for {what}: {self.log_tail()}")
+
+    def log_tail(self) -> str:
+        parts = []
+        for path in sorted((self.dir / "log").glob("*")):
+            try:
+                parts.append(f"{path.name}: {path.read_text(errors='replace')[-600:]}")
+            except OSError:
+                pass
+        return "\n".join(parts)
+
+    # ------------------------------------------------------------------ client side
+    def run(self, *argv: str, check: bool = True, timeout: float = 60.0,
+            input: Optional[bytes] = None) -> subprocess.CompletedProcess:
+        return subprocess.run(list(argv), env=self.env, capture_output=True, check=check,
+                              timeout=timeout, input=input)
+
+    def node_info(self) -> dict[str, dict]:
+        """Node name -> its `sinfo --json` record (22.05: every node; filters are ignored)."""
+        data = json.loads(self.run("sinfo", "--json").stdout)
+        return {n["name"]: n for n in data["nodes"]}
+
+    def wait_idle(self, nodes: list[str], within: float = START_TIMEOUT_S) -> None:
+        """Until every node in `nodes` is `idle` with no flags (slurm.md gotcha 10)."""
+        def ready() -> bool:
+            info = self.node_info()
+            return all(info.get(n, {}).get("state") == "idle"
+                       and not info[n].get("state_flags") for n in nodes)
+        self._wait(ready, f"{', '.join(nodes)} idle", within)
+
+    def drain(self, node: str, reason: str) -> None:
+        self.run("scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}")
+
+    def resume_all(self) -> None:
+        """Put every node back to idle (a test's finaliser): restart dead slurmd, resume."""
+        for node in self.nodes:
+            if not alive(self.pids.get(f"slurmd-{node}", 0)):
+                self.start_node(node)
+        for node in self.nodes:
+            self.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+        for resv in self.reservations():
+            self.run("scontrol", "delete", f"reservationname={resv}", check=False)
+        self.wait_idle(self.nodes)
+
+    def reservations(self) -> list[str]:
+        out = self.run("scontrol", "show", "reservation", "-o", check=False).stdout.decode()
+        return [word.split("=", 1)[1] for line in out.splitlines() for word in line.split()
+                if word.startswith("ReservationName=")]
+
+    def slurmd_pid(self, node: str) -> int:
+        return self.pids[f"slurmd-{node}"]
+
+    # ------------------------------------------------------------------ stop
+    def _job_processes(self) -> list[int]:
+        """Processes started for this cluster's jobs (slurmstepd and the tasks): found by this
+        cluster's SLURM_CONF in their environment (slurm.md gotcha 19), never by name alone."""
+        marker = f"SLURM_CONF={self.conf}".encode()
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                environ = Path(f"/proc/{entry}/environ").read_bytes()
+            except OSError:
+                continue
+            if marker in environ.split(b"\0") and int(entry) not in self.pids.values():
+                found.append(int(entry))
+        return found
+
+    def stop(self) -> None:
+        """Stop the daemons and what runs for their jobs, by PID; remove the folder."""
+        order = [k for k in self.pids if k.startswith("slurmd-")] + ["slurmctld", "munged"]
+        for key in order:
+            pid = self.pids.get(key)
+            if pid is not None and alive(pid):
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(alive(p) for p in self.pids.values()):
+            time.sleep(0.05)
+        leftovers = [p for p in self.pids.values() if alive(p)] + self._job_processes()
+        for pid in leftovers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in self.pids.values():
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,321 @@
+"""`gpuprov validate` on a Slurm cluster, against a real one: munged, slurmctld and three
+`slurmd -N nX` started by tests/slurm_cluster.py (fake GPUs, 127.0.0.1 only), the login node
+reached with `connection: local`. This machine has no GPU, so the real suite honestly fails;
+`passing()` asks only for a check that passes here, to see nodes pass, and be resumed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from remote.exitcodes import EXIT_VALIDATION_FAILED
+from tests.conftest import REPO
+from tests.procs import wait_until
+from tests.slurm_cluster import SlurmCluster, alive, missing_reason
+
+pytestmark = pytest.mark.root  # runs slurmd as root: the slow layer
+
+
+
+def passing(cluster: SlurmCluster) -> str:
+    """validate's options for a run that passes without a GPU: only the Xid scan, of an
+    empty kernel log (`--kernel-log FILE`)."""
+    log = cluster.dir / "kernel.log"
+    log.touch()
+    return f"--checks xid --kernel-log {log}"
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    why = missing_reason()
+    if why:
+        pytest.skip(why)
+    cluster = SlurmCluster(3)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def cluster(slurm):
+    """The module's cluster, every node idle again after the test (drains, a killed slurmd)."""
+    yield slurm
+    slurm.resume_all()
+
+
+@pytest.fixture
+def run(cluster, tmp_path, capsys):
+    """`gpuprov validate --host hpc1` in this process: (rc, stdout, stderr, --json, logs)."""
+    from remote import cli
+
+    def go(slurm_extra=None, vars_=None, **options):
+        spec = {"partition": "debug", "conf": str(cluster.conf), "gpus_per_node": 2}
+        spec.update(slurm_extra or {})
+        inventory = tmp_path / "inventory.yaml"
+        inventory.write_text(yaml.safe_dump({"hosts": {"hpc1": {
+            "connection": "local", "slurm": spec, "vars": vars_ or {}}}}, sort_keys=False))
+        json_path = tmp_path / "result.json"
+        logs = tmp_path / "logs"
+        rc = cli.validate(host="hpc1", inventory=str(inventory), json_path=str(json_path),
+                          logs_dir=str(logs), **options)
+        out = capsys.readouterr()
+        data = json.loads(json_path.read_text()) if json_path.exists() else None
+        return rc, out.out, out.err, data, logs
+    return go
+
+
+def run_id_of(logs: Path) -> str:
+    return next((logs / "hpc1").iterdir()).name
+
+
+def test_validate_runs_one_task_per_node_and_brings_each_nodes_results_home(cluster, run):
+    rc, out, err, data, logs = run(vars_={"validate_args": "--checks system"})
+    # no GPU here: every node fails, honestly, and the run says so with exit status 3
+    assert rc == EXIT_VALIDATION_FAILED, out + err
+    for node in cluster.nodes:
+        assert data["hosts"][node]["validation"] == "failed: system"
+        # its progress, labelled with the node
+        assert re.search(rf"^{node} +\| \[system\] FAIL", out, re.M), out
+    run_id = run_id_of(logs)
+    for node in cluster.nodes:
+        results = json.loads((logs / node / run_id / "results.json").read_text())
+        statuses = {c["name"]: c["status"] for c in results["checks"]}
+        assert statuses["system"] == "fail"
+    record = json.loads((logs / "hpc1" / run_id / "slurm.json").read_text())
+    assert record["partition"] == "debug" and record["job_id"].isdigit()
+    assert sorted(record["nodes"]) == cluster.nodes
+    assert "--gpus-per-node=2" in record["srun"] and "--exclusive" in record["srun"]
+    # the SSH route's report reads the nodes' folders as they are
+    from remote import cli
+    assert cli.report(logs=str(logs), out=str(logs.parent / "report")) == 0
+
+
+def test_nodes_that_pass_exit_0_and_are_not_drained(cluster, run):
+    rc, out, err, data, logs = run(vars_={"validate_args": passing(cluster)}, drain_failed=True)
+    assert rc == 0, out + err
+    assert all(data["hosts"][n]["validation"].startswith("passed") for n in cluster.nodes)
+    info = cluster.node_info()
+    assert all(not info[n].get("state_flags") for n in cluster.nodes)
+    assert cluster.reservations() == []
+
+
+def test_drain_failed_drains_with_the_reason_and_leaves_an_admins_drain_alone(cluster, run):
+    cluster.drain("n2", "admin: fan 3 replaced")
+    rc, out, err, data, logs = run(vars_={"validate_args": "--checks system"},
+                                   drain_failed=True)
+    assert rc == EXIT_VALIDATION_FAILED
+    run_id = run_id_of(logs)
+    info = cluster.node_info()
+    for node in ("n1", "n3"):
+        assert info[node]["state_flags"] == ["DRAIN"]
+        assert info[node]["reason"].startswith(
+            f"gpuprov {run_id}: system: nvidia-smi not found"), info[node]["reason"]
+    assert info["n2"]["reason"] == "admin: fan 3 replaced"  # never touched
+    assert "n2   warning     skipped: DRAIN+IDLE, drained by someone else " \
+           "(admin: fan 3 replaced): left alone" in out
+    assert data["hosts"]["n2"]["validation"].startswith("skipped")
+    assert not (logs / "n2").exists()
+    assert cluster.reservations() == []
+
+
+def test_resume_passed_takes_back_gpuprov_drained_nodes_that_now_pass(cluster, run):
+    cluster.drain("n1", "gpuprov 20261101T000000.000Z-0000: stress: GPU 0 too hot")
+    cluster.drain("n3", "admin: do not touch")
+    rc, out, err, data, logs = run(vars_={"validate_args": passing(cluster)}, resume_passed=True)
+    assert rc == 0, out + err
+    info = cluster.node_info()
+    assert info["n1"]["state"] == "idle" and not info["n1"].get("state_flags")
+    assert data["hosts"]["n1"]["validation"].endswith("(resumed)")
+    assert info["n3"]["reason"] == "admin: do not touch"
+    record = json.loads((logs / "hpc1" / run_id_of(logs) / "slurm.json").read_text())
+    assert record["nodes"]["n1"]["taken_back"] is True
+    assert record["reservation"].startswith("gpuprov-")
+    assert cluster.reservations() == []  # the reservation went with the run
+
+
+def test_resume_passed_drains_again_a_node_that_still_fails(cluster, run):
+    cluster.drain("n2", "gpuprov 20261101T000000.000Z-0000: system: no driver")
+    rc, out, err, data, logs = run(vars_={"validate_args": "--checks system"},
+                                   resume_passed=True)
+    assert rc == EXIT_VALIDATION_FAILED
+    info = cluster.node_info()
+    assert info["n2"]["state_flags"] == ["DRAIN"]
+    assert info["n2"]["reason"].startswith(f"gpuprov {run_id_of(logs)}: system: ")
+    # without --drain-failed the nodes that were open stay open
+    assert not info["n1"].get("state_flags") and not info["n3"].get("state_flags")
+
+
+def test_a_job_slurm_refuses_drains_nothing_and_restores_what_it_took_back(cluster, run):
+    """srun refused the job (a feature no node has): no node was judged, so none is drained
+    for it, and the node taken back is drained again with the reason it had."""
+    old = "gpuprov 20261101T000000.000Z-0000: system: no driver"
+    cluster.drain("n1", old)
+    rc, out, err, data, logs = run(slurm_extra={"extra_args": ["--constraint=nosuchfeature"]},
+                                   vars_={"validate_args": passing(cluster)},
+                                   drain_failed=True, resume_passed=True)
+    assert rc == EXIT_VALIDATION_FAILED
+    assert data["hosts"]["hpc1"]["validation"].startswith("not validated: srun started no task")
+    info = cluster.node_info()
+    assert "DRAIN" in info["n1"]["state_flags"] and info["n1"]["reason"] == old
+    assert not info["n2"].get("state_flags") and not info["n3"].get("state_flags")
+    assert cluster.reservations() == []
+
+
+def test_a_login_node_reached_over_ssh_works_the_same(cluster, farm, work, capsys):
+    """The login node over SSH as a plain user (no root, no shared folder with gpuprov): the
+    package crosses SSH on stdin, then srun's stdin to every node."""
+    from remote import cli
+
+    inventory = work / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({
+        "known_hosts": [str(farm.known_hosts)],
+        "hosts": {"login": dict(farm.host_entry(farm.addresses[0]), slurm={
+            "partition": "gpu", "nodes": "n[1-2]", "conf": str(cluster.conf)},
+            vars={"validate_args": passing(cluster)})}}))
+    rc = cli.validate(host="login", inventory=str(inventory), json_path=str(work / "r.json"),
+                      logs_dir=str(work / "logs"))
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    data = json.loads((work / "r.json").read_text())["hosts"]
+    assert sorted(data) == ["login", "n1", "n2"]  # nodes: n[1-2] of the partition
+    run_id = next((work / "logs" / "login").iterdir()).name
+    record = json.loads((work / "logs" / "login" / run_id / "slurm.json").read_text())
+    assert record["user"] == farm.user
+    assert all((work / "logs" / n / run_id / "results.json").exists() for n in ("n1", "n2"))
+
+
+def node_tasks(cluster: SlurmCluster, node: str) -> list[int]:
+    """PIDs of this cluster's job tasks on `node` (by SLURMD_NODENAME in their environment)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (f"SLURM_CONF={cluster.conf}".encode() in environ
+                and f"SLURMD_NODENAME={node}".encode() in environ):
+            found.append(int(entry))
+    return found
+
+
+def parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_node_that_dies_mid_job_is_not_validated(cluster, tmp_path):
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({"hosts": {"hpc1": {
+        "connection": "local", "slurm": {"partition": "debug", "conf": str(cluster.conf)},
+        "vars": {"validate_args": passing(cluster)}}}}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "validate", "--host",
+         "hpc1", "--inventory", str(inventory), "--json", str(tmp_path / "r.json")],
+        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    try:
+        # n2's task has started: kill its slurmd, its slurmstepd and the task, as a power cut
+        assert wait_until(lambda: node_tasks(cluster, "n2"), 60), "n2's task never started"
+        tasks = node_tasks(cluster, "n2")
+        steps = {parent(t) for t in tasks} - set(tasks)
+        for pid in [cluster.slurmd_pid("n2"), *steps, *tasks]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not alive(cluster.slurmd_pid("n2"))
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["hosts"]["n2"]["validation"].startswith("not validated: the node failed"), out
+    assert proc.returncode == EXIT_VALIDATION_FAILED
+    for node in ("n1", "n3"):
+        assert data["hosts"][node]["validation"].startswith("passed"), out
+
+
+def test_an_interrupted_run_leaves_a_taken_back_node_drained_as_it_was(cluster, tmp_path):
+    """SIGTERM (as Ctrl-C) while the nodes validate: exit 130, nothing judged, the node taken
+    back drained again with its old reason, the reservation gone."""
+    old = "gpuprov 20261101T000000.000Z-0000: system: no driver"
+    cluster.drain("n1", old)
+    slow = tmp_path / "slowpy"
+    slow.write_text("#!/bin/sh\nsleep 60\nexec python3 \"$@\"\n")
+    slow.chmod(0o755)
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({"hosts": {"hpc1": {
+        "connection": "local", "slurm": {"partition": "debug", "conf": str(cluster.conf)},
+        "vars": {"validate_python": str(slow), "validate_args": passing(cluster)}}}}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "validate", "--host",
+         "hpc1", "--inventory", str(inventory), "--resume-passed", "--drain-failed"],
+        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    try:
+        assert wait_until(lambda: node_tasks(cluster, "n1"), 60), "n1's task never started"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out
+    info = cluster.node_info()
+    assert "DRAIN" in info["n1"]["state_flags"] and info["n1"]["reason"] == old, out
+    # not judged: not drained (COMPLETING while the cancelled job ends is fine)
+    assert all("DRAIN" not in (info[n].get("state_flags") or []) for n in ("n2", "n3")), out
+    assert cluster.reservations() == []
+    assert wait_until(lambda: not node_tasks(cluster, "n1"), 30)  # the job went with it
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"partition": "nope"}, "slurm.partition 'nope' is not a partition of the cluster "
+                            "(it has: debug, gpu)"),
+    ({"nodes": "n[2-9]"}, "slurm.nodes names nodes the cluster does not have: n4, n5"),
+])
+def test_an_unknown_partition_or_node_is_one_line_and_exit_2(cluster, run, spec, message):
+    rc, out, err, data, logs = run(slurm_extra=spec)
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], err
+    assert "inventory.yaml:" in lines[0]
+    # nothing ran on the nodes: no node folders
+    assert not [p for p in logs.iterdir() if p.name != "hpc1"] if logs.exists() else True
+
+
+HEALTH_SCRIPT = """#!/bin/sh
+# Slurm runs a HealthCheckProgram with SLURMD_NODENAME alone: no PATH (validate finds scontrol
+# by itself), no SLURM_CONF (this cluster's slurm.conf is in no standard place: given here)
+SLURM_CONF={dir}/etc/slurm.conf; export SLURM_CONF
+cd %(repo)s && exec %(python)s -m validate --health --slurm-drain --kernel-log {dir}/kernel.log \\
+  >> {dir}/log/health-$SLURMD_NODENAME.log 2>&1
+"""
+
+
+def test_the_health_check_drains_its_node_through_slurmd(tmp_path):
+    """`validate --health --slurm-drain` as Slurm's HealthCheckProgram (issue 25, point 4):
+    with no GPU here every node cannot be checked, and each drains itself."""
+    why = missing_reason()
+    if why:
+        pytest.skip(why)
+    script = HEALTH_SCRIPT % {"repo": REPO, "python": sys.executable}
+    cluster = SlurmCluster(3, conf_extra="HealthCheckProgram={dir}/health.sh\n"
+                                         "HealthCheckInterval=2\nHealthCheckNodeState=ANY",
+                           scripts={"health.sh": script, "kernel.log": ""}, wait_idle=False)
+    try:
+        def all_drained() -> bool:
+            info = cluster.node_info()
+            return all(info[n].get("state_flags") == ["DRAIN"] for n in cluster.nodes)
+        assert wait_until(all_drained, 60), cluster.log_tail()
+        for record in cluster.node_info().values():
+            assert record["reason"].startswith("gpuprov health: could not check"), record
+    finally:
+        cluster.stop()
