@@ -195,6 +195,21 @@ def report(c, logs="logs", out=None, baseline=None, threshold=None, fail_on_outl
                      fail_on_outlier=fail_on_outlier, prometheus=prometheus))
 
 
+@task(help={"cuda": "only this row of playbooks/stack.yaml (default: every row)",
+            "torch-index": "lock the row's torch from this index (PyTorch's, e.g. "
+                           "https://download.pytorch.org/whl/cu130; needs --cuda)",
+            "out": "folder to write the locks to (default: playbooks/locks shipped with gpuprov)"})
+def lock(c, cuda=None, torch_index=None, out=None):
+    """Generate the hash-pinned locks of the wheel route with uv (uv pip compile --generate-hashes)."""
+    from pathlib import Path
+
+    from remote.lock import LOCKS_DIR, run_lock
+
+    if torch_index and not cuda:
+        raise Exit("error: lock: --torch-index needs --cuda (one row's torch)", code=EXIT_INPUT)
+    _exit(run_lock(cuda=cuda, torch_index=torch_index, out_dir=Path(out) if out else LOCKS_DIR))
+
+
 @task(positional=["action"],
       help={"action": "up (start throwaway local hosts), down (stop them, remove every mount) "
                       "or status (which are running)",

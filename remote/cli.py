@@ -26,6 +26,7 @@ from .engine.jobs import Job
 from .engine.jobs.apply import ApplyRecipe
 from .engine.jobs.gather import GatherFacts
 from .engine.jobs.logs import PullLogs
+from .engine.jobs.manifest import RecordStack
 from .engine.jobs.validate import SUITES, Validate
 from .engine.results import HostResult, StepStatus, write_json
 from .engine.run import Run, RunInterrupted, RunOptions
@@ -184,7 +185,8 @@ def provision(host: Optional[str], recipe: str, inventory: str, check: bool = Fa
     rec = _steps(rec, parse_tags(tags), parse_tags(skip_tags), sys.stderr)
     then = (Validate(suite, Path(logs_dir))
             if validate and rec.validate and not check else None)
-    return _execute(inv, hosts, rec.name, ApplyRecipe(rec, None, then), extra_vars, forks_n,
+    job = RecordStack(ApplyRecipe(rec, None, then), Path(logs_dir))
+    return _execute(inv, hosts, rec.name, job, extra_vars, forks_n,
                     outputs, ask_become_pass, logs_dir, check=check)
 
 
@@ -208,7 +210,7 @@ def validate(host: Optional[str], inventory: str, suite: str = "quick",
     if list_hosts:
         return print_hosts(hosts, outputs.stream)
     ssh_route = Validate(suite, Path(logs_dir))
-    job: Job = ssh_route
+    job: Job = RecordStack(ssh_route, Path(logs_dir))
     expand = None
     if any(h.slurm for h in hosts):
         from .cluster.slurm import SlurmValidate  # the scheduler route (remote/cluster/)

@@ -81,12 +81,15 @@ def test_no_nvcc_is_said_in_the_plan(work):
     steps = plan(work, "cuda-wheels.yaml", DISTROS["debian12-x86_64"], {"cuda_version": "12.8"})
     assert ("CUDA compiler: none, CUDA 12.8 has no nvcc wheel (runtime, cuDNN and torch only; "
             "use cuda.yaml for nvcc)") in steps
-    assert steps["The venv's requirements are consistent (pip check)"].commands[-1].endswith(
-        "/.gpuprov/venv/bin/python -m pip check")
-    steps = plan(work, "cuda-wheels.yaml", DISTROS["debian12-x86_64"], {"cuda_version": "13.0"})
+    # 12.8's torch is PyPI's build: its lock is shipped, and installs with the wheels.
+    torch = steps["CUDA 12.8 compiler, runtime and cuDNN wheels + torch 2.10.0 + torchvision (locked)"]
+    assert torch.commands[-1].startswith("install locks/cuda-12.8-wheels-torch.txt into ")
+    steps = plan(work, "cuda-wheels.yaml", DISTROS["debian12-x86_64"], {"cuda_version": "13.0",
+                                                                           "with_torch": False})
     assert "CUDA compiler: nvcc 13.0 in the venv (link with -L <site-packages>/nvidia/cu13/lib)" in steps
-    wheels = steps["CUDA 13.0 compiler, runtime and cuDNN wheels"].commands[-1]
-    assert "'nvidia-nvvm==13.0.*' 'nvidia-cuda-crt==13.0.*'" in wheels
+    wheels = steps["CUDA 13.0 compiler, runtime and cuDNN wheels (locked)"].commands[-1]
+    assert wheels.startswith("install locks/cuda-13.0-wheels.txt into ")
+    assert wheels.endswith("with uv (pip when uv cannot be fetched), hashes required (6 packages)")
 
 
 def test_11_8_wheels_are_refused_on_arm64(work):

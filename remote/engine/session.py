@@ -118,6 +118,10 @@ class HostSession:
         self.context: dict[str, Any] = {}
         # The fleet cache as this host reaches it (engine/cache.py).
         self.cache = HostCache(self, cache_link or CacheLink(connect))
+        # Read-only snippets a job adds to the facts round trip (the stack manifest), and
+        # their answers: saves a round trip when the run changes nothing.
+        self.ride_along: list[str] = []
+        self.ride_along_answers: dict[str, Probe] = {}
 
     # ------------------------------------------------------------------ a job from start to end
     def run_job(self, job: Job) -> HostResult:
@@ -195,7 +199,7 @@ class HostSession:
             self._store_facts(f"user={self.host.user}\nuid={uid}")
             return {}
         script = facts_mod.script(self.host.python, names, over_ssh=not self.host.is_local)
-        early = list(dict.fromkeys(probes()))
+        early = list(dict.fromkeys([*probes(), *self.ride_along]))
         answers: dict[str, Probe] = {}
         result, label, fact_lines, probe_lines = None, "gather facts", "", ""
         if early:
@@ -208,7 +212,8 @@ class HostSession:
             except CommandTimeout as exc:  # a hanging `unless`: facts alone, probes later
                 self.log.event(f"facts + {len(early)} probes {exc}; gathering facts alone")
             else:
-                label = f"gather facts + {len(early)} probes"
+                steps = len([p for p in early if p not in self.ride_along])
+                label = "gather facts" + (f" + {steps} probes" if steps else "")
                 cut = result.out.find(token)
                 cut = len(result.out) if cut < 0 else cut
                 fact_lines, probe_lines = result.out[:cut], result.out[cut:]
@@ -223,6 +228,7 @@ class HostSession:
         self._store_facts(fact_lines)
         if self.facts["uid"] == 0:
             self.conn.is_root = True
+        self.ride_along_answers.update((s, answers[s]) for s in self.ride_along if s in answers)
         return answers
 
     def _store_facts(self, lines: str) -> None:

@@ -25,11 +25,12 @@ from .commands import Command, LocalAction, Planned, RebootAndWait
 from .deb import Deb
 from .file import File
 from .pip import Pip
+from .pip_lock import PipLock
 from .reboot import Reboot
 from .shell import Shell
 from .template import Template
 
 KINDS: dict[str, Kind[Any]] = {kind.name: kind for kind in (
-    Shell(), File(), Template(), Pip(), Apt(), Deb(), Reboot(), Assert())}
+    Shell(), File(), Template(), Pip(), PipLock(), Apt(), Deb(), Reboot(), Assert())}
 
 __all__ = ["KINDS", "Command", "Kind", "LocalAction", "PlanError", "Planned", "Probe", "RebootAndWait"]

@@ -72,7 +72,8 @@ Modules, imports pointing down only (``collect`` <- ``analyse`` <- the outputs):
 - ``html``     the self-contained page.
 
 They return data and never print; ``run_report`` (here) prints and writes the files.
-May import: ``remote.errors``, ``remote.output.term``, ``remote.resultsfile``. Nothing else of remote/
+May import: ``remote.errors``, ``remote.output.term``, ``remote.resultsfile``, ``remote.manifest``.
+Nothing else of remote/
 """
 from __future__ import annotations
 

@@ -2,18 +2,20 @@
 peers), regressions (a run against the previous one or a baseline) and the health summary,
 gathered in one `Report`. Returns data, never prints.
 
-May import: `remote.errors`, `collect`.
+May import: `remote.errors`, `collect`, `drift`.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
 from ..errors import InputError
 from .collect import NO_RESULTS, Problem, Results, Run, check, collect, fmt_ms, get, num
+from .drift import Drift, find_drift
 
 UNKNOWN_GPU = "unknown GPU"
 MAX_REGRESSION_LINES = 5  # more regressions than this on one host: one line for the host
@@ -164,6 +166,7 @@ class Report:
     comparisons: list[RunComparison]
     health: list[HostHealth]
     notes: list[str]
+    drift: Drift = field(default_factory=Drift)  # hosts whose stack differs from their group's
 
     @property
     def outliers(self) -> list[HostComparison]:
@@ -175,11 +178,11 @@ class Report:
 
     @property
     def flagged(self) -> bool:
-        return bool(self.outliers or self.regressions)
+        return bool(self.outliers or self.regressions or self.drift.flags)
 
     def flag_lines(self) -> list[str]:
         """One line per flag, slow hosts first: what an operator reads first."""
-        lines = [f"SLOW HOST {h.describe()}" for h in self.outliers]
+        lines = [f"SLOW HOST {h.describe()}; {self.drift.note(h.host)}" for h in self.outliers]
         for comp in self.comparisons:
             regs = comp.regressions
             if len(regs) > MAX_REGRESSION_LINES:  # one line for the host, worst first
@@ -195,6 +198,7 @@ class Report:
                     f"REGRESSION {comp.host} {r.name}: {fmt_ms(r.reference)} -> "
                     f"{fmt_ms(r.value)} ms ({r.pct:+.1f}%), run {comp.run_id} vs {comp.base_key}"
                 )
+        lines += [f.describe() for f in self.drift.flags]
         return lines
 
 
@@ -420,6 +424,9 @@ def build_report(
                    and (Path(p.path) / "provision.log").is_file()]
     problems = [p for p in problems if p not in unvalidated]
     groups, fleet = find_outliers(runs, outlier_pct)
+    gpus = host_gpus(runs)
+    drift = find_drift(logs_dir, {h: gpus.get(h, UNKNOWN_GPU) for h in os.listdir(logs_dir)})
+    problems += drift.problems
     comparisons = find_regressions(runs, regression_pct, baseline)
     notes = []
     if unvalidated:
@@ -445,5 +452,6 @@ def build_report(
         outlier_pct=outlier_pct, regression_pct=regression_pct, baseline=baseline,
         runs=runs, problems=problems, table=merge_table(runs), groups=groups,
         fleet=fleet, comparisons=comparisons, health=health_summary(runs), notes=notes,
+        drift=drift,
     )
 

@@ -85,6 +85,8 @@ def flags_json(report: Report) -> dict[str, Any]:
              "passed": [c.name for c in h.passed]}
             for h in report.health
         ],
+        "drift": [{"kind": "drift", **asdict(f)} for f in report.drift.flags],
+        "stacks": {h: s.run_id for h, s in report.drift.stacks.items()},
         "problems": [asdict(p) for p in report.problems],
         "notes": report.notes,
         "runs": [{"host": r.host, "run": r.run_id, "source": r.source,

@@ -1,0 +1,118 @@
+"""Record each host's stack manifest (`remote/manifest.py`) after a `provision` or `validate`
+job, as `<logs>/<host>/<run-id>/stack.json`: one more round trip, a python run on the host with
+the stack's python (`validate_python`, else the one the host remembers, else the host's).
+
+The answer is untrusted: bounded and schema-checked (`remote.manifest.parse`); a bad one is
+logged and not written. A failed record never fails the host.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path, PurePosixPath
+from typing import Any, Optional
+
+from ...errors import CommandTimeout
+from ...kinds import Probe
+from ...manifest import HOST_SCRIPT, MANIFEST_FILE, ManifestError, parse
+from ..results import StepStatus
+from ..session import HostSession
+from . import Job
+from .logs import remote_root
+
+TIMEOUT_S = 60.0
+
+
+def manifest_command(host_name: str, python: str) -> str:
+    """Run the manifest script with the stack's python: `python` when given (a recipe's
+    `validate_python`; remembered on the host as validation remembers it, so a later `validate`
+    reads the same environment), else the python remembered there, else python3."""
+    root = remote_root(host_name)
+    if python:
+        choose = (f'PY={shlex.quote(python)}\n'
+                  f'if command -v "$PY" >/dev/null 2>&1; then '
+                  f'mkdir -p {root} && printf "%s\\n" "$PY" > {root}/python\n'
+                  f'else PY=$(cat {root}/python 2>/dev/null); fi\n')
+    else:
+        choose = f'PY=$(cat {root}/python 2>/dev/null)\n'
+    return (f'{choose}command -v "$PY" >/dev/null 2>&1 || PY=python3\n'
+            f"\"$PY\" - <<'GPUPROV_MANIFEST'\n{HOST_SCRIPT}\nGPUPROV_MANIFEST")
+
+
+class RecordStack:
+    """`job`, then the host's stack manifest written into its run's log folder.
+
+    The manifest of the python the host remembers rides along with the facts (no extra round
+    trip); when the job changed nothing on the host and that python is the one the recipe
+    names, that answer is the stack after the job too, and is used. Otherwise the manifest is
+    read again at the end (one round trip)."""
+
+    def __init__(self, job: Job, logs_dir: Optional[Path]):
+        self.job = job
+        self.logs_dir = logs_dir
+
+    @property
+    def outcome(self) -> Optional[str]:
+        return self.job.outcome
+
+    def __call__(self, session: HostSession) -> None:
+        early = manifest_command(session.host.name, "")
+        if self.logs_dir is not None and not session.options.check:
+            session.ride_along.append(early)
+        self.job(session)
+        if self.logs_dir is not None and not session.options.check:
+            record(session, self.logs_dir / session.host.name / session.options.run_id,
+                   session.ride_along_answers.get(early))
+
+
+def _unchanged(session: HostSession) -> bool:
+    """True when no step changed or failed (a failed step may have changed part of its work)."""
+    return all(s.status in (StepStatus.OK, StepStatus.SKIPPED) for s in session.result.steps)
+
+
+def record(session: HostSession, dest: Path, early: Optional[Probe] = None) -> Optional[Path]:
+    """Write the host's manifest to `dest/stack.json`: `early` (the answer that rode along with
+    the facts) when it still holds, else asked now. None when not recorded (the reason goes to
+    the run log)."""
+    python = str(session.context.get("validate_python") or "")
+    manifest = None
+    if early is not None and early.rc == 0 and _unchanged(session):
+        try:
+            manifest = parse(early.out.encode())
+        except ManifestError:
+            manifest = None
+        if manifest is not None and python and \
+                manifest["environment"] != str(PurePosixPath(python).parent.parent):
+            manifest = None  # the recipe names another python than the host remembered
+    if manifest is None:
+        manifest = _ask(session, python)
+    if manifest is None:
+        return None
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / MANIFEST_FILE
+    tmp = dest / f".{MANIFEST_FILE}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    session.log.event(f"stack manifest: {len(manifest['packages'])} packages, "
+                      f"{len(manifest['apt'])} apt packages -> {path}")
+    return path
+
+
+def _ask(session: HostSession, python: str) -> Optional[dict[str, Any]]:
+    """Run the manifest script now; the checked manifest, or None (the reason logged)."""
+    try:
+        res = session.conn.run(manifest_command(session.host.name, python), timeout=TIMEOUT_S)
+    except CommandTimeout as exc:
+        session.log.event(f"stack manifest not recorded: {exc}")
+        return None
+    session.log.command("stack manifest", "python - (stack manifest)", res.rc, res.elapsed_s,
+                        "", res.err)
+    if res.rc != 0 or not res.complete:
+        session.log.event(f"stack manifest not recorded: exit {res.rc}"
+                          + ("" if res.complete else ", answer over the output limit"))
+        return None
+    try:
+        return parse(res.stdout)
+    except ManifestError as exc:
+        session.log.event(f"stack manifest not recorded: {exc}")
+        return None

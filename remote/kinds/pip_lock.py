@@ -1,0 +1,245 @@
+"""The `pip_lock` step kind: a venv made to hold exactly the packages of a lock (`gpuprov lock`,
+remote/config/lockfile.py), every file checked against the lock's sha256.
+
+The installer is uv: its wheel is fetched with python's standard library and checked against
+its own lock (`locks/uv.txt`), its binary put in `<venv>-uv/` beside the venv (so the venv holds
+the lock alone), and it creates the venv when missing. pip (and `python -m venv`) install the
+lock where uv cannot be fetched, or with `installer: pip`. Both refuse a file whose hash is not in the lock after
+downloading everything and before installing anything, so a mismatch leaves the venv as it was;
+the step's last line then names the package and both hashes.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..config.lockfile import LockFile, read_lock
+from ..config.schema import Arg
+from ..errors import InputError, PlanError, Where
+from .base import Args, Command, Kind, q
+
+if TYPE_CHECKING:
+    from .route import CacheRoute
+
+UV_LOCK = "locks/uv.txt"  # relative to the recipe's folder, like `lock`
+
+# The PEP 508 marker variables (what packaging.markers.default_environment computes), then
+# each locked name's installed version ("" when not installed).
+_PROBE = """PY={python}
+if [ ! -x "$PY" ]; then echo @missing; exit 0; fi
+"$PY" - {names} <<'EOF'
+import json, os, platform, sys
+from importlib import metadata
+impl = sys.implementation
+iver = "{{0.major}}.{{0.minor}}.{{0.micro}}".format(impl.version)
+if impl.version.releaselevel != "final":
+    iver += impl.version.releaselevel[0] + str(impl.version.serial)
+env = {{"implementation_name": impl.name, "implementation_version": iver,
+       "os_name": os.name, "platform_machine": platform.machine(),
+       "platform_release": platform.release(), "platform_system": platform.system(),
+       "platform_version": platform.version(), "python_full_version": platform.python_version(),
+       "platform_python_implementation": platform.python_implementation(),
+       "python_version": ".".join(platform.python_version_tuple()[:2]),
+       "sys_platform": sys.platform}}
+print("@env " + json.dumps(env))
+for name in sys.argv[1:]:
+    try:
+        print(name + "=" + metadata.version(name))
+    except Exception:
+        print(name + "=")
+EOF"""
+
+# Run after a failed install: one last line that names a hash mismatch, from uv's report
+# ("Hash mismatch for `NAME==V`", then "Expected:" and "Computed:" blocks) or pip's ("THESE
+# PACKAGES DO NOT MATCH THE HASHES ...", "NAME==V from URL:", "Expected sha256 X", "Got Y").
+_MISMATCH = """import re, sys
+text = open(sys.argv[1], errors="replace").read()
+uv = re.search(r"Hash mismatch for `([^`]+)`.*?Expected:\\s*(\\S+).*?Computed:\\s*(\\S+)", text, re.S)
+pip = re.search(r"DO NOT MATCH THE HASHES.*?\\n\\s*(\\S+) from .*?Expected sha256 (\\S+).*?Got\\s+(\\S+)", text, re.S)
+found = uv or pip
+if found:
+    name, want, got = found.groups()
+    print("hash mismatch for %s: the lock has %s, the downloaded file is %s; nothing was installed"
+          % (name, want, got), file=sys.stderr)
+"""
+
+
+# Fetches uv's wheel for this machine from the index (PEP 503 simple page) with the standard
+# library, checks its sha256 against uv's lock and unpacks the uv binary into DEST: no pip,
+# no ensurepip (`python -m venv` with pip plus `pip install uv` took about 4 s of an 8 s install
+# in a sandbox host; bench/lock_floor.py). argv: VERSION HASHES(comma-separated) INDEX DEST.
+_FETCH_UV = """import hashlib, os, platform, re, sys, urllib.parse, urllib.request, zipfile, io
+version, hashes, index, dest = sys.argv[1], set(sys.argv[2].split(",")), sys.argv[3], sys.argv[4]
+page_url = index.rstrip("/") + "/uv/"
+page = urllib.request.urlopen(page_url, timeout=60).read().decode("utf-8", "replace")
+machine = platform.machine()
+want = re.compile(r"uv-%s-py3-none-manylinux_2_17_%s[.]" % (re.escape(version), re.escape(machine)))
+for href, name in re.findall(r'<a[^>]+href="([^"]+)"[^>]*>([^<]+)</a>', page):
+    if want.match(name.strip()) and name.strip().endswith(".whl"):
+        url = urllib.parse.urljoin(page_url, href.replace("&amp;", "&")).split("#")[0]
+        break
+else:
+    sys.exit("uv %s: no manylinux wheel for %s on %s" % (version, machine, page_url))
+data = urllib.request.urlopen(url, timeout=300).read()
+digest = hashlib.sha256(data).hexdigest()
+if digest not in hashes:
+    sys.exit("hash mismatch for uv==%s: the downloaded file is sha256:%s, not in the lock" % (version, digest))
+member = "uv-%s.data/scripts/uv" % version
+os.makedirs(dest, exist_ok=True)
+tmp = os.path.join(dest, ".uv.tmp")
+with zipfile.ZipFile(io.BytesIO(data)) as wheel, open(tmp, "wb") as out:
+    out.write(wheel.read(member))
+os.chmod(tmp, 0o755)
+os.replace(tmp, os.path.join(dest, "uv"))
+"""
+
+
+@dataclass
+class LockState:
+    """What the probe says: the venv's python is missing, or the host's marker environment and
+    each locked package's installed version (name -> version, "" when not installed)."""
+
+    python_missing: bool = False
+    environment: dict[str, str] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+
+
+class PipLock(Kind[LockState]):
+    """A venv holding a lock's packages at their locked versions, installed with hashes
+    required; satisfied when every package the lock pins for this host is installed at its
+    version."""
+
+    name = "pip_lock"
+    spec = {
+        "lock": Arg((str,), required=True),
+        "venv": Arg((str,), required=True),
+        "python": Arg((str,)),            # the python that creates the venv (default python3)
+        "installer": Arg((str,), "auto", choices=("auto", "uv", "pip")),
+        "index_url": Arg((str,)),
+    }
+    probe_fields = ("lock", "venv", "_base")
+    fetches = True
+
+    def check(self, args: Args, where: Where, base_dir: Path) -> None:
+        args["_base"] = str(base_dir)
+        args["_trusted"] = ""
+        if "{{" not in args["lock"]:
+            try:
+                read_lock(self._path(args, args["lock"]))
+            except InputError as exc:
+                raise where.error(_lock_error(args["lock"], exc)) from None
+
+    @staticmethod
+    def _path(args: Args, name: str) -> Path:
+        path = Path(name).expanduser()
+        return path if path.is_absolute() else Path(args["_base"]) / path
+
+    def _lock(self, args: Args) -> LockFile:
+        try:
+            return read_lock(self._path(args, args["lock"]))
+        except InputError as exc:
+            raise PlanError(_lock_error(args["lock"], exc)) from None
+
+    @staticmethod
+    def _python(args: Args) -> str:
+        return str(args["venv"]).rstrip("/") + "/bin/python"
+
+    def probe(self, args: Args) -> str:
+        names = " ".join(q(n) for n in self._lock(args).names)
+        return _PROBE.format(python=q(self._python(args)), names=names)
+
+    def parse(self, out: str) -> LockState:
+        if out.strip() == "@missing":
+            return LockState(python_missing=True)
+        state = LockState()
+        for line in out.splitlines():
+            if line.startswith("@env "):
+                try:
+                    env = json.loads(line[5:])
+                except ValueError:
+                    continue
+                if isinstance(env, dict):
+                    state.environment = {str(k): str(v) for k, v in env.items()}
+            elif "=" in line:
+                name, _, version = line.partition("=")
+                state.versions[name] = version
+        return state
+
+    def through_cache(self, args: Args, route: CacheRoute) -> Args:
+        """PyPI (or the given index) read from the cache when it mirrors it."""
+        index = route.index_for(args["index_url"] or "")
+        if index is None:
+            return args
+        return dict(args, index_url=index, _trusted=route.trusted_host)
+
+    def plan(self, args: Args, fact: LockState) -> list[Command]:
+        from packaging.version import InvalidVersion, Version
+
+        lock = self._lock(args)
+        wanted = lock.pins_for(fact.environment) if not fact.python_missing else {}
+
+        def same(installed: str, locked: str) -> bool:
+            try:
+                return Version(installed) == Version(locked)
+            except InvalidVersion:
+                return installed == locked
+
+        if not fact.python_missing and all(same(fact.versions.get(name, ""), pin.version)
+                                           for name, pin in wanted.items()):
+            return []
+        return [self._install(args, lock)]
+
+    def _install(self, args: Args, lock: LockFile) -> Command:
+        """One script: uv fetched if missing, the venv created if missing, the lock installed;
+        pip (and `python -m venv`) where uv cannot be had."""
+        venv = str(args["venv"]).rstrip("/")
+        py, base = q(venv + "/bin/python"), q(args["python"] or "python3")
+        # uv goes beside the venv, not into it, so the venv holds the lock alone.
+        tools, uv = q(venv + "-uv"), q(venv + "-uv/uv")
+        pip_opts = "--disable-pip-version-check --no-input -q --require-hashes"
+        uv_opts = "--require-hashes --system-certs --no-progress"
+        if args["index_url"]:
+            pip_opts += f" --index-url {q(args['index_url'])}"
+            uv_opts += f" --index-url {q(args['index_url'])}"
+        if args["_trusted"]:
+            pip_opts += f" --trusted-host {q(args['_trusted'])}"
+            uv_opts += f" --allow-insecure-host {q(args['_trusted'])}"
+        lines = ['lock=$(mktemp) && err=$(mktemp) || exit 1',
+                 'trap \'rm -f "$lock" "$err"\' EXIT',
+                 'cat > "$lock"']
+        with_pip = [f'[ -x {py} ] || {base} -m venv {q(venv)} || exit 1',
+                    f'{py} -m pip install {pip_opts} -r "$lock" 2>"$err"']
+        installer = args["installer"]
+        if installer == "pip":
+            lines += with_pip
+        else:
+            try:
+                uv_pin = read_lock(self._path(args, UV_LOCK)).pins[0]
+            except InputError as exc:
+                raise PlanError(_lock_error(UV_LOCK, exc)) from None
+            index = args["index_url"] or "https://pypi.org/simple"
+            otherwise = ('exit 1' if installer == "uv" else
+                         'echo "uv could not be fetched: installing with pip" >&2')
+            lines += [f'if [ ! -x {uv} ]; then',
+                      f'  {base} - {q(uv_pin.version)} {q(",".join(uv_pin.hashes))} {q(index)} '
+                      f"{tools} >&2 <<'EOF' || {otherwise}\n{_FETCH_UV}EOF",
+                      'fi',
+                      f'if [ -x {uv} ]; then',
+                      f'  [ -x {py} ] || {uv} venv -q --no-config --no-python-downloads '
+                      f'--allow-existing --python {base} {q(venv)} || exit 1',
+                      f'  NO_COLOR=1 {uv} pip install --python {py} {uv_opts} -r "$lock" 2>"$err"',
+                      'else', *(f"  {line}" for line in with_pip), 'fi']
+        lines += ['rc=$?', 'cat "$err" >&2',
+                  f'[ $rc -eq 0 ] || {base} - "$err" <<\'EOF\'\n{_MISMATCH}EOF',
+                  'exit $rc']
+        how = "pip" if installer == "pip" else "uv (pip when uv cannot be fetched)"
+        return Command("\n".join(lines), stdin=lock.text.encode(),
+                       display=f"install {args['lock']} into {venv} with {how}, hashes required "
+                               f"({len(lock.pins)} packages)")
+
+
+def _lock_error(name: str, exc: InputError) -> str:
+    """A lock's problem, naming it as the recipe does (relative to the recipe's folder)."""
+    return f"pip_lock: lock {name}" + (f" line {exc.line}" if exc.line else "") + f": {exc.message}"

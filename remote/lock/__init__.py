@@ -1,0 +1,137 @@
+"""`gpuprov lock`: generate the locks in `playbooks/locks/` from the stack table
+(`playbooks/stack.yaml`) with uv's resolver (`uv pip compile --generate-hashes`), so every host
+installs the same files: every package, dependencies included, pinned `==` with its sha256.
+
+One lock per stack row and route:
+- `cuda-<row>-wheels.txt`: the row's CUDA wheels (`wheels`, held by `wheel_constraints`), no
+  torch;
+- `cuda-<row>-wheels-torch.txt`: the same plus torch and torchvision. Made here only for rows
+  whose torch build PyPI publishes (`torch_on_pypi`); the other rows' torch is on PyTorch's own
+  index (`--torch-index`), which this command reaches only where the machine does: run it there.
+- `uv.txt`: uv itself, which the `pip_lock` kind installs on the host (with pip, hash-checked).
+
+The resolution is universal (`--universal`: x86_64 and aarch64 in one file, with markers) for
+python 3.10 and newer, the oldest python of a supported distribution (Ubuntu 22.04).
+
+May import: `remote.errors`, `remote.config`, `remote.paths`.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ..config.lockfile import read_lock
+from ..config.yamlfile import load_yaml
+from ..errors import InputError
+from ..paths import RECIPES_DIR
+
+LOCKS_DIR = RECIPES_DIR / "locks"
+STACK = RECIPES_DIR / "stack.yaml"
+PYTHON_FLOOR = "3.10"  # Ubuntu 22.04's python3, the oldest of the supported distributions
+PYPI = "https://pypi.org/simple"
+# uv for the hosts: the same release this command resolves with (pyproject.toml), from PyPI.
+UV_REQUIREMENT = "uv==0.13.8"
+COMMAND = "gpuprov lock"
+
+
+@dataclass
+class LockSpec:
+    """What one lock holds: its file name, requirements and constraints, and the indexes."""
+
+    file: str
+    requirements: list[str]
+    constraints: list[str] = field(default_factory=list)
+    index_url: str = PYPI
+    extra_index_urls: list[str] = field(default_factory=list)
+    platform: Optional[str] = None  # None: universal
+
+    def command(self) -> list[str]:
+        """The `uv pip compile` arguments (after the requirement files)."""
+        args = ["--no-config", "--generate-hashes", "--python-version", PYTHON_FLOOR,
+                "--index-url", self.index_url, "--custom-compile-command", COMMAND]
+        args += ["--python-platform", self.platform] if self.platform else ["--universal"]
+        for url in self.extra_index_urls:
+            args += ["--extra-index-url", url]
+        if self.index_url != PYPI:
+            # torch from PyTorch's index, the rest where uv finds the best match; the lock
+            # then names its indexes, so an install reads the same ones.
+            args += ["--index-strategy", "unsafe-best-match", "--emit-index-url"]
+        return args
+
+
+def stack_rows(stack: Path = STACK) -> dict[str, Any]:
+    """The stack table's rows by CUDA version."""
+    data = load_yaml(stack, "recipe")
+    return dict(data["vars"]["compat"])
+
+
+def lock_name(cuda_version: str, torch: bool) -> str:
+    return f"cuda-{cuda_version}-wheels{'-torch' if torch else ''}.txt"
+
+
+def specs(rows: dict[str, Any], cuda: Optional[str], torch: bool,
+          torch_index: Optional[str]) -> list[LockSpec]:
+    """The locks to make: every row (or `cuda`'s), without torch, and with torch where PyPI has
+    the row's build, or for `cuda` alone from `torch_index`."""
+    if cuda is not None and cuda not in rows:
+        raise InputError(f"--cuda {cuda}: not a row of {STACK} (known: {', '.join(rows)})")
+    out = [LockSpec("uv.txt", [UV_REQUIREMENT])] if cuda is None else []
+    for version, row in rows.items():
+        if cuda is not None and version != cuda:
+            continue
+        platform = "x86_64-manylinux_2_28" if "aarch64" in (row.get("wheels_not_on") or []) else None
+        wheels = list(row["wheels"])
+        constraints = list(row.get("wheel_constraints") or [])
+        if not torch_index:
+            out.append(LockSpec(lock_name(version, False), wheels, constraints, platform=platform))
+        with_torch = wheels + [f"torch=={row['torch']}", f"torchvision=={row['torchvision']}"]
+        if torch_index:
+            out.append(LockSpec(lock_name(version, True), with_torch, constraints,
+                                index_url=torch_index, extra_index_urls=[PYPI], platform=platform))
+        elif torch and row.get("torch_on_pypi"):
+            out.append(LockSpec(lock_name(version, True), with_torch, constraints,
+                                platform=platform))
+    return out
+
+
+def compile_lock(spec: LockSpec, out_dir: Path) -> Path:
+    """Resolve `spec` with `uv pip compile` into `out_dir/spec.file` (written only when uv
+    succeeds, and checked to parse as a lock); InputError with uv's message otherwise."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / spec.file
+    with tempfile.TemporaryDirectory() as tmp:
+        reqs, cons, out = Path(tmp, "requirements.in"), Path(tmp, "constraints.txt"), Path(tmp, spec.file)
+        reqs.write_text("\n".join(spec.requirements) + "\n")
+        cons.write_text("\n".join(spec.constraints) + "\n")
+        cmd = [sys.executable, "-m", "uv", "pip", "compile", str(reqs), "-c", str(cons),
+               "-o", str(out), "--quiet", *spec.command()]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+        if proc.returncode != 0:
+            message = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+            raise InputError(f"uv pip compile failed for {spec.file}: " + " ".join(message[-6:]))
+        # uv names its temporary input files in annotations ("via -r /tmp/.../requirements.in"):
+        # keep the lock the same wherever it is made.
+        text = out.read_text().replace(str(reqs), "requirements.in").replace(str(cons),
+                                                                                "constraints.txt")
+        out.write_text(text)
+        read_lock(out)  # a file the kind could not read is not written
+        target.write_text(text)
+    return target
+
+
+def run_lock(cuda: Optional[str] = None, torch: bool = True, torch_index: Optional[str] = None,
+             out_dir: Path = LOCKS_DIR) -> int:
+    """`gpuprov lock`: (re)generate the locks; print each file written. Exit status."""
+    try:
+        for spec in specs(stack_rows(), cuda, torch, torch_index):
+            path = compile_lock(spec, out_dir)
+            lock = read_lock(path)
+            print(f"{path}: {len(lock.pins)} packages pinned with sha256")
+    except InputError as exc:
+        print(f"lock: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,74 @@
+"""The stack manifest each provision leaves in logs/<host>/<run>/stack.json, against real sshd
+hosts: what the host's python reports, and what happens when the host answers with something
+that is not a manifest (the answer is untrusted)."""
+from __future__ import annotations
+
+import json
+import platform
+
+import pytest
+
+from tests.test_provision_ssh import recipe
+
+ONE_STEP = [{"name": "marker", "shell": "true", "changed_when": False}]
+
+
+def _run_dir(work, host):
+    runs = sorted((work / "logs" / host).iterdir())
+    return runs[-1]
+
+
+def test_provision_records_the_stack_of_the_recipes_python(farm, work, inventory, provision):
+    """The farm's login shell sees the distribution's python3; the manifest reads its
+    environment, and the host remembers it for a later validate."""
+    rec = recipe(work, ONE_STEP)
+    result = provision("h1", rec, inventory(), var=["validate_python=/usr/bin/python3"])
+    assert result.rc == 0, result.out
+    manifest = json.loads((_run_dir(work, "h1") / "stack.json").read_text())
+    assert manifest["schema"] == 1 and manifest["environment"] == "/usr"
+    assert manifest["kernel"] == platform.release()
+    assert all(len(p["record_sha256"]) == 64 for p in manifest["packages"])
+    log = (_run_dir(work, "h1") / "provision.log").read_text()
+    assert "stack manifest: " in log
+
+
+@pytest.mark.parametrize("answer, why", [
+    ('{"schema": 1, "kernel": "6.1\\u001b[2J"}', "kernel is not a short line of text"),
+    ('{"schema": 7}', "not a stack manifest of schema 1"),
+    ('[1, 2]', "not a stack manifest of schema 1"),
+    ('{"schema": 1, "packages": [{"name": "a;rm -rf /", "version": "1", "record_sha256": "'
+     + "0" * 64 + '"}]}', "is not a valid name"),
+    ("x" * (3 << 20), "answer over the output limit"),  # the transport keeps 1 MiB at most
+], ids=["control-characters", "other-schema", "not-an-object", "hostile-name", "huge"])
+def test_a_host_that_answers_with_no_manifest_gets_none_written(farm, work, inventory, provision,
+                                                                answer, why):
+    """A 'python' on the host that prints what a compromised host could: nothing is written,
+    the run log says why, the host still succeeds."""
+    fake = work / "fake-python"
+    (work / "answer.json").write_text(answer)
+    fake.write_text(f"#!/bin/sh\ncat > /dev/null\ncat {work}/answer.json\n")
+    fake.chmod(0o755)
+    result = provision("h1", recipe(work, ONE_STEP), inventory(), var=[f"validate_python={fake}"])
+    assert result.rc == 0, result.out
+    run = _run_dir(work, "h1")
+    assert not (run / "stack.json").exists()
+    log = (run / "provision.log").read_text()
+    assert "stack manifest not recorded: " in log and why in log, log[-2000:]
+
+
+def test_the_manifest_rides_with_the_facts_unless_the_run_changed_something(
+        farm, work, inventory, provision):
+    """Converged: the manifest read with the facts is the stack after the run (no extra round
+    trip). A step that changed something: read again at the end."""
+    inv = inventory()
+    python = ["validate_python=/usr/bin/python3"]
+    reads_facts = [dict(ONE_STEP[0], when="facts.cpus > 0")]  # facts: a round trip to ride
+    assert provision("h2", recipe(work, reads_facts), inv, var=python).rc == 0
+    log = (_run_dir(work, "h2") / "provision.log").read_text()
+    assert "stack manifest: $" not in log, log  # no round trip of its own
+    assert (_run_dir(work, "h2") / "stack.json").exists()
+    changing = recipe(work, [{"name": "change", "shell": "true"}], name="c.yaml")
+    assert provision("h2", changing, inv, var=python).rc == 0
+    log = (_run_dir(work, "h2") / "provision.log").read_text()
+    assert "stack manifest: $ python - (stack manifest)" in log
+    assert (_run_dir(work, "h2") / "stack.json").exists()
