@@ -18,17 +18,15 @@ from typing import Any
 from ...errors import InputError
 from ..yamlfile import YamlMap, load_yaml, read_text
 from .ansible_ini import read_ini_inventory
+from .ansible_yaml import GROUP_KEYS as ANSIBLE_GROUP_KEYS
 from .ansible_yaml import read_ansible_yaml_inventory
 from .model import CacheSettings, Group, Host, Inventory, Timeouts
-from .yaml_reader import read_yaml_inventory
+from .yaml_reader import TOP_KEYS, read_yaml_inventory
 
 __all__ = ["CacheSettings", "Group", "Host", "Inventory", "Timeouts", "inventory_format",
            "load_inventory"]
 
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
-# Top-level keys that only gpuprov's own YAML has (an Ansible YAML inventory's top level is
-# group names, usually `all:`).
-GPUPROV_KEYS = ("hosts", "groups", "include_if_exists")
 
 
 def load_inventory(path: str | Path) -> Inventory:
@@ -57,8 +55,11 @@ def _sniff(path: Path) -> tuple[str, Any]:
        is not blank nor a comment (`#`, `;`) starts with `[` (a section), or when it does not
        read as a YAML mapping (`gpu1 ansible_host=10.0.0.5` reads as one YAML string);
        else YAML.
-    YAML is gpuprov's own when its top level has `hosts:`, `groups:` or `include_if_exists:`,
-    else Ansible's (group names, usually `all:`, at the top).
+    YAML is Ansible's when each top-level key is a group (usually just `all:`): not one of
+    gpuprov's keys (`hosts:`, `groups:`, `vars:`, ... `yaml_reader.TOP_KEYS`; an Ansible group
+    named so goes under `all: children:`), and holding nothing or only Ansible's group keys
+    (`hosts:`, `vars:`, `children:`). Anything else is gpuprov's own, whose reader names what
+    is wrong (`host:` -> "did you mean 'hosts'").
     """
     suffix = path.suffix.lower()
     if suffix == ".ini":
@@ -77,6 +78,9 @@ def _sniff(path: Path) -> tuple[str, Any]:
             return "ini", text
     else:
         data = load_yaml(path, "inventory")
-    if isinstance(data, YamlMap) and any(key in data for key in GPUPROV_KEYS):
-        return "gpuprov-yaml", data
-    return "ansible-yaml", data
+    if isinstance(data, YamlMap) and data and all(
+            key not in TOP_KEYS and (group is None or isinstance(group, dict)
+                                     and all(k in ANSIBLE_GROUP_KEYS for k in group))
+            for key, group in data.items()):
+        return "ansible-yaml", data
+    return "gpuprov-yaml", data
