@@ -23,7 +23,8 @@ HOST_FIXTURES = {"farm", "sudo_farm", "sandbox_hosts"}
 SLOW_FIXTURES = {"full_run", "rendered"}
 # ... and every test of a module whose tests each run a program in a subprocess (the CLI
 # through Invoke, `python -m validate`, a C++ compiler): one to several seconds each.
-SLOW_MODULES = {"test_input_errors", "test_validate_run", "test_validate_cudnn", "test_cli"}
+SLOW_MODULES = {"test_input_errors", "test_validate_run", "test_validate_cudnn", "test_cli",
+                "test_ansible_inventory"}
 
 
 def pytest_collection_modifyitems(items):

@@ -135,3 +135,47 @@ def test_only_the_inventorys_key_is_offered_unless_it_asks_for_the_agent(work):
             agent.terminate()
             agent.wait(5)
         farm.close()
+
+
+@pytest.mark.root
+def test_ssh_configs_identityfile_is_the_only_key_offered(work):
+    """A host named by a ~/.ssh/config alias whose IdentityFile the host refuses learns no
+    other identity either: that IdentityFile is the configured key (IdentitiesOnly), not the
+    ssh-agent's key nor ~/.ssh/id_ed25519, which the host would have let in."""
+    if os.geteuid() != 0:
+        pytest.fail("the SSH tests start sshd for a dedicated user and must run as root")
+    farm = _KeyLoggingFarm(1, first=72)
+    agent = None
+    try:
+        home = work / "home"
+        (home / ".ssh").mkdir(parents=True)
+        named, agents, homes = work / "named_key", work / "agent_key", home / ".ssh" / "id_ed25519"
+        for key in (named, agents, homes):
+            keygen(key)
+        farm.authorized.write_text(f"{agents.with_suffix('.pub').read_text()}"
+                                   f"{homes.with_suffix('.pub').read_text()}")
+        (home / ".ssh" / "config").write_text(
+            f"Host sbx-alias\n  HostName {farm.addresses[0]}\n  Port {farm.port}\n"
+            f"  User {farm.user}\n  IdentityFile {named}\n")
+        (home / ".ssh" / "known_hosts").write_text(farm.known_hosts.read_text())
+        sock = work / "agent.sock"
+        agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        env = {"HOME": str(home), "SSH_AUTH_SOCK": str(sock)}
+        subprocess.run(["ssh-add", "-q", str(agents)], env=dict(os.environ, **env), check=True)
+        inv = write_yaml(work / "inventory.yaml", {"hosts": {"sbx-alias": {}}})
+
+        refused = invoke("facts", "--host", "sbx-alias", "--inventory", str(inv), cwd=work,
+                         env=env)
+        assert refused.rc == 4, refused.out + refused.err  # unreachable
+        assert "sbx-alias unreachable login as gpuprovtest" in " ".join(refused.out.split())
+        offered = farm.offered()
+        assert offered and set(offered) == {_fingerprint(named)}, offered
+    finally:
+        if agent is not None:
+            agent.terminate()
+            agent.wait(5)
+        farm.close()

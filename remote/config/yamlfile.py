@@ -121,8 +121,8 @@ def _short(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def load_yaml(path: str | Path, what: str = "file") -> Any:
-    """Load one YAML document from `path` with positions kept; raise `InputError` on any flaw.
+def read_text(path: str | Path, what: str = "file") -> str:
+    """The text of `path`: UTF-8, not binary, not empty, at most MAX_BYTES; else `InputError`.
 
     `what` names the kind of file in messages ("inventory", "recipe").
     """
@@ -144,6 +144,16 @@ def load_yaml(path: str | Path, what: str = "file") -> Any:
         raise InputError(f"{what} is not UTF-8 text", name, line) from None
     if not text.strip():
         raise InputError(f"{what} is empty", name)
+    return text
+
+
+def load_yaml(path: str | Path, what: str = "file") -> Any:
+    """Load one YAML document from `path` with positions kept; raise `InputError` on any flaw.
+
+    `what` names the kind of file in messages ("inventory", "recipe").
+    """
+    name = str(path)
+    text = read_text(path, what)
     try:
         loader = _StrictLoader(text, name)
     except yaml.reader.ReaderError as exc:  # a control character PyYAML will not read

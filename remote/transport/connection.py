@@ -21,6 +21,7 @@ from .forward import RemoteForwards, ssh_transport
 from .hostkeys import KnownHosts
 from .local import LocalConnection
 from .ssh import SSHConnection
+from .sshconfig import MAX_HOPS, jump_host, resolve
 from .transfer import COMMIT_FILE, PullLimits, pack, publish_pull, pull, unpack_command
 
 __all__ = ["COMMIT_FILE", "BaseConnection", "BecomeError", "CommandResult", "CommandTimeout",
@@ -40,8 +41,15 @@ def connection_for(host: Host, hosts: dict[str, Host], timeouts: Timeouts,
 
 
 def _ssh(host: Host, hosts: dict[str, Host], timeouts: Timeouts, known_hosts: KnownHosts,
-         become_password: Optional[str] = None) -> SSHConnection:
-    """An unopened connection to `host` through its chain of jump hosts (the inventory refuses
-    cycles), each hop tunnelled through the one before."""
-    gateway = _ssh(hosts[host.jump], hosts, timeouts, known_hosts) if host.jump else None
+         become_password: Optional[str] = None, hops: int = 0) -> SSHConnection:
+    """An unopened connection to `host`, with what ~/.ssh/config says for it (`sshconfig`),
+    through its chain of jump hosts (the inventory's `jump`, else ssh_config's ProxyJump; the
+    inventory refuses cycles, `sshconfig` a chain too long), each hop tunnelled through the
+    one before."""
+    host = resolve(host)
+    jump = jump_host(host, hosts)
+    if hops > MAX_HOPS:
+        raise Unreachable(f"{host.name}: more than {MAX_HOPS} jump hosts (a loop of ProxyJump "
+                          "in ~/.ssh/config?)")
+    gateway = _ssh(jump, hosts, timeouts, known_hosts, hops=hops + 1) if jump else None
     return SSHConnection(host, timeouts, known_hosts, become_password, gateway)

@@ -1,6 +1,7 @@
-"""Hosts reached over SSH: Fabric's `Connection` (jump hosts, ssh_config) with host keys checked
-by `hostkeys.KnownHosts`, connect/banner/auth timeouts and keepalives; each command runs on its
-own channel of the one transport.
+"""Hosts reached over SSH: Fabric's `Connection` (jump hosts) with host keys checked by
+`hostkeys.KnownHosts`, connect/banner/auth timeouts and keepalives; each command runs on its
+own channel of the one transport. The host comes with ~/.ssh/config applied already
+(`sshconfig.resolve`); Fabric's own ssh_config lookup is off, so nothing is applied twice.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ..config.inventory import Host, Timeouts
 from ..errors import ConnectionLost, HostKeyError, Interrupted, Unreachable
 from .base import BaseConnection, RunningCommand, Stream, wait_readable
 from .hostkeys import KnownHosts, lookup_name
+from .sshconfig import DEFAULT_PORT
 
 # paramiko logs failures (a missing banner, a reset) with tracebacks; with no handler configured,
 # Python's last-resort handler would print them on the user's terminal. Each failure reaches the
@@ -44,6 +46,7 @@ class SSHConnection(BaseConnection):
         self.gateway = gateway
         self.fabric: Any = None  # fabric.Connection once `open` ran (fabric ships no types)
         self.is_root = host.user == "root"
+        self.port: int = host.port or DEFAULT_PORT
         self._sock: Optional[socket.socket] = None
         self._abort_lock = threading.Lock()
         self._aborted = False
@@ -81,9 +84,9 @@ class SSHConnection(BaseConnection):
         identity = os.path.expanduser(self.host.identity_file) if self.host.identity_file \
             else None
         connect_kwargs.update(_key_sources(identity, self.host.ssh_agent))
-        where = f"{self.host.address}:{self.host.port}"
+        where = f"{self.host.address}:{self.port}"
         if self.gateway is not None:
-            self.gateway.open()
+            self._open_gateway()
         else:
             connect_kwargs["sock"] = self._tcp_socket(where)
         # Fabric's connect_timeout bounds paramiko's whole negotiation (the TCP connect above
@@ -91,12 +94,12 @@ class SSHConnection(BaseConnection):
         # a bare "No existing session" before the banner timeout could say what happened.
         negotiation_s = int(max(1, self.timeouts.banner) + KEX_GRACE_S)
         self.fabric = _fabric_connection_class()(
-            self.host.address, user=self.host.user, port=self.host.port,
+            self.host.address, user=self.host.user, port=self.port,
             config=_fabric_config(), connect_timeout=negotiation_s,
             connect_kwargs=connect_kwargs, gateway=self.gateway.fabric if self.gateway else None)
         if identity is not None:
-            # Fabric adds ssh_config's IdentityFile entries to key_filename; the inventory's
-            # key is the only one offered (OpenSSH's IdentitiesOnly).
+            # The configured key (the inventory's, else ssh_config's IdentityFile) is the
+            # only one offered (OpenSSH's IdentitiesOnly), whatever Fabric's config adds.
             self.fabric.connect_kwargs.pop("key_filename", None)
             if "pkey" not in connect_kwargs:
                 self.fabric.connect_kwargs["key_filename"] = identity
@@ -107,7 +110,7 @@ class SSHConnection(BaseConnection):
         except HostKeyError as exc:
             raise Unreachable(str(exc)) from None
         except paramiko.BadHostKeyException as exc:
-            name = lookup_name(self.host.address, self.host.port)
+            name = lookup_name(self.host.address, self.port)
             raise Unreachable(self.known_hosts.changed_message(self.host.name, name, exc)) from None
         except paramiko.AuthenticationException as exc:
             raise Unreachable(f"login as {self.fabric.user} on {where} failed: {exc}. Check the "
@@ -134,6 +137,19 @@ class SSHConnection(BaseConnection):
             raise Unreachable(f"cannot connect to {where}: {exc.strerror or exc}") from None
         self.fabric.transport.set_keepalive(max(1, int(self.timeouts.keepalive)))
         return self
+
+    def _open_gateway(self) -> None:
+        """Open the jump host; when that fails, the jump host is to blame, not this host."""
+        assert self.gateway is not None
+        gateway = self.gateway
+        try:
+            gateway.open()
+        except Unreachable as exc:
+            if self._aborted or str(exc).startswith("jump host "):
+                raise
+            raise Unreachable(f"jump host {gateway.host.name} "
+                              f"({gateway.host.address}:{gateway.port}) failed, so "
+                              f"{self.host.name} was not tried: {exc}") from None
 
     def _tcp_socket(self, where: str) -> socket.socket:
         """The TCP connection, made here so it can have TCP_NODELAY: paramiko leaves Nagle on,
@@ -167,7 +183,7 @@ class SSHConnection(BaseConnection):
         (and from then on: the one that connects is the one paramiko uses)."""
         error: Optional[OSError] = None
         for family, kind, proto, _, address in socket.getaddrinfo(
-                self.host.address, self.host.port, type=socket.SOCK_STREAM):
+                self.host.address, self.port, type=socket.SOCK_STREAM):
             sock = socket.socket(family, kind, proto)
             self._track(sock)
             try:
@@ -210,7 +226,7 @@ class SSHConnection(BaseConnection):
         raise AssertionError("unreachable: the last try raises")
 
     def describe(self) -> str:
-        where = (f"{self.fabric.user}@{self.host.address}:{self.host.port}"
+        where = (f"{self.fabric.user}@{self.host.address}:{self.port}"
                  f"{' via ' + self.gateway.host.name if self.gateway else ''}")
         try:
             transport = self.fabric.transport
@@ -396,11 +412,12 @@ class _DeadlinePacketizer(Packetizer):
 
 @functools.lru_cache(maxsize=None)
 def _fabric_config() -> Any:
-    """One Fabric configuration (it reads ~/.ssh/config) shared by every connection of a run;
-    the connections only read it (see `_fabric_connection_class`)."""
+    """One Fabric configuration shared by every connection of a run; the connections only read
+    it (see `_fabric_connection_class`). Its ssh_config is empty: `sshconfig` applied the
+    user's already."""
     from fabric import Config
 
-    return Config()
+    return Config(ssh_config=paramiko.SSHConfig())
 
 
 @functools.lru_cache(maxsize=None)

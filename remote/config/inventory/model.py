@@ -67,7 +67,7 @@ class Host:
     address: str
     where: Where
     user: str | None = None
-    port: int = 22
+    port: int | None = None  # None: ~/.ssh/config's Port for the address, else 22
     identity_file: str | None = None
     # Offer the ssh-agent's keys: None means only where no identity_file is named.
     ssh_agent: bool | None = None

@@ -42,8 +42,8 @@ TIMEOUT_KEYS = {"connect", "banner", "auth", "keepalive", "command", "idle"}
 Parts = list[tuple[Path, YamlMap]]  # the file and those it includes, the including one first
 
 
-def _read(path: Path) -> YamlMap:
-    data = load_yaml(path, "inventory")
+def _read(path: Path, data: Any = None) -> YamlMap:
+    data = load_yaml(path, "inventory") if data is None else data
     if not isinstance(data, YamlMap):
         raise InputError("an inventory must be a mapping with 'hosts:'", path,
                          getattr(data, "where", Where(str(path), 1)).line)
@@ -51,13 +51,14 @@ def _read(path: Path) -> YamlMap:
     return data
 
 
-def read_yaml_inventory(path: Path) -> Inventory:
-    """Read and check a YAML inventory completely; raise `InputError` at the first flaw.
+def read_yaml_inventory(path: Path, data: Any = None) -> Inventory:
+    """Read and check a YAML inventory completely (`data`: the file already loaded with
+    `load_yaml`); raise `InputError` at the first flaw.
 
     `include_if_exists: [files]` merges other inventories (hosts, groups, vars under this
     file's, known_hosts) when they exist: the example inventory takes in the sandbox's this way.
     """
-    data = _read(path)
+    data = _read(path, data)
     parts = _with_includes(path, data)
     hosts = _load_hosts(parts)
     if not hosts:

@@ -1,0 +1,93 @@
+"""`~/.ssh/config` honoured as ssh and Fabric honour it: a host's HostName, Port, User,
+IdentityFile and ProxyJump, looked up by the address the inventory gives it (its name when it
+gives none; Ansible's `ansible_host`), as `ssh ADDRESS` would look it up.
+
+The files are Fabric's (its Config loads ~/.ssh/config, then /etc/ssh/ssh_config, into one
+paramiko SSHConfig, whose lookup keeps the first value found for each key, as OpenSSH does).
+This module is the one place they are applied: the Fabric connections themselves get an empty
+ssh_config, so nothing is applied twice (Fabric would otherwise also look up the resolved
+address, and its own ProxyJump would replace the socket made here).
+
+Precedence: what the inventory says explicitly wins, then ssh_config, then the defaults
+(port 22, the local user) — Fabric's own order (fabric/connection.py, Connection.__init__:
+`user or ssh_config.get("user")`, `port or ssh_config.get("port")`; HostName replaces the
+looked-up name) and OpenSSH's (options given on the command line, as Ansible passes
+ansible_port and ansible_user, come before the files: ssh_config(5), "command-line options").
+The inventory's `jump` wins over ProxyJump. An IdentityFile from ssh_config is the host's
+configured key when the inventory names none: only that key is offered (IdentitiesOnly), as
+for the inventory's `identity_file`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Optional
+
+import paramiko
+
+from ..config.inventory import Host
+from ..errors import Unreachable
+
+DEFAULT_PORT = 22
+MAX_HOPS = 10  # ProxyJump hops in a chain; more is a loop in ssh_config (A via B via A)
+
+
+@functools.lru_cache(maxsize=None)
+def user_ssh_config() -> paramiko.SSHConfig:
+    """~/.ssh/config and /etc/ssh/ssh_config, loaded by Fabric's rules, once per process."""
+    from fabric import Config
+
+    try:
+        config: paramiko.SSHConfig = Config().base_ssh_config
+    except Exception as exc:  # noqa: BLE001 - paramiko raises its ConfigParseError and others
+        raise Unreachable(f"cannot read ~/.ssh/config: {exc}") from None
+    return config
+
+
+def resolve(host: Host) -> Host:
+    """`host` with what ssh_config adds for its address (see the module's docstring)."""
+    try:
+        found: dict[str, Any] = dict(user_ssh_config().lookup(host.address))
+    except Exception as exc:  # noqa: BLE001 - a Match exec that fails, a bad token
+        raise Unreachable(f"~/.ssh/config for {host.address}: {exc}") from None
+    if "proxycommand" in found and host.jump is None and "proxyjump" not in found:
+        raise Unreachable(f"~/.ssh/config gives {host.address} a ProxyCommand, which gpuprov "
+                          "does not run; use ProxyJump (or the inventory's jump)")
+    port = host.port
+    if port is None:
+        try:
+            port = int(found.get("port", DEFAULT_PORT))
+        except ValueError:
+            raise Unreachable(f"~/.ssh/config gives {host.address} Port "
+                              f"{found['port']!r}, not a number") from None
+    identity = host.identity_file
+    if identity is None and found.get("identityfile"):
+        identity = found["identityfile"][0]
+    jump = host.jump
+    if jump is None and found.get("proxyjump", "none").lower() != "none":
+        jump = found["proxyjump"]
+    return dataclasses.replace(host, address=found.get("hostname", host.address), port=port,
+                               user=host.user or found.get("user"), identity_file=identity,
+                               jump=jump)
+
+
+def jump_host(target: Host, hosts: dict[str, Host]) -> Optional[Host]:
+    """The host `target` (resolved) connects through: the inventory's host its `jump` names,
+    or the last hop of its ProxyJump (`[user@]host[:port]`, comma-separated, first hop
+    first), whose own `jump` is then the hops before it (a hop the inventory names is the
+    inventory's host). None without one. The caller bounds the chain (MAX_HOPS)."""
+    if target.jump is None:
+        return None
+    if target.jump in hosts:
+        return hosts[target.jump]
+    hops = [hop.strip() for hop in target.jump.split(",") if hop.strip()]
+    last = hops[-1]
+    user, _, rest = last.rpartition("@")
+    address, port = rest, None
+    if rest.count(":") == 1:
+        address, port_text = rest.split(":")
+        if not port_text.isdigit():
+            raise Unreachable(f"{target.name}: ProxyJump {last!r} has a port that is not a number")
+        port = int(port_text)
+    return Host(name=last, address=address, where=target.where, user=user or None, port=port,
+                jump=",".join(hops[:-1]) or None)

@@ -1,0 +1,177 @@
+"""Existing inventories as they are (issue 23, point 3), run as a user runs `gpuprov` (a
+subprocess, a HOME of its own with ~/.ssh/config and ~/.ssh/known_hosts, sshd on loopback):
+Ansible INI and YAML inventories with ranges, children, group vars and ansible_connection=local;
+an ssh_config alias with HostName, Port, User, IdentityFile and ProxyJump through a second farm
+server; a failing jump host blamed by name; bad input in one line with exit 2."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import forwarding_refused_server
+from tests.test_cli import gpuprov
+
+# Writes a file whose name carries the host and the vars it got (host, group, all).
+RECIPE = """\
+name: marks
+steps:
+  - name: mark
+    file: {path: "{{ mark_dir }}/mark-{{ host }}-{{ role }}-{{ greeting }}", content: "x\\n"}
+"""
+
+
+def _home(farm, work: Path, ssh_config: str = "") -> Path:
+    """A HOME whose ~/.ssh trusts the farm's host keys and holds `ssh_config`."""
+    home = work / "home"
+    (home / ".ssh").mkdir(parents=True, exist_ok=True)
+    shutil.copy(farm.known_hosts, home / ".ssh" / "known_hosts")
+    (home / ".ssh" / "config").write_text(ssh_config)
+    return home
+
+
+def _provision(inv: Path, work: Path, home: Path, *args: str):
+    rec = work / "marks.yaml"
+    rec.write_text(RECIPE)
+    return gpuprov("provision", "-i", str(inv), "--recipe", str(rec), "--no-validate", *args,
+                   cwd=work, home=home)
+
+
+def _marks(work: Path) -> set[str]:
+    return {p.name for p in work.glob("mark-*")}
+
+
+def test_an_ansible_ini_inventory_as_it_is(farm, work):
+    """A range of farm servers (`127.0.0.[2:3]`), their connection settings in [farm:vars],
+    a [fleet:children] group, [all:vars], a host var and a local host."""
+    inv = work / "hosts"  # Ansible's customary name: no suffix
+    inv.write_text(f"""\
+# an Ansible INI inventory, unchanged
+ctl ansible_connection=local role=ctl
+
+[farm]
+127.0.0.[2:3]
+
+[farm:vars]
+ansible_port={farm.port}
+ansible_user={farm.user}
+ansible_ssh_private_key_file={farm.key}
+role=gpu
+
+[fleet:children]
+farm
+
+[all:vars]
+greeting=hello
+mark_dir={work}
+""")
+    home = _home(farm, work)
+    listed = _provision(inv, work, home, "--list-hosts", "-l", "fleet")
+    assert [line.strip() for line in listed.out.splitlines()[1:]] == ["127.0.0.2", "127.0.0.3"], \
+        listed.out + listed.err
+    result = _provision(inv, work, home, "--host", "all")
+    assert result.rc == 0, result.out + result.err
+    assert _marks(work) == {"mark-ctl-ctl-hello", "mark-127.0.0.2-gpu-hello",
+                            "mark-127.0.0.3-gpu-hello"}
+
+
+def test_an_ansible_yaml_inventory_as_it_is(farm, work):
+    """`all:` with vars, hosts and nested children; a range with a stride, vars at every level
+    (the child group's win over its parent's), a local host."""
+    inv = work / "inventory.yml"
+    inv.write_text(f"""\
+all:
+  vars:
+    greeting: hi
+    mark_dir: {work}
+    role: none
+  hosts:
+    ctl:
+      ansible_connection: local
+      role: ctl
+  children:
+    fleet:
+      vars:
+        role: fleet
+        ansible_user: {farm.user}
+        ansible_ssh_private_key_file: {farm.key}
+      children:
+        farm:
+          hosts:
+            127.0.0.[2:5:2]:
+              ansible_port: {farm.port}
+          vars:
+            role: gpu
+""")
+    result = _provision(inv, work, _home(farm, work), "--host", "all")
+    assert result.rc == 0, result.out + result.err
+    assert _marks(work) == {"mark-ctl-ctl-hi", "mark-127.0.0.2-gpu-hi", "mark-127.0.0.4-gpu-hi"}
+
+
+def _entry(name: str, address: str, farm, proxy_jump: str = "") -> str:
+    return (f"Host {name}\n  HostName {address}\n  Port {farm.port}\n  User {farm.user}\n"
+            f"  IdentityFile {farm.key}\n" + (f"  ProxyJump {proxy_jump}\n" if proxy_jump else ""))
+
+
+def test_ssh_config_aliases_and_proxyjump(farm, work):
+    """Hosts named by ~/.ssh/config aliases only (no address, port, user or key in the
+    inventory): reached directly, through a ProxyJump farm server, and not through a jump
+    host that refuses forwarding (so the ProxyJump really carries the connection)."""
+    target, jump = farm.addresses[0], farm.addresses[1]
+    no_forwarding = forwarding_refused_server(farm)
+    home = _home(farm, work, _entry("sbx-alias", target, farm)
+                 + _entry("sbx-via-jump", target, farm, proxy_jump="sbx-jump")
+                 + _entry("sbx-jump", jump, farm)
+                 + _entry("sbx-via-nofwd", target, farm, proxy_jump="sbx-nofwd")
+                 + _entry("sbx-nofwd", no_forwarding, farm))
+    shutil.copy(farm.known_hosts, home / ".ssh" / "known_hosts")  # the no-forwarding server's
+    inv = work / "hosts"
+    inv.write_text(f"sbx-alias\nsbx-via-jump\nsbx-via-nofwd\n[all:vars]\nmark_dir={work}\n"
+                   "role=alias\ngreeting=hi\n")
+    result = _provision(inv, work, home, "-l", "sbx-alias,sbx-via-jump")
+    assert result.rc == 0, result.out + result.err
+    assert _marks(work) == {"mark-sbx-alias-alias-hi", "mark-sbx-via-jump-alias-hi"}
+    result = _provision(inv, work, home, "-l", "sbx-via-nofwd")
+    assert result.rc == 4, result.out + result.err
+    assert "mark-sbx-via-nofwd-alias-hi" not in _marks(work)
+
+
+def test_a_failing_jump_host_is_blamed_by_name(farm, work):
+    """ProxyJump to a port nothing listens on: the error names the jump host, not the target."""
+    home = _home(farm, work, _entry("sbx-target", farm.addresses[0], farm,
+                                    proxy_jump=f"{farm.user}@127.0.0.9:{farm.port}"))
+    inv = work / "hosts"
+    inv.write_text("sbx-target\n")
+    result = gpuprov("facts", "-i", str(inv), "--host", "sbx-target", cwd=work, home=home)
+    assert result.rc == 4, result.out + result.err
+    reason = result.out
+    assert f"jump host {farm.user}@127.0.0.9:{farm.port} (127.0.0.9:{farm.port}) failed, " \
+           "so sbx-target was not tried: connection to" in " ".join(reason.split()), reason
+
+
+BAD = [
+    ("hosts", "gpu1 ansible_password=secret\n", 1,
+     "host 'gpu1': ansible_password is not supported"),
+    ("hosts", "[gpus]\ngpu1\n[gpus:vars]\nansible_ssh_common_args='-o ProxyCommand=nc %h %p'\n",
+     4, "host 'gpu1': ansible_ssh_common_args is not supported"),
+    ("hosts", "[gpus]\ngpu[01:5]\n", 2,
+     "host range in 'gpu[01:5]': with a leading zero, begin and end must have the same width"),
+    ("inv.ini", "[fleet:children]\ngpus\n", 2, "group 'gpus' is named here but never declared"),
+    ("inv.ini", "[gpus]\ngpu1 ansible_port=http\n", 2,
+     "host 'gpu1': ansible_port must be a number from 1 to 65535"),
+    ("inv.yml", "all:\n  children:\n    gpus:\n      host:\n        gpu1:\n", 4,
+     "group 'gpus': unknown key 'host'"),
+    ("inv.yml", "all:\n  hosts:\n    gpu1:\n      ansible_become: maybe\n", 4,
+     "host 'gpu1': ansible_become must be true or false"),
+]
+
+
+@pytest.mark.parametrize("name,text,line,message", BAD)
+def test_bad_ansible_inventories_are_one_line_with_exit_2(work, name, text, line, message):
+    inv = work / name
+    inv.write_text(text)
+    result = gpuprov("facts", "-i", str(inv), "--host", "all", cwd=work, home=work)
+    assert result.rc == 2, result.out + result.err
+    assert result.err.strip().startswith(f"error: {inv}:{line}: {message}"), result.err
+    assert len(result.err.strip().splitlines()) == 1 and result.out == ""
