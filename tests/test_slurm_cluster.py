@@ -239,8 +239,14 @@ def test_a_node_that_dies_mid_job_is_not_validated(cluster, tmp_path):
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["hosts"]["n2"]["validation"].startswith("not validated: the node failed"), out
     assert proc.returncode == EXIT_VALIDATION_FAILED
+    # With one srun step for all nodes, Slurm aborts the whole step when slurmctld has marked
+    # n2 missing before srun sees its I/O fail (step_launch_notify_io_failure: "aborting, io
+    # error with slurmstepd on node 1", seen under load): the others are then not validated,
+    # never passed on a cut result.
     for node in ("n1", "n3"):
-        assert data["hosts"][node]["validation"].startswith("passed"), out
+        verdict = data["hosts"][node]["validation"]
+        assert (verdict.startswith("passed")
+                or verdict.startswith("not validated: its results did not come back whole")), out
 
 
 def test_an_interrupted_run_leaves_a_taken_back_node_drained_as_it_was(cluster, tmp_path):
