@@ -1,8 +1,8 @@
 """Fleet install benchmark (issue 16): N fresh hosts on the wheels route, without and with the
 fleet cache.
 
-    python3 -m bench.fleet_install [--hosts 3] [--one-first] [--prefetch] [--timeout 1800]
-                                     [--json PATH]
+    python3 -m bench.fleet_install [--hosts 3] [--one-first] [--prefetch] [--torch]
+                                     [--timeout 1800] [--json PATH]
 
 Needs root (it starts sandbox hosts, see remote/sandbox/) and the internet: PyPI
 (pypi.org, files.pythonhosted.org) and Debian's mirror (deb.debian.org).
@@ -34,8 +34,10 @@ Honest bytes: each sandbox host gets this machine's pip configuration, which her
 local copies of wheels (find-links /opt/wheels, a file:// index); the bench replaces the hosts'
 /etc/pip.conf with one that keeps only `cert` (this network's TLS-inspecting CA, which the
 sandbox's copy of /etc/ssl/certs/ca-certificates.crt holds) and names pip's log file.
-No torch (with_torch=false): its index, download.pytorch.org, is not reachable from this
-development machine.
+No torch by default (with_torch=false). `--torch` adds torch and torchvision of the row, from
+PyPI (`torch_index_url=https://pypi.org/simple/`: PyTorch's own index, download.pytorch.org,
+is not reachable from this development machine), and with `--prefetch` cache.yaml fetches them
+into devpi too (`prefetch_torch=true`).
 The cache listens on two free ports picked at start (not 3141/3142), so a cache another test
 runs on this machine at the same time does not collide with the bench's.
 Exit status 0 when every host of every run succeeded, 1 otherwise. The hosts are stopped at the
@@ -76,6 +78,8 @@ cert = /etc/ssl/certs/ca-certificates.crt
 log = {PIP_LOG}
 """
 WHEELS_VARS = ["cuda_version=13.0", "with_torch=false"]
+# PyPI's torch: the PyTorch index is not reachable from here (see the docstring).
+TORCH_VARS = ["cuda_version=13.0", "with_torch=true", "torch_index_url=https://pypi.org/simple/"]
 UNITS = {"bytes": 1, "B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9}
 # pip's log line for a file it fetched (pip/_internal/network/download.py `_prepare_download`:
 # "Downloading %s" with " (SIZE)" when the server sent Content-Length; "Using cached" otherwise).
@@ -267,7 +271,8 @@ def run_fleet(work: Path, label: str, count: int, variables: list[str], timeout:
             inventory.write_text(yaml.safe_dump(data, sort_keys=False))
             # The inventory's cache ports reach cache.yaml as its cache_*_port vars.
             setup = provision(run_dir, inventory, [CACHE_HOST], str(REPO / "playbooks/cache.yaml"),
-                              [*variables, f"prefetch_cuda_wheels={str(prefetch).lower()}"],
+                              [*variables, f"prefetch_cuda_wheels={str(prefetch).lower()}",
+                               f"prefetch_torch={str(prefetch and 'with_torch=true' in variables).lower()}"],
                               timeout, "cache-setup")
             out["cache_setup"] = {"wall_s": round(setup.wall_s, 1),
                                   "outside_bytes": setup.outside_bytes, "ports": ports}
@@ -341,6 +346,8 @@ def main() -> int:
     parser.add_argument("--prefetch", action="store_true",
                         help="cache.yaml fetches the CUDA row's wheels before the fleet starts "
                              "(prefetch_cuda_wheels=true)")
+    parser.add_argument("--torch", action="store_true",
+                        help="torch and torchvision too, from PyPI (with --prefetch: prefetched)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -350,7 +357,7 @@ def main() -> int:
         parser.error("--hosts must be between 1 and 50")
     # SIGTERM ends the run as Ctrl-C does, so the hosts are stopped on the way out.
     signal.signal(signal.SIGTERM, _interrupted)
-    variables = WHEELS_VARS
+    variables = TORCH_VARS if args.torch else WHEELS_VARS
     result: dict = {"machine": machine(), "hosts": args.hosts, "recipe": "playbooks/cuda-wheels.yaml",
                     "vars": variables}
     m = result["machine"]

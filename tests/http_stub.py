@@ -7,16 +7,18 @@
 from __future__ import annotations
 
 import http.server
+import ssl
 import threading
 from email.message import Message
-from typing import Callable
+from typing import Callable, Optional
 
 Answer = Callable[[str, Message], "tuple[int, str, bytes]"]  # path, headers -> status, type, body
 
 
-def serve(answer: Answer, port: int = 0,
-          address: str = "127.0.0.1") -> http.server.ThreadingHTTPServer:
-    """Start serving on `address`:`port` (0: any free port) in a thread; OSError if taken."""
+def serve(answer: Answer, port: int = 0, address: str = "127.0.0.1",
+          tls: Optional[ssl.SSLContext] = None) -> http.server.ThreadingHTTPServer:
+    """Start serving on `address`:`port` (0: any free port) in a thread; OSError if taken.
+    With `tls` (a server context holding a certificate), HTTPS."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - http.server's name
@@ -31,5 +33,7 @@ def serve(answer: Answer, port: int = 0,
             pass
 
     server = http.server.ThreadingHTTPServer((address, port), Handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server

@@ -166,6 +166,25 @@ def test_what_the_host_sends_back_is_checked():
         assert parse_reach(junk, "h", 1, 2, "direct")[0] is None
 
 
+def test_the_https_repositories_the_cache_serves_are_checked():
+    """The list apt-cacher-ng publishes (cache.yaml) becomes the route's `apt_https`; a line
+    that is no plain https:// URL (sed or shell syntax, another scheme) is dropped, and lines
+    that devpi's answer holds are never read as that list."""
+    nvidia = "https://developer.download.nvidia.com/compute/cuda/repos"
+    out = ("@apt 406 \n"
+           f"@apthttps {nvidia}/\n"
+           "@apthttps https://evil.example/x#y\n@apthttps https://a.example/$(id)\n"
+           "@apthttps http://plain.example/debian\n@apthttps https://ok.example:8443/deb\n"
+           "@pypi 200\n" + DEVPI_ROOT + "\n@apthttps https://from-devpi.example/x\n")
+    route, _ = parse_reach(out, "10.0.0.5", 3142, 3141, "direct")
+    assert route is not None
+    assert route.apt_https == (nvidia, "https://ok.example:8443/deb")
+    # apt-cacher-ng down: no HTTPS repository goes to it either.
+    route, _ = parse_reach(f"@apt 0 refused\n@apthttps {nvidia}\n@pypi 200\n" + DEVPI_ROOT,
+                           "h", 1, 2, "direct")
+    assert route is not None and route.apt_proxy == "" and route.apt_https == ()
+
+
 @pytest.mark.parametrize("cache, message", [
     ({"host": "nope"}, "cache.host must name a host of the inventory, not 'nope'"),
     ({"reach": "direct"}, "cache needs 'host:' (the host that runs the cache)"),

@@ -109,4 +109,5 @@ def test_defaults_come_from_the_spec():
     args = KINDS["apt"].load({"packages": "curl"}, Where("r.yaml", 1), Path("."))
     assert args == {"packages": ["curl"], "state": "present", "update_cache": False,
                     "cache_valid_time": 3600, "hold": False, "install_recommends": None,
-                    "lock_timeout": 600, "purge": False, "proxy": None}
+                    "lock_timeout": 600, "purge": False, "proxy": None,
+                    "proxy_https": None}

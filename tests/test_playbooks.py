@@ -136,3 +136,22 @@ def test_reboot_is_refused_on_the_local_connection(work, provision):
     result = provision("localhost", rec, inv)
     assert result.rc == 1
     assert "refusing to reboot" in result.host("localhost")["steps"][0]["message"]
+
+
+def test_the_cache_prefetches_torch_from_the_index_pytorch_yaml_uses(work):
+    """`prefetch_torch`: the row's torch and torchvision into the cache's mirror of
+    torch_index_url (PyTorch's index; PyPI's root/pypi when that is PyPI). The cache fetches
+    NVIDIA's https:// repository over HTTPS for the fleet and publishes that it does."""
+    facts = DISTROS["debian12-x86_64"]
+    for index, mirror in ((None, "root/download.pytorch.org-whl-cu130"),
+                          ("https://pypi.org/simple/", "root/pypi")):
+        extra = {"prefetch_torch": True, "cuda_version": "13.0",
+                 **({"torch_index_url": index} if index else {})}
+        steps = plan(work, "cache.yaml", facts, extra)
+        fetch = steps[f"Fetched into the cache from {mirror}: torch==2.10.0 torchvision==0.25.0"]
+        assert f"--index-url http://127.0.0.1:3141/{mirror}/+simple/ torch==2.10.0 torchvision==0.25.0" \
+            in fetch.commands[0]
+    nvidia = "https://developer.download.nvidia.com/compute/cuda/repos"
+    assert steps[f"apt-cacher-ng fetches over HTTPS for the fleet: {nvidia}"].status == "changed"
+    steps = plan(work, "cache.yaml", facts, {})
+    assert steps["Fetched into the cache from root/download.pytorch.org-whl-cu128: "].status == "skipped"

@@ -2,8 +2,9 @@
 
 The cache host runs apt-cacher-ng and devpi-server (playbooks/cache.yaml). Before a host's first
 step that downloads packages, the session runs `reach_script` there: it asks apt-cacher-ng for
-any HTTP answer and devpi for its list of indexes (`GET /root` as JSON: each mirror index with
-the `mirror_url` it mirrors). `parse_reach` turns that answer (untrusted: it is what the host
+any HTTP answer, then for the HTTPS repositories it fetches for the fleet (`HTTPS_LIST`), and
+devpi for its list of indexes (`GET /root` as JSON: each mirror index with the `mirror_url` it
+mirrors). `parse_reach` turns that answer (untrusted: it is what the host
 printed) into a `CacheRoute`: apt's proxy, and for each mirrored index URL the cache's index URL.
 The kinds that download (`Kind.fetches`) rewrite their arguments with it
 (`Kind.through_cache`), so recipes need no change, and a cache that does not answer leaves them
@@ -34,6 +35,12 @@ REACH_TIMEOUT_S = 5
 # devpi index names are user/index path parts; refuse anything else the host sends back.
 INDEX_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 MAX_ANSWER = 64 * 1024
+# Where cache.yaml publishes, through apt-cacher-ng (its LocalDirs), the HTTPS repositories it
+# fetches over HTTPS for a client that asks for them with http:// (one URL a line).
+HTTPS_LIST = "gpuprov-cache/https-origins"
+# An HTTPS repository as the host may pass it on to apt and sed: no quotes, spaces, `#` or `|`.
+HTTPS_ORIGIN = re.compile(r"https://[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~%+-]+)*")
+MAX_HTTPS_ORIGINS = 32
 
 _REACH = """{python} - {apt} {pypi} <<'EOF' 2>&1 || echo "@nopython"
 import sys, urllib.error, urllib.request
@@ -48,6 +55,10 @@ def get(url, accept):
         return 0, str(exc).encode()
 status, body = get(sys.argv[1], "*/*")
 print("@apt", status, body.decode("utf-8", "replace").replace("\\n", " ")[:200] if not status else "")
+if status:
+    https_status, listed = get(sys.argv[1] + "{https_list}", "text/plain")
+    for line in listed.decode("utf-8", "replace").splitlines() if https_status == 200 else []:
+        print("@apthttps", line.strip())
 status, body = get(sys.argv[2], "application/json")
 print("@pypi", status)
 sys.stdout.write(body.decode("utf-8", "replace"))
@@ -59,7 +70,7 @@ def reach_script(python: str, address: str, apt_port: int, pypi_port: int) -> st
     host = f"[{address}]" if ":" in address else address
     return _REACH.format(python=q(python), apt=q(f"http://{host}:{apt_port}/"),
                          pypi=q(f"http://{host}:{pypi_port}/root"), timeout=REACH_TIMEOUT_S,
-                         limit=MAX_ANSWER)
+                         limit=MAX_ANSWER, https_list=HTTPS_LIST)
 
 
 def parse_reach(out: str, address: str, apt_port: int, pypi_port: int,
@@ -80,8 +91,12 @@ def parse_reach(out: str, address: str, apt_port: int, pypi_port: int,
     if not apt_up and not indexes:
         apt_why = (apt_line.group(2).strip() if apt_line else "") or "no answer"
         return None, f"apt-cacher-ng: {apt_why}; devpi: {pypi_why or 'no mirror index'}"
+    listed = re.findall(r"^@apthttps (\S+)$", out[:pypi_line.start()] if pypi_line else out, re.M)
+    apt_https = tuple(sorted({url.rstrip("/") for url in listed
+                              if HTTPS_ORIGIN.fullmatch(url.rstrip("/"))}))[:MAX_HTTPS_ORIGINS]
     return CacheRoute(apt_proxy=f"http://{host}:{apt_port}" if apt_up else "",
-                      indexes=indexes, trusted_host=f"{address}:{pypi_port}" if indexes else "",
+                      apt_https=apt_https if apt_up else (), indexes=indexes,
+                      trusted_host=f"{address}:{pypi_port}" if indexes else "",
                       via=via), ""
 
 
@@ -172,7 +187,7 @@ class HostCache:
     def through(self, kind: Kind[Any], args: dict[str, Any]) -> dict[str, Any]:
         """A downloading step's rendered `args`, sent through the fleet cache when the
         inventory names one and it answers; as written otherwise (the origin)."""
-        if not kind.fetches or self.session.inventory.cache is None:
+        if not kind.fetches_with(args) or self.session.inventory.cache is None:
             return args
         if not self._route_known:
             self._route = self._find()
@@ -229,7 +244,9 @@ class HostCache:
                                              f"{len(route.indexes)} pip index(es)"
                                              if route.indexes else ""]))
             self.session.log.event(f"fleet cache: {served} via {via}: "
-                           + " ".join(filter(None, [route.apt_proxy, *route.indexes.values()])))
+                           + " ".join(filter(None, [route.apt_proxy, *route.indexes.values()]))
+                           + (f" (apt HTTPS through it: {' '.join(route.apt_https)})"
+                              if route.apt_https else ""))
             self.session.result.cache = via
         return route, why
 

@@ -5,7 +5,7 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from ..config.schema import Arg
 from ..errors import PlanError, Where
@@ -37,17 +37,57 @@ HTTPS_AS_BEFORE = ('eval "$(apt-config shell apt_https Acquire::https::Proxy '
                    'apt_https=${apt_https:-${apt_http:-DIRECT}}\n')
 
 
-def proxy_options(proxy: Optional[str]) -> tuple[str, str]:
+# How a fleet cache serves an HTTPS repository (apt-cacher-ng 3.7 manual, 8.2 "Access to SSL/TLS
+# remotes", its "backend configuration method"): the client asks the cache, as its HTTP proxy,
+# for the same URL with http://, and the cache fetches it from an https:// backend (a Remap-
+# line of cache.yaml). apt still checks the repository's InRelease signature against the
+# source's keyring (apt-secure(8)), so plain HTTP to the cache loses no integrity. For this
+# apt-get run only, apt reads a copy of the host's sources with those URLs so written
+# (Dir::Etc::sourcelist and sourceparts, apt.conf(5)); the host's files stay as they are, and
+# the package lists are the same files either way (apt names them after the URL without its
+# scheme).
+def https_sources_prelude(origins: Sequence[str], folder: str = "apt_src") -> tuple[str, str]:
+    """(shell lines that copy the host's apt sources into the folder named by the variable
+    `folder`, each of `origins` (https:// URL prefixes) written as http://; apt-get options
+    that read the copy)."""
+    if not origins:
+        return "", ""
+    # The origins are checked URLs (engine/cache.py HTTPS_ORIGIN): of sed's ERE specials only
+    # `.` and `+` can occur in them.
+    rewrite = " ".join(
+        "-e " + q("s#" + url.replace(".", "\\.").replace("+", "\\+") + "([/[:space:]]|$)#"
+                  + "http://" + url[len("https://"):] + "\\1#g")
+        for url in origins)
+    lines = (
+        'eval "$(apt-config shell apt_list Dir::Etc::sourcelist/f apt_parts Dir::Etc::sourceparts/d)"\n'
+        f'mkdir -p "${folder}/parts" || exit 1\n'
+        f'if [ -f "$apt_list" ]; then sed -E {rewrite} "$apt_list" > "${folder}/sources.list" || exit 1; fi\n'
+        'for f in "$apt_parts"*.list "$apt_parts"*.sources; do\n'
+        '  [ -f "$f" ] || continue\n'
+        f'  sed -E {rewrite} "$f" > "${folder}/parts/${{f##*/}}" || exit 1\n'
+        "done\n")
+    return lines, (f' -o "Dir::Etc::sourcelist=${folder}/sources.list"'
+                   f' -o "Dir::Etc::sourceparts=${folder}/parts"')
+
+
+def proxy_options(proxy: Optional[str], https_origins: Sequence[str] = ()) -> tuple[str, str]:
     """(shell lines to run first, apt-get options) that send apt's plain-HTTP downloads through
-    `proxy` (an apt-cacher-ng: it caches what TLS does not hide from it)."""
+    `proxy` (an apt-cacher-ng: it caches what TLS does not hide from it), and the HTTPS
+    repositories `https_origins` too (the proxy fetches them over HTTPS itself)."""
     if not proxy:
         return "", ""
-    return HTTPS_AS_BEFORE, f' -o Acquire::http::Proxy={q(proxy)} -o "Acquire::https::Proxy=$apt_https"'
+    prelude, opts = HTTPS_AS_BEFORE, f' -o Acquire::http::Proxy={q(proxy)} -o "Acquire::https::Proxy=$apt_https"'
+    if https_origins:
+        lines, source_opts = https_sources_prelude(https_origins)
+        prelude += ("apt_src=$(mktemp -d) || exit 1\ntrap 'rm -rf \"$apt_src\"' EXIT\n" + lines)
+        opts += source_opts
+    return prelude, opts
 
 
-def apt_update_command(lock_timeout: int = 600, proxy: Optional[str] = None) -> Command:
+def apt_update_command(lock_timeout: int = 600, proxy: Optional[str] = None,
+                       https_origins: Sequence[str] = ()) -> Command:
     """`apt-get update` that fails on any fetch error (plain apt-get exits 0 on network errors)."""
-    prelude, opts = proxy_options(proxy)
+    prelude, opts = proxy_options(proxy, https_origins)
     script = (
         f"export DEBIAN_FRONTEND=noninteractive\n{prelude}"
         f"out=$(apt-get update -q -o DPkg::Lock::Timeout={lock_timeout}{opts} 2>&1); rc=$?\n"
@@ -119,6 +159,9 @@ class Apt(Kind[AptState]):
         "purge": Arg((bool,), False),
         # An HTTP proxy for apt-get (an apt-cacher-ng); the fleet cache fills it in.
         "proxy": Arg((str,), None),
+        # HTTPS repositories (URL prefixes) that proxy fetches over HTTPS itself when apt asks
+        # it with http://; the fleet cache fills it in.
+        "proxy_https": Arg((list,), None),
     }
     probe_fields = ("packages", "hold", "state")
     fetches = True
@@ -157,7 +200,7 @@ class Apt(Kind[AptState]):
 
     def through_cache(self, args: Args, route: CacheRoute) -> Args:
         if route.apt_proxy and not args.get("proxy"):
-            args = dict(args, proxy=route.apt_proxy)
+            args = dict(args, proxy=route.apt_proxy, proxy_https=list(route.apt_https))
         return args
 
     def plan(self, args: Args, fact: AptState) -> list[Command]:
@@ -181,7 +224,7 @@ class Apt(Kind[AptState]):
         if todo:
             stale = fact.now - fact.updated > int(args["cache_valid_time"])
             if args["update_cache"] and stale:
-                cmds.append(apt_update_command(lock, args.get("proxy")))
+                cmds.append(apt_update_command(lock, args.get("proxy"), args.get("proxy_https") or ()))
             cmds.append(self._install(todo, args, opts))
         if args["hold"]:
             # apt-get install drops an existing hold of what it installs (a pinned downgrade
@@ -194,7 +237,7 @@ class Apt(Kind[AptState]):
 
     @staticmethod
     def _install(todo: list[tuple[str, Optional[str]]], args: Args, opts: str) -> Command:
-        prelude, proxy_opts = proxy_options(args.get("proxy"))
+        prelude, proxy_opts = proxy_options(args.get("proxy"), args.get("proxy_https") or ())
         opts += proxy_opts
         lines = ["export DEBIAN_FRONTEND=noninteractive", *prelude.splitlines()]
         words = []

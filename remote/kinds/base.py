@@ -133,6 +133,10 @@ class Kind(Generic[FactT]):
         write a file's content; None for a kind, or a step, that writes none."""
         return None
 
+    def fetches_with(self, args: Args) -> bool:
+        """Whether this step, with its rendered `args`, downloads through a fleet cache."""
+        return self.fetches
+
     def through_cache(self, args: Args, route: CacheRoute) -> Args:
         """`args` (rendered) with the downloads sent through the fleet cache `route`; a kind
         with `fetches` overrides it."""

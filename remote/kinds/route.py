@@ -23,10 +23,13 @@ def normalize_index(url: str) -> str:
 @dataclass(frozen=True)
 class CacheRoute:
     """Where one host's downloads go. `apt_proxy`: apt's HTTP proxy ("" : apt goes to the
-    origin); `indexes`: normalized origin index URL -> the cache's index URL; `trusted_host`:
-    the cache's host:port for pip (plain HTTP); `via`: how the host reaches it (for the log)."""
+    origin); `apt_https`: the HTTPS repositories (URL prefixes, no trailing slash) that proxy
+    fetches over HTTPS itself when apt asks it for the same URL with http://; `indexes`:
+    normalized origin index URL -> the cache's index URL; `trusted_host`: the cache's
+    host:port for pip (plain HTTP); `via`: how the host reaches it (for the log)."""
 
     apt_proxy: str = ""
+    apt_https: tuple[str, ...] = ()
     indexes: dict[str, str] = field(default_factory=dict)
     trusted_host: str = ""
     via: str = ""

@@ -2,12 +2,45 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
 
 from ..config.schema import Arg
 from ..errors import PlanError
+from .apt import proxy_options
 from .base import Args, Command, Kind, q, with_env
 
+if TYPE_CHECKING:
+    from .route import CacheRoute
+
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # used with fullmatch: `$` would pass a final newline
+# A command that runs apt-get or apt (by name: found on PATH) gets the fleet cache too.
+RUNS_APT = re.compile(r"(?<![\w./-])apt(?:-get)?(?![\w.-])")
+# The shells that read the lines put before the command (POSIX sh syntax).
+POSIX_SHELLS = {"sh", "bash", "dash", "ash", "ksh", "zsh"}
+
+
+def apt_through_cache(proxy: str, https_origins: list[str]) -> str:
+    """Shell lines that put `apt-get` and `apt` wrappers first on the step's PATH, for the
+    step's duration: each call of either runs the real one with the fleet cache's options
+    (remote/kinds/apt.py proxy_options: the proxy, and the host's sources as read right then,
+    its HTTPS repositories that the cache serves written as http://). The step's own command is
+    left as written, so recipes do not change; a wrapper is one file in a temporary folder
+    removed when the step ends."""
+    prelude, opts = proxy_options(proxy, https_origins)
+    wrapper = f"{prelude}\"$real\"{opts} \"$@\"\n"
+    return (
+        "gpuprov_apt=$(mktemp -d) || exit 1\n"
+        "trap 'rm -rf \"$gpuprov_apt\"' EXIT\n"
+        "for tool in apt-get apt; do\n"
+        "  real=$(command -v \"$tool\") || continue\n"
+        "  { printf '#!/bin/sh\\n# gpuprov: %s through the fleet cache for this step\\nreal=%s\\n' "
+        "\"$tool\" \"'$real'\"\n"
+        "    cat <<'GPUPROV_APT'\n"
+        f"{wrapper}"
+        "GPUPROV_APT\n"
+        "  } > \"$gpuprov_apt/$tool\" && chmod 755 \"$gpuprov_apt/$tool\" || exit 1\n"
+        "done\n"
+        'PATH="$gpuprov_apt:$PATH"; export PATH\n')
 
 
 class Shell(Kind[None]):
@@ -22,12 +55,26 @@ class Shell(Kind[None]):
     }
     scalar_field = "cmd"
     shell_fields = ("cmd",)
+    fetches = True  # its apt-get, when it runs one
+
+    def fetches_with(self, args: Args) -> bool:
+        return bool(RUNS_APT.search(str(args.get("cmd") or "")))
+
+    def through_cache(self, args: Args, route: CacheRoute) -> Args:
+        shell = str(args.get("executable") or "/bin/sh").rsplit("/", 1)[-1]
+        if route.apt_proxy and shell in POSIX_SHELLS and self.fetches_with(args):
+            cache: dict[str, Any] = {"proxy": route.apt_proxy, "https": list(route.apt_https)}
+            args = dict(args, _apt_cache=cache)
+        return args
 
     def parse(self, out: str) -> None:
         return None
 
     def plan(self, args: Args, fact: None) -> list[Command]:
         parts = []
+        cache = args.get("_apt_cache")
+        if cache:
+            parts.append(apt_through_cache(cache["proxy"], cache["https"]).rstrip("\n"))
         if args["chdir"]:
             parts.append(f"cd {q(args['chdir'])} || exit 1")
         env = {}
