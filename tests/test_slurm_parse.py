@@ -227,7 +227,7 @@ def test_drain_reason_names_run_check_and_finding_and_is_cut(tmp_path):
     ("{partition: p, nodes: 'n[1-3'}", "slurm.nodes 'n[1-3' is not a Slurm hostlist"),
     ("{partition: p, extra_args: '--nodes=2'}", "--nodes is set by gpuprov"),
     ("{partition: p, extra_args: '-N2'}", "-N is set by gpuprov"),
-    ("{partition: p, extra_args: 'hostname'}", "'hostname' is not an srun option"),
+    ("{partition: p, extra_args: 'hostname'}", "'hostname' is not a salloc option"),
     ("{partition: p, conf: etc/slurm.conf}", "slurm.conf must be an absolute path"),
     ("{partition: p, queue: x}", "slurm: unknown key 'queue'"),
     ("[p]", "slurm must be a mapping"),

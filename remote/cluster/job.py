@@ -12,15 +12,15 @@ marked the dead node missing before srun saw its I/O fail (step_launch_notify_io
 "aborting, io error with slurmstepd on node 1", seen under load).
 
 No filesystem is assumed shared between the login node and the nodes: the package is written
-once to a login-node temporary file (mktemp: mode 0600; removed when the script ends) and each
-step gets it on stdin ("stdin will be redirected from the standard input of srun to all remote
-tasks", srun(1) "IO Redirection"); each task unpacks it into a fresh folder in the node's own
-TMPDIR, runs it, and prints its output folder back as a base64 tarball between marker lines.
-Each step's stdout and stderr go through awk, which puts the step's number before every line
-("%d: ", as srun --label did) and writes each line whole in one write of at most PIPE_BUF bytes
-(long lines are cut into several), so the steps' lines never mix; the step's srun exit status
-comes as an unlabelled marker line, which no node can forge. What a node prints is untrusted, as
-any host's output.
+once to a login-node temporary file (mktemp(1): "Files are created u+rw"; removed when the
+script ends) and each step reads it on stdin ("stdin will be redirected from the standard input
+of srun to all remote tasks", srun(1) "IO Redirection"); each task unpacks it into a fresh
+folder in the node's own TMPDIR, runs it, and prints its output folder back as a base64 tarball
+between marker lines. Each step's stdout and stderr go through awk, which puts the step's
+number before every line ("%d: ", as srun --label did) and writes each line whole in one write
+of at most PIPE_BUF bytes (long lines are cut into several), so the steps' lines never mix; the
+step's srun exit status comes as an unlabelled marker line, which no node can forge. What a
+node prints is untrusted, as any host's output.
 """
 from __future__ import annotations
 
@@ -91,10 +91,12 @@ def salloc_options(settings: SlurmSettings, nodes: list[str], job_name: str,
 
 def step_options(settings: SlurmSettings) -> list[str]:
     """One step on one node of the allocation (the node given after): one task, the node's
-    GPUs (a step gets only the GRES it asks for when the job's were implied by --exclusive,
-    srun(1) --gres), every CPU and all memory of the node (srun(1) --exact: "By default, all
-    non-GRES resources on each node in the step allocation will be used"), the package on
-    its stdin (`--input=all`), the login node's environment with SLURM_CONF (`--export=ALL`)."""
+    GPUs (asked again: "By default, a job step is allocated all of the generic resources that
+    have been requested by the job, except those implicitly requested when a job is
+    exclusive", srun(1) --gres), every CPU and all memory of the node ("By default, all
+    non-GRES resources on each node in the step allocation will be used", srun(1) --exact),
+    the package on its stdin (`--input=all`), the login node's environment with SLURM_CONF
+    (`--export=ALL`). Sources: the man pages of Slurm 22.05.8 (Debian 12's slurm-client)."""
     args = ["srun", "--nodes=1", "--ntasks=1", "--input=all", "--export=ALL"]
     if settings.gpus_per_node:
         args.append(f"--gpus-per-node={settings.gpus_per_node}")
