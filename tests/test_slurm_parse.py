@@ -166,6 +166,7 @@ def test_the_job_script_quotes_every_value_and_keeps_gpuprovs_own_options(tmp_pa
 STUB = """#!/bin/sh
 echo "$(basename "$0") $*" >> {log}
 [ "$(basename "$0")" = srun ] && stat -L -c '%a' /dev/stdin >> {log}
+[ "$(basename "$0")" = salloc ] && ls "$TMPDIR" | grep -c gpuprov-package > {log}.left
 while [ "$1" != /bin/sh ]; do shift; done
 exec "$@"
 """
@@ -174,7 +175,7 @@ exec "$@"
 def test_the_job_script_runs_one_step_per_node_each_labelled_with_the_package(tmp_path):
     """The login-node script for real, with salloc and srun stubs that log their arguments
     and run the command they were given: every value arrives as one argument, each node's
-    step reads the package from a 0600 file that is gone afterwards."""
+    step reads the whole package from a 0600 file that was removed before the job started."""
     bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
     bin_dir.mkdir()
     for name in ("salloc", "srun"):
@@ -199,6 +200,7 @@ def test_the_job_script_runs_one_step_per_node_each_labelled_with_the_package(tm
         f"srun --nodes=1 --ntasks=1 --input=all --export=ALL --gpus-per-node=2 --nodelist={n}"
         for n in ("g 2", "g1")]
     assert calls.count("600") == 2
+    assert (tmp_path / "calls.log.left").read_text() == "0\n"  # gone before salloc
     assert not list(tmp_path.glob("gpuprov-package-*"))
 
 

@@ -12,8 +12,11 @@ marked the dead node missing before srun saw its I/O fail (step_launch_notify_io
 "aborting, io error with slurmstepd on node 1", seen under load).
 
 No filesystem is assumed shared between the login node and the nodes: the package is written
-once to a login-node temporary file (mktemp(1): "Files are created u+rw"; removed when the
-script ends) and each step reads it on stdin ("stdin will be redirected from the standard input
+once to a login-node temporary file (mktemp(1): "Files are created u+rw"), opened on fd 5 and
+removed at once, before the job starts: a run killed hard (SIGKILL after Ctrl-C) leaves no
+copy behind. Each step opens it anew through /dev/fd/5 (Linux: opening a /proc/PID/fd link
+opens the file itself, deleted or not, with an offset of its own, proc(5); tried here, and
+salloc passes fd 5 on to its command) and reads it on stdin ("stdin will be redirected from the standard input
 of srun to all remote tasks", srun(1) "IO Redirection"); each task unpacks it into a fresh
 folder in the node's own TMPDIR, runs it, and prints its output folder back as a base64 tarball
 between marker lines. Each step's stdout and stderr go through awk, which puts the step's
@@ -117,12 +120,13 @@ def job_command(settings: SlurmSettings, nodes: list[str], script: str, job_name
     labelled) gives step i's srun exit status."""
     marker = shlex.quote(f"@@gpuprov-{token}")
     step = " ".join(shlex.quote(a) for a in step_options(settings))
-    # fd 3: the stdout labeller; fd 4: the script's own stdout (unlabelled: the rc line)
-    steps = (f"M={marker}; S={shlex.quote(script)}; T=$1; shift\n"
+    # fd 3: the stdout labeller; fd 4: the script's own stdout (unlabelled: the rc line);
+    # fd 5: the package
+    steps = (f"M={marker}; S={shlex.quote(script)}\n"
              f"lab() {{ {LABELLER}; }}\n"
              "i=0\n"
              "for n do\n"
-             f'  ( {{ {{ {step} --nodelist="$n" /bin/sh -c "$S" <"$T" 2>&1 >&3 3>&- 4>&-; '
+             f'  ( {{ {{ {step} --nodelist="$n" /bin/sh -c "$S" </dev/fd/5 5<&- 2>&1 >&3 3>&- 4>&-; '
              'echo "$M srun $i $?" >&4; } | lab "$i" >&2; } 3>&1 | lab "$i" ) 4>&1 &\n'
              "  i=$((i + 1))\n"
              "done\n"
@@ -134,10 +138,10 @@ def job_command(settings: SlurmSettings, nodes: list[str], script: str, job_name
             f'exit {PACKAGE_FAILED}\n'
             "trap 'rm -f \"$T\"' EXIT\n"
             "trap 'exit 130' INT TERM HUP\n"
-            f'cat >"$T" || exit {PACKAGE_FAILED}\n'
+            f'cat >"$T" && exec 5<"$T" && rm -f "$T" || exit {PACKAGE_FAILED}\n'
             # salloc in the background of a shell: "set its standard input to some file"
             # (salloc(1) NOTE)
-            f'{alloc} /bin/sh -c {shlex.quote(steps)} sh "$T" {names} </dev/null\n')
+            f'{alloc} /bin/sh -c {shlex.quote(steps)} sh {names} </dev/null\n')
 
 
 def with_conf(settings: SlurmSettings, script: str) -> str:
