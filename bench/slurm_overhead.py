@@ -5,17 +5,19 @@
 As root, with Slurm installed (`.ci/setup --dev`): starts a real test cluster per node count
 (tests/slurm_cluster.py: munged, slurmctld, one slurmd per node, all on this machine) and
 times `gpuprov validate --host hpc1` in this process, from the call to its return: the
-login-node survey, the srun of one task per node with the package on stdin, every node's
-results home and stored, slurm.json written. The overhead is that time minus the validation's
-own: the longest time a node spent in `python3 -m validate`, timed on the node (`validate_s`
-in slurm.json; the nodes run in parallel). The validation is the cheapest real one
-(`--checks xid` of an empty kernel log). `srun line`: the srun command alone, as the login node saw it (the rest of
-`total` is the control side: inventory, survey, storing results). Target (issue 25): at most
-2 s, growing no more than linearly with the nodes.
+login-node survey, the job (one salloc, one srun step per node started together, the package
+on each step's stdin), every node's results home and stored, slurm.json written. The overhead
+is that time minus the validation's own: the longest time a node spent in `python3 -m
+validate`, timed on the node (`validate_s` in slurm.json; the nodes run in parallel). The
+validation is the cheapest real one (`--checks xid` of an empty kernel log). `job`: the salloc
+command with its steps, as the login node saw it (the rest of `total` is the control side:
+inventory, survey, storing results). Target (issue 25): at most 2 s, growing no more than
+linearly with the nodes.
 
 All the "nodes" share this machine's cores: with 16 of them, 16 Python interpreters start at
-once, so part of what grows with the count is this machine, not the route (the bare `srun -N
-N true` line shows the scheduler's own share).
+once, and N srun processes on the login node, so part of what grows with the count is this
+machine, not the route (the bare `srun -N N true` line shows the scheduler's own share for one
+step over all nodes).
 """
 from __future__ import annotations
 
@@ -77,7 +79,7 @@ def main() -> int:
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'nodes':>5}  {'overhead median':>15}  {'min':>6}  {'max':>6}  "
-          f"{'total':>6}  {'srun line':>9}  {'validation':>10}  {'bare srun':>9}")
+          f"{'total':>6}  {'job':>9}  {'validation':>10}  {'bare srun':>9}")
     for count in [int(c) for c in options.nodes.split(",")]:
         cluster = SlurmCluster(count)
         try:

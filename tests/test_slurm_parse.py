@@ -1,18 +1,19 @@
 """The Slurm route's readers, without a cluster: node listings of 22.05, 23.02 and 24.11
-(tests/fixtures/slurm/SOURCES.md), srun's labelled output split per node, drain reasons, and the
+(tests/fixtures/slurm/SOURCES.md), the steps' labelled output split per node, drain reasons, and the
 inventory's `slurm:` key with its one-line errors."""
 from __future__ import annotations
 
 import base64
 import io
 import json
+import subprocess
 import tarfile
 from pathlib import Path
 
 import pytest
 
 from remote.cluster import gate
-from remote.cluster.job import JobOutput, srun_command
+from remote.cluster.job import LABELLER, LINE_PIECE, JobOutput, job_command
 from remote.cluster.nodes import parse_nodes, plan_nodes
 from remote.config.inventory import load_inventory
 from remote.errors import InputError
@@ -89,7 +90,7 @@ def test_labelled_output_is_split_per_node_and_foreign_claims_are_ignored():
     seen, started = [], []
     out = JobOutput("t0k", ["n1", "n2"], 1 << 20, on_start=lambda n, j: started.append((n, j)),
                     on_line=lambda n, t: seen.append((n, t)), on_srun=lambda t: None)
-    lines = ["0: @@gpuprov-t0k start n1 42", "1: @@gpuprov-t0k start n1 42",  # n1 twice
+    lines = ["0: @@gpuprov-t0k start n1 42", "1: @@gpuprov-t0k start n1 42",  # step 1 is n2
              " 1: @@gpuprov-t0k start n2 42", "0: [system] FAIL", "1: hello",
              "0: @@gpuprov-t0k results 1"] + [f"0: {c}" for c in b64_tarball(
                  {"./results.json": b"{}"})] + ["0: @@gpuprov-t0k end",
@@ -123,16 +124,84 @@ def test_results_that_are_not_base64_are_refused():
     assert out.by_node["n1"].refused == "its results were not valid base64"
 
 
-def test_srun_line_quotes_every_value_and_keeps_gpuprovs_own_options(tmp_path):
+def test_a_step_speaks_for_its_own_node_only():
+    """Step i is node i: its lines, its srun's words and its exit status never land on another
+    node, and only the login-node script's unlabelled line gives a step's exit status."""
+    lost, shown = [], []
+    out = JobOutput("t", ["n1", "n2"], 1 << 20, lambda n, j: None,
+                    lambda n, t: shown.append((n, t)), lambda t: lost.append(t))
+    out.stdout("1: @@gpuprov-t srun 0 0")      # forged by node n2: only its own progress
+    out.stdout("@@gpuprov-t srun 1 3")          # the script's own line
+    out.stdout("7: hello")                      # no such step: not a node's line
+    out.stderr("1: srun: error: Node failure on n1")  # n2's step cannot fail n1
+    out.stderr("0: srun: error: step_launch_notify_io_failure: aborting, io error with "
+               "slurmstepd on node 0")
+    assert out.step_rc == {"n2": 3}
+    assert out.failed_nodes == {"n1"} and out.node_messages["n2"] == [
+        "srun: error: Node failure on n1"]
+    assert lost == ["7: hello"]
+
+
+def test_the_labeller_writes_each_piece_of_a_long_line_with_its_label():
+    text = "x" * (2 * LINE_PIECE + 5)
+    res = subprocess.run(["sh", "-c", f"lab() {{ {LABELLER}; }}; printf '%s\\nshort' "
+                          f"'{text}' | lab 12"], capture_output=True, text=True, check=True)
+    lines = res.stdout.splitlines()
+    assert lines == [f"12: {'x' * LINE_PIECE}"] * 2 + ["12: xxxxx", "12: short"]
+
+
+def test_the_job_script_quotes_every_value_and_keeps_gpuprovs_own_options(tmp_path):
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text("hosts:\n  hpc1:\n    slurm:\n      partition: gpu\n"
                          "      account: ops\n      time: 30\n      gpus_per_node: h100:8\n"
                          "      extra_args: ['--constraint=a b']\n")
     settings = load_inventory(inventory).hosts["hpc1"].slurm
-    line = srun_command(settings, ["g1", "g2"], "echo $HOME; rm -rf /", "gpuprov-RUN", "resv")
+    line = job_command(settings, ["g1", "g2"], "echo $HOME; rm -rf /", "gpuprov-RUN", "t0k",
+                       "resv")
     assert "--nodelist=g1,g2" in line and "--gpus-per-node=h100:8" in line
     assert "--time=30" in line and "--reservation=resv" in line and "--account=ops" in line
-    assert "'--constraint=a b'" in line and "'echo $HOME; rm -rf /'" in line
+    assert "'--constraint=a b'" in line
+
+
+STUB = """#!/bin/sh
+echo "$(basename "$0") $*" >> {log}
+[ "$(basename "$0")" = srun ] && stat -L -c '%a' /dev/stdin >> {log}
+[ "$(basename "$0")" = salloc ] && ls "$TMPDIR" | grep -c gpuprov-package > {log}.left
+while [ "$1" != /bin/sh ]; do shift; done
+exec "$@"
+"""
+
+
+def test_the_job_script_runs_one_step_per_node_each_labelled_with_the_package(tmp_path):
+    """The login-node script for real, with salloc and srun stubs that log their arguments
+    and run the command they were given: every value arrives as one argument, each node's
+    step reads the whole package from a 0600 file that was removed before the job started."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    for name in ("salloc", "srun"):
+        (bin_dir / name).write_text(STUB.format(log=log))
+        (bin_dir / name).chmod(0o755)
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text("hosts:\n  hpc1:\n    slurm: {partition: gpu, gpus_per_node: 2}\n")
+    settings = load_inventory(inventory).hosts["hpc1"].slurm
+    script = "printf '%s\\n' \"it's $SLURM_CONF\"; cat"
+    res = subprocess.run(["sh", "-c", job_command(settings, ["g1", "g 2"], script, "job", "t0k")],
+                         input=b"PKG\n", capture_output=True, check=True, env={
+                             "PATH": f"{bin_dir}:/usr/bin:/bin", "TMPDIR": str(tmp_path),
+                             "SLURM_CONF": "/x y"})
+    lines = sorted(res.stdout.decode().splitlines())
+    assert lines == ["0: PKG", "0: it's /x y", "1: PKG", "1: it's /x y",
+                     "@@gpuprov-t0k srun 0 0", "@@gpuprov-t0k srun 1 0"], res
+    calls = log.read_text().splitlines()
+    assert calls[0].startswith("salloc --job-name=job --partition=gpu --nodes=2 "
+                               "--ntasks-per-node=1 --nodelist=g1,g 2 --exclusive --no-kill")
+    steps = sorted(c for c in calls if c.startswith("srun"))
+    assert [s.split(" /bin/sh")[0] for s in steps] == [
+        f"srun --nodes=1 --ntasks=1 --input=all --export=ALL --gpus-per-node=2 --nodelist={n}"
+        for n in ("g 2", "g1")]
+    assert calls.count("600") == 2
+    assert (tmp_path / "calls.log.left").read_text() == "0\n"  # gone before salloc
+    assert not list(tmp_path.glob("gpuprov-package-*"))
 
 
 def test_drain_reason_names_run_check_and_finding_and_is_cut(tmp_path):
@@ -160,7 +229,7 @@ def test_drain_reason_names_run_check_and_finding_and_is_cut(tmp_path):
     ("{partition: p, nodes: 'n[1-3'}", "slurm.nodes 'n[1-3' is not a Slurm hostlist"),
     ("{partition: p, extra_args: '--nodes=2'}", "--nodes is set by gpuprov"),
     ("{partition: p, extra_args: '-N2'}", "-N is set by gpuprov"),
-    ("{partition: p, extra_args: 'hostname'}", "'hostname' is not an srun option"),
+    ("{partition: p, extra_args: 'hostname'}", "'hostname' is not a salloc option"),
     ("{partition: p, conf: etc/slurm.conf}", "slurm.conf must be an absolute path"),
     ("{partition: p, queue: x}", "slurm: unknown key 'queue'"),
     ("[p]", "slurm must be a mapping"),

@@ -1,13 +1,29 @@
-"""The validation job: what each task runs on its node, the srun line that starts one task per
-node from the login node, and the split of srun's labelled output back into one stream per node.
+"""The validation job: what each task runs on its node, the login-node script that starts one
+job step per node, and the split of the steps' labelled output back into one stream per node.
 
-No filesystem is assumed shared between the login node and the nodes: the package travels as a
-gzip tarball on srun's stdin, which srun broadcasts to every task ("stdin will be redirected
-from the standard input of srun to all remote tasks", srun(1) "IO Redirection"; `--input=all`
-asks for it explicitly), each task unpacks it into a fresh folder in the node's own TMPDIR,
-runs it, and prints its output folder back as a base64 tarball between marker lines. srun's
-`--label` puts the task number before every line; the task's first line names its node.
-What a node prints is untrusted, as any host's output.
+One allocation, one step per node. `salloc` takes the nodes (exclusive, their GPUs, `--no-kill`:
+"Do not automatically terminate a job if one of the nodes it has been allocated fails ... The
+job allocation will not be revoked so the user may launch new job steps on the remaining nodes",
+salloc(1), Slurm 22.05) and runs a script on the login node that starts one `srun -N1 -n1
+--nodelist=NODE` per node, all at once, and waits for them; when it ends salloc "relinquishes
+the job allocation" (salloc(1) DESCRIPTION), so nothing outlives the run. A node that dies costs
+only its own step: with one step for all nodes, srun aborted the whole step when slurmctld had
+marked the dead node missing before srun saw its I/O fail (step_launch_notify_io_failure,
+"aborting, io error with slurmstepd on node 1", seen under load).
+
+No filesystem is assumed shared between the login node and the nodes: the package is written
+once to a login-node temporary file (mktemp(1): "Files are created u+rw"), opened on fd 5 and
+removed at once, before the job starts: a run killed hard (SIGKILL after Ctrl-C) leaves no
+copy behind. Each step opens it anew through /dev/fd/5 (Linux: opening a /proc/PID/fd link
+opens the file itself, deleted or not, with an offset of its own, proc(5); tried here, and
+salloc passes fd 5 on to its command) and reads it on stdin ("stdin will be redirected from the standard input
+of srun to all remote tasks", srun(1) "IO Redirection"); each task unpacks it into a fresh
+folder in the node's own TMPDIR, runs it, and prints its output folder back as a base64 tarball
+between marker lines. Each step's stdout and stderr go through awk, which puts the step's
+number before every line ("%d: ", as srun --label did) and writes each line whole in one write
+of at most PIPE_BUF bytes (long lines are cut into several), so the steps' lines never mix; the
+step's srun exit status comes as an unlabelled marker line, which no node can forge. What a
+node prints is untrusted, as any host's output.
 """
 from __future__ import annotations
 
@@ -23,10 +39,19 @@ from typing import BinaryIO, Callable, Optional
 from ..config.slurm import SlurmSettings
 
 UNPACK_FAILED = 90  # a task's exit status when the package did not unpack
-# srun --label: "%d: " before each line, the number right-aligned to the widest task number
+PACKAGE_FAILED = 70  # the login-node script's exit status when the package was not stored
+# the step's number before each line, as srun --label's "%d: " (tolerated: leading blanks)
 LABEL = re.compile(r"\s*(\d+): ?(.*)")
+# srun's words for a node lost mid-step: slurmctld's "Node failure on NODE"; srun's own when
+# the node's slurmstepd went away ("io error with slurmstepd on node 0")
 NODE_FAILURE = re.compile(r"Node failure on (\S+)")
-KEPT_MESSAGES = 50  # srun's own lines kept for the record
+STEPD_LOST = re.compile(r"io error with slurmstepd")
+KEPT_MESSAGES = 50  # Slurm's own lines kept for the record (per node, and the job's)
+# One labelled line per write(2): Linux writes up to PIPE_BUF (4096 bytes) to a pipe whole
+# ("POSIX.1 says that write(2)s of less than PIPE_BUF bytes must be atomic", pipe(7)); awk
+# flushes after each line. A longer line is cut into pieces of LINE_PIECE bytes (LC_ALL=C: awk
+# counts bytes), each with its label.
+LINE_PIECE = 2000
 
 
 def task_script(token: str, python: str, args: list[str]) -> str:
@@ -34,6 +59,7 @@ def task_script(token: str, python: str, args: list[str]) -> str:
     marker = shlex.quote(f"@@gpuprov-{token}")
     quoted = " ".join(shlex.quote(a) for a in args)
     return (f'M={marker}\n'
+            'exec 2>&1\n'  # the step's stderr carries Slurm's own words only
             'echo "$M start $SLURMD_NODENAME $SLURM_JOB_ID"\n'
             'D=$(mktemp -d "${TMPDIR:-/tmp}/gpuprov-XXXXXX") || '
             f'{{ echo "$M unpacked {UNPACK_FAILED}"; exit {UNPACK_FAILED}; }}\n'
@@ -51,23 +77,71 @@ def task_script(token: str, python: str, args: list[str]) -> str:
             'exit $rc\n')
 
 
-def srun_command(settings: SlurmSettings, nodes: list[str], script: str, job_name: str,
-                 reservation: Optional[str] = None) -> str:
-    """srun from the login node: one task per node on exactly `nodes`, each with the node to
-    itself (`--exclusive`) and its GPUs, output labelled by task; a task failing or a node
-    dying never stops the others (`--kill-on-bad-exit=0`, `--no-kill`)."""
-    args = ["srun", f"--job-name={job_name}", f"--partition={settings.partition}",
-            f"--nodes={len(nodes)}", "--ntasks-per-node=1", f"--ntasks={len(nodes)}",
-            f"--nodelist={','.join(nodes)}", "--exclusive", "--no-kill",
-            "--kill-on-bad-exit=0", "--input=all", "--label", "--export=ALL"]
+def salloc_options(settings: SlurmSettings, nodes: list[str], job_name: str,
+                   reservation: Optional[str] = None) -> list[str]:
+    """The allocation: exactly `nodes`, each to itself (`--exclusive`) with its GPUs, kept
+    whole when one of them fails (`--no-kill`, salloc(1) 22.05)."""
+    args = ["salloc", f"--job-name={job_name}", f"--partition={settings.partition}",
+            f"--nodes={len(nodes)}", "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}",
+            "--exclusive", "--no-kill"]
     for option, value in (("account", settings.account), ("qos", settings.qos),
                           ("time", settings.time), ("gpus-per-node", settings.gpus_per_node),
                           ("reservation", reservation)):
         if value:
             args.append(f"--{option}={value}")
-    args += list(settings.extra_args)
-    args += ["/bin/sh", "-c", script]
-    return " ".join(shlex.quote(a) for a in args)
+    return args + list(settings.extra_args)
+
+
+def step_options(settings: SlurmSettings) -> list[str]:
+    """One step on one node of the allocation (the node given after): one task, the node's
+    GPUs (asked again: "By default, a job step is allocated all of the generic resources that
+    have been requested by the job, except those implicitly requested when a job is
+    exclusive", srun(1) --gres), every CPU and all memory of the node ("By default, all
+    non-GRES resources on each node in the step allocation will be used", srun(1) --exact),
+    the package on its stdin (`--input=all`), the login node's environment with SLURM_CONF
+    (`--export=ALL`). Sources: the man pages of Slurm 22.05.8 (Debian 12's slurm-client)."""
+    args = ["srun", "--nodes=1", "--ntasks=1", "--input=all", "--export=ALL"]
+    if settings.gpus_per_node:
+        args.append(f"--gpus-per-node={settings.gpus_per_node}")
+    return args
+
+
+# awk: the step's number before each line, each line (or piece) written whole
+LABELLER = ("LC_ALL=C awk -v p=\"$1: \" '{ s = $0; while (length(s) > %d) { print p "
+            "substr(s, 1, %d); fflush(); s = substr(s, %d) } print p s; fflush() }'"
+            % (LINE_PIECE, LINE_PIECE, LINE_PIECE + 1))
+
+
+def job_command(settings: SlurmSettings, nodes: list[str], script: str, job_name: str,
+                token: str, reservation: Optional[str] = None) -> str:
+    """The login-node script (its stdin: the package): store the package, take the
+    allocation, run `script` as one step per node, all at once, and wait for them. Step i's
+    lines come labelled "i: " (stdout and stderr apart); `@@gpuprov-TOKEN srun i RC` (not
+    labelled) gives step i's srun exit status."""
+    marker = shlex.quote(f"@@gpuprov-{token}")
+    step = " ".join(shlex.quote(a) for a in step_options(settings))
+    # fd 3: the stdout labeller; fd 4: the script's own stdout (unlabelled: the rc line);
+    # fd 5: the package
+    steps = (f"M={marker}; S={shlex.quote(script)}\n"
+             f"lab() {{ {LABELLER}; }}\n"
+             "i=0\n"
+             "for n do\n"
+             f'  ( {{ {{ {step} --nodelist="$n" /bin/sh -c "$S" </dev/fd/5 5<&- 2>&1 >&3 3>&- 4>&-; '
+             'echo "$M srun $i $?" >&4; } | lab "$i" >&2; } 3>&1 | lab "$i" ) 4>&1 &\n'
+             "  i=$((i + 1))\n"
+             "done\n"
+             "wait\n")
+    alloc = " ".join(shlex.quote(a) for a in salloc_options(settings, nodes, job_name,
+                                                              reservation))
+    names = " ".join(shlex.quote(n) for n in nodes)
+    return ('T=$(mktemp "${TMPDIR:-/tmp}/gpuprov-package-XXXXXX") || '
+            f'exit {PACKAGE_FAILED}\n'
+            "trap 'rm -f \"$T\"' EXIT\n"
+            "trap 'exit 130' INT TERM HUP\n"
+            f'cat >"$T" && exec 5<"$T" && rm -f "$T" || exit {PACKAGE_FAILED}\n'
+            # salloc in the background of a shell: "set its standard input to some file"
+            # (salloc(1) NOTE)
+            f'{alloc} /bin/sh -c {shlex.quote(steps)} sh {names} </dev/null\n')
 
 
 def with_conf(settings: SlurmSettings, script: str) -> str:
@@ -131,27 +205,36 @@ class Task:
 
 
 class JobOutput:
-    """Splits srun's labelled output into tasks. `on_start(node, job_id)` when a task names its
-    node, `on_line(node, text)` for each progress line, `on_srun(text)` for srun's own lines."""
+    """Splits the job's output into its steps, step i being node `nodes[i]`. `on_start(node,
+    job_id)` when a task names its node, `on_line(node, text)` for each progress line and each
+    of Slurm's lines about a node, `on_srun(text)` for Slurm's lines about the job."""
 
     def __init__(self, token: str, nodes: list[str], max_bytes: int,
                  on_start: Callable[[str, str], None], on_line: Callable[[str, str], None],
                  on_srun: Callable[[str], None]):
         self.marker = f"@@gpuprov-{token} "
-        self.expected = set(nodes)
+        self.nodes = list(nodes)
         self.max_bytes = max_bytes
         self.tasks: dict[int, Task] = {}
         self.by_node: dict[str, Task] = {}
         self.failed_nodes: set[str] = set()
-        self.messages: list[str] = []
+        self.messages: list[str] = []                 # salloc's (the job's)
+        self.node_messages: dict[str, list[str]] = {}  # each step's srun's
+        self.step_rc: dict[str, int] = {}              # each step's srun exit status
         self.on_start, self.on_line, self.on_srun = on_start, on_line, on_srun
 
-    def stdout(self, line: str) -> None:
+    def _step(self, line: str) -> Optional[tuple[int, str]]:
         match = LABEL.fullmatch(line)
-        if match is None:
-            self._srun(line)
+        if match is None or len(match.group(1)) > 6 or int(match.group(1)) >= len(self.nodes):
+            return None
+        return int(match.group(1)), match.group(2)
+
+    def stdout(self, line: str) -> None:
+        step = self._step(line)
+        if step is None:
+            self._unlabelled(line)
             return
-        number, text = int(match.group(1)), match.group(2)
+        number, text = step
         task = self.tasks.setdefault(number, Task(number))
         if text.startswith(self.marker):
             self._marker(task, text[len(self.marker):].split())
@@ -161,16 +244,32 @@ class JobOutput:
             self.on_line(task.node, text)
 
     def stderr(self, line: str) -> None:
-        match = LABEL.fullmatch(line)
-        task = self.tasks.get(int(match.group(1))) if match else None
-        if match and task is not None and task.node:
-            self.on_line(task.node, match.group(2))
+        step = self._step(line)
+        if step is None:
+            self._srun(line)
+            return
+        node, text = self.nodes[step[0]], step[1]
+        failure = NODE_FAILURE.search(text)
+        # a step's words count for its own node only
+        if (failure and failure.group(1) == node) or STEPD_LOST.search(text):
+            self.failed_nodes.add(node)
+        kept = self.node_messages.setdefault(node, [])
+        if len(kept) < KEPT_MESSAGES:
+            kept.append(text)
+        self.on_line(node, text)
+
+    def _unlabelled(self, line: str) -> None:
+        """The login-node script's own line: a step's srun exit status, else salloc's."""
+        words = line[len(self.marker):].split() if line.startswith(self.marker) else []
+        if (len(words) == 3 and words[0] == "srun" and words[1].isdigit()
+                and int(words[1]) < len(self.nodes) and words[2].isdigit()):
+            self.step_rc[self.nodes[int(words[1])]] = int(words[2])
         else:
             self._srun(line)
 
     def _srun(self, line: str) -> None:
         failure = NODE_FAILURE.search(line)
-        if failure:
+        if failure and failure.group(1) in self.nodes:
             self.failed_nodes.add(failure.group(1))
         if len(self.messages) < KEPT_MESSAGES:
             self.messages.append(line)
@@ -180,7 +279,8 @@ class JobOutput:
         kind = words[0] if words else ""
         if kind == "start" and len(words) >= 2 and not task.node:
             node = words[1]
-            if node in self.expected and node not in self.by_node:
+            # step i runs on nodes[i] (srun --nodelist): a task claiming another is not heard
+            if node == self.nodes[task.number] and node not in self.by_node:
                 task.node, task.started = node, time.monotonic()
                 task.job_id = words[2] if len(words) > 2 and words[2].isdigit() else ""
                 self.by_node[node] = task

@@ -8,7 +8,8 @@ One run on a cluster, each step one command on the login node:
    drained by someone else with their state and reason; take back gpuprov's drained ones
    with --resume-passed;
 3. gate (--drain-failed or --resume-passed): reserve the nodes for this run, resume gpuprov's;
-4. one srun, one task per node, the package on its stdin; lines streamed back per node;
+4. one allocation (salloc), one srun step per node started together from the login node,
+   the package on each step's stdin; lines streamed back per node;
 5. each node's results into logs/<node>/<run>/ (as the SSH route: `gpuprov report` reads them);
 6. gate: drain the nodes that failed, drop the reservation; 7. logs/<cluster>/<run>/slurm.json.
 """
@@ -32,7 +33,7 @@ from ..errors import CommandTimeout, InputError, Interrupted, PullError
 from ..fileio import write_atomic
 from ..transport.connection import COMMIT_FILE, LineSplitter, PullLimits, publish_pull
 from . import gate
-from .job import JobOutput, srun_command, task_script, with_conf
+from .job import JobOutput, job_command, salloc_options, step_options, task_script, with_conf
 from .nodes import Node, NodeListError, natural_order, parse_nodes, plan_nodes
 
 RECORD = "slurm.json"
@@ -71,6 +72,7 @@ class NodeRecord:
     verdict: str = "not validated: the job did not start"
     ok: bool = False
     rc: Optional[int] = None
+    step_rc: Optional[int] = None  # its srun step's exit status
     elapsed_s: float = 0.0
     validate_s: Optional[float] = None
     resumed: bool = False
@@ -82,6 +84,7 @@ class NodeRecord:
     def to_json(self) -> dict[str, Any]:
         return {"state_before": self.node.state, "reason_before": self.node.reason,
                 "verdict": self.verdict, "ok": self.ok, "exit_status": self.rc,
+                "srun_exit_status": self.step_rc,
                 "elapsed_s": round(self.elapsed_s, 3),
                 "validate_s": None if self.validate_s is None else round(self.validate_s, 3),
                 "taken_back": self.resumed,
@@ -154,7 +157,7 @@ class _ClusterRun:
         self.records: dict[str, NodeRecord] = {}
         self.failure = ""  # why the Slurm side failed, once it did
         self.user = "root"
-        self.srun_running = False  # srun started and did not end by itself (Ctrl-C, timeout)
+        self.srun_running = False  # the job started and did not end by itself (Ctrl-C, timeout)
         self.started = time.time()
         self.record: dict[str, Any] = state.record
         self.record.update(cluster=self.name, run=self.run_id, partition=settings.partition,
@@ -291,8 +294,9 @@ class _ClusterRun:
         python = str(context.get("validate_python") or "python3")
         args = suite_args(self.job.inner.suite, context)
         token = secrets.token_hex(8)
-        command = srun_command(settings, names, task_script(token, python, args),
-                               gate.run_name(self.run_id), self.reservation)
+        job_name = gate.run_name(self.run_id)
+        command = job_command(settings, names, task_script(token, python, args), job_name,
+                              token, self.reservation)
         limits = PullLimits.from_env()
         reporter = session.reporter
         output = JobOutput(token, names, limits.archive_bytes,
@@ -304,7 +308,9 @@ class _ClusterRun:
         for name in names:
             reporter.running(name, f"pending: validate ({self.job.inner.suite}) through Slurm, "
                                    f"partition {settings.partition}")
-        self.record["srun"] = command.split(" /bin/sh -c ")[0]
+        self.record["salloc"] = " ".join(salloc_options(settings, names, job_name,
+                                                         self.reservation))
+        self.record["srun"] = " ".join(step_options(settings)) + " --nodelist=NODE (one per node)"
         started = time.monotonic()
         rc: Optional[int] = None
         self.srun_running = True
@@ -319,12 +325,12 @@ class _ClusterRun:
         finally:
             for splitter in splitters.values():
                 splitter.flush()
-            session.log.command("slurm", self.record["srun"] + " (validate, "
+            session.log.command("slurm", f"{self.record['salloc']}; {self.record['srun']} (validate, "
                                 f"{len(self.job.inner.package)} bytes on stdin)", rc,
                                 time.monotonic() - started, "", "\n".join(output.messages))
         job_ids = sorted({t.job_id for t in output.by_node.values() if t.job_id})
         self.record.update(job_id=job_ids[0] if len(job_ids) == 1 else job_ids,
-                           srun_exit_status=rc, srun_messages=output.messages,
+                           salloc_exit_status=rc, salloc_messages=output.messages,
                            job_s=round(time.monotonic() - started, 3))
         try:
             for name in names:
@@ -338,10 +344,12 @@ class _ClusterRun:
         task = output.by_node.get(name)
         lost = name in output.failed_nodes
         record.judged = task is not None or lost
+        record.step_rc = output.step_rc.get(name)
+        said = output.node_messages.get(name) or output.messages
         if task is None:
             why = ("the node failed before its task started" if lost else
-                   f"its task never started (srun exit {rc}: "
-                   f"{output.messages[-1] if output.messages else 'no message'})")
+                   f"its task never started (srun exit {record.step_rc}, salloc exit {rc}: "
+                   f"{said[-1] if said else 'no message'})")
             record.verdict = f"not validated: {why}"
         elif task.unpack_failed:
             record.verdict = "not validated: the package did not unpack on the node"
@@ -352,9 +360,10 @@ class _ClusterRun:
             if archive is not None and task.size == 0:
                 record.verdict = f"not validated: validate left no results (exit {task.rc})"
             elif archive is None:
-                why = task.refused or ("the node failed mid-job (srun: Node failure on "
-                                       f"{name})" if lost else
-                                       f"its results did not come back whole (srun exit {rc})")
+                why = task.refused or (f"the node failed mid-job (srun: {said[-1]})"
+                                       if lost and said else
+                                       f"its results did not come back whole (srun exit "
+                                       f"{record.step_rc})")
                 record.verdict = f"not validated: {why}"
             else:
                 dest = self.logs_dir / name / self.run_id
@@ -462,13 +471,14 @@ class _ClusterRun:
         if drained:
             parts.append(f"drained {','.join(drained)}")
         if not self.failure and not any(r.judged for r in self.records.values()):
-            messages = self.record.get("srun_messages") or []
-            self.failure = (f"srun started no task (exit {self.record.get('srun_exit_status')}: "
+            messages = self.record.get("salloc_messages") or []
+            self.failure = (f"Slurm started no task (salloc exit "
+                            f"{self.record.get('salloc_exit_status')}: "
                             f"{messages[-1] if messages else 'no message'})")
         if self.failure:
             self.conclude(f"not validated: {self.failure}", False)
             return
-        ok = (self.record.get("srun_exit_status") is not None
+        ok = (self.record.get("salloc_exit_status") is not None
               and not any(r.gate_error for r in self.records.values()))
         self.conclude(", ".join(parts), ok)
 

@@ -4,14 +4,14 @@ nodes of a Slurm partition through the scheduler (remote/cluster/).
     slurm:
       partition: gpu            # required
       nodes: gpu[01-16]         # a Slurm hostlist; default: every node of the partition
-      account: ops              # srun --account
-      qos: maintenance          # srun --qos
-      time: "00:30:00"          # srun --time (Slurm's time formats; a number is minutes)
-      gpus_per_node: 8          # srun --gpus-per-node ([type:]count)
-      extra_args: [--constraint=h100]   # more srun options, each one argument
+      account: ops              # salloc --account
+      qos: maintenance          # salloc --qos
+      time: "00:30:00"          # salloc --time (Slurm's time formats; a number is minutes)
+      gpus_per_node: 8          # salloc and each srun step: --gpus-per-node ([type:]count)
+      extra_args: [--constraint=h100]   # more salloc options, each one argument
       conf: /etc/slurm/slurm.conf       # exported as SLURM_CONF for every Slurm command
 
-Values only reach srun and scontrol as single quoted arguments; their shapes are checked here
+Values only reach salloc, srun and scontrol as single quoted arguments; their shapes are checked here
 so that a typo is one `file:line` error before any host is contacted.
 """
 from __future__ import annotations
@@ -40,11 +40,12 @@ TIME = re.compile(r"(\d+|\d+:\d+|\d+:\d+:\d+|\d+-\d+|\d+-\d+:\d+|\d+-\d+:\d+:\d+
 # srun(1) --gpus-per-node=[type:]number
 GPUS = re.compile(r"([A-Za-z0-9_.-]+:)?[1-9][0-9]*")
 # Options gpuprov sets itself: given again in extra_args they would change what a run means
-# (one task per node, every GPU of the node, no other job beside it, output labelled per node).
-OWN_OPTIONS = ("--nodes", "-N", "--ntasks", "-n", "--ntasks-per-node", "--nodelist", "-w",
-               "--exclusive", "--label", "-l", "--input", "-i", "--output", "-o", "--error",
-               "-e", "--partition", "-p", "--reservation", "--no-kill", "-k",
-               "--kill-on-bad-exit", "-K")
+# (one task per node, every GPU of the node, no other job beside it, output labelled per node,
+# the script run in the allocation, the job's name that scancel finds it by).
+OWN_OPTIONS = ("--no-shell", "--job-name", "-J", "--nodes", "-N", "--ntasks", "-n",
+               "--ntasks-per-node", "--nodelist", "-w", "--exclusive", "--label", "-l",
+               "--input", "-i", "--output", "-o", "--error", "-e", "--partition", "-p",
+               "--reservation", "--no-kill", "-k", "--kill-on-bad-exit", "-K")
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ def _extra_args(value: Any, where: Where, what: str) -> tuple[str, ...]:
         raise where.error(f"{what}.extra_args must be a string or a list of strings")
     for arg in args:
         if not arg.startswith("-") or "\n" in arg or "\0" in arg:
-            raise where.error(f"{what}.extra_args: {arg!r} is not an srun option (write "
+            raise where.error(f"{what}.extra_args: {arg!r} is not a salloc option (write "
                               "--name=value as one item)")
         name = arg.split("=", 1)[0] if arg.startswith("--") else arg[:2]  # -N3 is -N 3
         if name in OWN_OPTIONS:
