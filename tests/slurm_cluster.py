@@ -20,6 +20,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
+# a zombie counts as gone: PID 1 here reaps late (slurm.md gotcha 4)
+from tests.procs import alive
+
 BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "sinfo", "srun", "scontrol")
 # slurm.md, "Timings": all nodes idle 0.3 to 0.5 s after start; a loaded 2-core machine
 # shared with other test runs needs far more.
@@ -60,15 +63,6 @@ def free_port_block(count: int) -> int:
         if all(_free(base + i) for i in range(count)):
             return base
     raise RuntimeError(f"no block of {count} free ports")
-
-
-def alive(pid: int) -> bool:
-    """True while `pid` runs; a zombie (PID 1 here reaps late: slurm.md gotcha 4) is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 class SlurmCluster:
