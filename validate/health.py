@@ -41,7 +41,7 @@ PREFIX = "gpuprov health: "
 SLURM_REASON_MAX = 200
 # Where scontrol lives on the usual installs (Debian/Ubuntu /usr/bin, source
 # builds /usr/local/bin, OpenHPC / Bright /opt/slurm/bin, some sites sbin):
-# Slurm starts HealthCheckProgram with no PATH (/work/shared/research/slurm.md).
+# Slurm starts HealthCheckProgram with no PATH (shared/research/slurm.md, the project's research notes).
 SCONTROL_DIRS = ("/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin", "/opt/slurm/bin",
                  "/opt/slurm/sbin", "/bin", "/sbin")
 DRIVER_PROC = "/proc/driver/nvidia/version"
