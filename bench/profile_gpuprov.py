@@ -32,6 +32,7 @@ import pstats  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 from collections import defaultdict  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 T_STDLIB = time.perf_counter()
 
@@ -134,8 +135,15 @@ def top_functions(stats: pstats.Stats, key: str, count: int, cpu_only: bool = Fa
     return rows[:count]
 
 
+# The checkout this bench runs from: its files are shown relative to it.
+_CHECKOUT = str(Path(__file__).resolve().parent.parent) + "/"
+
+
 def _short(filename: str) -> str:
-    for marker in ("site-packages/", "/lib/python3", "/wt-", "/work/"):
+    """A profiled file's name without the checkout's or site-packages' prefix."""
+    if filename.startswith(_CHECKOUT):
+        return filename[len(_CHECKOUT):]
+    for marker in ("site-packages/", "/lib/python3"):
         if marker in filename:
             return filename.split(marker, 1)[1].split("/", 1)[-1] if marker != "site-packages/" \
                 else filename.split(marker, 1)[1]
