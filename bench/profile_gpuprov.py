@@ -135,14 +135,15 @@ def top_functions(stats: pstats.Stats, key: str, count: int, cpu_only: bool = Fa
     return rows[:count]
 
 
-# The checkout this bench runs from: its files are shown relative to it.
-_CHECKOUT = str(Path(__file__).resolve().parent.parent) + "/"
+# The checkouts whose files are shown relative to them: this bench's, and --repo's (main adds it).
+_CHECKOUTS = [str(Path(__file__).resolve().parent.parent) + "/"]
 
 
 def _short(filename: str) -> str:
     """A profiled file's name without the checkout's or site-packages' prefix."""
-    if filename.startswith(_CHECKOUT):
-        return filename[len(_CHECKOUT):]
+    for checkout in _CHECKOUTS:
+        if filename.startswith(checkout):
+            return filename[len(checkout):]
     for marker in ("site-packages/", "/lib/python3"):
         if marker in filename:
             return filename.split(marker, 1)[1].split("/", 1)[-1] if marker != "site-packages/" \
@@ -158,6 +159,7 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args()
+    _CHECKOUTS.insert(0, str(Path(args.repo).resolve()) + "/")
     argv = [a for a in args.argv if a != "--"]
 
     t_imports = time.perf_counter()
