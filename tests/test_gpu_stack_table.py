@@ -28,6 +28,10 @@ TORCH_REQUIRES = {
     "12.4": {"nvidia-cudnn-cu12": "9.1.0.70", "nvidia-cuda-runtime-cu12": "12.4.127"},
     # torch 2.10.0 on PyPI (a cu128 build): pip --dry-run --report of torch==2.10.0.
     "12.8": {"nvidia-cudnn-cu12": "9.10.2.21", "nvidia-cuda-runtime-cu12": "12.8.90"},
+    # torch 2.14.1 on PyPI (a cu130 build): `uv pip compile` of torch==2.14.1 against PyPI
+    # (cuda-toolkit[...]==13.0.3, whose own METADATA pins nvidia-cuda-runtime==13.0.96.*).
+    "13.0": {"nvidia-cudnn-cu13": "9.24.0.43", "cuda-toolkit": "13.0.3",
+             "nvidia-cuda-runtime": "13.0.96"},
 }
 # nvidia-cuda-nvcc 13.0.88's Requires-Dist (its METADATA, unpinned): each must be in the row,
 # pinned to 13.0, or pip takes the newest and ptxas 13.0 rejects newer PTX.
@@ -89,7 +93,7 @@ def test_no_nvcc_is_said_in_the_plan(work):
     assert "CUDA compiler: nvcc 13.0 in the venv (link with -L <site-packages>/nvidia/cu13/lib)" in steps
     wheels = steps["CUDA 13.0 compiler, runtime and cuDNN wheels (locked)"].commands[-1]
     assert wheels.startswith("install locks/cuda-13.0-wheels.txt into ")
-    assert wheels.endswith("with uv (pip when uv cannot be fetched), hashes required (6 packages)")
+    assert wheels.endswith("with uv (pip when uv cannot be fetched), hashes required (8 packages)")
 
 
 def test_11_8_wheels_are_refused_on_arm64(work):

@@ -15,7 +15,7 @@ from remote.errors import InputError
 from remote.kinds import KINDS
 from remote.kinds.pip_lock import _MISMATCH
 from remote.kinds.route import CacheRoute
-from remote.lock import LOCKS_DIR, lock_name, specs, stack_rows
+from remote.lock import LOCKS_DIR, lock_name, specs, stack_rows, torch_lock_name
 from tests.conftest import REPO, invoke
 
 ROWS = stack_rows()
@@ -43,19 +43,33 @@ def test_each_rows_lock_pins_its_wheels_within_the_row(row):
 
 
 def test_torch_is_locked_from_pypi_only_where_pypi_has_the_rows_build():
-    with_torch = sorted(p.name for p in LOCKS_DIR.glob("*-torch.txt"))
-    assert with_torch == [lock_name(r, True) for r in ROWS if ROWS[r].get("torch_on_pypi")]
-    pins = _pins(LOCKS_DIR / lock_name("12.8", True))
-    assert pins["torch"] == ROWS["12.8"]["torch"]
-    assert pins["torchvision"] == ROWS["12.8"]["torchvision"]
-    # PyPI's torch 2.10.0 is the CUDA 12.8 build: its runtime and the row's agree.
-    assert pins["nvidia-cuda-runtime-cu12"].startswith("12.8.")
+    on_pypi = [r for r in ROWS if ROWS[r].get("torch_on_pypi")]
+    assert sorted(p.name for p in LOCKS_DIR.glob("*-torch.txt")) == sorted(lock_name(r, True) for r in on_pypi)
+    assert sorted(p.name for p in LOCKS_DIR.glob("torch-*.txt")) == sorted(torch_lock_name(r) for r in on_pypi)
+    # PyPI's torch 2.10.0 is the CUDA 12.8 build, 2.14.1 the CUDA 13.0 one: each lock's runtime
+    # and its row agree, in the no-root route's lock and the apt route's alike.
+    for row, runtime in (("12.8", "nvidia-cuda-runtime-cu12"), ("13.0", "nvidia-cuda-runtime")):
+        for path in (LOCKS_DIR / lock_name(row, True), LOCKS_DIR / torch_lock_name(row)):
+            pins = _pins(path)
+            assert pins["torch"] == ROWS[row]["torch"], path
+            assert pins["torchvision"] == ROWS[row]["torchvision"], path
+            assert pins[runtime].startswith(row + "."), (path, pins[runtime])
 
 
-def test_the_cuda_13_0_lock_holds_cublas_and_nvrtc_to_13_0():
+def test_the_apt_routes_torch_lock_holds_torch_alone():
+    """pytorch.yaml's lock: torch, torchvision and what they need, no compiler wheels."""
+    pins = _pins(LOCKS_DIR / torch_lock_name("13.0"))
+    assert "nvidia-cuda-nvcc" not in pins and "nvidia-cuda-nvcc" in _pins(LOCKS_DIR / lock_name("13.0", True))
+
+
+def test_the_cuda_13_0_lock_takes_one_cuda_releases_libraries():
+    """NVIDIA's cuda-toolkit meta-package holds cuBLAS and NVRTC to CUDA 13.0's (unheld, a
+    resolve took cuBLAS 13.10.0.20 and NVRTC 13.5.37 next to nvcc 13.0)."""
     pins = _pins(LOCKS_DIR / lock_name("13.0", False))
-    assert pins["nvidia-cublas"].startswith("13.0.")
-    assert "nvidia-cuda-nvrtc" not in pins or pins["nvidia-cuda-nvrtc"].startswith("13.0.")
+    assert pins["cuda-toolkit"].startswith("13.0.")
+    # cuda-toolkit 13.0.3.0's METADATA: nvidia-cublas==13.1.1.3.*, nvidia-cuda-nvrtc==13.0.88.*
+    assert pins["nvidia-cublas"] == "13.1.1.3"
+    assert pins["nvidia-cuda-nvrtc"] == pins["nvidia-cuda-nvcc"] == "13.0.88"
 
 
 def test_uv_for_the_hosts_is_locked_too():
@@ -63,11 +77,12 @@ def test_uv_for_the_hosts_is_locked_too():
 
 
 def test_a_row_from_pytorchs_index_is_locked_with_that_index():
-    spec = specs(ROWS, "13.0", True, "https://download.pytorch.org/whl/cu130")
-    assert [s.file for s in spec] == ["cuda-13.0-wheels-torch.txt"]
-    args = spec[0].command()
-    assert args[args.index("--index-url") + 1] == "https://download.pytorch.org/whl/cu130"
-    assert "--emit-index-url" in args and "https://pypi.org/simple" in args
+    spec = specs(ROWS, "12.6", True, "https://download.pytorch.org/whl/cu126")
+    assert [s.file for s in spec] == ["cuda-12.6-wheels-torch.txt", "torch-12.6.txt"]
+    for one in spec:
+        args = one.command()
+        assert args[args.index("--index-url") + 1] == "https://download.pytorch.org/whl/cu126"
+        assert "--emit-index-url" in args and "https://pypi.org/simple" in args
 
 
 def test_lock_with_an_unknown_row_is_refused_in_one_line(work):

@@ -86,8 +86,10 @@ def test_cuda_version_picks_the_row(work):
     assert steps["cuDNN 8 for CUDA 11.8"].commands[-1] == \
         "apt-get install libcudnn8=8.9.7.29-1+cuda11.8 libcudnn8-dev=8.9.7.29-1+cuda11.8"
     assert steps["Driver: none found, installing branch 580 (nvidia-open-580)"].status == "ok"
-    torch = steps["torch 2.7.1 + torchvision (cu118)"].commands[-1]
-    assert "--index-url https://download.pytorch.org/whl/cu118 torch==2.7.1 torchvision==0.22.1" in torch
+    # 11.8's torch is on PyTorch's index only: its lock is the user's to make (README, "Locks").
+    torch = steps["torch 2.7.1 + torchvision 0.22.1 (locked)"]
+    assert torch.status == "failed"
+    assert torch.message.startswith("pip_lock: lock locks/torch-11.8.txt: no such lock file (`gpuprov lock`")
 
 
 def test_unknown_cuda_version_fails_with_the_known_ones(work):
@@ -100,11 +102,12 @@ def test_unknown_cuda_version_fails_with_the_known_ones(work):
 def test_mirrors_replace_nvidia_and_pytorch_urls(work):
     facts = DISTROS["ubuntu2404-x86_64"]
     steps = plan(work, "site.yaml", facts, {"nvidia_repo_base": "http://mirror.internal/nvidia",
-                                            "torch_index_url": "http://mirror.internal/torch"})
+                                            "pip_index_url": "http://mirror.internal/pypi"})
     assert steps["NVIDIA repository keyring"].commands[0].startswith(
         "download http://mirror.internal/nvidia/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb")
-    assert any("--index-url http://mirror.internal/torch" in c
-               for c in steps["torch 2.10.0 + torchvision (cu128)"].commands)
+    # 12.8's torch lock was made from PyPI: its files come from PyPI's mirror.
+    assert steps["torch 2.10.0 + torchvision 0.25.0 (locked)"].commands[-1].startswith(
+        "install locks/torch-12.8.txt into /opt/gpuprov/venv from http://mirror.internal/pypi with uv")
 
 
 def test_secure_boot_is_a_clear_failure(work):
@@ -139,19 +142,22 @@ def test_reboot_is_refused_on_the_local_connection(work, provision):
 
 
 def test_the_cache_prefetches_torch_from_the_index_pytorch_yaml_uses(work):
-    """`prefetch_torch`: the row's torch and torchvision into the cache's mirror of
-    torch_index_url (PyTorch's index; PyPI's root/pypi when that is PyPI). The cache fetches
+    """`prefetch_torch`: the row's torch and torchvision into the cache's mirror of the index
+    its torch lock was made from: PyPI's root/pypi where PyPI has the row's torch build, else
+    torch_index_url (PyTorch's index; root/pypi too when that is PyPI). The cache fetches
     NVIDIA's https:// repository over HTTPS for the fleet and publishes that it does."""
     facts = DISTROS["debian12-x86_64"]
-    for index, mirror in ((None, "root/download.pytorch.org-whl-cu130"),
-                          ("https://pypi.org/simple/", "root/pypi")):
-        extra = {"prefetch_torch": True, "cuda_version": "13.0",
+    for row, index, mirror, pins in (
+            ("12.6", None, "root/download.pytorch.org-whl-cu126", "torch==2.10.0 torchvision==0.25.0"),
+            ("12.6", "https://pypi.org/simple/", "root/pypi", "torch==2.10.0 torchvision==0.25.0"),
+            # 13.0's torch lock was made from PyPI (its torch build is published there)
+            ("13.0", None, "root/pypi", "torch==2.14.1 torchvision==0.29.1")):
+        extra = {"prefetch_torch": True, "cuda_version": row,
                  **({"torch_index_url": index} if index else {})}
         steps = plan(work, "cache.yaml", facts, extra)
-        fetch = steps[f"Fetched into the cache from {mirror}: torch==2.10.0 torchvision==0.25.0"]
-        assert f"--index-url http://127.0.0.1:3141/{mirror}/+simple/ torch==2.10.0 torchvision==0.25.0" \
-            in fetch.commands[0]
+        fetch = steps[f"Fetched into the cache from {mirror}: {pins}"]
+        assert f"--index-url http://127.0.0.1:3141/{mirror}/+simple/ {pins}" in fetch.commands[0]
     nvidia = "https://developer.download.nvidia.com/compute/cuda/repos"
     assert steps[f"apt-cacher-ng fetches over HTTPS for the fleet: {nvidia}"].status == "changed"
     steps = plan(work, "cache.yaml", facts, {})
-    assert steps["Fetched into the cache from root/download.pytorch.org-whl-cu128: "].status == "skipped"
+    assert steps["Fetched into the cache from root/pypi: "].status == "skipped"

@@ -108,7 +108,7 @@ def read_lock(path: Path) -> LockFile:
             raise InputError(f"the lock is {size} bytes, over {MAX_LOCK_BYTES}", path)
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError("no such lock file", path) from None
+        raise InputError("no such lock file (`gpuprov lock` makes it; README, \"Locks\")", path) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read the lock: {exc}", path) from None
     return parse_lock(text, path)

@@ -235,9 +235,10 @@ class PipLock(Kind[LockState]):
                   f'[ $rc -eq 0 ] || {base} - "$err" <<\'EOF\'\n{_MISMATCH}EOF',
                   'exit $rc']
         how = "pip" if installer == "pip" else "uv (pip when uv cannot be fetched)"
+        source = f" from {args['index_url']}" if args["index_url"] else ""
         return Command("\n".join(lines), stdin=lock.text.encode(),
-                       display=f"install {args['lock']} into {venv} with {how}, hashes required "
-                               f"({len(lock.pins)} packages)")
+                       display=f"install {args['lock']} into {venv}{source} with {how}, hashes "
+                               f"required ({len(lock.pins)} packages)")
 
 
 def _lock_error(name: str, exc: InputError) -> str:

@@ -5,9 +5,12 @@ installs the same files: every package, dependencies included, pinned `==` with 
 One lock per stack row and route:
 - `cuda-<row>-wheels.txt`: the row's CUDA wheels (`wheels`, held by `wheel_constraints`), no
   torch;
-- `cuda-<row>-wheels-torch.txt`: the same plus torch and torchvision. Made here only for rows
-  whose torch build PyPI publishes (`torch_on_pypi`); the other rows' torch is on PyTorch's own
-  index (`--torch-index`), which this command reaches only where the machine does: run it there.
+- `cuda-<row>-wheels-torch.txt`: the same plus torch and torchvision;
+- `torch-<row>.txt`: torch and torchvision alone (with what they need), for the apt route's
+  `pytorch.yaml`, whose CUDA comes from NVIDIA's repository.
+The two torch locks are made here only for rows whose torch build PyPI publishes
+(`torch_on_pypi`); the other rows' torch is on PyTorch's own index (`--torch-index`), which this
+command reaches only where the machine does: run it there.
 - `uv.txt`: uv itself, which the `pip_lock` kind installs on the host (with pip, hash-checked).
 
 The resolution is universal (`--universal`: x86_64 and aarch64 in one file, with markers) for
@@ -51,7 +54,10 @@ class LockSpec:
 
     def command(self) -> list[str]:
         """The `uv pip compile` arguments (after the requirement files)."""
-        args = ["--no-config", "--generate-hashes", "--python-version", PYTHON_FLOOR,
+        # --no-python-downloads: uv would try to fetch a python 3.10 for the resolution (12 s of
+        # retries offline) where none is installed; any python resolves for the floor's markers.
+        args = ["--no-config", "--no-python-downloads", "--generate-hashes",
+                "--python-version", PYTHON_FLOOR,
                 "--index-url", self.index_url, "--custom-compile-command", COMMAND]
         args += ["--python-platform", self.platform] if self.platform else ["--universal"]
         for url in self.extra_index_urls:
@@ -70,7 +76,13 @@ def stack_rows(stack: Path = STACK) -> dict[str, Any]:
 
 
 def lock_name(cuda_version: str, torch: bool) -> str:
+    """The no-root route's lock of a row (`cuda-wheels.yaml`), with or without torch."""
     return f"cuda-{cuda_version}-wheels{'-torch' if torch else ''}.txt"
+
+
+def torch_lock_name(cuda_version: str) -> str:
+    """The apt route's torch lock of a row (`pytorch.yaml`)."""
+    return f"torch-{cuda_version}.txt"
 
 
 def specs(rows: dict[str, Any], cuda: Optional[str], torch: bool,
@@ -88,13 +100,15 @@ def specs(rows: dict[str, Any], cuda: Optional[str], torch: bool,
         constraints = list(row.get("wheel_constraints") or [])
         if not torch_index:
             out.append(LockSpec(lock_name(version, False), wheels, constraints, platform=platform))
-        with_torch = wheels + [f"torch=={row['torch']}", f"torchvision=={row['torchvision']}"]
-        if torch_index:
-            out.append(LockSpec(lock_name(version, True), with_torch, constraints,
-                                index_url=torch_index, extra_index_urls=[PYPI], platform=platform))
-        elif torch and row.get("torch_on_pypi"):
-            out.append(LockSpec(lock_name(version, True), with_torch, constraints,
-                                platform=platform))
+        torch_pins = [f"torch=={row['torch']}", f"torchvision=={row['torchvision']}"]
+        if not torch_index and not (torch and row.get("torch_on_pypi")):
+            continue
+        # torch from PyPI, or from PyTorch's index with PyPI for the rest
+        index, extra = (torch_index, [PYPI]) if torch_index else (PYPI, [])
+        out.append(LockSpec(lock_name(version, True), wheels + torch_pins, constraints,
+                            index_url=index, extra_index_urls=extra, platform=platform))
+        out.append(LockSpec(torch_lock_name(version), torch_pins, index_url=index,
+                            extra_index_urls=extra, platform=platform))
     return out
 
 
