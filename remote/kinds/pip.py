@@ -1,44 +1,19 @@
 """The `pip` step kind."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..config.schema import Arg
 from ..errors import PlanError, Where
 from .base import Args, Command, Kind, listed, q, with_env
+from .pyprobe import Installed, parse_probe, probe_script
 
 if TYPE_CHECKING:
     from .route import CacheRoute
 
 
-_PIP_PROBE = """PY={python}
-if [ ! -x "$PY" ] && ! command -v "$PY" >/dev/null 2>&1; then echo @missing; exit 0; fi
-"$PY" - {names} <<'EOF'
-import sys
-try:
-    from importlib import metadata
-except ImportError:
-    metadata = None
-for name in sys.argv[1:]:
-    try:
-        print(name + "=" + metadata.version(name))
-    except Exception:
-        print(name + "=")
-EOF"""
-
-
-@dataclass
-class PipState:
-    """What the pip probe says: the python is missing, or each package's installed version
-    (name -> version, "" when not installed)."""
-
-    python_missing: bool = False
-    versions: dict[str, str] = field(default_factory=dict)
-
-
-class Pip(Kind[PipState]):
+class Pip(Kind[Installed]):
     """Python packages in a virtual environment (created when missing), from an index or mirror;
     satisfied when the installed versions already match."""
 
@@ -80,13 +55,11 @@ class Pip(Kind[PipState]):
     def probe(self, args: Args) -> str:
         from packaging.requirements import Requirement
 
-        names = " ".join(q(Requirement(str(s)).name) for s in listed(args["packages"]))
-        return _PIP_PROBE.format(python=q(self._python(args)), names=names)
+        names = [Requirement(str(s)).name for s in listed(args["packages"])]
+        return probe_script(self._python(args), names)
 
-    def parse(self, out: str) -> PipState:
-        if out.strip() == "@missing":
-            return PipState(python_missing=True)
-        return PipState(versions=dict(line.partition("=")[::2] for line in out.splitlines()))
+    def parse(self, out: str) -> Installed:
+        return parse_probe(out)
 
     def through_cache(self, args: Args, route: CacheRoute) -> Args:
         """Each index the cache mirrors (PyPI when no index_url is given) read from the cache."""
@@ -100,7 +73,7 @@ class Pip(Kind[PipState]):
                     extra_index_url=[new or old for new, old in zip(cached, extras)],
                     extra_args=[*(args["extra_args"] or []), "--trusted-host", route.trusted_host])
 
-    def plan(self, args: Args, fact: PipState) -> list[Command]:
+    def plan(self, args: Args, fact: Installed) -> list[Command]:
         from packaging.requirements import Requirement
 
         reqs = [Requirement(str(s)) for s in listed(args["packages"])]

@@ -10,8 +10,6 @@ the step's last line then names the package and both hashes.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,37 +17,12 @@ from ..config.lockfile import LockFile, read_lock
 from ..config.schema import Arg
 from ..errors import InputError, PlanError, Where
 from .base import Args, Command, Kind, q
+from .pyprobe import Installed, parse_probe, probe_script
 
 if TYPE_CHECKING:
     from .route import CacheRoute
 
 UV_LOCK = "locks/uv.txt"  # relative to the recipe's folder, like `lock`
-
-# The PEP 508 marker variables (what packaging.markers.default_environment computes), then
-# each locked name's installed version ("" when not installed).
-_PROBE = """PY={python}
-if [ ! -x "$PY" ]; then echo @missing; exit 0; fi
-"$PY" - {names} <<'EOF'
-import json, os, platform, sys
-from importlib import metadata
-impl = sys.implementation
-iver = "{{0.major}}.{{0.minor}}.{{0.micro}}".format(impl.version)
-if impl.version.releaselevel != "final":
-    iver += impl.version.releaselevel[0] + str(impl.version.serial)
-env = {{"implementation_name": impl.name, "implementation_version": iver,
-       "os_name": os.name, "platform_machine": platform.machine(),
-       "platform_release": platform.release(), "platform_system": platform.system(),
-       "platform_version": platform.version(), "python_full_version": platform.python_version(),
-       "platform_python_implementation": platform.python_implementation(),
-       "python_version": ".".join(platform.python_version_tuple()[:2]),
-       "sys_platform": sys.platform}}
-print("@env " + json.dumps(env))
-for name in sys.argv[1:]:
-    try:
-        print(name + "=" + metadata.version(name))
-    except Exception:
-        print(name + "=")
-EOF"""
 
 # Run after a failed install: one last line that names a hash mismatch, from uv's report
 # ("Hash mismatch for `NAME==V`", then "Expected:" and "Computed:" blocks) or pip's ("THESE
@@ -96,17 +69,7 @@ os.replace(tmp, os.path.join(dest, "uv"))
 """
 
 
-@dataclass
-class LockState:
-    """What the probe says: the venv's python is missing, or the host's marker environment and
-    each locked package's installed version (name -> version, "" when not installed)."""
-
-    python_missing: bool = False
-    environment: dict[str, str] = field(default_factory=dict)
-    versions: dict[str, str] = field(default_factory=dict)
-
-
-class PipLock(Kind[LockState]):
+class PipLock(Kind[Installed]):
     """A venv holding a lock's packages at their locked versions, installed with hashes
     required; satisfied when every package the lock pins for this host is installed at its
     version."""
@@ -147,25 +110,10 @@ class PipLock(Kind[LockState]):
         return str(args["venv"]).rstrip("/") + "/bin/python"
 
     def probe(self, args: Args) -> str:
-        names = " ".join(q(n) for n in self._lock(args).names)
-        return _PROBE.format(python=q(self._python(args)), names=names)
+        return probe_script(self._python(args), self._lock(args).names)
 
-    def parse(self, out: str) -> LockState:
-        if out.strip() == "@missing":
-            return LockState(python_missing=True)
-        state = LockState()
-        for line in out.splitlines():
-            if line.startswith("@env "):
-                try:
-                    env = json.loads(line[5:])
-                except ValueError:
-                    continue
-                if isinstance(env, dict):
-                    state.environment = {str(k): str(v) for k, v in env.items()}
-            elif "=" in line:
-                name, _, version = line.partition("=")
-                state.versions[name] = version
-        return state
+    def parse(self, out: str) -> Installed:
+        return parse_probe(out)
 
     def through_cache(self, args: Args, route: CacheRoute) -> Args:
         """PyPI (or the given index) read from the cache when it mirrors it."""
@@ -174,7 +122,7 @@ class PipLock(Kind[LockState]):
             return args
         return dict(args, index_url=index, _trusted=route.trusted_host)
 
-    def plan(self, args: Args, fact: LockState) -> list[Command]:
+    def plan(self, args: Args, fact: Installed) -> list[Command]:
         from packaging.version import InvalidVersion, Version
 
         lock = self._lock(args)
