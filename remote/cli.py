@@ -34,7 +34,7 @@ from .engine.session import layered_vars
 from .errors import InputError
 from .exitcodes import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_STEP_FAILED, EXIT_UNREACHABLE, EXIT_VALIDATION_FAILED
 from .fileio import write_atomic
-from .kinds import KINDS
+from .kinds import KINDS, Kind
 from .options import check_forks, parse_extra_vars, select_hosts
 from .output.junit import write_junit
 from .output.recap import Failure, Reporter
@@ -43,7 +43,7 @@ from .output.runlog import Redactor, new_run_id
 EXIT_FAILED = EXIT_STEP_FAILED  # the name older callers use
 BECOME_PASSWORD_ENV = "GPUPROV_BECOME_PASSWORD"
 RESERVED = ("host", "facts", "vars")
-Checked = tuple[Inventory, list[Host], Optional[Recipe]]  # what `load_and_check` returns
+Checked = tuple[Inventory, list[Host], Optional[Recipe[Kind[Any]]]]  # what `load_and_check` returns
 __all__ = ["check_forks", "EXIT_FAILED", "EXIT_INPUT", "EXIT_OK"]
 
 
@@ -149,8 +149,8 @@ def print_hosts(hosts: list[Host], stream: TextIO) -> int:
     return EXIT_OK
 
 
-def _steps(recipe: Recipe, tags: Optional[set[str]], skip: Optional[set[str]],
-           warn: TextIO) -> Recipe:
+def _steps(recipe: Recipe[Kind[Any]], tags: Optional[set[str]], skip: Optional[set[str]],
+           warn: TextIO) -> Recipe[Kind[Any]]:
     """The recipe with only the steps `--tags` and `--skip-tags` leave (as Ansible: a skipped
     tag wins over `always`); a warning names a tag that matches no step."""
     known = set().union(*(s.tags for s in recipe.steps)) if recipe.steps else set()

@@ -12,15 +12,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
+from typing import Any, Generic, Iterator, Mapping, Optional, Protocol, TypeVar
 
 from ..errors import InputError, Where
 from .schema import Arg, check_args, check_keys, expect, suggest
 from .templating import RESULT_NAMES, check_template, facts_read, parse
 from .yamlfile import YamlMap, load_yaml
 
-if TYPE_CHECKING:  # the kinds are passed in: config never imports them at run time
-    from ..kinds import Kind
+
+class StepKind(Protocol):
+    """What loading a recipe needs of a step kind: its name, whether it runs on the control
+    side, its arguments read and checked, and the templates and expressions in them. The kinds
+    (remote/kinds' `Kind`) are passed in: config does not import them, and a recipe's steps
+    carry whatever kind type the caller gave (`Recipe[Kind[Any]]` in the engine)."""
+
+    name: str
+    control_side: bool
+
+    def load(self, value: Any, where: Where, base_dir: Path) -> dict[str, Any]: ...
+
+    def templates(self, args: dict[str, Any]) -> list[tuple[Any, bool]]: ...
+
+    def expressions(self, args: dict[str, Any]) -> list[str]: ...
+
+
+K = TypeVar("K", bound=StepKind)
 
 TOP_KEYS = {"name", "description", "vars", "steps", "handlers", "validate"}
 MAX_INCLUDE_DEPTH = 20
@@ -68,9 +84,9 @@ INCLUDE: dict[str, Arg] = {"include": Arg((str,)),
 
 
 @dataclass
-class Step:
+class Step(Generic[K]):
     name: str
-    kind: Kind[Any]
+    kind: K
     args: dict[str, Any]
     where: Where
     when: list[Any] = field(default_factory=list)
@@ -88,24 +104,24 @@ class Step:
 
 
 @dataclass
-class Recipe:
+class Recipe(Generic[K]):
     path: Path
     name: str
     vars: dict[str, Any]
     vars_where: dict[str, Where]
-    steps: list[Step]
-    handlers: dict[str, Step]
+    steps: list[Step[K]]
+    handlers: dict[str, Step[K]]
     files: list[Path] = field(default_factory=list)
     validate: bool = True  # `validate: false` at the top: provision never validates after it
 
-    def select(self, tags: Optional[set[str]]) -> list[Step]:
+    def select(self, tags: Optional[set[str]]) -> list[Step[K]]:
         """Steps to run for `--tags` (all when None); steps tagged `always` always run."""
         if not tags:
             return list(self.steps)
         return [s for s in self.steps if s.tags & tags or "always" in s.tags]
 
 
-def load_recipe(path: str | Path, kinds: Mapping[str, Kind[Any]]) -> Recipe:
+def load_recipe(path: str | Path, kinds: Mapping[str, K]) -> Recipe[K]:
     """Load a recipe and everything it includes, with the step kinds in `kinds` (name -> kind);
     raise `InputError` at the first flaw."""
     loader = _Loader(kinds)
@@ -121,19 +137,19 @@ def load_recipe(path: str | Path, kinds: Mapping[str, Kind[Any]]) -> Recipe:
                   files=loader.files, validate=loader.validate)
 
 
-class _Loader:
-    def __init__(self, kinds: Mapping[str, Kind[Any]]):
+class _Loader(Generic[K]):
+    def __init__(self, kinds: Mapping[str, K]):
         self.kinds = kinds
         self.vars: dict[str, Any] = {}
         self.vars_where: dict[str, Where] = {}
-        self.handlers: dict[str, Step] = {}
+        self.handlers: dict[str, Step[K]] = {}
         self.files: list[Path] = []
         self.included: set[tuple[Path, tuple[str, ...], frozenset[str], Optional[bool]]] = set()
         self.root_name: Optional[str] = None
         self.validate = True
 
     def load_file(self, path: Path, stack: list[Path], when: list[Any], tags: frozenset[str],
-                  become: Optional[bool], included_at: Where) -> list[Step]:
+                  become: Optional[bool], included_at: Where) -> list[Step[K]]:
         """The steps of the recipe at `path` (its vars and handlers go to the loader), under
         the conditions of the includes in `stack`; [] for a file already included alike."""
         resolved = path.resolve()
@@ -210,7 +226,7 @@ class _Loader:
             self.handlers[name] = handler
 
     def _include(self, raw: YamlMap, path: Path, stack: list[Path], when: list[Any],
-                 tags: frozenset[str], become: Optional[bool]) -> list[Step]:
+                 tags: frozenset[str], become: Optional[bool]) -> list[Step[K]]:
         check_keys(raw, INCLUDE, "include")
         common = check_args(raw, INCLUDE, raw.where, known_keys=False)
         return self.load_file(path.parent / common["include"], stack,
@@ -218,7 +234,7 @@ class _Loader:
                               raw.get("become", become), raw.at("include"))
 
     def _step(self, raw: YamlMap, base_dir: Path, when: list[Any], tags: frozenset[str],
-              become: Optional[bool]) -> Step:
+              become: Optional[bool]) -> Step[K]:
         kinds = [k for k in raw if k not in COMMON]
         if not kinds:
             raise raw.where.error("step has no kind: add one of "
@@ -280,7 +296,7 @@ def _tags(value: Any) -> frozenset[str]:
     return frozenset(value or ())
 
 
-def _default_name(kind: Kind[Any], args: dict[str, Any]) -> str:
+def _default_name(kind: StepKind, args: dict[str, Any]) -> str:
     for key in ("cmd", "path", "dest", "packages", "that"):
         if args.get(key) is not None:
             value = args[key]
@@ -290,7 +306,7 @@ def _default_name(kind: Kind[Any], args: dict[str, Any]) -> str:
     return kind.name
 
 
-def step_templates(step: Step) -> Iterator[tuple[Any, str]]:
+def step_templates(step: Step[Any]) -> Iterator[tuple[Any, str]]:
     """Every template of a step as (value, kind) with kind "text", "shell", "expression" or
     "result" (an expression that also sees rc/stdout/stderr)."""
     if step.named:
@@ -322,7 +338,7 @@ def _nested(value: Any, kind: str) -> Iterator[tuple[Any, str]]:
             yield from _nested(item, kind)
 
 
-def check_names(recipe: Recipe, known: set[str], host_label: str,
+def check_names(recipe: Recipe[Any], known: set[str], host_label: str,
                 fact_names: frozenset[str]) -> None:
     """Check every template and expression of `recipe` against the names one host defines
     and the facts the engine can gather (`fact_names`)."""
@@ -339,7 +355,7 @@ def check_names(recipe: Recipe, known: set[str], host_label: str,
                 raise
 
 
-def facts_used(recipe: Recipe, var_layers: list[dict[str, Any]]) -> Optional[set[str]]:
+def facts_used(recipe: Recipe[Any], var_layers: list[dict[str, Any]]) -> Optional[set[str]]:
     """Fact names the recipe's templates and these vars can read; None means all of them."""
     used: set[str] = set()
     sources = [(v, k) for step in recipe.steps + list(recipe.handlers.values())

@@ -36,7 +36,7 @@ FACTS_TIMEOUT_S = 60.0
 
 
 def layered_vars(inventory: Inventory, host: Host, extra_vars: Vars,
-                 recipe: Optional[Recipe] = None) -> tuple[Vars, VarPositions]:
+                 recipe: Optional[Recipe[Any]] = None) -> tuple[Vars, VarPositions]:
     """(raw vars, where each is defined) for `host`, low to high precedence: the recipe's vars
     (its defaults), the inventory's layers (everywhere, groups parents first, the host's),
     `--var`."""
@@ -237,11 +237,11 @@ class HostSession:
         self.facts.update(self.options.facts_override)
         self.result.facts = self.facts
 
-    def vars(self, recipe: Optional[Recipe] = None) -> tuple[Vars, VarPositions]:
+    def vars(self, recipe: Optional[Recipe[Any]] = None) -> tuple[Vars, VarPositions]:
         """This host's raw vars and where each is defined (see `layered_vars`)."""
         return layered_vars(self.inventory, self.host, self.options.extra_vars, recipe)
 
-    def build_context(self, recipe: Optional[Recipe] = None) -> None:
+    def build_context(self, recipe: Optional[Recipe[Any]] = None) -> None:
         """Resolve the vars with the gathered facts into the context every template sees:
         the vars, `vars`, `host` and `facts`. A var that does not render fails the host."""
         raw, where = self.vars(recipe)

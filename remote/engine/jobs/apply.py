@@ -20,13 +20,15 @@ from typing import Any, Optional, Sequence
 from ...config.recipe import Recipe, Step, facts_used
 from ...config.templating import evaluate, fact_dependent_vars, names_in, render_shell, render_text, resolve_vars
 from ...errors import BecomeError, CommandTimeout, Interrupted, PlanError, TemplateError
-from ...kinds import Command, LocalAction, Planned, Probe, RebootAndWait
+from ...kinds import Command, Kind, LocalAction, Planned, Probe, RebootAndWait
 from ...transport.connection import CommandResult
 from ..probes import batch_script, in_one_write, parse_batch
 from ..results import StepResult, StepStatus
 from ..session import HostSession, facts_read_by_vars, union
 from .reboot import reboot_and_wait
 from .validate import Validate, remember_python
+
+KindStep = Step[Kind[Any]]  # a recipe's step with gpuprov's own kinds
 
 PROBE_SLOTS = ("kind", "creates", "unless")
 
@@ -35,7 +37,7 @@ PROBE_SLOTS = ("kind", "creates", "unless")
 class _Prepared:
     """A step rendered for one host, with its probes and their answers."""
 
-    step: Step
+    step: KindStep
     become: bool = False
     timeout: float = 0.0
     args: dict[str, Any] = field(default_factory=dict)
@@ -52,7 +54,7 @@ DIFF_MAX_BYTES = 256 * 1024  # --diff reads at most this much of a file on the h
 class ApplyRecipe:
     """The `provision` job: `recipe`'s steps selected by `tags`, then `validate` if given."""
 
-    def __init__(self, recipe: Recipe, tags: Optional[set[str]] = None,
+    def __init__(self, recipe: Recipe[Kind[Any]], tags: Optional[set[str]] = None,
                  validate: Optional[Validate] = None):
         self.recipe = recipe
         self.tags = tags
@@ -75,7 +77,7 @@ class ApplyRecipe:
 class _HostApply:
     """One host's pass through the recipe: its notified handlers and early probe answers."""
 
-    def __init__(self, recipe: Recipe, session: HostSession):
+    def __init__(self, recipe: Recipe[Kind[Any]], session: HostSession):
         self.recipe = recipe
         self.session = session
         self.check = session.options.check
@@ -83,7 +85,7 @@ class _HostApply:
         # Probe answers that came with the facts, by snippet; good until the first step runs.
         self.early_answers: dict[str, Probe] = {}
 
-    def run(self, steps: list[Step], fact_names: Optional[set[str]]) -> None:
+    def run(self, steps: list[KindStep], fact_names: Optional[set[str]]) -> None:
         """Facts (the recipe's `fact_names` and the vars'), context, steps, handlers."""
         session = self.session
         self.early_answers = session.gather_facts(union(session.var_facts, fact_names),
@@ -93,7 +95,7 @@ class _HostApply:
             self.run_steps([h for name, h in self.recipe.handlers.items() if name in self.notified])
 
     # ------------------------------------------------------------------ probes before facts
-    def early_probes(self, steps: list[Step]) -> list[str]:
+    def early_probes(self, steps: list[KindStep]) -> list[str]:
         """Probe snippets of the steps that can be judged before the facts are known: run
         without become, and neither `when`, the probed arguments, `creates` nor `unless` read a
         fact (directly or through a var). Each snippet once."""
@@ -126,7 +128,7 @@ class _HostApply:
         return list(snippets)
 
     # ------------------------------------------------------------------ steps
-    def run_steps(self, steps: list[Step]) -> bool:
+    def run_steps(self, steps: list[KindStep]) -> bool:
         """Run `steps` in order; False when one failed (the host stops there)."""
         prepared = [self.prepare(step) for step in steps]
         self.probe(prepared)
@@ -147,7 +149,7 @@ class _HostApply:
                 return False
         return True
 
-    def prepare(self, step: Step) -> _Prepared:
+    def prepare(self, step: KindStep) -> _Prepared:
         context = self.session.context
         item = _Prepared(step=step, become=self._become(step),
                          timeout=step.timeout or self.session.inventory.timeouts.command)
@@ -162,7 +164,7 @@ class _HostApply:
             item.error = str(exc)
         return item
 
-    def _become(self, step: Step) -> bool:
+    def _become(self, step: KindStep) -> bool:
         return step.become if step.become is not None else self.session.host.become
 
     def probe(self, items: list[_Prepared]) -> None:
@@ -356,7 +358,7 @@ class _HostApply:
             session.sleep(wait)
             attempt += 1
 
-    def _name(self, step: Step) -> str:
+    def _name(self, step: KindStep) -> str:
         if not step.named:
             return step.name
         try:
@@ -364,7 +366,7 @@ class _HostApply:
         except TemplateError:
             return step.name
 
-    def _failed(self, step: Step, res: CommandResult) -> bool:
+    def _failed(self, step: KindStep, res: CommandResult) -> bool:
         if step.failed_when is None:
             return res.rc != 0
         return bool(evaluate(step.failed_when, self._result_context(res)))
@@ -375,7 +377,7 @@ class _HostApply:
         return context
 
 
-def _probe_snippets(step: Step, args: dict[str, Any], context: dict[str, Any]) -> dict[str, str]:
+def _probe_snippets(step: KindStep, args: dict[str, Any], context: dict[str, Any]) -> dict[str, str]:
     """{slot: sh snippet} of a step's read-only checks, from its rendered arguments."""
     probes = {}
     snippet = step.kind.probe(args)
