@@ -38,7 +38,8 @@ from .kinds import KINDS, Kind
 from .options import check_forks, parse_extra_vars, select_hosts
 from .output.junit import write_junit
 from .output.recap import Failure, Reporter
-from .output.runlog import Redactor, new_run_id
+from .output.runlog import Redactor
+from .runid import new_run_id
 
 EXIT_FAILED = EXIT_STEP_FAILED  # the name older callers use
 BECOME_PASSWORD_ENV = "GPUPROV_BECOME_PASSWORD"

@@ -30,7 +30,7 @@ from tests.sshd import server_with_tools
 pytestmark = [pytest.mark.slow, pytest.mark.root]  # real sshd, started as root
 
 ADDRESS = "127.0.0.41"
-# Run ids as the control side makes them (remote/output/runlog.py new_run_id).
+# Run ids as the control side makes them (remote/runid.py new_run_id).
 RUN1 = "20261122T055742.123Z-14af"
 # The control process's peak memory while it refuses a hostile archive (`invoke logs` peaked at
 # 46 MiB with a tiny archive, 66 MiB with the 10 MiB bomb, on the 2-core VM), or reads a 1 GiB

@@ -17,7 +17,7 @@ from remote.transport.local import LocalConnection
 from remote.transport.transfer import PullError, PullLimits, pack, publish_pull, pull
 from tests.conftest import REPO
 
-# Run ids as the control side makes them (remote/output/runlog.py new_run_id).
+# Run ids as the control side makes them (remote/runid.py new_run_id).
 RUN1 = "20261122T055742.123Z-14af"
 RUN2 = "20261122T060001.000Z-beef"
 
@@ -124,8 +124,7 @@ def _tree(root) -> dict:
 
 
 def test_the_run_id_pattern_matches_the_control_sides_run_ids():
-    from remote.output.runlog import new_run_id
-    from remote.transport.transfer import RUN_ID
+    from remote.runid import RUN_ID, new_run_id
 
     assert all(RUN_ID.match(new_run_id()) for _ in range(50))
 

@@ -6,24 +6,14 @@ them (as ``***``) in everything written here, printed to the terminal or put in 
 """
 from __future__ import annotations
 
-import secrets
 import threading
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Optional, TextIO
 
 from .term import printable
 
 MASK = "***"
-
-
-def new_run_id() -> str:
-    """A run id that sorts by time (to the millisecond: runs can be that quick), plus a short
-    random suffix so two controllers never collide, e.g. 20261122T055742.123Z-14af."""
-    now = datetime.now(timezone.utc)
-    stamp = now.strftime("%Y%m%dT%H%M%S") + f".{now.microsecond // 1000:03d}Z"
-    return f"{stamp}-{secrets.token_hex(2)}"
 
 
 class Redactor:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import shutil
 import tarfile
 import tempfile
@@ -27,6 +26,7 @@ from typing import BinaryIO, Optional, Union
 
 from ..errors import OutputTooLarge, PullError
 from ..fileio import current_umask
+from ..runid import is_run_id
 from .base import BaseConnection, CommandResult
 
 COMMIT_FILE = "results.json"
@@ -34,11 +34,6 @@ SKIP = {"__pycache__", ".pytest_cache"}
 # Files the control side itself writes into a run's folder (the engine's run log,
 # logs/<host>/<run>/provision.log): what a host sends never takes their place.
 CONTROL_FILES = frozenset({"provision.log"})
-# The shape of the run ids the control side makes (remote/output/runlog.py `new_run_id`, e.g.
-# 20261122T055742.123Z-14af; tests/test_transfer.py checks the two agree). A run id read from a
-# host names a folder on this machine: `..` or `.` would put the pull in the logs folder itself
-# or over the host's earlier runs.
-RUN_ID = re.compile(r"\A[0-9]{8}T[0-9]{6}\.[0-9]{3}Z-[0-9a-f]{4}\Z")
 
 
 @dataclass(frozen=True)
@@ -181,7 +176,7 @@ def publish_pull(data: Union[bytes, BinaryIO], dest: Path,
 
 
 def _check_run_id(dest: Path) -> None:
-    if not RUN_ID.match(dest.name):
+    if not is_run_id(dest.name):
         raise PullError(f"the host's run id {dest.name!r} is not one gpuprov makes (like "
                         "20261122T055742.123Z-14af): refusing to store its files")
 
