@@ -202,6 +202,8 @@ def test_unreadable_and_odd_files_never_crash(tmp_path):
                                                           {"name": "matmul", "figures": {"spec": 3}}]}))
     write_run(logs, "binary", "r1").joinpath("bench_torch.log").write_bytes(b"\x00\xff\xfe#\x80;")
     write_run(logs, "nothing", "r1")
+    # a Slurm cluster's own folder holds slurm.json: its nodes' runs are their own hosts'
+    write_run(logs, "cluster1", "r1").joinpath("slurm.json").write_text("{}")
     # names are data, never markup for the terminal
     write_run(logs, "[red]odd[x]", "r1", seed_log(BASE),
               results_json("NVIDIA GeForce RTX 3080 [LHR]"))
@@ -212,6 +214,7 @@ def test_unreadable_and_odd_files_never_crash(tmp_path):
     assert "list-json/r1/results.json: not a JSON object" in text
     assert "binary/r1/bench_torch.log: no benchmark values" in text
     assert "nothing/r1: neither results.json nor bench_torch.log" in text
+    assert "cluster1" not in text
     header = read_csv(out / "merged.csv")[0]
     assert header == ["model", "[red]odd[x]/r1", "good/r1", "odd-types/r1"]
     assert "[red]odd[x]" in text and "RTX 3080 [LHR]" in text

@@ -31,12 +31,13 @@ from ..engine.results import HostResult, Outcome
 from ..engine.session import HostSession
 from ..errors import CommandTimeout, InputError, Interrupted, PullError
 from ..fileio import write_atomic
+from ..resultsfile import CLUSTER_RECORD
 from ..transport.connection import COMMIT_FILE, LineSplitter, PullLimits, publish_pull
 from . import gate
 from .job import JobOutput, job_command, salloc_options, step_options, task_script, with_conf
 from .nodes import Node, NodeListError, natural_order, parse_nodes, plan_nodes
 
-RECORD = "slurm.json"
+RECORD = CLUSTER_RECORD
 SURVEY_TIMEOUT_S = 120.0
 GATE_TIMEOUT_S = 120.0
 

@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional
 
 from .. import resultsfile
 from ..resultsfile import MAX_FILE_BYTES as MAX_FILE_BYTES  # noqa: F401  (re-exported: report docs cite it)
-from ..resultsfile import RESULTS, UnusableFile, read_capped
+from ..resultsfile import CLUSTER_RECORD, RESULTS, UnusableFile, read_capped
 
 BENCH_LOG = "bench_torch.log"
 MISSING = "-"
@@ -259,7 +259,9 @@ def collect(logs_dir: Path) -> tuple[list[Run], list[Problem]]:
             run = Run(host=host_dir.name, run_id=run_dir.name, path=run_dir)
             res_path, log_path = run_dir / RESULTS, run_dir / BENCH_LOG
             if not res_path.exists() and not log_path.exists():
-                problems.append(Problem(str(run_dir), NO_RESULTS))
+                # a cluster's record is no host's run: its nodes' runs are read by their names
+                if not (run_dir / CLUSTER_RECORD).exists():
+                    problems.append(Problem(str(run_dir), NO_RESULTS))
                 continue
             if res_path.exists():
                 run.results, probs = read_results(res_path, str(res_path))
