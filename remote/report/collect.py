@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from .. import resultsfile
-from ..resultsfile import MAX_FILE_BYTES as MAX_FILE_BYTES  # noqa: F401  (re-exported: report docs cite it)
 from ..resultsfile import CLUSTER_RECORD, RESULTS, UnusableFile, read_capped
+from ..resultsfile import MAX_FILE_BYTES as MAX_FILE_BYTES  # noqa: F401  (re-exported: report docs cite it)
 
 BENCH_LOG = "bench_torch.log"
 MISSING = "-"
