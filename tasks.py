@@ -45,7 +45,8 @@ HOST = "hosts: a name, a group, a glob, 'all'; ',' or ':' joins, '!x' leaves x o
 LIMIT = "narrow the hosts further, same patterns as --host (Ansible's -l); alone it applies to all"
 LIST_HOSTS = "print the hosts selected and exit; contact none"
 FORKS = "how many hosts to work on at once (default 16)"
-VERBOSE = "show each step's output live, line by line with the host name (-vv: the same)"
+VERBOSE = ("show each step's output live, line by line with the host name; -vv: also the "
+           "commands each step ran, under its line (secrets masked)")
 JSON = "also write per-host results as JSON to this file; '-' writes only the JSON to stdout"
 JUNIT = "also write JUnit XML to this file (a testsuite per host, a testcase per step and check)"
 

@@ -162,6 +162,15 @@ def test_extra_vars_forms_tags_and_verbose(work):
             and "(its tags: hello, mark)" in result.err)
     assert "say hello" not in result.out and (work / "mark-a").exists()
 
+    # -v shows output, not commands; -vv each step's commands under its line too
+    assert "$ echo" not in result.out
+    result = gpuprov("provision", "-i", str(inv), "--recipe", str(rec), "-l", "a", "-vv",
+                     "--no-validate", cwd=work, home=work)
+    lines = [" ".join(line.split()) for line in result.out.splitlines()]
+    assert result.rc == 0, result.out + result.err
+    at = next(n for n, line in enumerate(lines) if line.startswith("a ok say hello ("))
+    assert lines[at + 1] == '$ echo "hello nobody -"', result.out
+
 
 def test_check_and_diff_short_flags(work):
     """-C changes nothing; -D shows a unified diff of what file and template steps write."""

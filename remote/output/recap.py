@@ -146,7 +146,8 @@ class Reporter:
             for line in self._shown(diff).splitlines():
                 style = "dim" if line.startswith(("+++", "---")) else colours.get(line[:1], "")
                 lines.append(f"{' ' * self.width} {self._paint(line, style)}")
-        if self.check and result.commands:
+        # the commands: what --check would send, what -vv sent (as the run log has them)
+        if (self.check or self.verbose >= 2) and result.commands:
             for command in result.commands:
                 for n, line in enumerate(self._shown(command).splitlines() or [""]):
                     prefix = "  $ " if n == 0 else "    "
