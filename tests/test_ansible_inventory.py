@@ -137,6 +137,31 @@ def test_ssh_config_aliases_and_proxyjump(farm, work):
     assert "mark-sbx-via-nofwd-alias-hi" not in _marks(work)
 
 
+def test_ssh_config_includes_are_read_as_ssh_reads_them(farm, work):
+    """`Include config.d/*` (relative to ~/.ssh, globbed in lexical order, first value wins),
+    `~` paths, and a port that only an included file gives; paramiko alone ignores Include
+    and these hosts were not found. A file that includes itself is one clear line."""
+    target = farm.addresses[0]
+    home = _home(farm, work, "Include config.d/*\nInclude ~/.ssh/extra.conf\n")
+    (home / ".ssh" / "config.d").mkdir()
+    (home / ".ssh" / "config.d" / "10-fleet").write_text(_entry("sbx-inc", target, farm))
+    # a later file's value for the same host loses, as with ssh
+    (home / ".ssh" / "config.d" / "20-later").write_text("Host sbx-inc\n  Port 1\n")
+    (home / ".ssh" / "extra.conf").write_text(
+        f"Host sbx-extra\n  HostName {target}\n  User {farm.user}\n  IdentityFile {farm.key}\n"
+        f"Host sbx-*\n  Port {farm.port}\n")
+    inv = work / "hosts"
+    inv.write_text(f"sbx-inc\nsbx-extra\n[all:vars]\nmark_dir={work}\nrole=inc\ngreeting=hi\n")
+    result = _provision(inv, work, home, "--host", "all")
+    assert result.rc == 0, result.out + result.err
+    assert _marks(work) == {"mark-sbx-inc-inc-hi", "mark-sbx-extra-inc-hi"}
+
+    (home / ".ssh" / "extra.conf").write_text("Include ~/.ssh/extra.conf\n")
+    result = gpuprov("facts", "-i", str(inv), "--host", "sbx-extra", cwd=work, home=home)
+    assert result.rc == 4, result.out + result.err
+    assert f"{home}/.ssh/extra.conf:1: Include nested more than 16 deep" in " ".join(result.out.split())
+
+
 def test_a_failing_jump_host_is_blamed_by_name(farm, work):
     """ProxyJump to a port nothing listens on: the error names the jump host, not the target."""
     home = _home(farm, work, _entry("sbx-target", farm.addresses[0], farm,

@@ -2,8 +2,16 @@
 IdentityFile and ProxyJump, looked up by the address the inventory gives it (its name when it
 gives none; Ansible's `ansible_host`), as `ssh ADDRESS` would look it up.
 
-The files are Fabric's (its Config loads ~/.ssh/config, then /etc/ssh/ssh_config, into one
-paramiko SSHConfig, whose lookup keeps the first value found for each key, as OpenSSH does).
+The files are Fabric's and OpenSSH's: ~/.ssh/config, then /etc/ssh/ssh_config, parsed into one
+paramiko SSHConfig, whose lookup keeps the first value found for each key, as OpenSSH does.
+paramiko ignores `Include` (paramiko/paramiko#1609, open; Debian's and Ubuntu's own
+/etc/ssh/ssh_config starts with `Include /etc/ssh/ssh_config.d/*.conf`), so the files are read
+here with their Includes in place, as ssh_config(5) says: several paths per line, glob
+wildcards in lexical order, `~` expanded, relative paths under ~/.ssh (or /etc/ssh for the
+system file), a path that matches nothing ignored, at most 16 deep (OpenSSH's
+READCONF_MAX_DEPTH). An Include inside a Host or Match block applies only there; OpenSSH
+then never matches the Host lines of the included file when the block does not match, which
+one flat SSHConfig cannot say: such a file is refused rather than read wrongly.
 This module is the one place they are applied: the Fabric connections themselves get an empty
 ssh_config, so nothing is applied twice (Fabric would otherwise also look up the resolved
 address, and its own ProxyJump would replace the socket made here).
@@ -21,6 +29,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import glob
+import io
+import os
+import re
+import shlex
+from pathlib import Path
 from typing import Any, Optional
 
 import paramiko
@@ -32,15 +46,65 @@ DEFAULT_PORT = 22
 MAX_HOPS = 10  # ProxyJump hops in a chain; more is a loop in ssh_config (A via B via A)
 
 
+USER_CONFIG = "~/.ssh/config"
+SYSTEM_CONFIG = "/etc/ssh/ssh_config"
+MAX_INCLUDE_DEPTH = 16  # OpenSSH's READCONF_MAX_DEPTH (readconf.c)
+# paramiko's SSHConfig.SETTINGS_REGEX: `Key value` or `Key=value`
+_SETTING = re.compile(r"\s*(\w+)(?:\s*=\s*|\s+)(.+)")
+
+
+def _with_includes(path: Path, folder: Path, depth: int = 0) -> list[str]:
+    """`path`'s lines with each Include replaced by the lines of the files it names."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise Unreachable(f"cannot read {path}: {exc.strerror or exc}") from None
+    lines: list[str] = []
+    in_block = False
+    for number, line in enumerate(text.splitlines(), 1):
+        found = _SETTING.match(line)
+        key = found.group(1).lower() if found else ""
+        if key in ("host", "match"):
+            in_block = True
+        if key != "include" or found is None:
+            lines.append(line)
+            continue
+        if depth >= MAX_INCLUDE_DEPTH:
+            raise Unreachable(f"{path}:{number}: Include nested more than {MAX_INCLUDE_DEPTH} "
+                              "deep (a file that includes itself?)")
+        try:
+            words = shlex.split(found.group(2))
+        except ValueError as exc:
+            raise Unreachable(f"{path}:{number}: Include: {exc}") from None
+        for word in words:
+            pattern = Path(os.path.expanduser(word))
+            for name in sorted(glob.glob(str(pattern if pattern.is_absolute() else folder / pattern))):
+                if not os.path.isfile(name):
+                    continue
+                included = _with_includes(Path(name), folder, depth + 1)
+                if in_block and any((m := _SETTING.match(x)) and m.group(1).lower() in ("host", "match")
+                                    for x in included):
+                    raise Unreachable(f"{path}:{number}: Include of {name}, which has Host or "
+                                      "Match lines of its own, inside a Host or Match block: "
+                                      "gpuprov cannot apply it as OpenSSH does; include it at "
+                                      "the top level")
+                lines += included
+    return lines
+
+
 @functools.lru_cache(maxsize=None)
 def user_ssh_config() -> paramiko.SSHConfig:
-    """~/.ssh/config and /etc/ssh/ssh_config, loaded by Fabric's rules, once per process."""
-    from fabric import Config
-
-    try:
-        config: paramiko.SSHConfig = Config().base_ssh_config
-    except Exception as exc:  # noqa: BLE001 - paramiko raises its ConfigParseError and others
-        raise Unreachable(f"cannot read ~/.ssh/config: {exc}") from None
+    """~/.ssh/config and /etc/ssh/ssh_config with their Includes, once per process."""
+    config = paramiko.SSHConfig()
+    for name in (USER_CONFIG, SYSTEM_CONFIG):
+        path = Path(os.path.expanduser(name))
+        if not path.is_file():
+            continue
+        lines = _with_includes(path, path.parent)
+        try:
+            config.parse(io.StringIO("\n".join(lines) + "\n"))
+        except Exception as exc:  # noqa: BLE001 - paramiko raises its ConfigParseError and others
+            raise Unreachable(f"cannot read {name}: {exc}") from None
     return config
 
 
