@@ -251,11 +251,12 @@ print(json.dumps({"uid": os.getuid(), "samples": samples, "seen": seen, "leaks":
 
 def test_secrets_never_reach_a_command_line_that_another_user_reads(farm, inventory, provision,
                                                                      work):
-    """While a step with a secret `env:` and a pip step whose index URLs carry a password and
-    a token run over real SSH, another local user (`nobody`) reads every process's command
-    line (/proc/PID/cmdline, what `ps` shows) about every 10 ms: the step's own processes are
-    seen, the secrets never. The values still reach the command (its environment) and pip
-    (its requests carry them), and the run log and terminal show them masked."""
+    """While a step with a secret `env:`, one with a token written into its `cmd`, and a pip
+    step whose index URLs carry a password and a token run over real SSH, another local user
+    (`nobody`) reads every process's command line (/proc/PID/cmdline, what `ps` shows) about
+    every 10 ms: the step's own processes are seen, the secrets never. The values still reach
+    the command (its environment, its script) and pip (its requests carry them), and the run
+    log and terminal show them masked."""
     import base64
     import hashlib
     import time
@@ -278,9 +279,13 @@ def test_secrets_never_reach_a_command_line_that_another_user_reads(farm, invent
                           "extra_token": extra_token})
     rec = write_yaml(work / "r.yaml", {"name": "secrets in env", "steps": [
         {"name": "use the token", "changed_when": False,
-         "shell": {"cmd": f": gpuprov-watch-shell; sleep 3; printf %s \"$HF_TOKEN\" | sha256sum"
+         "shell": {"cmd": f"sh -c 'sleep 3' gpuprov-watch-shell; printf %s \"$HF_TOKEN\" | sha256sum"
                           f" > {work}/token.sha",
                    "env": {"HF_TOKEN": "{{ hf_token }}"}}},
+        # a token written straight into the command: the script travels on stdin too
+        {"name": "token in the command", "changed_when": False,
+         "shell": f"tok={{{{ hf_token }}}}; sh -c 'sleep 2' gpuprov-watch-cmd; "
+                  f"printf %s \"$tok\" | sha256sum > {work}/cmd-token.sha"},
         {"name": "from a private index", "pip": {
             # Debian's python3 refuses installs into itself (PEP 668), not into a --target
             "packages": ["gpuprov-watch-pip"], "python": "python3",
@@ -291,7 +296,8 @@ def test_secrets_never_reach_a_command_line_that_another_user_reads(farm, invent
     stop = work / "stop-watching"
     watcher = subprocess.Popen(
         ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3",
-         "-c", CMDLINE_WATCHER, str(stop), "gpuprov-watch-shell", "gpuprov-watch-pip"],
+         "-c", CMDLINE_WATCHER, str(stop), "gpuprov-watch-shell", "gpuprov-watch-cmd",
+         "gpuprov-watch-pip"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         watcher.stdin.write(f"{hf_token} {index_password} {extra_token}\n")
@@ -306,16 +312,15 @@ def test_secrets_never_reach_a_command_line_that_another_user_reads(farm, invent
         server.server_close()
     # the steps ran, with the values: the command's environment, pip's requests
     assert result.json["hosts"]["h1"]["steps"][0]["status"] == "ok", result.out
-    assert (work / "token.sha").read_text().split()[0] == \
-        hashlib.sha256(hf_token.encode()).hexdigest()
+    for name in ("token.sha", "cmd-token.sha"):
+        assert (work / name).read_text().split()[0] == hashlib.sha256(hf_token.encode()).hexdigest()
     sent = {(where, base64.b64decode(auth.split()[1]).decode()) for where, auth in
             authorizations if auth}
     assert ("main", f"ci:{index_password}") in sent and ("extra", f"{extra_token}:") in sent, \
         authorizations
     # another user watched the steps' processes the whole time and never saw a secret
     assert watched["uid"] == 65534
-    assert watched["seen"]["gpuprov-watch-shell"] > 0 and watched["seen"]["gpuprov-watch-pip"] > 0, \
-        watched
+    assert all(watched["seen"].values()), watched
     assert watched["leak_count"] == 0, watched
     # and the control side still masks them
     texts = _everything_written(work)

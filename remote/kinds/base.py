@@ -45,21 +45,27 @@ q = shlex.quote
 
 
 def with_env(script: str, env: Mapping[str, str], *, display: str,
-             shell: str = "/bin/sh") -> Command:
-    """A command that runs `script` with `env` exported, the values sent on stdin.
+             shell: str = "/bin/sh", script_on_stdin: bool = False) -> Command:
+    """A command that runs `script` with `env` exported, the values sent on stdin (and the
+    script itself with `script_on_stdin`).
 
     A value written into the script would sit in the `sh -c SCRIPT` argument on the host, and
     any local user there reads every process's arguments (`ps`, /proc/PID/cmdline); the
     environment of a process (/proc/PID/environ) only its own user and root can read (proc(5)).
     So the script starts by reading exactly the bytes of the `export` lines from stdin (`dd`
     with bs=1 reads one byte at a time, so nothing meant for the command is taken) and `eval`s
-    them: the values never touch the command line or the host's disk. The command's own stdin
-    is at end of file, as for any step without `stdin`. Names must be valid (the caller checks)."""
-    if not env:
+    them: the values never touch the command line or the host's disk. With `script_on_stdin`
+    the script travels the same way, so what a user wrote into it (a token in a `cmd`) is not
+    on the command line either; only the `eval` line is. The command's own stdin is at end of
+    file, as for any step without `stdin`. Names must be valid (the caller checks)."""
+    if not env and not script_on_stdin:
         return Command(script, display=display, shell=shell)
-    block = "".join(f"export {name}={q(value)}\n" for name, value in env.items()).encode()
-    prelude = f'eval "$(dd bs=1 count={len(block)} 2>/dev/null)"\n'
-    return Command(prelude + script, stdin=block, display=display, shell=shell)
+    block = "".join(f"export {name}={q(value)}\n" for name, value in env.items())
+    if script_on_stdin:
+        block, script = block + script + "\n", ""
+    data = block.encode()
+    prelude = f'eval "$(dd bs=1 count={len(data)} 2>/dev/null)"' + ("\n" if script else "")
+    return Command(prelude + script, stdin=data, display=display, shell=shell)
 
 
 class Kind(Generic[FactT]):

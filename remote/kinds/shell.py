@@ -83,6 +83,13 @@ class Shell(Kind[None]):
                 raise PlanError(f"env name {key!r} is not a valid variable name")
             env[str(key)] = str(value)
         parts.append(args["cmd"])
-        # The values travel on stdin, never in the script (a command line on the host).
-        return [with_env("\n".join(parts), env, display=args["cmd"],
-                         shell=args["executable"] or "/bin/sh")]
+        executable = args["executable"] or "/bin/sh"
+        posix = executable.rsplit("/", 1)[-1] in POSIX_SHELLS
+        if env and not posix:
+            raise PlanError(f"env: is passed by shell lines, which {executable} does not read "
+                            f"(a POSIX shell does: {', '.join(sorted(POSIX_SHELLS))})")
+        # The values and the script travel on stdin, never on a command line on the host,
+        # which any user there reads (a token written into `cmd` included). Another
+        # interpreter gets its `-c` argument as before.
+        return [with_env("\n".join(parts), env, display=args["cmd"], shell=executable,
+                         script_on_stdin=posix)]
