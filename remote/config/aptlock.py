@@ -24,6 +24,7 @@ MAX_APT_LOCK_BYTES = 1024 * 1024   # a CUDA toolkit's closure is a few hundred l
 _NAME = r"[a-z0-9][a-z0-9+.-]*"     # Debian policy 5.6.1 (Package)
 # Debian policy 5.6.12 (Version): [epoch:]upstream[-revision], of alphanumerics and . + - ~ :
 _VERSION = r"(?:[0-9]+:)?[0-9][A-Za-z0-9.+~:-]*"
+COMMAND_LINE = "# command:"
 LINE = re.compile(rf"({_NAME})=({_VERSION})(?:\s+via\s+({_NAME}(?:,{_NAME})*))?")
 
 
@@ -42,6 +43,7 @@ class AptPin:
 class AptLock:
     path: Path
     pins: dict[str, AptPin] = field(default_factory=dict)
+    command: str = ""   # the header's `# command:` line: how to refresh this lock
 
     def missing(self, names: list[str]) -> list[str]:
         """The `names` the lock does not pin."""
@@ -59,6 +61,8 @@ def parse_apt_lock(text: str, path: Path) -> AptLock:
     """The lock in `text`; InputError naming the file and line of the first bad line."""
     lock = AptLock(path)
     for number, raw in enumerate(text.splitlines(), 1):
+        if raw.startswith(COMMAND_LINE) and not lock.command:
+            lock.command = raw[len(COMMAND_LINE):].strip()
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue

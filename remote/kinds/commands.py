@@ -45,7 +45,8 @@ class RebootAndWait:
 @dataclass
 class LocalAction:
     """A decision on the control side: `run(context)` gives (ok, message), with the host's
-    template context. It changes nothing, so it runs in check mode too."""
+    template context; a message with ok is the host's warning. It changes nothing, so it runs
+    in check mode too."""
 
     run: Callable[[dict[str, Any]], tuple[bool, str]]
     display: str
