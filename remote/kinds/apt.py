@@ -220,7 +220,8 @@ class Apt(Kind[AptState]):
         specs = self._specs(args)
         if not args.get("lock") or args["state"] == "absent":
             return specs, None
-        lock, path = self._lock(args)
+        lock, _ = self._lock(args)
+        path = args["lock"]     # as the step names it (relative to the recipe's folder)
         if lock is None:
             return specs, UNLOCKED.format(path=path)
         names = [n for n, _ in specs]
