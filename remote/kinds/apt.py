@@ -262,8 +262,7 @@ class Apt(Kind[AptState]):
         opts = APT_OPTS.format(lock=lock)
         cmds: list[Planned] = []
         if warning:
-            message = warning
-            cmds.append(LocalAction(lambda _context: (True, message), warning))
+            cmds.append(LocalAction(lambda _context: (True, ""), warning, warning=warning))
         if args["state"] == "absent":
             present = [n for n, _ in specs if n in installed]
             if present:

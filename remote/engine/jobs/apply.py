@@ -268,9 +268,9 @@ class _HostApply:
                 if not ok:
                     result.status, result.message = StepStatus.FAILED, message
                     return
-                if message:     # a passing action's remark (an apt step without its lock)
-                    session.warn(f"{result.name}: {message}")
-                    result.message = message
+                if command.warning:
+                    session.warn(f"{result.name}: {command.warning}")
+                    result.message = command.warning
             elif isinstance(command, RebootAndWait):
                 result.status, result.message = reboot_and_wait(session, command.timeout)
                 if result.status is StepStatus.FAILED:
