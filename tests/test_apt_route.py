@@ -282,6 +282,9 @@ def test_apt_lock_holds_the_versions_it_names(host, repo, tmp_path):
     assert run.rc == 0 and run.status("CUDA toolkit 13.0") == "changed", run
     assert not run.host.get("warnings"), run.host
     assert installed(host, "cuda-toolkit-13-0") == {"cuda-toolkit-13-0": "13.0.2-1"}
+    runs = sorted((tmp_path / "logs" / HOST).iterdir(), key=lambda p: p.stat().st_mtime)
+    manifest = json.loads((runs[-1] / "stack.json").read_text())      # what the run recorded
+    assert {"name": "cuda-toolkit-13-0", "version": "13.0.2-1"} in manifest["apt"], manifest["apt"]
     before = len(repo.requests)
     for recipe in (CUDA, CUDNN):        # cuDNN: the locked 9.13.0.50-1 is already there
         run = provision(host, tmp_path, recipe, repo, apt_locks=str(locks))
