@@ -199,13 +199,29 @@ def report(c, logs="logs", out=None, baseline=None, threshold=None, fail_on_outl
 @task(help={"cuda": "only this row of playbooks/stack.yaml (default: every row)",
             "torch-index": "lock the row's torch from this index (PyTorch's, e.g. "
                            "https://download.pytorch.org/whl/cu130; needs --cuda)",
-            "out": "folder to write the locks to (default: playbooks/locks shipped with gpuprov)"})
-def lock(c, cuda=None, torch_index=None, out=None):
-    """Generate the hash-pinned locks of the wheel route with uv (uv pip compile --generate-hashes)."""
+            "out": "folder to write the locks to (default: playbooks/locks shipped with gpuprov)",
+            "apt": "lock the apt route instead: exact versions of the CUDA toolkit, cuDNN and the "
+                   "driver branch from NVIDIA's repository index (run where it can be reached)",
+            "apt-repo": "with --apt: only this NVIDIA repository, e.g. ubuntu2404/x86_64 "
+                        "(default: every one of stack.yaml's cuda_keyring_sha256s)",
+            "apt-base": "with --apt: read the index from this mirror of NVIDIA's repositories "
+                        "(default: stack.yaml's nvidia_repo_base)"})
+def lock(c, cuda=None, torch_index=None, out=None, apt=False, apt_repo=None, apt_base=None):
+    """Generate the locks: the wheel route's with uv (hash-pinned), or with --apt the apt route's."""
     from pathlib import Path
 
-    from remote.lock import LOCKS_DIR, run_lock
+    from remote.lock import LOCKS_DIR, STACK, run_lock
 
+    if (apt_repo or apt_base) and not apt:
+        raise Exit("error: lock: --apt-repo and --apt-base need --apt", code=EXIT_INPUT)
+    if apt:
+        if torch_index:
+            raise Exit("error: lock: --torch-index locks wheels, not the apt route", code=EXIT_INPUT)
+        from remote.lock.apt import run_apt_lock
+
+        _exit(run_apt_lock(STACK, Path(out) if out else LOCKS_DIR, cuda=cuda, repo=apt_repo,
+                           base=apt_base))
+        return
     if torch_index and not cuda:
         raise Exit("error: lock: --torch-index needs --cuda (one row's torch)", code=EXIT_INPUT)
     _exit(run_lock(cuda=cuda, torch_index=torch_index, out_dir=Path(out) if out else LOCKS_DIR))

@@ -72,7 +72,12 @@ try:
                          capture_output=True, text=True, timeout=30).stdout
 except (OSError, subprocess.SubprocessError):
     out = ""
+# The CUDA toolkit's libraries as NVIDIA's repository names them (libcufft-13-0, libnpp-13-0,
+# libnvjitlink-13-0, ...: the toolkit's own library names, e.g. its libcufft_static.a,
+# libnppc_static.a), so the apt lock's closure shows up here too.
 stack = re.compile(r"(nvidia-|libnvidia-|cuda-|libcuda|cudnn|libcudnn|libnccl|libcublas|"
+                   r"libcu(fft|file|rand|solver|sparse|pti)|libnpp|libnvjitlink|libnvjpeg|"
+                   r"libnvfatbin|libnvptxcompiler|libnvvm|nsight-|gds-tools-|"
                    r"datacenter-gpu-manager|linux-headers-|dkms$)")
 debs = {}
 for line in out.splitlines():

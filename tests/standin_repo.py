@@ -43,6 +43,29 @@ FIXTURES = Path(__file__).parent / "fixtures" / "facts"
 # nvidia-fabricmanager-580=580.105.08-1). Exactly the driver's must be chosen.
 IMAGE_DRIVER = "580.95.05"
 FABRICMANAGER_VERSIONS = ("580.82.07-1", "580.95.05-1", "580.105.08-1")
+# The CUDA toolkit and cuDNN the repository starts with (an older and the newest of each);
+# tests/test_apt_route.py publishes a newer one later to show a lock holding its version.
+TOOLKIT_VERSIONS = ("13.0.1-1", "13.0.2-1")
+CUDNN_VERSIONS = ("9.12.0.46-1", "9.13.0.50-1")
+NVCC = ("#!/bin/sh\n# STAND-IN for NVIDIA's nvcc, from gpuprov's test repository\n"
+        "echo 'nvcc: NVIDIA (R) Cuda compiler driver (gpuprov test STAND-IN)'\n"
+        "echo 'Cuda compilation tools, release 13.0, V13.0.88'\n")
+
+
+def toolkit(version: str) -> "Package":
+    """A stand-in cuda-toolkit-13-0 of `version` (an nvcc that prints the release)."""
+    return Package("cuda-toolkit-13-0", version, {
+        "/usr/local/cuda-13.0/bin/nvcc": (NVCC, 0o755),
+        "/usr/local/cuda-13.0/STANDIN": (f"{STANDIN}\nversion {version}\n", 0o644)})
+
+
+def cudnn(version: str) -> "Package":
+    """A stand-in cudnn9-cuda-13 of `version` (a cudnn_version.h of its major.minor.patch)."""
+    major, minor, patch = version.split(".")[:3]
+    header = (f"/* STAND-IN for NVIDIA's cudnn_version.h, from gpuprov's test repository */\n"
+              f"#define CUDNN_MAJOR {major}\n#define CUDNN_MINOR {minor}\n#define CUDNN_PATCHLEVEL {patch}\n"
+              "#define CUDNN_VERSION (CUDNN_MAJOR * 10000 + CUDNN_MINOR * 100 + CUDNN_PATCHLEVEL)\n")
+    return Package("cudnn9-cuda-13", version, {"/usr/include/cudnn_version.h": (header, 0o644)})
 
 
 @dataclass
@@ -240,13 +263,6 @@ class StandinRepo:
     # -- the packages (same names as NVIDIA's; tiny stand-in contents)
     def _packages(self) -> List[Package]:
         list_file = f"/etc/apt/sources.list.d/cuda-{self.repo_path.replace('/', '-')}.list"
-        nvcc = ("#!/bin/sh\n# STAND-IN for NVIDIA's nvcc, from gpuprov's test repository\n"
-                "echo 'nvcc: NVIDIA (R) Cuda compiler driver (gpuprov test STAND-IN)'\n"
-                "echo 'Cuda compilation tools, release 13.0, V13.0.88'\n")
-        cudnn_h = ("/* STAND-IN for NVIDIA's cudnn_version.h, from gpuprov's test repository */\n"
-                   "#define CUDNN_MAJOR 9\n#define CUDNN_MINOR 13\n#define CUDNN_PATCHLEVEL 0\n"
-                   "#define CUDNN_VERSION (CUDNN_MAJOR * 10000 + CUDNN_MINOR * 100 + "
-                   "CUDNN_PATCHLEVEL)\n")
         driver = [Package("nvidia-open-580", v, {
             "/usr/share/doc/nvidia-open-580/STANDIN": (f"{STANDIN}\nversion {v}\n", 0o644)})
             for v in ("580.65.06-1", "580.82.07-1")]
@@ -277,11 +293,8 @@ class StandinRepo:
             Package("cuda-keyring", "1.1-1", {
                 KEYRING_PATH: (self.public_key, 0o644),
                 list_file: (self.sources_line(), 0o644)}, conffiles=(list_file,)),
-            Package("cuda-toolkit-13-0", "13.0.2-1", {
-                "/usr/local/cuda-13.0/bin/nvcc": (nvcc, 0o755),
-                "/usr/local/cuda-13.0/STANDIN": (STANDIN + "\n", 0o644)}),
-            Package("cudnn9-cuda-13", "9.13.0.50-1", {
-                "/usr/include/cudnn_version.h": (cudnn_h, 0o644)}),
+            # two versions each, the newest last (apt takes it unlocked; a lock picks it too)
+            *(toolkit(v) for v in TOOLKIT_VERSIONS), *(cudnn(v) for v in CUDNN_VERSIONS),
             *driver, *fabricmanager, image_driver, *pinned_driver,
         ]
 

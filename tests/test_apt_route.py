@@ -30,7 +30,17 @@ from remote import sandbox
 from remote.config.templating import render_text
 from tests.conftest import REPO, invoke, write_yaml
 from tests.sandbox_fixture import sandbox_hosts  # noqa: F401  (session fixture)
-from tests.standin_repo import FIXTURES, IMAGE_DRIVER, KEYRING_PATH, MAINTAINER, STANDIN, Package, StandinRepo
+from tests.standin_repo import (
+    FIXTURES,
+    IMAGE_DRIVER,
+    KEYRING_PATH,
+    MAINTAINER,
+    STANDIN,
+    Package,
+    StandinRepo,
+    cudnn,
+    toolkit,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="sandbox hosts need root")]
@@ -244,6 +254,51 @@ def test_rerun_changes_nothing(host, repo, tmp_path):
         assert run.host["changed"] == 0, run.host["steps"]
         assert run.host["failed"] == 0
     assert repo.requests[before:] == []     # converged: not even an apt-get update
+
+
+def test_apt_lock_holds_the_versions_it_names(host, repo, tmp_path):
+    """`gpuprov lock --apt` against the stand-in pins the newest toolkit and cuDNN. The
+    repository then gains newer ones: an unlocked run takes the newest (and says it is
+    unlocked), a run with the lock installs exactly the locked version, then changes nothing;
+    a lock naming a version the repository lacks fails the step with apt's message."""
+    locks = tmp_path / "locks"
+    made = invoke("lock", "--apt", "--cuda", "13.0", "--apt-repo", repo.repo_path,
+                  "--apt-base", repo.url, "--out", str(locks), cwd=tmp_path, timeout=120)
+    assert made.rc == 0, made.err
+    lock_file = locks / f"apt-{repo.repo_path.replace('/', '-')}-cuda-13.0.txt"
+    text = lock_file.read_text()
+    assert "\ncuda-toolkit-13-0=13.0.2-1 " in text and "\ncudnn9-cuda-13=9.13.0.50-1 " in text, text
+    assert f"# index: {repo.url}/{repo.repo_path}/Packages\n" in text     # no Packages.gz here
+    repo.publish([toolkit("13.0.3-1"), cudnn("9.14.0.64-1")])
+    root_sh(host, "dpkg --purge cuda-toolkit-13-0 >/dev/null && apt-get update -q >/dev/null", timeout=120)
+
+    run = provision(host, tmp_path, CUDA, repo)         # no lock for this repository shipped
+    assert run.rc == 0, run
+    assert installed(host, "cuda-toolkit-13-0") == {"cuda-toolkit-13-0": "13.0.3-1"}
+    assert [w for w in run.host.get("warnings", []) if w.startswith(
+        "CUDA toolkit 13.0: unlocked: no apt lock locks/apt-")], run.host
+
+    run = provision(host, tmp_path, CUDA, repo, apt_locks=str(locks))
+    assert run.rc == 0 and run.status("CUDA toolkit 13.0") == "changed", run
+    assert not run.host.get("warnings"), run.host
+    assert installed(host, "cuda-toolkit-13-0") == {"cuda-toolkit-13-0": "13.0.2-1"}
+    runs = sorted((tmp_path / "logs" / HOST).iterdir(), key=lambda p: p.stat().st_mtime)
+    manifest = json.loads((runs[-1] / "stack.json").read_text())      # what the run recorded
+    assert {"name": "cuda-toolkit-13-0", "version": "13.0.2-1"} in manifest["apt"], manifest["apt"]
+    before = len(repo.requests)
+    for recipe in (CUDA, CUDNN):        # cuDNN: the locked 9.13.0.50-1 is already there
+        run = provision(host, tmp_path, recipe, repo, apt_locks=str(locks))
+        assert (run.rc, run.host["changed"]) == (0, 0), run.host["steps"]
+    assert repo.requests[before:] == []
+    assert installed(host, "cudnn9-cuda-13") == {"cudnn9-cuda-13": "9.13.0.50-1"}
+
+    lock_file.write_text(text.replace("cuda-toolkit-13-0=13.0.2-1", "cuda-toolkit-13-0=13.0.99-1"))
+    run = provision(host, tmp_path, CUDA, repo, apt_locks=str(locks))
+    assert run.rc == 1
+    step = run.steps["CUDA toolkit 13.0"]
+    assert step["status"] == "failed", step
+    assert "Version '13.0.99-1' for 'cuda-toolkit-13-0' was not found" in step["message"], step
+    assert installed(host, "cuda-toolkit-13-0") == {"cuda-toolkit-13-0": "13.0.2-1"}
 
 
 def test_driver_route_is_skipped_without_a_gpu(host, repo, tmp_path):

@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
+from ..config.aptlock import AptLock, read_apt_lock
 from ..config.schema import Arg
-from ..errors import PlanError, Where
+from ..errors import InputError, PlanError, Where
 from .base import Args, Command, Kind, listed, q
+from .commands import LocalAction, Planned
 
 if TYPE_CHECKING:
     from .route import CacheRoute
@@ -18,6 +20,12 @@ if TYPE_CHECKING:
 # Used with fullmatch: `$` would let a name end in a newline.
 APT_PACKAGE = re.compile(r"([a-z0-9][a-z0-9+.-]*)(?::[a-z0-9]+)?(?:=([A-Za-z0-9.+:~*?_-]+))?")
 APT_STAMP = "/var/lib/apt/lists/.gpuprov-updated"
+# The apt locks shipped beside the recipes (`gpuprov lock --apt`), checked when a recipe with a
+# locked apt step loads, so a bad line stops the run before any host is contacted.
+SHIPPED_APT_LOCKS = "locks/apt-*.txt"
+REFRESH = "gpuprov lock --apt"
+UNLOCKED = ("unlocked: no apt lock {path} for this host's repository, so apt installs the newest "
+            "versions: run gpuprov lock --apt on a machine that reaches NVIDIA's repository")
 APT_OPTS = ("-y -q -o DPkg::Lock::Timeout={lock} -o Dpkg::Options::=--force-confdef "
             "-o Dpkg::Options::=--force-confold")
 
@@ -162,8 +170,12 @@ class Apt(Kind[AptState]):
         # HTTPS repositories (URL prefixes) that proxy fetches over HTTPS itself when apt asks
         # it with http://; the fleet cache fills it in.
         "proxy_https": Arg((list,), None),
+        # An apt lock (`gpuprov lock --apt`; relative to the recipe's folder): the packages, and
+        # their dependencies the lock names `via` them, installed at its versions. A lock that
+        # does not exist: installed unpinned, with a warning.
+        "lock": Arg((str,), None),
     }
-    probe_fields = ("packages", "hold", "state")
+    probe_fields = ("packages", "hold", "state", "lock", "_base")
     fetches = True
 
     def check(self, args: Args, where: Where, base_dir: Path) -> None:
@@ -172,6 +184,12 @@ class Apt(Kind[AptState]):
         for package in listed(args["packages"]):
             if "{{" not in str(package) and not APT_PACKAGE.fullmatch(str(package)):
                 raise where.error(f"apt: {package!r} is not a package name (pin as name=version)")
+        if args["lock"]:
+            args["_base"] = str(base_dir)
+            # Which lock a host reads depends on its facts; every shipped one must be readable
+            # (InputError: the lock's file and line, exit status 2).
+            for path in sorted(base_dir.glob(SHIPPED_APT_LOCKS)):
+                read_apt_lock(path)
 
     @staticmethod
     def _specs(args: Args) -> list[tuple[str, Optional[str]]]:
@@ -183,8 +201,42 @@ class Apt(Kind[AptState]):
             specs.append((match.group(1), match.group(2)))
         return specs
 
+    @staticmethod
+    def _lock(args: Args) -> tuple[Optional[AptLock], Path]:
+        """The step's apt lock (None: the file does not exist) and its path."""
+        path = Path(str(args["lock"])).expanduser()
+        if not path.is_absolute():
+            path = Path(args.get("_base") or ".") / path
+        if not path.exists():
+            return None, path
+        try:
+            return read_apt_lock(path), path
+        except InputError as exc:
+            raise PlanError(f"apt: {exc}") from None
+
+    def _locked_specs(self, args: Args) -> tuple[list[tuple[str, Optional[str]]], Optional[str]]:
+        """The step's packages pinned to its lock's versions, then their locked dependencies;
+        and a warning when the step names a lock that does not exist (installed unpinned)."""
+        specs = self._specs(args)
+        if not args.get("lock") or args["state"] == "absent":
+            return specs, None
+        lock, _ = self._lock(args)
+        path = args["lock"]     # as the step names it (relative to the recipe's folder)
+        if lock is None:
+            return specs, UNLOCKED.format(path=path)
+        names = [n for n, _ in specs]
+        missing = lock.missing(names)
+        if missing:
+            raise PlanError(f"apt: {', '.join(missing)} not in the apt lock {path}: refresh it with "
+                            f"`{lock.command or REFRESH}` on a machine that reaches the repository")
+        for name, pin in specs:
+            if pin and not fnmatch.fnmatchcase(lock.pins[name].version, pin):
+                raise PlanError(f"apt: the apt lock {path} has {name}={lock.pins[name].version}, "
+                                f"the step wants {pin}: refresh it with `{lock.command or REFRESH}`")
+        return [(p.name, p.version) for p in lock.pins_for(names)], None
+
     def probe(self, args: Args) -> str:
-        names = " ".join(q(n) for n, _ in self._specs(args))
+        names = " ".join(q(n) for n, _ in self._locked_specs(args)[0])
         return ("dpkg-query -W -f='${Package}\\t${db:Status-Abbrev}\\t${Version}\\n' -- "
                 f"{names} 2>/dev/null\n"
                 'echo "@now $(date +%s)"\n'
@@ -203,12 +255,14 @@ class Apt(Kind[AptState]):
             args = dict(args, proxy=route.apt_proxy, proxy_https=list(route.apt_https))
         return args
 
-    def plan(self, args: Args, fact: AptState) -> list[Command]:
+    def plan(self, args: Args, fact: AptState) -> list[Planned]:
         installed, held = fact.installed, fact.held
-        specs = self._specs(args)
+        specs, warning = self._locked_specs(args)
         lock = int(args["lock_timeout"])
         opts = APT_OPTS.format(lock=lock)
-        cmds = []
+        cmds: list[Planned] = []
+        if warning:
+            cmds.append(LocalAction(lambda _context: (True, ""), warning, warning=warning))
         if args["state"] == "absent":
             present = [n for n, _ in specs if n in installed]
             if present:

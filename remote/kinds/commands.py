@@ -45,10 +45,12 @@ class RebootAndWait:
 @dataclass
 class LocalAction:
     """A decision on the control side: `run(context)` gives (ok, message), with the host's
-    template context. It changes nothing, so it runs in check mode too."""
+    template context. It changes nothing, so it runs in check mode too. `warning`: shown as the
+    host's warning when the action passes (an apt step without its lock)."""
 
     run: Callable[[dict[str, Any]], tuple[bool, str]]
     display: str
+    warning: str = ""
 
     def shown(self) -> str:
         return self.display

@@ -13,6 +13,9 @@ The two torch locks are made here only for rows whose torch build PyPI publishes
 command reaches only where the machine does: run it there.
 - `uv.txt`: uv itself, which the `pip_lock` kind installs on the host (with pip, hash-checked).
 
+The apt route's locks (`gpuprov lock --apt`: exact Debian package versions from NVIDIA's
+repository index) are made by `remote.lock.apt`.
+
 The resolution is universal (`--universal`: x86_64 and aarch64 in one file, with markers) for
 python 3.10 and newer, the oldest python of a supported distribution (Ubuntu 22.04).
 

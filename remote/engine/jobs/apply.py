@@ -270,6 +270,9 @@ class _HostApply:
                 if not ok:
                     result.status, result.message = StepStatus.FAILED, message
                     return
+                if command.warning:
+                    session.warn(f"{result.name}: {command.warning}")
+                    result.message = command.warning
             elif isinstance(command, RebootAndWait):
                 result.status, result.message = reboot_and_wait(session, command.timeout)
                 if result.status is StepStatus.FAILED:
