@@ -2,8 +2,10 @@
 
 The cache host runs apt-cacher-ng and devpi-server (playbooks/cache.yaml). Before a host's first
 step that downloads packages, the session runs `reach_script` there: it asks apt-cacher-ng for
-any HTTP answer, then for the HTTPS repositories it fetches for the fleet (`HTTPS_LIST`), and
-devpi for its list of indexes (`GET /root` as JSON: each mirror index with the `mirror_url` it
+any HTTP answer, then for the HTTPS repositories it fetches for the fleet (`HTTPS_LIST`) and
+the hosts it forwards plain HTTP to (`HTTP_HOSTS_LIST`; the host prints those of its own http
+apt sources that are not among them: apt fetches from them directly), and devpi for its list
+of indexes (`GET /root` as JSON: each mirror index with the `mirror_url` it
 mirrors). `parse_reach` turns that answer (untrusted: it is what the host
 printed) into a `CacheRoute`: apt's proxy, and for each mirrored index URL the cache's index URL.
 The kinds that download (`Kind.fetches`) rewrite their arguments with it
