@@ -87,7 +87,7 @@ def test_direct_route_sends_apt_and_pip_through_the_cache(farm, work, inventory,
             f"--trusted-host 127.0.0.1:{pypi_port} six==1.16.0") in result.out
     # the probe asks apt-cacher-ng for its root and the HTTPS repositories it serves
     assert servers[1].paths == ["/root"]
-    assert servers[0].paths == ["/", "/gpuprov-cache/https-origins"]
+    assert servers[0].paths == ["/", "/gpuprov-cache/https-origins", "/gpuprov-cache/http-hosts"]
     # The cache host itself downloads from the origin.
     own = provision("h1", _recipe(work), inv, check=True)
     assert "cache" not in own.host("h1") and " via http" not in own.out

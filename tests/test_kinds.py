@@ -110,4 +110,4 @@ def test_defaults_come_from_the_spec():
     assert args == {"packages": ["curl"], "state": "present", "update_cache": False,
                     "cache_valid_time": 3600, "hold": False, "install_recommends": None,
                     "lock_timeout": 600, "purge": False, "proxy": None,
-                    "proxy_https": None, "lock": None}
+                    "proxy_https": None, "proxy_direct": None, "lock": None}

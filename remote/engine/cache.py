@@ -2,8 +2,10 @@
 
 The cache host runs apt-cacher-ng and devpi-server (playbooks/cache.yaml). Before a host's first
 step that downloads packages, the session runs `reach_script` there: it asks apt-cacher-ng for
-any HTTP answer, then for the HTTPS repositories it fetches for the fleet (`HTTPS_LIST`), and
-devpi for its list of indexes (`GET /root` as JSON: each mirror index with the `mirror_url` it
+any HTTP answer, then for the HTTPS repositories it fetches for the fleet (`HTTPS_LIST`) and
+the hosts it forwards plain HTTP to (`HTTP_HOSTS_LIST`; the host prints those of its own http
+apt sources that are not among them: apt fetches from them directly), and devpi for its list
+of indexes (`GET /root` as JSON: each mirror index with the `mirror_url` it
 mirrors). `parse_reach` turns that answer (untrusted: it is what the host
 printed) into a `CacheRoute`: apt's proxy, and for each mirrored index URL the cache's index URL.
 The kinds that download (`Kind.fetches`) rewrite their arguments with it
@@ -11,10 +13,12 @@ The kinds that download (`Kind.fetches`) rewrite their arguments with it
 as written: the origin. `HostCache` is one host's view (its route, its forwards); `CacheLink`
 the one connection to the cache host that a run's forwards share.
 
-May import: `remote.errors`, `remote.kinds` (base, route), `remote.transport.connection`.
+May import: `remote.errors`, `remote.kinds` (base, route), `remote.paths` (the apt sources
+parser shipped with the recipes), `remote.transport.connection`.
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 from ..errors import HostError
 from ..kinds.base import Kind, q
 from ..kinds.route import CacheRoute, normalize_index
+from ..paths import RECIPES_DIR
 from ..transport.connection import RemoteForwards, SSHException, ssh_transport
 
 if TYPE_CHECKING:
@@ -42,13 +47,28 @@ HTTPS_LIST = "gpuprov-cache/https-origins"
 HTTPS_ORIGIN = re.compile(r"https://[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~%+-]+)*")
 MAX_HTTPS_ORIGINS = 32
 
+# Where cache.yaml publishes the host names apt-cacher-ng forwards plain-HTTP requests to (its
+# Remap- lines: the package's mirror lists, the cache host's own http sources and
+# cache_apt_origins; one name a line). A fleet host's http source on any other host would get
+# 403 from the cache (ForceManaged): apt fetches those directly.
+HTTP_HOSTS_LIST = "gpuprov-cache/http-hosts"
+# A host name as the host may pass it on to apt (`Acquire::http::Proxy::HOST`): DNS letters,
+# digits, dots and hyphens only (an IPv4 address too), no option or shell syntax.
+APT_HOST = re.compile(r"[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?")
+MAX_APT_DIRECT = 32
+# The published host list holds Debian's and Ubuntu's mirror lists (about 1,000 names).
+MAX_HTTP_HOSTS_LIST = 1 << 20
+# The apt sources parser cache.yaml runs on the cache host; the same file runs on each fleet host.
+APT_SOURCES_SCRIPT = RECIPES_DIR / "files" / "apt_sources.py"
+
 _REACH = """{python} - {apt} {pypi} <<'EOF' 2>&1 || echo "@nopython"
+{apt_sources}
 import sys, urllib.error, urllib.request
-def get(url, accept):
+def get(url, accept, limit={limit}):
     request = urllib.request.Request(url, headers={{"Accept": accept}})
     try:
         with urllib.request.urlopen(request, timeout={timeout}) as answer:
-            return answer.status, answer.read({limit})
+            return answer.status, answer.read(limit)
     except urllib.error.HTTPError as exc:
         return exc.code, b""
     except Exception as exc:
@@ -59,18 +79,36 @@ if status:
     https_status, listed = get(sys.argv[1] + "{https_list}", "text/plain")
     for line in listed.decode("utf-8", "replace").splitlines() if https_status == 200 else []:
         print("@apthttps", line.strip())
+    hosts_status, listed = get(sys.argv[1] + "{hosts_list}", "text/plain", {hosts_limit})
+    print("@apthosts", hosts_status)
+    if hosts_status == 200:
+        try:
+            sources = {{host_name(url) for url in apt_source_urls() if url.startswith("http://")}}
+        except Exception as exc:
+            sources = set()
+            print("@aptsources", str(exc)[:200].replace("\\n", " "))
+        forwarded = set(listed.decode("utf-8", "replace").lower().split())
+        for name in sorted(sources - forwarded):
+            print("@aptdirect", name)
 status, body = get(sys.argv[2], "application/json")
 print("@pypi", status)
 sys.stdout.write(body.decode("utf-8", "replace"))
 EOF"""
 
 
+@functools.lru_cache(maxsize=1)
+def _apt_sources_code() -> str:
+    return APT_SOURCES_SCRIPT.read_text()
+
+
 def reach_script(python: str, address: str, apt_port: int, pypi_port: int) -> str:
-    """A read-only command for the host: can it reach the cache at `address`, what it mirrors."""
+    """A read-only command for the host: can it reach the cache at `address`, what it mirrors,
+    and which of the host's plain-HTTP apt sources it does not forward to."""
     host = f"[{address}]" if ":" in address else address
     return _REACH.format(python=q(python), apt=q(f"http://{host}:{apt_port}/"),
                          pypi=q(f"http://{host}:{pypi_port}/root"), timeout=REACH_TIMEOUT_S,
-                         limit=MAX_ANSWER, https_list=HTTPS_LIST)
+                         limit=MAX_ANSWER, https_list=HTTPS_LIST, hosts_list=HTTP_HOSTS_LIST,
+                         hosts_limit=MAX_HTTP_HOSTS_LIST, apt_sources=_apt_sources_code())
 
 
 def parse_reach(out: str, address: str, apt_port: int, pypi_port: int,
@@ -91,13 +129,42 @@ def parse_reach(out: str, address: str, apt_port: int, pypi_port: int,
     if not apt_up and not indexes:
         apt_why = (apt_line.group(2).strip() if apt_line else "") or "no answer"
         return None, f"apt-cacher-ng: {apt_why}; devpi: {pypi_why or 'no mirror index'}"
-    listed = re.findall(r"^@apthttps (\S+)$", out[:pypi_line.start()] if pypi_line else out, re.M)
+    apt_part = out[:pypi_line.start()] if pypi_line else out
+    listed = re.findall(r"^@apthttps (\S+)$", apt_part, re.M)
     apt_https = tuple(sorted({url.rstrip("/") for url in listed
                               if HTTPS_ORIGIN.fullmatch(url.rstrip("/"))}))[:MAX_HTTPS_ORIGINS]
+    apt_direct, hosts_listed = _apt_direct(apt_part, apt_https)
     return CacheRoute(apt_proxy=f"http://{host}:{apt_port}" if apt_up else "",
                       apt_https=apt_https if apt_up else (), indexes=indexes,
+                      apt_direct=apt_direct if apt_up else (),
+                      apt_hosts_listed=hosts_listed or not apt_up,
                       trusted_host=f"{address}:{pypi_port}" if indexes else "",
                       via=via), ""
+
+
+def apt_route_line(route: CacheRoute) -> str:
+    """The run log's line on where apt's plain-HTTP downloads go."""
+    if not route.apt_hosts_listed:
+        return ("apt: via cache; the cache does not say which hosts it forwards to (a cache.yaml "
+                "older than its http-hosts list): every http source goes through it")
+    if route.apt_direct:
+        return (f"apt: via cache; direct for {', '.join(route.apt_direct)} "
+                "(not forwarded by the cache)")
+    return "apt: via cache; it forwards to every http source of the host"
+
+
+def _apt_direct(apt_part: str, apt_https: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
+    """(the host names of the host's plain-HTTP apt sources that the cache does not forward to,
+    whether the cache published the list of those it does). A host that is also one of the
+    cache's HTTPS repositories stays on the cache: its rewritten sources go through it."""
+    hosts_line = re.search(r"^@apthosts (\d+)$", apt_part, re.M)
+    if not hosts_line or hosts_line.group(1) != "200":
+        return (), False
+    https_hosts = {url.split("/")[2].split(":")[0].lower() for url in apt_https}
+    named = re.findall(r"^@aptdirect (\S+)$", apt_part, re.M)
+    direct = sorted({name for name in named if APT_HOST.fullmatch(name) and ".." not in name}
+                    - https_hosts)
+    return tuple(direct[:MAX_APT_DIRECT]), True
 
 
 def _mirrors(body: str, base: str) -> tuple[dict[str, str], str]:
@@ -247,6 +314,8 @@ class HostCache:
                            + " ".join(filter(None, [route.apt_proxy, *route.indexes.values()]))
                            + (f" (apt HTTPS through it: {' '.join(route.apt_https)})"
                               if route.apt_https else ""))
+            if route.apt_proxy:
+                self.session.log.event(apt_route_line(route))
             self.session.result.cache = via
         return route, why
 

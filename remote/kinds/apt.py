@@ -78,13 +78,22 @@ def https_sources_prelude(origins: Sequence[str], folder: str = "apt_src") -> tu
                    f' -o "Dir::Etc::sourceparts=${folder}/parts"')
 
 
-def proxy_options(proxy: Optional[str], https_origins: Sequence[str] = ()) -> tuple[str, str]:
+# A plain-HTTP source on a host the fleet cache does not forward to (another region's mirror, a
+# company mirror) would get 403 from it (ForceManaged, cache.yaml): apt fetches from such a
+# host directly. apt-transport-http(1), "Proxy Configuration" (apt 2.7.14, manpages.ubuntu.com
+# noble): "Proxies which should be used only for certain hosts can be specified via
+# Acquire::http::Proxy::host", and "the special value DIRECT meaning that no proxy should be
+# used". The names are checked host names (engine/cache.py APT_HOST).
+def proxy_options(proxy: Optional[str], https_origins: Sequence[str] = (),
+                  direct: Sequence[str] = ()) -> tuple[str, str]:
     """(shell lines to run first, apt-get options) that send apt's plain-HTTP downloads through
-    `proxy` (an apt-cacher-ng: it caches what TLS does not hide from it), and the HTTPS
-    repositories `https_origins` too (the proxy fetches them over HTTPS itself)."""
+    `proxy` (an apt-cacher-ng: it caches what TLS does not hide from it), except those from
+    the hosts `direct` (the proxy does not forward to them), and the HTTPS repositories
+    `https_origins` too (the proxy fetches them over HTTPS itself)."""
     if not proxy:
         return "", ""
     prelude, opts = HTTPS_AS_BEFORE, f' -o Acquire::http::Proxy={q(proxy)} -o "Acquire::https::Proxy=$apt_https"'
+    opts += "".join(f" -o {q(f'Acquire::http::Proxy::{host}=DIRECT')}" for host in direct)
     if https_origins:
         lines, source_opts = https_sources_prelude(https_origins)
         prelude += ("apt_src=$(mktemp -d) || exit 1\ntrap 'rm -rf \"$apt_src\"' EXIT\n" + lines)
@@ -92,10 +101,17 @@ def proxy_options(proxy: Optional[str], https_origins: Sequence[str] = ()) -> tu
     return prelude, opts
 
 
+def proxy_shown(proxy: Optional[str], direct: Sequence[str] = ()) -> str:
+    """How a command's line in the plan and the run log says where apt downloads from."""
+    if not proxy:
+        return ""
+    return f" via {proxy}" + (f" (direct: {' '.join(direct)})" if direct else "")
+
+
 def apt_update_command(lock_timeout: int = 600, proxy: Optional[str] = None,
-                       https_origins: Sequence[str] = ()) -> Command:
+                       https_origins: Sequence[str] = (), direct: Sequence[str] = ()) -> Command:
     """`apt-get update` that fails on any fetch error (plain apt-get exits 0 on network errors)."""
-    prelude, opts = proxy_options(proxy, https_origins)
+    prelude, opts = proxy_options(proxy, https_origins, direct)
     script = (
         f"export DEBIAN_FRONTEND=noninteractive\n{prelude}"
         f"out=$(apt-get update -q -o DPkg::Lock::Timeout={lock_timeout}{opts} 2>&1); rc=$?\n"
@@ -104,7 +120,7 @@ def apt_update_command(lock_timeout: int = 600, proxy: Optional[str] = None,
         "'^(E:|Err:|W: (Failed to fetch|Some index files failed))'; then\n"
         "  echo 'apt-get update reported errors (see above)' >&2; exit 1\nfi\n"
         f"touch {APT_STAMP}")
-    return Command(script, display="apt-get update" + (f" via {proxy}" if proxy else ""))
+    return Command(script, display="apt-get update" + proxy_shown(proxy, direct))
 
 
 def glob_pattern(pin: str) -> str:
@@ -170,6 +186,8 @@ class Apt(Kind[AptState]):
         # HTTPS repositories (URL prefixes) that proxy fetches over HTTPS itself when apt asks
         # it with http://; the fleet cache fills it in.
         "proxy_https": Arg((list,), None),
+        # Hosts of the host's http sources that proxy does not forward to: fetched directly.
+        "proxy_direct": Arg((list,), None),
         # An apt lock (`gpuprov lock --apt`; relative to the recipe's folder): the packages, and
         # their dependencies the lock names `via` them, installed at its versions. A lock that
         # does not exist: installed unpinned, with a warning.
@@ -252,7 +270,8 @@ class Apt(Kind[AptState]):
 
     def through_cache(self, args: Args, route: CacheRoute) -> Args:
         if route.apt_proxy and not args.get("proxy"):
-            args = dict(args, proxy=route.apt_proxy, proxy_https=list(route.apt_https))
+            args = dict(args, proxy=route.apt_proxy, proxy_https=list(route.apt_https),
+                        proxy_direct=list(route.apt_direct))
         return args
 
     def plan(self, args: Args, fact: AptState) -> list[Planned]:
@@ -278,7 +297,8 @@ class Apt(Kind[AptState]):
         if todo:
             stale = fact.now - fact.updated > int(args["cache_valid_time"])
             if args["update_cache"] and stale:
-                cmds.append(apt_update_command(lock, args.get("proxy"), args.get("proxy_https") or ()))
+                cmds.append(apt_update_command(lock, args.get("proxy"), args.get("proxy_https") or (),
+                                               args.get("proxy_direct") or ()))
             cmds.append(self._install(todo, args, opts))
         if args["hold"]:
             # apt-get install drops an existing hold of what it installs (a pinned downgrade
@@ -291,7 +311,8 @@ class Apt(Kind[AptState]):
 
     @staticmethod
     def _install(todo: list[tuple[str, Optional[str]]], args: Args, opts: str) -> Command:
-        prelude, proxy_opts = proxy_options(args.get("proxy"), args.get("proxy_https") or ())
+        prelude, proxy_opts = proxy_options(args.get("proxy"), args.get("proxy_https") or (),
+                                            args.get("proxy_direct") or ())
         opts += proxy_opts
         lines = ["export DEBIAN_FRONTEND=noninteractive", *prelude.splitlines()]
         words = []
@@ -315,4 +336,4 @@ class Apt(Kind[AptState]):
         lines.append(f"apt-get {opts}{flags} install " + " ".join(words))
         return Command("\n".join(lines), display="apt-get install " + " ".join(
             f"{n}={p}" if p else n for n, p in todo)
-            + (f" via {args['proxy']}" if args.get("proxy") else ""))
+            + proxy_shown(args.get("proxy"), args.get("proxy_direct") or ()))

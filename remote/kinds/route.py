@@ -24,12 +24,17 @@ def normalize_index(url: str) -> str:
 class CacheRoute:
     """Where one host's downloads go. `apt_proxy`: apt's HTTP proxy ("" : apt goes to the
     origin); `apt_https`: the HTTPS repositories (URL prefixes, no trailing slash) that proxy
-    fetches over HTTPS itself when apt asks it for the same URL with http://; `indexes`:
+    fetches over HTTPS itself when apt asks it for the same URL with http://; `apt_direct`: the
+    host names of the host's plain-HTTP apt sources that the proxy does not forward to (apt
+    fetches those from the origin); `apt_hosts_listed`: whether the cache said which it
+    forwards to (an older cache.yaml does not: all goes through it); `indexes`:
     normalized origin index URL -> the cache's index URL; `trusted_host`: the cache's
     host:port for pip (plain HTTP); `via`: how the host reaches it (for the log)."""
 
     apt_proxy: str = ""
     apt_https: tuple[str, ...] = ()
+    apt_direct: tuple[str, ...] = ()
+    apt_hosts_listed: bool = True
     indexes: dict[str, str] = field(default_factory=dict)
     trusted_host: str = ""
     via: str = ""

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..config.schema import Arg
 from ..errors import PlanError
@@ -19,14 +19,14 @@ RUNS_APT = re.compile(r"(?<![\w./-])apt(?:-get)?(?![\w.-])")
 POSIX_SHELLS = {"sh", "bash", "dash", "ash", "ksh", "zsh"}
 
 
-def apt_through_cache(proxy: str, https_origins: list[str]) -> str:
+def apt_through_cache(proxy: str, https_origins: list[str], direct: Sequence[str] = ()) -> str:
     """Shell lines that put `apt-get` and `apt` wrappers first on the step's PATH, for the
     step's duration: each call of either runs the real one with the fleet cache's options
     (remote/kinds/apt.py proxy_options: the proxy, and the host's sources as read right then,
     its HTTPS repositories that the cache serves written as http://). The step's own command is
     left as written, so recipes do not change; a wrapper is one file in a temporary folder
     removed when the step ends."""
-    prelude, opts = proxy_options(proxy, https_origins)
+    prelude, opts = proxy_options(proxy, https_origins, direct)
     wrapper = f"{prelude}\"$real\"{opts} \"$@\"\n"
     return (
         "gpuprov_apt=$(mktemp -d) || exit 1\n"
@@ -63,7 +63,8 @@ class Shell(Kind[None]):
     def through_cache(self, args: Args, route: CacheRoute) -> Args:
         shell = str(args.get("executable") or "/bin/sh").rsplit("/", 1)[-1]
         if route.apt_proxy and shell in POSIX_SHELLS and self.fetches_with(args):
-            cache: dict[str, Any] = {"proxy": route.apt_proxy, "https": list(route.apt_https)}
+            cache: dict[str, Any] = {"proxy": route.apt_proxy, "https": list(route.apt_https),
+                                     "direct": list(route.apt_direct)}
             args = dict(args, _apt_cache=cache)
         return args
 
@@ -74,7 +75,8 @@ class Shell(Kind[None]):
         parts = []
         cache = args.get("_apt_cache")
         if cache:
-            parts.append(apt_through_cache(cache["proxy"], cache["https"]).rstrip("\n"))
+            parts.append(apt_through_cache(cache["proxy"], cache["https"],
+                                           cache.get("direct") or ()).rstrip("\n"))
         if args["chdir"]:
             parts.append(f"cd {q(args['chdir'])} || exit 1")
         env = {}
