@@ -71,6 +71,10 @@ def test_a_dribbling_host_fails_alone_and_the_recap_is_printed(farm, work, inven
     assert re.search(r"^honest .* passed \(1 checks\)$", recap, re.M), recap
     assert re.search(rf"^slow .* not validated: {re.escape(reason)}", recap, re.M), recap
     assert "Traceback" not in result.out + result.err
+    # the silent host is not asked for its stack manifest after that (it would hold the recap
+    # up to the manifest's own timeout more): its run log says why there is none
+    log = next((work / "logs" / "slow").glob("*/provision.log")).read_text()
+    assert f"stack manifest not recorded: validation {reason}" in log, log
 
 
 def _stop_leftover(pidfile: Path) -> None:

@@ -122,6 +122,9 @@ class HostSession:
         # their answers: saves a round trip when the run changes nothing.
         self.ride_along: list[str] = []
         self.ride_along_answers: dict[str, Probe] = {}
+        # Why the host stopped answering in time during the job ("" : it did not): what is
+        # left of the run (the stack manifest) does not ask such a host again.
+        self.stalled = ""
 
     # ------------------------------------------------------------------ a job from start to end
     def run_job(self, job: Job) -> HostResult:

@@ -84,6 +84,11 @@ def record(session: HostSession, dest: Path, early: Optional[Probe] = None) -> O
         if manifest is not None and python and \
                 manifest["environment"] != str(PurePosixPath(python).parent.parent):
             manifest = None  # the recipe names another python than the host remembered
+    if manifest is None and session.stalled:
+        # asked again, a host that went silent holds the fleet's recap up to TIMEOUT_S more
+        # (a dribbling host: 65 s instead of 5 s with timeouts.idle 5)
+        session.log.event(f"stack manifest not recorded: {session.stalled}")
+        return None
     if manifest is None:
         manifest = _ask(session, python)
     if manifest is None:

@@ -128,6 +128,7 @@ class Validate:
                                    idle_timeout=idle_bound(timeouts.idle, args), on_output=lines)
         except CommandTimeout as exc:
             lines.flush()
+            session.stalled = f"validation {exc}"
             session.conclude(Outcome(OUTCOME, f"not validated: {exc}", False))
             log.event(f"validate {exc}")
             return
