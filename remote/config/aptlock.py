@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
+from .lockfile import read_lock_text
 
 MAX_APT_LOCK_BYTES = 1024 * 1024   # a CUDA toolkit's closure is a few hundred lines
 _NAME = r"[a-z0-9][a-z0-9+.-]*"     # Debian policy 5.6.1 (Package)
@@ -82,13 +83,4 @@ def parse_apt_lock(text: str, path: Path) -> AptLock:
 
 def read_apt_lock(path: Path) -> AptLock:
     """Read and parse the apt lock at `path` (InputError when missing, too big or malformed)."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_APT_LOCK_BYTES:
-            raise InputError(f"the apt lock is {size} bytes, over {MAX_APT_LOCK_BYTES}", path)
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("no such apt lock file", path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read the apt lock: {exc}", path) from None
-    return parse_apt_lock(text, path)
+    return parse_apt_lock(read_lock_text(path, "apt lock", MAX_APT_LOCK_BYTES), path)

@@ -100,15 +100,21 @@ def parse_lock(text: str, path: Path) -> LockFile:
     return lock
 
 
-def read_lock(path: Path) -> LockFile:
-    """Read and parse the lock at `path` (InputError when missing, too big or malformed)."""
+def read_lock_text(path: Path, what: str, max_bytes: int) -> str:
+    """The text of the `what` ("lock", "apt lock") at `path`; InputError when it is missing,
+    over `max_bytes` or unreadable."""
     try:
         size = path.stat().st_size
-        if size > MAX_LOCK_BYTES:
-            raise InputError(f"the lock is {size} bytes, over {MAX_LOCK_BYTES}", path)
-        text = path.read_text(encoding="utf-8")
+        if size > max_bytes:
+            raise InputError(f"the {what} is {size} bytes, over {max_bytes}", path)
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError("no such lock file (`gpuprov lock` makes it; README, \"Locks\")", path) from None
+        raise InputError(f"no such {what} file (`gpuprov lock` makes it; README, \"Locks\")",
+                         path) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read the lock: {exc}", path) from None
-    return parse_lock(text, path)
+        raise InputError(f"cannot read the {what}: {exc}", path) from None
+
+
+def read_lock(path: Path) -> LockFile:
+    """Read and parse the lock at `path` (InputError when missing, too big or malformed)."""
+    return parse_lock(read_lock_text(path, "lock", MAX_LOCK_BYTES), path)
