@@ -270,13 +270,21 @@ def test_apt_lock_holds_the_versions_it_names(host, repo, tmp_path):
     assert "\ncuda-toolkit-13-0=13.0.2-1 " in text and "\ncudnn9-cuda-13=9.13.0.50-1 " in text, text
     assert f"# index: {repo.url}/{repo.repo_path}/Packages\n" in text     # no Packages.gz here
     repo.publish([toolkit("13.0.3-1"), cudnn("9.14.0.64-1")])
-    root_sh(host, "dpkg --purge cuda-toolkit-13-0 >/dev/null && apt-get update -q >/dev/null", timeout=120)
+    root_sh(host, "dpkg --purge cuda-toolkit-13-0 cudnn9-cuda-13 >/dev/null && apt-get update -q >/dev/null",
+            timeout=120)
 
-    run = provision(host, tmp_path, CUDA, repo)         # no lock for this repository shipped
+    # no lock for this repository shipped: both steps install the newest, the notice shows once
+    (tmp_path / "unlocked").mkdir()
+    both = write_yaml(tmp_path / "unlocked" / "both.yaml", {"name": "toolkit and cuDNN", "steps": [
+        {"include": str(CUDA)}, {"include": str(CUDNN)}]})
+    run = provision(host, tmp_path, both, repo)
     assert run.rc == 0, run
-    assert installed(host, "cuda-toolkit-13-0") == {"cuda-toolkit-13-0": "13.0.3-1"}
-    assert [w for w in run.host.get("warnings", []) if w.startswith(
-        "CUDA toolkit 13.0: unlocked: no apt lock locks/apt-")], run.host
+    assert installed(host, "cuda-toolkit-13-0", "cudnn9-cuda-13") == {
+        "cuda-toolkit-13-0": "13.0.3-1", "cudnn9-cuda-13": "9.14.0.64-1"}
+    assert [w for w in run.host.get("warnings", []) if "unlocked" in w] == [w for w in run.host[
+        "warnings"] if w.startswith("CUDA toolkit 13.0: unlocked: no apt lock locks/apt-")], run.host
+    assert len(run.host["warnings"]) == 1, run.host["warnings"]
+    assert run.steps["cuDNN 9 for CUDA 13.0"]["message"].startswith("unlocked: no apt lock"), run.steps
 
     run = provision(host, tmp_path, CUDA, repo, apt_locks=str(locks))
     assert run.rc == 0 and run.status("CUDA toolkit 13.0") == "changed", run
@@ -285,8 +293,10 @@ def test_apt_lock_holds_the_versions_it_names(host, repo, tmp_path):
     runs = sorted((tmp_path / "logs" / HOST).iterdir(), key=lambda p: p.stat().st_mtime)
     manifest = json.loads((runs[-1] / "stack.json").read_text())      # what the run recorded
     assert {"name": "cuda-toolkit-13-0", "version": "13.0.2-1"} in manifest["apt"], manifest["apt"]
+    run = provision(host, tmp_path, CUDNN, repo, apt_locks=str(locks))  # 9.14 put back to 9.13
+    assert run.rc == 0 and run.status("cuDNN 9 for CUDA 13.0") == "changed", run
     before = len(repo.requests)
-    for recipe in (CUDA, CUDNN):        # cuDNN: the locked 9.13.0.50-1 is already there
+    for recipe in (CUDA, CUDNN):        # both at their locked versions now
         run = provision(host, tmp_path, recipe, repo, apt_locks=str(locks))
         assert (run.rc, run.host["changed"]) == (0, 0), run.host["steps"]
     assert repo.requests[before:] == []

@@ -125,6 +125,7 @@ class HostSession:
         # Why the host stopped answering in time during the job ("" : it did not): what is
         # left of the run (the stack manifest) does not ask such a host again.
         self.stalled = ""
+        self._warned: set[str] = set()  # `warn(once=...)` keys already shown
 
     # ------------------------------------------------------------------ a job from start to end
     def run_job(self, job: Job) -> HostResult:
@@ -263,8 +264,15 @@ class HostSession:
             if name in values:
                 self.redact.add(str(values[name]))
 
-    def warn(self, text: str) -> None:
-        """A warning for this host: shown, logged, and kept in its result."""
+    def warn(self, text: str, once: str = "") -> None:
+        """A warning for this host: shown, logged, and kept in its result. With `once`, the
+        first warning of that key is shown and kept, later ones only logged (the same notice
+        from several steps: every apt step of a host whose apt lock is missing)."""
+        if once and once in self._warned:
+            self.log.event(f"warning (shown once): {text}")
+            return
+        if once:
+            self._warned.add(once)
         self.reporter.warning(self.host.name, text)
         self.log.event(f"warning: {text}")
         self.result.warnings.append(text)

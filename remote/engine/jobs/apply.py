@@ -270,8 +270,8 @@ class _HostApply:
                 if not ok:
                     result.status, result.message = StepStatus.FAILED, message
                     return
-                if command.warning:
-                    session.warn(f"{result.name}: {command.warning}")
+                if command.warning:  # shown once per host; each step keeps it as its message
+                    session.warn(f"{result.name}: {command.warning}", once=command.warning)
                     result.message = command.warning
             elif isinstance(command, RebootAndWait):
                 result.status, result.message = reboot_and_wait(session, command.timeout)
