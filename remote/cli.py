@@ -231,6 +231,15 @@ def logs(host: Optional[str], inventory: str, logs_dir: str = "logs",
         return fail_input(exc)
     if list_hosts:
         return print_hosts(hosts, sys.stdout)
+    # A cluster's validation runs on its nodes, in a folder each task removes; every validate
+    # run brings the nodes' results home itself: the login node has nothing to pull.
+    for cluster in (h for h in hosts if h.slurm):
+        print(f"{cluster.name}: a Slurm cluster: each `gpuprov validate --host {cluster.name}` "
+              f"brings its nodes' results home ({logs_dir}/<node>/<run>/); nothing to pull "
+              "from the login node")
+    hosts = [h for h in hosts if not h.slurm]
+    if not hosts:
+        return EXIT_OK
     return _execute(inv, hosts, "logs", PullLogs(Path(logs_dir)), {}, 16, Outputs(), False,
                     logs_dir, write_logs=False)
 

@@ -17,6 +17,7 @@ from remote.cluster.job import LABELLER, LINE_PIECE, JobOutput, job_command
 from remote.cluster.nodes import parse_nodes, plan_nodes
 from remote.config.inventory import load_inventory
 from remote.errors import InputError
+from tests.conftest import invoke
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 
@@ -243,3 +244,17 @@ def test_a_bad_slurm_key_is_one_line_naming_the_file_and_line(tmp_path, slurm, m
     text = str(caught.value)
     assert message in text and text.startswith(f"{inventory}:5: "), text
     assert "\n" not in text
+
+
+def test_logs_of_a_cluster_says_where_its_nodes_logs_are(tmp_path):
+    """`gpuprov logs --host hpc1`: the login node has nothing to pull (each validate run brings
+    the nodes' results home), so it is not contacted (nothing listens at its address), and
+    says where they are."""
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text("hosts:\n  hpc1:\n    address: 127.0.0.9\n    port: 9\n"
+                         "    slurm: {partition: gpu}\n")
+    result = invoke("logs", "--host", "hpc1", "--inventory", str(inventory), cwd=tmp_path)
+    assert result.rc == 0, result.out + result.err
+    assert result.out.strip() == (
+        "hpc1: a Slurm cluster: each `gpuprov validate --host hpc1` brings its nodes' results "
+        "home (logs/<node>/<run>/); nothing to pull from the login node")
