@@ -31,7 +31,7 @@ from .engine.jobs.validate import SUITES, Validate
 from .engine.results import HostResult, StepStatus, write_json
 from .engine.run import Run, RunInterrupted, RunOptions
 from .engine.session import layered_vars
-from .errors import InputError
+from .errors import InputError, Unreachable
 from .exitcodes import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_STEP_FAILED, EXIT_UNREACHABLE, EXIT_VALIDATION_FAILED
 from .fileio import write_atomic
 from .kinds import KINDS, Kind
@@ -108,7 +108,24 @@ def load_for_run(inventory_path: str, selection: Optional[str], recipe_path: Opt
     """`load_and_check`, and what must be true on this machine to contact the hosts."""
     checked = load_and_check(inventory_path, selection, recipe_path, extra_vars, limit)
     check_key_files(checked[1])
+    resolve_cache_address(checked[0])
     return checked
+
+
+def resolve_cache_address(inventory: Inventory) -> None:
+    """The fleet reaches the cache at its host's address unless `cache.address` says otherwise:
+    an ssh_config alias (`Host cachebox` + `HostName 10.0.0.5`) means nothing on the fleet's
+    hosts, so the address ssh_config gives it is used (as ssh would connect to it)."""
+    cache = inventory.cache
+    if cache is None or cache.address_given:
+        return
+    from .transport.sshconfig import resolve  # reads ~/.ssh/config: only for a run
+
+    try:
+        address = resolve(inventory.hosts[cache.host]).address
+    except Unreachable:
+        return  # the cache host's connection says what is wrong with ~/.ssh/config
+    inventory.cache = dataclasses.replace(cache, address=address)
 
 
 @dataclasses.dataclass

@@ -232,3 +232,26 @@ def test_half_a_cache_is_used_and_the_other_half_warned(farm, work, inventory, p
         "fleet cache h1: apt-cacher-ng does not answer, apt goes to the origin"]
     assert f"--index-url http://127.0.0.1:{pypi_port}/root/pypi/+simple/" in result.out
     assert " via http" not in result.out
+
+
+def test_a_cache_host_named_by_an_ssh_config_alias_is_reached_at_its_hostname(work):
+    """`cache: cachebox` where cachebox is an ~/.ssh/config alias: the fleet's hosts do not read
+    this machine's ssh_config, so the address they are given (the `cache_address` recipes
+    see, where apt and pip are pointed) is the alias's HostName; an explicit `cache.address`
+    still wins. The cache host is not contacted: the step fetches nothing."""
+    from tests.test_cli import gpuprov
+
+    home = work / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text("Host cachebox\n  HostName 192.0.2.15\n")
+    rec = write_yaml(work / "r.yaml", {"name": "where", "steps": [
+        {"name": "cache address", "shell": "echo cache at {{ cache_address }}",
+         "changed_when": False}]})
+    for cache, shown in (("cachebox", "cache at 192.0.2.15"),
+                         ({"host": "cachebox", "address": "10.1.2.3"}, "cache at 10.1.2.3")):
+        inv = write_yaml(work / "inv.yaml", {
+            "hosts": {"cachebox": {}, "here": {"connection": "local"}}, "cache": cache})
+        result = gpuprov("provision", "-i", str(inv), "--recipe", str(rec), "--host", "here",
+                         "-v", "--no-validate", cwd=work, home=home)
+        assert result.rc == 0, result.out + result.err
+        assert f"here | {shown}" in " ".join(result.out.split()), result.out

@@ -59,6 +59,10 @@ class CacheSettings:
     reach: str = "auto"
     apt_port: int = 3142    # apt-cacher-ng's default port (its acng.conf: Port:3142)
     pypi_port: int = 3141   # devpi-server's default port (devpi-server --port, default 3141)
+    # False when `address` is the cache host's own (no cache.address): an ssh_config alias
+    # there is resolved to its HostName before the run (remote/cli.py), since the fleet hosts
+    # do not read this machine's ~/.ssh/config.
+    address_given: bool = True
 
 
 @dataclass

@@ -174,7 +174,8 @@ def _load_cache(data: YamlMap, hosts: dict[str, Host]) -> CacheSettings | None:
             why = " (apt-cacher-ng 3.7.4 cannot listen above it)" if key == "apt_port" else ""
             raise spec.at(key).error(f"cache.{key} must be a number from 1 to {top}{why}")
         ports[key] = port
-    return CacheSettings(host=name, address=address, reach=reach, **ports)
+    return CacheSettings(host=name, address=address, reach=reach,
+                         address_given="address" in spec, **ports)
 
 
 def _resolve_path(value: str, inventory_path: Path) -> Path:
