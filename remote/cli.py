@@ -23,7 +23,7 @@ from .config.recipe import Recipe, check_names, load_recipe
 from .config.templating import check_vars
 from .engine.facts import FACT_NAMES, FACTS
 from .engine.jobs import Job
-from .engine.jobs.apply import ApplyRecipe
+from .engine.jobs.apply import ApplyRecipe, Then
 from .engine.jobs.gather import GatherFacts
 from .engine.jobs.logs import PullLogs
 from .engine.jobs.manifest import RecordStack
@@ -201,11 +201,18 @@ def provision(host: Optional[str], recipe: str, inventory: str, check: bool = Fa
     if list_hosts:
         return print_hosts(hosts, outputs.stream)
     rec = _steps(rec, parse_tags(tags), parse_tags(skip_tags), sys.stderr)
-    then = (Validate(suite, Path(logs_dir))
-            if validate and rec.validate and not check else None)
+    then: Optional[Then] = (Validate(suite, Path(logs_dir))
+                            if validate and rec.validate and not check else None)
+    expand = None
+    if isinstance(then, Validate) and any(h.slurm for h in hosts):
+        # a cluster's login node is provisioned, then its nodes validated through Slurm
+        from .cluster.slurm import SlurmValidate
+
+        then = cluster_job = SlurmValidate(then)
+        expand = cluster_job.with_nodes
     job = RecordStack(ApplyRecipe(rec, None, then), Path(logs_dir))
     return _execute(inv, hosts, rec.name, job, extra_vars, forks_n,
-                    outputs, ask_become_pass, logs_dir, check=check)
+                    outputs, ask_become_pass, logs_dir, check=check, expand=expand)
 
 
 def validate(host: Optional[str], inventory: str, suite: str = "quick",

@@ -110,6 +110,33 @@ def test_nodes_that_pass_exit_0_and_are_not_drained(cluster, run):
     assert cluster.reservations() == []
 
 
+def test_provision_of_a_cluster_validates_its_nodes_through_slurm(cluster, tmp_path, capsys):
+    """`gpuprov provision --host hpc1`: the recipe runs on the login node, then the partition's
+    nodes are validated as `validate --host hpc1` does (before, the login node itself was
+    validated over SSH, and a login node has no GPU)."""
+    from remote import cli
+
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({"hosts": {"hpc1": {
+        "connection": "local", "slurm": {"partition": "debug", "conf": str(cluster.conf)},
+        "vars": {"validate_args": passing(cluster)}}}}, sort_keys=False))
+    recipe = tmp_path / "login.yaml"
+    recipe.write_text(f"name: login node\nsteps:\n  - name: mark\n"
+                      f"    file: {{path: {tmp_path}/provisioned, content: \"x\\n\"}}\n")
+    json_path, logs = tmp_path / "result.json", tmp_path / "logs"
+    rc = cli.provision(host="hpc1", recipe=str(recipe), inventory=str(inventory),
+                       json_path=str(json_path), logs_dir=str(logs))
+    out = capsys.readouterr()
+    assert rc == 0, out.out + out.err
+    assert (tmp_path / "provisioned").read_text() == "x\n"
+    hosts = json.loads(json_path.read_text())["hosts"]
+    assert hosts["hpc1"]["changed"] == 1
+    assert all(hosts[n]["validation"].startswith("passed") for n in cluster.nodes), hosts
+    run_id = run_id_of(logs)
+    assert sorted(json.loads((logs / "hpc1" / run_id / "slurm.json").read_text())["nodes"]) \
+        == cluster.nodes
+
+
 def test_drain_failed_drains_with_the_reason_and_leaves_an_admins_drain_alone(cluster, run):
     cluster.drain("n2", "admin: fan 3 replaced")
     rc, out, err, data, logs = run(vars_={"validate_args": "--checks system"},

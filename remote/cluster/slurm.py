@@ -130,6 +130,14 @@ class SlurmValidate:
                 self._input_errors.append(exc)
             session.conclude(Outcome(OUTCOME, f"bad input: {exc}", False))
 
+    def run(self, session: HostSession) -> None:
+        """The same after `provision`'s recipe (its context is built): a cluster's login node
+        validates the nodes through Slurm, any other host over SSH."""
+        if session.host.slurm is None:
+            self.inner.run(session)
+        else:
+            self(session)
+
     def with_nodes(self, results: dict[str, HostResult]) -> dict[str, HostResult]:
         """The run's results with each cluster's node rows after its own; raises the first
         `InputError` a cluster found (an unknown partition or node: exit status 2)."""

@@ -15,7 +15,7 @@ import difflib
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 from ...config.recipe import Recipe, Step, facts_used
 from ...config.templating import evaluate, fact_dependent_vars, names_in, render_shell, render_text, resolve_vars
@@ -26,7 +26,7 @@ from ..probes import batch_script, in_one_write, parse_batch
 from ..results import StepResult, StepStatus
 from ..session import HostSession, facts_read_by_vars, union
 from .reboot import reboot_and_wait
-from .validate import Validate, remember_python
+from .validate import remember_python
 
 KindStep = Step[Kind[Any]]  # a recipe's step with gpuprov's own kinds
 
@@ -51,11 +51,21 @@ class _Prepared:
 DIFF_MAX_BYTES = 256 * 1024  # --diff reads at most this much of a file on the host
 
 
+class Then(Protocol):
+    """What runs on a host after its recipe succeeded: a validation (jobs/validate.py
+    `Validate`, or the Slurm route's `SlurmValidate` for a cluster's login node)."""
+
+    @property
+    def outcome(self) -> Optional[str]: ...
+
+    def run(self, session: HostSession) -> None: ...
+
+
 class ApplyRecipe:
     """The `provision` job: `recipe`'s steps selected by `tags`, then `validate` if given."""
 
     def __init__(self, recipe: Recipe[Kind[Any]], tags: Optional[set[str]] = None,
-                 validate: Optional[Validate] = None):
+                 validate: Optional[Then] = None):
         self.recipe = recipe
         self.tags = tags
         self.validate = validate
