@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from validate import actions, driver_errors, health, xid_catalog
+from validate import actions, driver_errors, health, slurm_node, xid_catalog
 from validate.checks import fabric
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,7 +35,7 @@ def test_real_kernel_logs_get_their_verdict_and_action(case):
     findings, worst = judge_text("\n".join(case["lines"]) + "\n")
     assert findings, case["source"]
     assert worst == case["action"], [f["what"] for f in findings]
-    assert ("sick" if actions.is_sick(worst) else "healthy") == case["verdict"]
+    assert ("sick" if any(f["sick"] for f in findings) else "healthy") == case["verdict"]
 
 
 def test_the_three_cases_of_the_issue_in_their_quoted_forms():
@@ -73,7 +73,11 @@ def test_every_xid_of_the_catalog_has_a_row_and_an_action():
     assert set(r[0] for r in xid_catalog.ROWS if not r[3]) <= set(driver_errors.UNBUCKETED_ACTION)
     # the catalog's own words for the Xids the old sick list missed
     assert driver_errors.catalog_action(95)[0] == driver_errors.catalog_action(140)[0] == "reset the GPU"
-    assert driver_errors.catalog_action(63)[0] == "none"  # a remapping event: IGNORE in the catalog
+    assert driver_errors.catalog_action(63)[0] == "none"  # a remapping event: IGNORE in the catalog ...
+    # ... but the driver's line says "reset gpu to activate": reset the GPU, deferred (issue 30)
+    [f63] = driver_errors.judge(driver_errors.parse("NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: "
+                                                    "New row marked for remapping, reset gpu to activate."))
+    assert (f63["action"], f63["sick"]) == ("reset the GPU", False)
 
 
 def test_recovery_action_words_of_the_driver():
@@ -136,20 +140,71 @@ def test_health_fails_the_issue_cases_with_their_action(tmp_path, name):
     assert p.stdout.rstrip().endswith("[action: %s]" % case["action"]), p.stdout
 
 
-def test_health_reads_nvidia_smi_health_with_actions(tmp_path):
-    # the H100 capture with its Remapped Rows block replaced by the one gpud PR 80 quotes
-    # (Uncorrectable Error 4, Pending Yes): two real captures spliced, nothing typed
+H100_HEALTHY = ("8 GPU(s) NVIDIA H100 80GB HBM3, driver 590.48.01; %s since boot; no NVSwitch seen here, "
+                "8 of 8 GPU(s) in the NVLink fabric")
+
+
+@pytest.mark.parametrize("block", ["smi_q_remapped_rows_pending_gpud80.txt", "smi_q_remapped_rows_pending_stas00.txt"])
+def test_a_pending_row_remap_passes_with_the_action_reset_the_gpu(tmp_path, block):
+    """Issue 30, point 5: "Remapped Rows ... Pending: Yes" needs a reset, yet NVIDIA lets new work
+    start meanwhile: exit 0, and the line and results.json name the action.  The H100 capture with
+    its Remapped Rows block replaced by a real one (gpud PR 80; stas00's A100): nothing typed."""
     q = open(os.path.join(FIX, "h100_590_smi_q.txt")).read()
-    block = open(os.path.join(FIX, "smi_q_remapped_rows_pending_gpud80.txt")).read()
     old = ("    Remapped Rows\n        Correctable Error                              : 0\n"
            "        Uncorrectable Error                            : 0\n"
            "        Pending                                        : No\n")
     assert old in q
-    (tmp_path / "q.txt").write_text(q.replace(old, block))
+    (tmp_path / "q.txt").write_text(q.replace(old, open(os.path.join(FIX, block)).read()))
+    out = tmp_path / "out"
+    p = run_health(tmp_path, "--kernel-log", kernel_log(tmp_path, []), "--out", str(out),
+                   env={"FAKE_SMI_Q": str(tmp_path / "q.txt"), "FAKE_SMI_GPUS": "8"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout == ("gpuprov health: healthy [action: reset the GPU, deferred]: GPU 0: row remapping pending, "
+                        "a GPU reset activates it; " + H100_HEALTHY % "0 Xid, 0 SXid line(s)" + "\n")
+    doc = json.loads((out / "results.json").read_text())
+    assert (doc["ok"], doc["action"], doc["deferred_action"]) == (True, None, "reset the GPU")
+    system = [c for c in doc["checks"] if c["name"] == "system"][0]
+    assert (system["status"], system["action"], system["deferred_action"]) == ("pass", None, "reset the GPU")
+    assert {"what": "warning: GPU 0: row remapping pending, a GPU reset activates it", "action": "reset the GPU",
+            "fails": False} in system["findings"]
+
+
+def test_xid_63_passes_with_the_action_reset_the_gpu_and_validate_log_says_so(tmp_path):
+    """Issue 30, point 5: the driver's "reset gpu to activate" (a real A100 line) is a deferred
+    reset, not "none" and not sick."""
+    case = [c for c in CASES if c["name"] == "xid63_row_remap_pending"][0]
+    out = tmp_path / "out"
+    p = run_health(tmp_path, "--expect-gpus", "8", "--out", str(out),
+                   "--kernel-log", kernel_log(tmp_path, case["lines"]))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.startswith("gpuprov health: healthy [action: reset the GPU, deferred]: GPU PCI:0000:10:1c: "
+                               "Xid 63 (GPU memory remapping event), 1 time(s); process ? (pid 1896) "), p.stdout
+    assert p.stdout.endswith("; " + H100_HEALTHY % "1 Xid, 0 SXid line(s)" + "\n"), p.stdout
+    doc = json.loads((out / "results.json").read_text())
+    assert (doc["ok"], doc["action"], doc["deferred_action"]) == (True, None, "reset the GPU")
+    from validate import core, output
+    results = []
+    for c in doc["checks"]:
+        r = core.Result(c["name"], c["required"])
+        r.status, r.findings = c["status"], c["findings"]
+        results.append(r)
+    log = output.render_log(doc, results)
+    assert "operator's action, when the GPUs are idle (new work may start meanwhile): reset the GPU" in log
+
+
+@pytest.mark.skipif(not NO_DRIVER_HERE, reason="asserts the behaviour of a machine without an NVIDIA driver")
+def test_xid_79_in_the_kernel_log_is_sick_even_with_no_nvidia_smi(tmp_path):
+    """Issue 30, point 3: the GPU fell off the bus and nvidia-smi is gone: the kernel's words
+    outrank the missing tool, the node is sick with the Xid's action (not "could not check")."""
+    case = [c for c in CASES if c["name"] == "xid79_fallen_off_the_bus"][0]
+    p = run_health(tmp_path, "--kernel-log", kernel_log(tmp_path, case["lines"]), path="/usr/bin:/bin")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert p.stdout.startswith("gpuprov health: sick: GPU PCI:0000:44:00: Xid 79 (GPU has fallen off the bus)")
+    assert p.stdout.endswith("[action: reboot the node]\n"), p.stdout
+
+
+def test_health_reads_nvidia_smi_health_with_actions(tmp_path):
     clean = kernel_log(tmp_path, [])
-    p = run_health(tmp_path, "--kernel-log", clean, env={"FAKE_SMI_Q": str(tmp_path / "q.txt")})
-    assert p.returncode == 1
-    assert p.stdout == "gpuprov health: sick: GPU 0: row remapping pending [action: reset the GPU]\n"
     # a GPU missing: sick, reboot
     p = run_health(tmp_path, "--kernel-log", clean, "--expect-gpus", "8", env={"FAKE_SMI_GPUS": "7"})
     assert (p.returncode, p.stdout) == (1, "gpuprov health: sick: nvidia-smi lists 7 GPUs, expected 8 "
@@ -237,29 +292,83 @@ def test_fabric_manager_is_found_by_its_process(tmp_path):
 
 
 def test_slurm_reason_is_printable_prefixed_and_cut():
-    r = health.slurm_reason("sick: GPU 0: row remapping pending\n\x1b[31m" + "x" * 400 + " [action: reset the GPU]")
+    r = slurm_node.slurm_reason("sick: GPU 0: row remapping pending\n\x1b[31m" + "x" * 400 + " [action: reset the GPU]")
     assert r.startswith("gpuprov health: sick: GPU 0: row remapping pending??[31mxxx")
-    assert len(r) == health.SLURM_REASON_MAX and all(" " <= ch <= "~" for ch in r)
+    assert len(r) == slurm_node.SLURM_REASON_MAX and all(" " <= ch <= "~" for ch in r)
     # the action survives the cut: it moves up front
-    r = health.slurm_reason("sick: GPU 0: " + "y" * 400 + " [action: reset the GPU]", "reset the GPU")
+    r = slurm_node.slurm_reason("sick: GPU 0: " + "y" * 400 + " [action: reset the GPU]", "reset the GPU")
     assert r.startswith("gpuprov health: sick [action: reset the GPU]: GPU 0: yyy")
 
 
 def test_scontrol_gets_the_configless_slurm_conf_when_it_has_no_other():
-    only = {health.SLURM_CONF_CONFIGLESS}
-    assert health.slurm_env({"SLURMD_NODENAME": "n1"}, only.__contains__) == {
+    only = {slurm_node.SLURM_CONF_CONFIGLESS}
+    assert slurm_node.slurm_env({"SLURMD_NODENAME": "n1"}, only.__contains__) == {
         "SLURMD_NODENAME": "n1", "SLURM_CONF": "/run/slurm/conf/slurm.conf"}
-    both = {health.SLURM_CONF_DEFAULT, health.SLURM_CONF_CONFIGLESS}
-    assert "SLURM_CONF" not in health.slurm_env({}, both.__contains__)  # scontrol reads /etc/slurm itself
-    assert health.slurm_env({"SLURM_CONF": "/x"}, only.__contains__)["SLURM_CONF"] == "/x"
+    both = {slurm_node.SLURM_CONF_DEFAULT, slurm_node.SLURM_CONF_CONFIGLESS}
+    assert "SLURM_CONF" not in slurm_node.slurm_env({}, both.__contains__)  # scontrol reads /etc/slurm itself
+    assert slurm_node.slurm_env({"SLURM_CONF": "/x"}, only.__contains__)["SLURM_CONF"] == "/x"
+
+
+# `scontrol show node n1` of Slurm 22.05.8 (tests/slurm_cluster.py's cluster): an idle node, and
+# the same node after `scontrol update nodename=n1 state=drain reason="fan 3 failing, do not resume"`
+IDLE_NODE = """NodeName=n1 Arch=x86_64 CoresPerSocket=1
+   CPUAlloc=0 CPUEfctv=2 CPUTot=2 CPULoad=0.87
+   AvailableFeatures=(null)
+   ActiveFeatures=(null)
+   Gres=gpu:2
+   NodeAddr=127.0.0.1 NodeHostName=localhost Port=27110 Version=22.05.8
+   RealMemory=1000 AllocMem=0 FreeMem=18414 Sockets=2 Boards=1
+   State=IDLE ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A
+   Partitions=debug,gpu
+   BootTime=2026-11-27T00:35:45 SlurmdStartTime=2026-11-27T00:42:12
+   LastBusyTime=2026-11-27T00:42:12
+   CfgTRES=cpu=2,mem=1000M,billing=2
+   AllocTRES=
+   CapWatts=n/a
+   CurrentWatts=0 AveWatts=0
+   ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s
+
+"""
+ADMIN_DRAINED = IDLE_NODE.replace("State=IDLE ", "State=IDLE+DRAIN ").replace(
+    "ExtSensorsTemp=n/s\n", "ExtSensorsTemp=n/s\n   Reason=fan 3 failing, do not resume [root@2026-11-27T00:42:12]\n")
+
+
+def test_scontrol_show_node_is_read_for_state_and_reason():
+    assert slurm_node.parse_show_node(IDLE_NODE) == (frozenset(["IDLE"]), "")
+    assert slurm_node.parse_show_node(ADMIN_DRAINED) == (frozenset(["IDLE", "DRAIN"]), "fan 3 failing, do not resume")
+    down = ADMIN_DRAINED.replace("State=IDLE+DRAIN", "State=DOWN*+DRAIN")
+    assert slurm_node.parse_show_node(down)[0] == frozenset(["DOWN", "DRAIN"])
+    assert slurm_node.parse_show_node("Node gpu-7 not found\n") is None
+
+
+@pytest.mark.parametrize("healthy,state,reason,todo", [
+    # NHC's rule (mej/nhc helpers/node-mark-offline, node-mark-online), with our prefix
+    (False, "IDLE", "", "drain"),
+    (False, "MIXED", "", "drain"),
+    (False, "IDLE+DRAIN", "fan 3 failing, do not resume", None),      # an admin's drain: kept
+    (False, "IDLE+DRAIN", "", None),                                  # offline with no note: NHC leaves it
+    (False, "DOWN+NOT_RESPONDING", "Not responding", None),           # Slurm's own
+    (False, "IDLE+DRAIN", "gpuprov 20261101T000000.000Z-0000: stress: GPU 0 slow", None),  # a full run's
+    (False, "IDLE+DRAIN", "gpuprov health: could not check: no NVIDIA driver", "drain"),  # ours: updated
+    (True, "IDLE+DRAIN", "gpuprov health: sick [action: reset the GPU]: GPU 0", "resume"),
+    (True, "MIXED+DRAIN", "gpuprov health: could not check: xid", "resume"),
+    (True, "IDLE+DRAIN", "fan 3 failing, do not resume", None),
+    (True, "IDLE+DRAIN", "gpuprov 20261101T000000.000Z-0000: stress: GPU 0 slow", None),
+    (True, "IDLE", "", None),
+])
+def test_drain_and_resume_follow_nhc_rule(healthy, state, reason, todo):
+    assert slurm_node.plan(healthy, frozenset(state.split("+")), reason)[0] == todo
 
 
 def test_slurm_drain_calls_scontrol_with_the_finding(tmp_path):
-    # a stand-in scontrol that records its argv (no slurmctld here: the real-daemon test is
-    # the Slurm work's); found through PATH like on a login shell
+    # a stand-in scontrol that answers `show node` for an idle node (IDLE_NODE) and records the
+    # argv of an update (no slurmctld here: tests/test_slurm_cluster.py has the real daemons);
+    # found through PATH like on a login shell
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text("#!/bin/sh\nprintf '%s\\n' \"$@\" > " + str(tmp_path / "argv") + "\n")
+    (tmp_path / "idle.txt").write_text(IDLE_NODE)
+    (bin_dir / "scontrol").write_text("#!/bin/sh\nif [ \"$1\" = show ]; then exec cat %s; fi\n"
+                                      "printf '%%s\\n' \"$@\" > %s\n" % (tmp_path / "idle.txt", tmp_path / "argv"))
     (bin_dir / "scontrol").chmod(0o755)
     case = [c for c in CASES if c["name"] == "xid154_gpu_reset_required"][0]
     p = run_health(tmp_path, "--slurm-drain", "--kernel-log", kernel_log(tmp_path, case["lines"]),
@@ -268,7 +377,7 @@ def test_slurm_drain_calls_scontrol_with_the_finding(tmp_path):
     argv = (tmp_path / "argv").read_text().splitlines()
     assert argv[:3] == ["update", "nodename=gpu-7", "state=drain"]
     assert argv[3].startswith("reason=gpuprov health: sick [action: reset the GPU]: GPU PCI:0000:0b:00: Xid 154")
-    assert len(argv[3]) == len("reason=") + health.SLURM_REASON_MAX
+    assert len(argv[3]) == len("reason=") + slurm_node.SLURM_REASON_MAX
     assert "drained gpu-7" in p.stderr
     # healthy: no drain
     (tmp_path / "argv").unlink()
@@ -290,7 +399,7 @@ def test_slurm_drain_finds_scontrol_without_path(tmp_path):
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
     assert p.returncode in (1, 3), p.stdout + p.stderr  # no nvidia-smi without PATH: could not check or sick
     assert "scontrol not found" not in p.stderr
-    assert "drain of gpu-7" in p.stderr or "drained gpu-7" in p.stderr, p.stderr
+    assert "reading the state of gpu-7 failed" in p.stderr, p.stderr
 
 
 def _world_python():

@@ -5,11 +5,16 @@ from least to most disruptive, so a scheduler or a person can act on it.
 
 A finding whose action is ``reset the GPU`` or worse makes the node *sick*
 (the GPU must not take new work until that is done); ``none`` and ``restart
-the job`` are notes: the GPU itself is fine.  The words match NVIDIA's recovery
-actions (the driver's Xid 154 text and NVML's nvmlGpuRecoveryAction_t: None,
-GPU Reset Required, Node Reboot Required; docs.nvidia.com/deploy/
-a100-gpu-mem-error-mgmt "Error Recovery and Response Flags") plus the two
-ends NVIDIA's Xid catalog uses (RESTART_APP; CONTACT_SUPPORT / RMA).
+the job`` are notes: the GPU itself is fine.  One exception, NVIDIA's own: a
+row remap waiting for the next reset (Xid 63, ``nvidia-smi -q`` "Remapped
+Rows ... Pending: Yes").  Its action is reset the GPU, yet the finding does
+not fail: the node passes, with the action *deferred* (``deferred``).
+
+The words match NVIDIA's recovery actions (the driver's Xid 154 text and
+NVML's nvmlGpuRecoveryAction_t: None, GPU Reset Required, Node Reboot
+Required; docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt "Error Recovery and
+Response Flags") plus the two ends NVIDIA's Xid catalog uses (RESTART_APP;
+CONTACT_SUPPORT / RMA).
 """
 
 from __future__ import annotations
@@ -42,6 +47,20 @@ def worst(actions: Iterable[str | None]) -> str | None:
 
 def is_sick(action: str | None) -> bool:
     return action in SICK
+
+
+def deferred(findings: Iterable[dict[str, object]]) -> str | None:
+    """The action a node that passes still needs: the most disruptive action
+    of reset the GPU or worse among findings that do not fail (results.json
+    ``deferred_action``).  A pending row remap: "row-remapping will happen at
+    the next GPU reset ... Even with the flag set, unaffected applications can
+    continue running ... and new workloads can be launched" (docs.nvidia.com/
+    deploy/a100-gpu-mem-error-mgmt/error-recovery-and-response-flags.html);
+    NVML's nvmlDeviceGetRemappedRows: "A reset will be required to actually
+    remap the row"; Meta's gcm calls a pending remap CRITICAL (facebookresearch
+    .github.io/gcm, health_checks check-nvidia-smi row_remap): so the reset is
+    named, and the node keeps taking work until it is idle."""
+    return worst(str(f["action"]) for f in findings if not f.get("fails") and is_sick(str(f["action"])))
 
 
 def of_recovery_text(text: str | None) -> str:

@@ -171,6 +171,11 @@ class Result(object):
         """The most disruptive action among the findings that fail the check."""
         return actions.worst(f["action"] for f in self.findings if f["fails"])
 
+    def deferred_action(self):
+        """The action a finding that does not fail still needs (a pending row remap: reset the
+        GPU), or None."""
+        return actions.deferred(self.findings)
+
     def note(self, line):
         """A line for the details section of validate.log."""
         self.details.append(line)
@@ -207,6 +212,7 @@ class Result(object):
             "warnings": list(self.warnings),
             "waived": self.waived if self.status == SKIP and not self.required else None,
             "action": self.action(),
+            "deferred_action": self.deferred_action(),
             "findings": list(self.findings),
         }
 

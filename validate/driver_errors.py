@@ -22,7 +22,11 @@ words, most specific first:
 4. Application errors, the list NVIDIA's k8s-device-plugin leaves the GPU
    healthy for (13, 31, 43, 45, 68: internal/rm/health.go
    applicationErrorXids), are notes that name the process: restart the job.
-5. Otherwise the catalog's immediate action for the number
+5. Xid 63, "Row Remapper: New row marked for remapping, reset gpu to
+   activate.": the driver asks for a reset, though the catalog's bucket is
+   IGNORE.  Reset the GPU, *deferred*: the finding does not fail the node
+   (validate/actions.py ``deferred`` gives NVIDIA's and NVML's words).
+6. Otherwise the catalog's immediate action for the number
    (validate/xid_catalog.py; bucket -> action in BUCKET_ACTION).
 
 SXid: the NVSwitch driver logs ``nvidia-nvswitchN: SXid (PCI:...): NNNNN,
@@ -44,6 +48,8 @@ from .xid_catalog import CATALOG_VERSION as CATALOG_VERSION  # re-exported: chec
 # "Application errors: the GPU should still be healthy".
 APPLICATION_XIDS = frozenset([13, 31, 43, 45, 68])
 NVLINK5_XIDS = frozenset(range(144, 151))
+# A row remap waits for the next GPU reset (rule 5): reset the GPU, but new work may start.
+REMAP_PENDING_XIDS = frozenset([63])
 
 # Catalog "Resolution Bucket (Immediate Action)" -> our action.  RESET_GPU,
 # RESTART_BM (bare metal) and RESTART_VM say it themselves; WORKFLOW_XID_48
@@ -195,7 +201,15 @@ def action_of(event: dict[str, Any]) -> tuple[str, str]:
         return act, "caused by previous Xid %d (%s; %s)" % (cause, name_of(cause), why)
     if xid in APPLICATION_XIDS:
         return actions.RESTART_JOB, "application error (k8s-device-plugin list)"
+    if xid in REMAP_PENDING_XIDS:
+        return actions.RESET_GPU, "driver: reset gpu to activate the remap; new work may start meanwhile"
     return catalog_action(xid)
+
+
+def fails(xid: int, action: str) -> bool:
+    """Whether an Xid finding with ``action`` makes the node sick: reset the GPU or worse,
+    except a pending row remap, whose reset may wait (rule 5)."""
+    return actions.is_sick(action) and xid not in REMAP_PENDING_XIDS
 
 
 def _who(pids: Iterable[str | None], procs: Iterable[str | None]) -> str:
@@ -237,7 +251,7 @@ def judge(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             g["pci"], g["xid"], name_of(g["xid"]), extra, g["count"], _who(g["pids"], g["procs"]),
             g["why"], g["last"])
         out.append({"what": what, "action": g["action"], "why": g["why"], "xid": g["xid"], "pci": g["pci"],
-                    "count": g["count"], "last": g["last"], "sick": actions.is_sick(g["action"])})
+                    "count": g["count"], "last": g["last"], "sick": fails(g["xid"], g["action"])})
     return out
 
 

@@ -194,9 +194,11 @@ def assess_gpu(rec: dict[str, Any]) -> tuple[list[tuple[str, str]], list[tuple[s
 
     Actions (validate/actions.py), from docs.nvidia.com/deploy/
     a100-gpu-mem-error-mgmt "Error Recovery and Response Flags":
-    uncorrected (double-bit) ECC errors since boot and a pending row remap
-    are fixed by the next GPU reset ("row-remapping will happen at the next
-    GPU reset"), a pending page retirement (pre-Ampere) likewise; a row
+    uncorrected (double-bit) ECC errors since boot are fixed by the next GPU
+    reset, a pending page retirement (pre-Ampere) likewise; a pending row
+    remap too ("row-remapping will happen at the next GPU reset"), but "new
+    workloads can be launched" meanwhile: a warning whose action is reset the
+    GPU, deferred (validate/actions.py ``deferred``), not a problem; a row
     remapping failure is an RMA case ("RMA Policy Thresholds for
     Row-Remapping").  Lifetime (aggregate) uncorrected errors and retired
     pages are history the remapping already handled: warnings, action none.
@@ -212,7 +214,7 @@ def assess_gpu(rec: dict[str, Any]) -> tuple[list[tuple[str, str]], list[tuple[s
                          actions.RESET_GPU))
     rr = rec["remapped_rows"]
     if rr.get("pending"):
-        problems.append(("%s: row remapping pending" % label, actions.RESET_GPU))
+        warnings.append(("%s: row remapping pending, a GPU reset activates it" % label, actions.RESET_GPU))
     if rr.get("failure"):
         problems.append(("%s: row remapping failure occurred" % label, actions.DRAIN_RMA))
     rp = rec["retired_pages"]

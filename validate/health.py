@@ -14,44 +14,36 @@ Exit status: 0 healthy, 1 sick (a finding whose action the line names),
 2 bad command line, 3 could not check (no NVIDIA driver and no
 ``--expect-gpus``, or a kernel log it may not read, and nothing sick).
 
-``--slurm-drain``: when the verdict is sick or could-not-check and
-``SLURMD_NODENAME`` is set (Slurm's HealthCheckProgram and Prolog/Epilog
-run with it), drain that node with the finding and its action as the reason.
+``--slurm-drain``: when ``SLURMD_NODENAME`` is set (Slurm's
+HealthCheckProgram and Prolog/Epilog run with it), drain that node with the
+finding and its action as the reason when the verdict is sick or
+could-not-check, and resume it when healthy again, by LBNL NHC's rule: a node
+drained for a reason it did not set is left alone (validate/slurm_node.py).
+
+A healthy node may still need an action that can wait for its GPUs to be idle
+(a pending row remap: reset the GPU): its line says so, ``healthy [action: reset
+the GPU, deferred]: ...``, exit 0, and results.json has it as
+``deferred_action``.
 """
 
 import argparse
 import datetime
 import os
-import re
 import shutil
 import sys
 import tempfile
 import time
 
-from . import actions, host, output
+from . import actions, host, output, slurm_node
 from .core import FAIL, SKIP, SPECS, Context, run_check
 
 HEALTHY, SICK, UNCHECKED = 0, 1, 3
 USAGE = 2
 HEALTH_CHECKS = ("system", "xid", "fabric")
-PREFIX = "gpuprov health: "
-# Slurm documents no length for a node's reason that we could find; sinfo -R
-# prints it in a 20-column field by default.  Ours: 200 characters keep the
-# finding and its action (**unsourced**).
-SLURM_REASON_MAX = 200
-# Where scontrol lives on the usual installs (Debian/Ubuntu /usr/bin, source
-# builds /usr/local/bin, OpenHPC / Bright /opt/slurm/bin, some sites sbin):
-# Slurm starts HealthCheckProgram with no PATH (shared/research/slurm.md, the project's research notes).
-SCONTROL_DIRS = ("/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin", "/opt/slurm/bin",
-                 "/opt/slurm/sbin", "/bin", "/sbin")
+PREFIX = slurm_node.PREFIX
 DRIVER_PROC = "/proc/driver/nvidia/version"
-# Configless Slurm caches what slurmd fetched and links it at /run/slurm/conf
-# (docs.aws.amazon.com/pcs/latest/userguide/slurm-configuration: "creates a
-# symbolic link to them at /run/slurm/conf"); the packaged default is
-# /etc/slurm/slurm.conf, which scontrol reads by itself.
-SLURM_CONF_DEFAULT = "/etc/slurm/slurm.conf"
-SLURM_CONF_CONFIGLESS = "/run/slurm/conf/slurm.conf"
-
+# how the checks word a finding that does not fail (system's notices, xid's): not repeated in the line
+NOTE_WORDS = ("warning: ", "reported, not failed: ")
 
 class UsageError(Exception):
     pass
@@ -99,11 +91,24 @@ def driver_loaded(proc_version=DRIVER_PROC):
         return None
 
 
+def _sick(findings):
+    """(SICK, line, action) for failing findings: the first of the worst action names it."""
+    act = actions.worst(f["action"] for f in findings)
+    first = next(f for f in findings if f["action"] == act)
+    return SICK, "sick: %s [action: %s]" % (first["what"], act), act
+
+
 def verdict(results, opts, driver_line):
     """(exit code, one line without the prefix, action or None)."""
     by = dict((r.name, r) for r in results)
     system = by["system"]
     smi = (system.figures.get("nvidia_smi") or {}).get("path")
+    if smi is None:
+        # the kernel's own words outrank a missing tool: Xid 79 ("GPU has fallen off the
+        # bus") in the log and no nvidia-smi is a sick node, not one that could not be checked
+        kernel = [f for f in by["xid"].findings if f["fails"]] if by["xid"].status == FAIL else []
+        if kernel:
+            return _sick(kernel)
     no_driver = smi is None and driver_line is None
     if no_driver:
         if opts.expect_gpus == 0:
@@ -117,10 +122,8 @@ def verdict(results, opts, driver_line):
     failed = [r for r in results if r.status == FAIL]
     if failed:
         findings = [f for r in failed for f in r.findings if f["fails"]]
-        act = actions.worst(f["action"] for f in findings)
-        first = next((f for f in findings if f["action"] == act), None)
-        if first is not None:
-            return SICK, "sick: %s [action: %s]" % (first["what"], act), act
+        if findings:
+            return _sick(findings)
         r = failed[0]
         return SICK, "sick: %s: %s" % (r.name, r.reason), None
     # a skip that leaves something unchecked (the kernel log not readable) has a
@@ -133,63 +136,20 @@ def verdict(results, opts, driver_line):
     names = sorted(set(g.get("name") or "?" for g in gpus))
     xid = by["xid"].figures
     fab = by["fabric"]
-    return HEALTHY, "healthy: %d GPU(s) %s, driver %s; %d Xid, %d SXid line(s) since boot%s" % (
+    summary = "%d GPU(s) %s, driver %s; %d Xid, %d SXid line(s) since boot%s" % (
         len(gpus), "/".join(names), gpus[0].get("driver_version") if gpus else "-",
         len(xid.get("events") or []), len(xid.get("sxids") or []),
-        "; " + fab.summary if fab.status != SKIP else ""), None
-
-
-def find_scontrol():
-    path = shutil.which("scontrol")
-    if path:
-        return path
-    for d in SCONTROL_DIRS:
-        cand = os.path.join(d, "scontrol")
-        if os.access(cand, os.X_OK):
-            return cand
-    return None
-
-
-def slurm_reason(line, action=None):
-    """The drain reason: our prefix and the line, the action moved up front so
-    the cut never loses it ("gpuprov health: sick [action: reset the GPU]:
-    GPU ..."), printable ASCII, cut."""
-    tail = " [action: %s]" % action
-    if action and line.endswith(tail):
-        word, _, rest = line[:-len(tail)].partition(": ")
-        line = "%s [action: %s]: %s" % (word, action, rest)
-    text = re.sub(r"[^\x20-\x7e]", "?", PREFIX + line)
-    return text[:SLURM_REASON_MAX]
-
-
-def slurm_env(environ, exists=os.path.exists):
-    """The environment for scontrol: ours, plus SLURM_CONF pointing at the
-    configless cache when neither SLURM_CONF nor the default file is there
-    (HealthCheckProgram gets no SLURM_CONF)."""
-    env = dict(environ)
-    if not env.get("SLURM_CONF") and not exists(SLURM_CONF_DEFAULT) and exists(SLURM_CONF_CONFIGLESS):
-        env["SLURM_CONF"] = SLURM_CONF_CONFIGLESS
-    return env
-
-
-def slurm_drain(node, line, stream, action=None):
-    """Drain ``node`` with ``line`` as the reason; True when scontrol said yes."""
-    scontrol = find_scontrol()
-    if scontrol is None:
-        stream.write("validate --health: cannot drain %s: scontrol not found in PATH or %s\n"
-                     % (node, ", ".join(SCONTROL_DIRS)))
-        return False
-    # a list, no shell: the reason reaches Slurm as it is, quotes would become
-    # part of it (nebius/soperator PR 2955)
-    reason = slurm_reason(line, action)
-    argv = [scontrol, "update", "nodename=" + node, "state=drain", "reason=" + reason]
-    out = host.run_tool(argv, timeout=30, env=slurm_env(os.environ))
-    if out["error"] or out["rc"] != 0:
-        stream.write("validate --health: drain of %s failed: %s\n"
-                     % (node, out["error"] or (out["stderr"] or out["stdout"]).strip()[:300]))
-        return False
-    stream.write("validate --health: drained %s: %s\n" % (node, reason))
-    return True
+        "; " + fab.summary if fab.status != SKIP else "")
+    later = actions.deferred(f for r in results for f in r.findings)
+    if later is None:
+        return HEALTHY, "healthy: " + summary, None
+    # passes, yet needs an action once its GPUs are idle (a pending row remap): named up front
+    first = next(f for r in results for f in r.findings if not f["fails"] and f["action"] == later)
+    what = first["what"]
+    for note in NOTE_WORDS:
+        if what.startswith(note):
+            what = what[len(note):]
+    return HEALTHY, "healthy [action: %s, deferred]: %s; %s" % (later, what, summary), later
 
 
 def _host_document(results):
@@ -238,8 +198,8 @@ def main(argv, stdout=None, stderr=None):
     stdout.write(PREFIX + line + "\n")
     stdout.flush()
     node = os.environ.get("SLURMD_NODENAME")
-    if opts.slurm_drain and code != HEALTHY and node:
-        slurm_drain(node, line, stderr, act)
+    if opts.slurm_drain and node:
+        slurm_node.gate(node, code == HEALTHY, line, stderr, act)
     return code
 
 

@@ -49,6 +49,8 @@ def results_document(started, elapsed_s, ok, options, host, results):
         "elapsed_s": round(elapsed_s, 3),
         "ok": ok,
         "action": actions.worst(r.action() for r in results if r.status == FAIL),
+        # what a node that passes still needs, its work going on meanwhile (a pending row remap)
+        "deferred_action": actions.worst(r.deferred_action() for r in results),
         "options": options,
         "host": host,
         "checks": [r.to_json() for r in results],
@@ -115,6 +117,9 @@ def render_log(doc, results):
         lines.append("required checks not passed: %s" % ", ".join(failed_req))
     if doc.get("action"):
         lines.append("operator's action: %s" % doc["action"])
+    if doc.get("deferred_action"):
+        lines.append("operator's action, when the GPUs are idle (new work may start meanwhile): %s"
+                     % doc["deferred_action"])
     waived = [r for r in results if r.name in waived_names]
     if waived:
         lines.append("required checks waived (not applicable here): %s"
