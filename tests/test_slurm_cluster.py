@@ -352,3 +352,62 @@ def test_the_health_check_drains_its_node_through_slurmd(tmp_path):
             assert record["reason"].startswith("gpuprov health: could not check"), record
     finally:
         cluster.stop()
+
+
+def health_check(cluster: SlurmCluster, node: str, *args: str) -> subprocess.CompletedProcess:
+    """`validate --health --slurm-drain` on `node` as slurmd starts a HealthCheckProgram: with
+    SLURMD_NODENAME and no PATH (SLURM_CONF given: this cluster's slurm.conf is in no standard
+    place). No GPU here: without `--expect-gpus 0` the node cannot be checked."""
+    log = cluster.dir / "kernel.log"
+    log.touch()
+    return subprocess.run([sys.executable, "-m", "validate", "--health", "--slurm-drain",
+                           "--kernel-log", str(log), *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120,
+                          env={"SLURMD_NODENAME": node, "SLURM_CONF": str(cluster.conf)})
+
+
+def test_the_health_check_leaves_other_drains_alone_and_resumes_only_its_own(cluster):
+    """Issue 30, point 3 (LBNL NHC's rule): an admin's drain and a full run's drain stay as
+    they are whichever way the check goes; the check resumes a node it drained itself."""
+    admin = "admin: maintenance"
+    full_run = "gpuprov 20261101T000000.000Z-0000: stress: GPU 0 too slow"
+    cluster.drain("n1", admin)
+    cluster.drain("n2", full_run)
+    for node in cluster.nodes:  # could not check: only the open node n3 is drained
+        assert health_check(cluster, node).returncode == 3
+    info = cluster.node_info()
+    assert (info["n1"]["reason"], info["n2"]["reason"]) == (admin, full_run)
+    assert "DRAIN" in info["n3"]["state_flags"]
+    assert info["n3"]["reason"].startswith("gpuprov health: could not check: no NVIDIA driver")
+    for node in cluster.nodes:  # healthy (a node without GPUs, as --expect-gpus 0 says)
+        done = health_check(cluster, node, "--expect-gpus", "0")
+        assert done.returncode == 0, done.stdout + done.stderr
+    info = cluster.node_info()
+    assert (info["n1"]["reason"], info["n2"]["reason"]) == (admin, full_run)
+    assert "DRAIN" in info["n1"]["state_flags"] and "DRAIN" in info["n2"]["state_flags"]
+    # (a slurmd slow to answer on a loaded machine may add NOT_RESPONDING: not ours to judge)
+    assert "DRAIN" not in (info["n3"].get("state_flags") or []) and not info["n3"]["reason"]
+    kept = health_check(cluster, "n1")  # says why it did nothing
+    assert ("validate --health: n1 left alone: DRAIN+IDLE for a reason gpuprov health did not "
+            "set (admin: maintenance)\n") == kept.stderr
+
+
+def test_an_admins_drain_survives_the_health_check_and_resume_passed(cluster, run):
+    """Issue 31, item 1, the whole chain: an admin drains n1, the health check runs on it, then
+    `gpuprov validate --drain-failed --resume-passed`: n1 stays drained with the admin's reason.
+    n2, which gpuprov drained and which now passes, is taken back."""
+    admin = "fan 3 failing, do not resume"
+    cluster.drain("n1", admin)
+    cluster.drain("n2", "gpuprov 20261101T000000.000Z-0000: system: no driver")
+    assert health_check(cluster, "n1").returncode == 3  # could not check: no GPU here
+    assert cluster.node_info()["n1"]["reason"] == admin
+    rc, out, err, data, logs = run(vars_={"validate_args": passing(cluster)},
+                                   drain_failed=True, resume_passed=True)
+    assert rc == 0, out + err
+    info = cluster.node_info()
+    assert "DRAIN" in info["n1"]["state_flags"] and info["n1"]["reason"] == admin
+    assert data["hosts"]["n1"]["validation"].startswith("skipped")
+    assert "DRAIN" not in (info["n2"].get("state_flags") or [])
+    assert data["hosts"]["n2"]["validation"].endswith("(resumed)")
+    assert cluster.reservations() == []
+
