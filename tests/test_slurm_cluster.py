@@ -411,3 +411,27 @@ def test_an_admins_drain_survives_the_health_check_and_resume_passed(cluster, ru
     assert data["hosts"]["n2"]["validation"].endswith("(resumed)")
     assert cluster.reservations() == []
 
+
+def test_a_drain_an_admin_sets_during_the_run_is_kept_and_not_resumed_later(cluster, run,
+                                                                           tmp_path):
+    """Issue 31, item 1, the remote side: an admin drains n1 while its validation runs (here
+    from n1's own task, as root, before validate starts). n1 fails, and --drain-failed must
+    not write gpuprov's reason over the admin's: the next --resume-passed would take it back."""
+    admin = "fan 3 failing, do not resume"
+    wrapper = tmp_path / "adminpy"
+    wrapper.write_text("#!/bin/sh\nif [ \"$SLURMD_NODENAME\" = n1 ]; then\n"
+                       f"  scontrol update nodename=n1 state=drain reason='{admin}'\nfi\n"
+                       "exec python3 \"$@\"\n")
+    wrapper.chmod(0o755)
+    rc, out, err, data, logs = run(vars_={"validate_python": str(wrapper),
+                                          "validate_args": "--checks system"}, drain_failed=True)
+    assert rc == EXIT_VALIDATION_FAILED, out + err
+    info = cluster.node_info()
+    assert "DRAIN" in info["n1"]["state_flags"] and info["n1"]["reason"] == admin
+    assert f"left alone, drained by someone else meanwhile: {admin}" in out
+    for node in ("n2", "n3"):  # gpuprov's own drains go on as before
+        assert info[node]["reason"].startswith(f"gpuprov {run_id_of(logs)}: system: ")
+    rc, out, err, data, logs = run(vars_={"validate_args": passing(cluster)}, resume_passed=True)
+    info = cluster.node_info()
+    assert "DRAIN" in info["n1"]["state_flags"] and info["n1"]["reason"] == admin
+    assert all("DRAIN" not in (info[n].get("state_flags") or []) for n in ("n2", "n3"))

@@ -101,8 +101,16 @@ def parse_each_node(out: str) -> dict[str, tuple[int, str]]:
 
 
 def drain_command(node: str, reason: str) -> str:
-    return (f"scontrol update nodename={shlex.quote(node)} state=drain "
-            f"reason={shlex.quote(reason)}")
+    """Drain `node` with `reason`, unless someone else drained it meanwhile (an admin during
+    the run): a reason that is not gpuprov's is never overwritten, as LBNL NHC does not
+    "overwrite notes which were not placed by NHC" (github.com/mej/nhc,
+    helpers/node-mark-offline). Else a later --resume-passed would take the admin's node for
+    gpuprov's. Such a node is left alone: the command says so and fails."""
+    node_q = shlex.quote(node)
+    return (f"held=$(scontrol show node {node_q} | sed -n 's/^ *Reason=//p'); "
+            f"case \"$held\" in ''|{shlex.quote(GPUPROV_PREFIX)}*) "
+            f"scontrol update nodename={node_q} state=drain reason={shlex.quote(reason)};; "
+            f"*) echo \"left alone, drained by someone else meanwhile: $held\"; false;; esac")
 
 
 def resume_command(nodes: list[str]) -> str:
