@@ -154,6 +154,22 @@ def test_a_pulled_provision_log_cannot_replace_the_control_sides(host, tools, wo
     assert f"run {run.name} on {name}" in log and "every step ok" not in log
 
 
+@pytest.mark.parametrize("control_file", ["stack.json", "slurm.json"])
+def test_a_pulled_stack_manifest_cannot_stand_in_for_the_control_sides(host, tools, work,
+                                                                      control_file):
+    """stack.json is the stack the control side gathered from the host (`gpuprov report`
+    compares it across the fleet), slurm.json a cluster run's record: a host's archive could
+    carry either, and 100 KB of "[" in its stack.json took `gpuprov report` down for the whole
+    fleet (RecursionError)."""
+    name, inventory = host
+    answer(tools, RUN1, {"results.json": json.dumps({"checks": [], "ok": True}).encode(),
+                         control_file: b"[" * 100_000})
+    result = invoke("logs", "--host", name, "--inventory", str(inventory), cwd=work)
+    assert result.rc == 3, result.out + result.err
+    assert f"{control_file}, which only the control side writes" in result.out, result.out
+    assert tree(work / "logs") == {name: None}, "nothing stored"
+
+
 def ten_gib_of_zeros() -> bytes:
     """A 10 MiB archive of one 10 GiB file of zeros (gzip members back to back)."""
     info = tarfile.TarInfo("./bench_torch.log")
