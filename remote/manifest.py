@@ -118,7 +118,9 @@ print(json.dumps({
 def _text(value: Any, what: str, pattern: re.Pattern[str] | None = None) -> str:
     if value is None:
         return ""
-    if not isinstance(value, str) or len(value) > MAX_TEXT or any(ord(c) < 32 for c in value):
+    if not isinstance(value, str) or len(value) > MAX_TEXT or \
+            any(ord(c) < 32 or 0xD800 <= ord(c) <= 0xDFFF for c in value):
+        # a lone surrogate (a JSON "\udc80" escape) is no text: no encoding can write it
         raise ManifestError(f"{what} is not a short line of text")
     if value and pattern is not None and not pattern.fullmatch(value):
         raise ManifestError(f"{what} {value!r} is not a valid name")
@@ -166,6 +168,8 @@ def parse(raw: bytes) -> dict[str, Any]:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ManifestError(f"not JSON: {str(exc)[:100]}") from None
+    except RecursionError:  # the decoder recurses once per level: 100 KB of "[" is enough
+        raise ManifestError("not JSON: nested too deeply") from None
     return check(data)
 
 

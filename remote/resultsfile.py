@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +87,44 @@ def read_results(path: Path) -> ResultsFile:
     if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
         raise UnusableFile("checks", "'checks' is not a list of objects: skipped")
     warnings = []
+    if _LONE_SURROGATE_ESCAPE.search(text) and _replace_lone_surrogates(data):
+        warnings.append("lone surrogate escapes (like \\udc80: no text) shown as U+FFFD")
     if data.get("schema") not in SCHEMAS:
         warnings.append(f"schema {data.get('schema')!r} is not 1 or 2; reading what matches")
     return ResultsFile(data, warnings)
+
+
+# What may make a lone surrogate: a JSON escape of one (the text itself was decoded with
+# errors="replace", so it holds none). A cheap test before walking the whole document.
+_LONE_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _replace_lone_surrogates(data: dict[str, Any]) -> bool:
+    """Replace every lone surrogate in `data`'s keys and strings with U+FFFD, in place (no
+    encoder can write one: a report or a terminal would fail on it). True when any was found.
+    A loop, not recursion: the document may be as deep as the decoder allowed."""
+    found = False
+
+    def fixed(text: str) -> str:
+        nonlocal found
+        new, count = _SURROGATE.subn("\ufffd", text)
+        found = found or count > 0
+        return new
+
+    def cleaned(value: Any) -> Any:
+        if isinstance(value, str):
+            return fixed(value)
+        pending.append(value)  # a dict or a list is cleaned in its turn (others are numbers)
+        return value
+
+    pending: list[Any] = [data]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            pairs = list(node.items())
+            node.clear()
+            node.update((fixed(key), cleaned(value)) for key, value in pairs)
+        elif isinstance(node, list):
+            node[:] = [cleaned(value) for value in node]
+    return found

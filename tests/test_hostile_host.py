@@ -26,6 +26,7 @@ import pytest
 from tests.conftest import REPO, invoke, write_yaml
 from tests.procs import run_python_module_measured
 from tests.sshd import server_with_tools
+from tests.test_report_common import results_json, seed_log, write_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]  # real sshd, started as root
 
@@ -152,6 +153,56 @@ def test_a_pulled_provision_log_cannot_replace_the_control_sides(host, tools, wo
     assert sorted(p.name for p in run.iterdir()) == ["provision.log"]
     log = (run / "provision.log").read_text()
     assert f"run {run.name} on {name}" in log and "every step ok" not in log
+
+
+@pytest.mark.parametrize("control_file", ["stack.json", "slurm.json"])
+def test_a_pulled_stack_manifest_cannot_stand_in_for_the_control_sides(host, tools, work,
+                                                                      control_file):
+    """stack.json is the stack the control side gathered from the host (`gpuprov report`
+    compares it across the fleet), slurm.json a cluster run's record: a host's archive could
+    carry either, and 100 KB of "[" in its stack.json took `gpuprov report` down for the whole
+    fleet (RecursionError)."""
+    name, inventory = host
+    answer(tools, RUN1, {"results.json": json.dumps({"checks": [], "ok": True}).encode(),
+                         control_file: b"[" * 100_000})
+    result = invoke("logs", "--host", name, "--inventory", str(inventory), cwd=work)
+    assert result.rc == 3, result.out + result.err
+    assert f"{control_file}, which only the control side writes" in result.out, result.out
+    assert tree(work / "logs") == {name: None}, "nothing stored"
+
+
+A100 = "NVIDIA A100-SXM4-40GB"
+BENCH = {"alexnet": 1.2, "resnet18": 2.1, "resnet50": 5.0}
+
+
+def test_report_over_a_hostile_hosts_pulled_folder_flags_that_host_only(host, tools, work):
+    """The host's results.json names a check with a lone surrogate (the JSON escape
+    "\\udc80"): `gpuprov report` died writing report.html (UnicodeEncodeError), and neither
+    the report nor the Prometheus file was written for anyone. Now that file is the host's
+    problem, named, and the fleet is reported."""
+    name, inventory = host
+    results = json.loads(results_json(A100, BENCH))
+    results["checks"].append({"name": "nccl\udc80", "status": "fail", "required": True,
+                              "reason": "all\udc80reduce"})
+    answer(tools, RUN1, {"results.json": json.dumps(results).encode(),
+                         "bench_torch.log": seed_log(BENCH).encode()})
+    result = invoke("logs", "--host", name, "--inventory", str(inventory), cwd=work)
+    assert result.rc == 0, result.out + result.err
+    assert (work / "logs" / name / RUN1 / "results.json").is_file()
+    for honest, factor in (("gpu-a", 1.0), ("gpu-b", 1.01), ("gpu-c", 1.4)):
+        scaled = {model: ms * factor for model, ms in BENCH.items()}
+        write_run(work / "logs", honest, RUN1, seed_log(scaled), results_json(A100, scaled))
+    result = invoke("report", "--logs", "logs", "--out", "out", "--prometheus", "fleet.prom",
+                    cwd=work)
+    assert result.rc == 0, result.out + result.err
+    shown = f"{name}/{RUN1}/results.json: lone surrogate escapes (like \\udc80: no text) shown as U+FFFD"
+    assert shown in result.out, result.out
+    assert "SLOW HOST gpu-c" in result.out and f"{name}: FAILED nccl\ufffd" in result.out
+    page = (work / "out" / "report.html").read_text(encoding="utf-8")
+    assert shown in page and "SLOW HOST gpu-c" in page and "nccl\ufffd" in page
+    metrics = (work / "fleet.prom").read_text(encoding="utf-8")
+    assert f'gpuprov_check_passed{{check="nccl\ufffd",host="{name}"}} 0.0' in metrics
+    assert 'gpuprov_validation_ok{host="gpu-a",run="%s"} 1.0' % RUN1 in metrics
 
 
 def ten_gib_of_zeros() -> bytes:

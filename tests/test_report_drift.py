@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from tests.test_report import A100, BASE, report_of, scaled
+from tests.test_report import A100, BASE, read_csv, report_of, scaled
 from tests.test_report_common import results_json, seed_log, write_run
 
 RUNTIME = "nvidia-cuda-runtime"
@@ -127,3 +127,61 @@ def test_hostile_manifests_are_skipped_with_the_reason(tmp_path):
     assert problems["schema"] == "stack manifest skipped: not a stack manifest of schema 1"
     assert problems["control"] == "stack manifest skipped: kernel is not a short line of text"
     assert "\x1b" not in text
+
+
+def test_bidi_overrides_and_control_characters_in_a_manifest_show_escaped(tmp_path):
+    """A manifest's version may hold C1 controls, DEL and bidi overrides (the manifest refuses
+    only C0): report.html kept them, so "580.95.05" could display where another version was.
+    Now the page shows each as its escape and the text as "?"."""
+    logs = tmp_path / "logs"
+    write_stack(logs, "gpu1", "r1", manifest())
+    write_stack(logs, "gpu2", "r1", manifest())
+    forged = "\u202e50.59.085\u202c\x85\x7f"  # shows as "580.95.05" right to left
+    write_stack(logs, "gpu3", "r1", manifest(driver=forged))
+    rc, text, out = report_of(logs, tmp_path)
+    assert rc == 0
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "DRIFT gpu3 driver: \\u202e50.59.085\\u202c\\x85\\x7f (majority 580.95.05" in page
+    line = "DRIFT gpu3 driver: ?50.59.085??? (majority 580.95.05, 2 of 3 hosts)"
+    assert line in text and line in (out / "report.txt").read_text(encoding="utf-8")
+    for shown in (page, text):
+        assert not set(shown) & set("\u202e\u202c\x85\x7f"), "a control character reached the report"
+
+
+def _whole_stack_differs(logs: Path, host: str) -> None:
+    """A host whose driver, CUDA, cuDNN, every package and every apt package has a version of
+    its own: 10,000 items (with manifest()'s 3 packages, the manifest's most of each)."""
+    write_stack(logs, host, "r1", manifest(
+        driver=f"580+{host}", cuda=f"13.0+{host}", cudnn=f"9.28+{host}",
+        packages={f"pkg{i:05d}": f"1.{i}+{host}" for i in range(4997)},
+        apt=[{"name": f"deb{i:05d}", "version": f"2.{i}+{host}"} for i in range(5000)]))
+
+
+def test_thirty_thousand_drift_items_print_a_line_per_host_and_stay_in_the_files(tmp_path):
+    """Three hosts whose stacks differ in 10,000 items each: the terminal got a DRIFT line per
+    item (30,009 lines, 4.2 MB in the issue) and flags.json 14.6 MB. Now each host gets one
+    line (how many, three of them, where the list is), flags.json lists each host's first
+    100, and drift.csv every item."""
+    logs = tmp_path / "logs"
+    for host in ("gpu1", "gpu2", "gpu3"):
+        _whole_stack_differs(logs, host)
+    rc, text, out = report_of(logs, tmp_path)
+    assert rc == 0
+    drift_lines = [line.strip() for line in text.splitlines() if line.strip().startswith("DRIFT")]
+    assert [line.split(":")[0] for line in drift_lines] == ["DRIFT gpu1", "DRIFT gpu2", "DRIFT gpu3"]
+    assert drift_lines[2] == (
+        "DRIFT gpu3: 10000 stack items differ from its GPU group's (3 hosts), run r1: driver "
+        "580+gpu3 (no majority); cuda 13.0+gpu3 (no majority); cudnn 9.28+gpu3 (no majority); "
+        "... every one in drift.csv")
+    rows = read_csv(out / "drift.csv")
+    assert len(rows) == 1 + 30_000
+    assert ["gpu3", "r1", "apt", "deb04999", "2.4999+gpu3", "", "0", "3"] in rows
+    flags = json.loads((out / "flags.json").read_text())
+    assert [(h["host"], h["items"], h["listed"], h["all_in"]) for h in flags["drift_hosts"]] == [
+        (host, 10_000, 100, "drift.csv") for host in ("gpu1", "gpu2", "gpu3")]
+    assert len(flags["drift"]) == 300
+    sizes = {"terminal": len(text.encode()), "flags.json": (out / "flags.json").stat().st_size,
+             "report.html": (out / "report.html").stat().st_size,
+             "drift.csv": (out / "drift.csv").stat().st_size}
+    print("30,000 drift items:", ", ".join(f"{k} {v:,} bytes" for k, v in sizes.items()))
+    assert sizes["terminal"] < 16_000 and sizes["flags.json"] < 256_000

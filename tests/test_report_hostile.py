@@ -244,3 +244,38 @@ def test_huge_sparse_and_special_files_are_refused_unread(tmp_path):
     peak = int(out.split("VmHWM", 1)[1])
     print(f"report over a 1 GiB sparse results.json: VmHWM {peak} MiB")
     assert peak < PEAK_MIB
+
+
+def test_a_hosts_unreadable_stack_or_results_is_its_problem_and_every_output_is_written(tmp_path):
+    """100 KB of "[" in one host's stack.json (RecursionError) or a lone surrogate in its
+    results.json (UnicodeEncodeError writing report.html) ended the report for every host:
+    neither report.html nor the Prometheus file was written. Now each is that host's problem,
+    named, and the rest of the fleet is reported as before."""
+    from tests.test_report_drift import manifest
+
+    logs = tmp_path / "logs"
+    for host, factor in (("gpu-a", 1.0), ("gpu-b", 1.01), ("gpu-c", 1.4)):
+        scaled = {m: v * factor for m, v in BASE.items()}
+        d = write_run(logs, host, "r1", seed_log(scaled), results_json(A100, scaled))
+        (d / "stack.json").write_text(json.dumps(manifest()))
+    deep = write_run(logs, "deep", "r1", seed_log(BASE), results_json(A100))
+    (deep / "stack.json").write_text("[" * 100_000)
+    results = json.loads(results_json(A100))
+    results["checks"][0]["name"] = "nccl\udc80"
+    odd = write_run(logs, "odd", "r1", seed_log(BASE), json.dumps(results))
+    (odd / "stack.json").write_text(json.dumps(manifest(kernel="6.1\udc80")))
+    terminal = recording_terminal()
+    prom = tmp_path / "fleet.prom"
+    assert run_report(logs, tmp_path / "out", terminal=terminal, prometheus_path=prom) == 0
+    text = printed(terminal)
+    bad = [f"{deep}/stack.json: stack manifest skipped: not JSON: nested too deeply",
+           f"{odd}/stack.json: stack manifest skipped: kernel is not a short line of text",
+           f"{odd}/results.json: lone surrogate escapes (like \\udc80: no text) shown as U+FFFD"]
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    for line in bad:
+        assert line in text.split("SKIPPED / BAD LOGS", 1)[1] and line in page
+    assert "SLOW HOST gpu-c" in text and "SLOW HOST gpu-c" in page
+    assert "odd    r1   ok" in text  # its results are read, the odd name shown as U+FFFD
+    metrics = prom.read_text(encoding="utf-8")
+    assert 'gpuprov_check_passed{check="nccl\ufffd",host="odd"} 1.0' in metrics
+    assert 'gpuprov_validation_ok{host="gpu-a",run="r1"} 1.0' in metrics

@@ -13,6 +13,8 @@ import pytest
 
 from remote.config.inventory import Host, Timeouts
 from remote.errors import Where
+from remote.manifest import MANIFEST_FILE
+from remote.resultsfile import CLUSTER_RECORD
 from remote.transport.local import LocalConnection
 from remote.transport.transfer import PullError, PullLimits, pack, publish_pull, pull
 from tests.conftest import REPO
@@ -166,6 +168,18 @@ def test_a_pulled_provision_log_is_refused(tmp_path, control_log_there):
         publish_pull(forged, dest)
     kept = {RUN1: None, f"{RUN1}/provision.log": b"the control side's record\n"}
     assert _tree(dest.parent) == (kept if control_log_there else {})
+
+
+@pytest.mark.parametrize("control_file", [MANIFEST_FILE, CLUSTER_RECORD])
+def test_a_pulled_stack_manifest_or_cluster_record_is_refused(tmp_path, control_file):
+    """The control side writes stack.json (the stack it gathered from the host, which `gpuprov
+    report` compares across hosts) and a cluster run's slurm.json; a host's archive carrying
+    one was stored as if the control side had written it."""
+    dest = tmp_path / "logs" / "h1" / RUN1
+    forged = _tarball({control_file: b"[" * 100_000, "results.json": b"{}"})
+    with pytest.raises(PullError, match=f"{control_file}, which only the control side writes"):
+        publish_pull(forged, dest)
+    assert _tree(dest.parent) == {}
 
 
 def test_default_caps_stop_a_decompression_bomb_before_writing(tmp_path):

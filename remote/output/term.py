@@ -17,11 +17,16 @@ from typing import TextIO
 _SGR = {"green": "32", "yellow": "33", "cyan": "36", "red": "31", "bold red": "1;31",
         "bold green": "1;32", "bold yellow": "1;33", "dim": "2"}
 # Characters that drive a terminal instead of showing (ESC, CSI and every other C0/C1 control,
-# DEL) and the bidirectional overrides that reorder what is shown ("Trojan Source",
-# CVE-2021-42574, https://trojansource.codes/). Tab and newline are kept by `printable`.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# DEL), the bidirectional overrides that reorder what is shown ("Trojan Source",
+# CVE-2021-42574, https://trojansource.codes/), the invisible marks that reorder digits and
+# punctuation next to them (LRM, RLM and ALM: UAX #9 section 2.6,
+# https://www.unicode.org/reports/tr9/#Implicit_Directional_Marks), and lone surrogates, which
+# no encoding can write (a JSON "\udc80" escape makes one). Tab and newline are kept by
+# `printable`.
+_UNSHOWN = "\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+_CONTROL = re.compile(f"[\x00-\x08\x0b-\x1f{_UNSHOWN}]")
 # The same plus what breaks a line or a column: tab, newline, line and paragraph separators.
-_CONTROL_OR_BREAK = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_CONTROL_OR_BREAK = re.compile(f"[\x00-\x1f\u2028\u2029{_UNSHOWN}]")
 
 
 def printable(text: str) -> str:
@@ -29,6 +34,13 @@ def printable(text: str) -> str:
     kept): what a host sent is shown, never obeyed (a clear screen, an OSC 52 clipboard write,
     a cursor move that paints over a line)."""
     return _CONTROL.sub("?", text)
+
+
+def escaped(text: str) -> str:
+    """`text` with every character `printable` hides shown as its escape instead (``\\x1b``,
+    ``\\u202e``): for a page (HTML), where the reader should see what was there and a
+    column's width does not matter."""
+    return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], text)
 
 
 def printable_line(text: str) -> str:

@@ -39,7 +39,11 @@ directory), files:
 
 - ``merged.csv``     row per model, column per ``host/run`` (``host/run/label`` when a run
                      has several head labels); ``;``-separated, header row, ``-`` = missing.
-- ``flags.json``     machine-readable: outliers, regressions, health, problems, thresholds.
+- ``flags.json``     machine-readable: outliers, regressions, drift (up to 100 items per
+                     host), health, problems, thresholds.
+- ``drift.csv``      every stack item that differs from the host's GPU group, row per host and
+                     item (``;``-separated, header row); the printed report and report.html
+                     give a host with more than 5 one line.
 - ``latency.png``    per-model latency of each host's latest run (log scale, slow hosts red).
 - ``regressions.png`` change of each host's latest run vs its previous run (or baseline).
 - ``report.html``    self-contained (images as data: URIs, inline CSS, no network).
@@ -85,7 +89,8 @@ from pathlib import Path
 from ..output.term import Terminal
 from .analyse import BadInput, Report, build_report
 from .collect import parse_bench_log
-from .export import flags_json, table_csv
+from .drift import DRIFT_CSV
+from .export import drift_csv, flags_json, table_csv
 from .text import paint, render
 
 TEXT_WIDTH = 120  # report.txt's width: a wide terminal's, so its tables need few parts
@@ -150,11 +155,13 @@ def write_outputs(report: Report, out_dir: Path) -> dict[str, Path]:
     paths = {
         "csv": out_dir / "merged.csv",
         "json": out_dir / "flags.json",
+        "drift_csv": out_dir / DRIFT_CSV,
         "latency_png": out_dir / "latency.png",
         "regressions_png": out_dir / "regressions.png",
         "html": out_dir / "report.html",
     }
     paths["csv"].write_text(table_csv(report.table), encoding="utf-8")
+    paths["drift_csv"].write_text(drift_csv(report.drift), encoding="utf-8")
     # Strict JSON (RFC 8259 has no Infinity or NaN): collect keeps every figure finite, and a
     # figure that is not would stop here rather than be written for other tools to choke on.
     paths["json"].write_text(json.dumps(flags_json(report), indent=2, allow_nan=False) + "\n",

@@ -198,7 +198,7 @@ class Report:
                     f"REGRESSION {comp.host} {r.name}: {fmt_ms(r.reference)} -> "
                     f"{fmt_ms(r.value)} ms ({r.pct:+.1f}%), run {comp.run_id} vs {comp.base_key}"
                 )
-        lines += [f.describe() for f in self.drift.flags]
+        lines += self.drift.lines()
         return lines
 
 

@@ -5,8 +5,12 @@ most hosts have is the majority; a host with another value is flagged, naming th
 values. Where no value has more hosts than every other (two hosts that differ), each host is
 flagged with the others' value and "no majority".
 
-Manifests are untrusted like every log: read bounded and schema-checked, a bad one is a
-`Problem` and skipped.
+A host with more than `MAX_DRIFT_LINES` items flagged gets one line (how many, a few of them,
+components first, and where the full list is: `DRIFT_CSV` in the report's folder), so a host
+whose whole stack differs (30,000 items across a fleet) cannot bury the other flags.
+
+Manifests are untrusted like every log: read bounded and schema-checked, a bad one (or a folder
+that cannot be listed) is a `Problem` of that host and skipped.
 
 May import: `remote.manifest`, `collect`.
 """
@@ -18,10 +22,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..manifest import MANIFEST_FILE, ManifestError, items, parse
+from ..manifest import COMPONENTS, MANIFEST_FILE, ManifestError, items, parse
 from .collect import MAX_FILE_BYTES, Problem
 
 NOT_INSTALLED = "(not installed)"
+DRIFT_CSV = "drift.csv"  # every item flagged, one row each (written by `export`)
+MAX_DRIFT_LINES = 5  # more items than this on one host: one line for the host
+EXAMPLES = 3         # items named on that line
+MAX_OTHERS = 3       # other values named when no value has a majority
+# The order a host's items are named in: the components (kernel, driver, CUDA...) first.
+_WHAT_ORDER = {what: n for n, what in enumerate(COMPONENTS + ("package", "package-files", "apt"))}
 
 
 @dataclass
@@ -39,9 +49,10 @@ class DriftFlag:
     name: str        # the package's name ("" for a component)
     value: str
     majority: str    # the value most hosts of the group have ("" when no value has the most)
-    others: list[str]  # every other value in the group, most hosts first
+    others: list[str]  # other values in the group, most hosts first: at most MAX_OTHERS
     with_majority: int
     hosts: int
+    other_values: int = 0  # how many other values there are (len(others) when all are kept)
 
     @property
     def item(self) -> str:
@@ -51,8 +62,14 @@ class DriftFlag:
         if self.majority:
             return (f"DRIFT {self.host} {self.item}: {self.value} (majority {self.majority}, "
                     f"{self.with_majority} of {self.hosts} hosts), run {self.run_id}")
+        more = ", ..." if self.other_values > len(self.others) else ""
         return (f"DRIFT {self.host} {self.item}: {self.value} (no majority: "
-                f"{', '.join(self.others)} elsewhere, {self.hosts} hosts), run {self.run_id}")
+                f"{', '.join(self.others)}{more} elsewhere, {self.hosts} hosts), run {self.run_id}")
+
+    def example(self) -> str:
+        """The item in a few words, for a host's summary line."""
+        return f"{self.item} {self.value} " + \
+            (f"(majority {self.majority})" if self.majority else "(no majority)")
 
 
 @dataclass
@@ -60,6 +77,29 @@ class Drift:
     stacks: dict[str, HostStack] = field(default_factory=dict)
     flags: list[DriftFlag] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+
+    def by_host(self) -> dict[str, list[DriftFlag]]:
+        """The flags of each host, in the order of `flags`."""
+        hosts: dict[str, list[DriftFlag]] = {}
+        for flag in self.flags:
+            hosts.setdefault(flag.host, []).append(flag)
+        return hosts
+
+    def lines(self) -> list[str]:
+        """The DRIFT lines: a line per item, or one per host that has more than
+        MAX_DRIFT_LINES (how many, EXAMPLES of them, where the full list is)."""
+        out: list[str] = []
+        for host, mine in self.by_host().items():
+            if len(mine) <= MAX_DRIFT_LINES:
+                out += [f.describe() for f in mine]
+                continue
+            first = sorted(mine, key=lambda f: (_WHAT_ORDER.get(f.what, len(_WHAT_ORDER)),
+                                                f.name))[:EXAMPLES]
+            out.append(f"DRIFT {host}: {len(mine)} stack items differ from its GPU group's "
+                       f"({mine[0].hosts} hosts), run {mine[0].run_id}: "
+                       + "; ".join(f.example() for f in first)
+                       + f"; ... every one in {DRIFT_CSV}")
+        return out
 
     def note(self, host: str) -> str:
         """What a benchmark outlier's line says of its stack."""
@@ -90,13 +130,22 @@ def _read(path: Path) -> bytes:
             os.close(fd)
 
 
+def _folders(path: Path, problems: list[Problem]) -> list[Path]:
+    """The folders in `path` (not hidden), sorted; none, and a problem, when it cannot be listed."""
+    try:
+        return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError as exc:
+        problems.append(Problem(str(path), f"unreadable folder ({exc.strerror or exc}): "
+                                "its stack manifests skipped"))
+        return []
+
+
 def latest_stacks(logs_dir: Path) -> tuple[dict[str, HostStack], list[Problem]]:
     """Each host's latest run with a readable manifest."""
     stacks: dict[str, HostStack] = {}
     problems: list[Problem] = []
-    for host_dir in sorted(p for p in logs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        for run_dir in sorted((p for p in host_dir.iterdir() if p.is_dir() and not p.name.startswith(".")),
-                              reverse=True):
+    for host_dir in _folders(logs_dir, problems):
+        for run_dir in reversed(_folders(host_dir, problems)):
             path = run_dir / MANIFEST_FILE
             if not path.exists() and not path.is_symlink():
                 continue
@@ -122,6 +171,7 @@ def find_drift(logs_dir: Path, groups: dict[str, str]) -> Drift:
         if len(members) < 2:
             continue
         keys = sorted(set().union(*(s.items for s in members)))
+        version_differs: set[tuple[str, str]] = set()  # (host, package) flagged for its version
         for key in keys:
             values = {s.host: s.items.get(key, NOT_INSTALLED) for s in members}
             counts = Counter(values.values()).most_common()
@@ -134,13 +184,14 @@ def find_drift(logs_dir: Path, groups: dict[str, str]) -> Drift:
                 value = values[stack.host]
                 if value == majority:
                     continue
-                if what == "package-files" and any(
-                        f.host == stack.host and f.what == "package" and f.name == name
-                        for f in drift.flags):
+                if what == "package-files" and (stack.host, name) in version_differs:
                     continue  # its version differs already: the files differ with it
+                if what == "package":
+                    version_differs.add((stack.host, name))
                 others = [v for v, _ in counts if v != value]
                 drift.flags.append(DriftFlag(stack.host, stack.run_id, what, name, value,
-                                             majority, others, top_n if majority else 0,
-                                             len(members)))
+                                             majority, others[:MAX_OTHERS],
+                                             top_n if majority else 0, len(members),
+                                             len(others)))
     drift.flags.sort(key=lambda f: (f.host, f.what, f.name))
     return drift

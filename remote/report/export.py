@@ -1,7 +1,9 @@
-"""The machine-readable outputs: ``merged.csv`` (row per model, column per host/run) and
-``flags.json`` (what was flagged, and everything it was decided from).
+"""The machine-readable outputs: ``merged.csv`` (row per model, column per host/run),
+``drift.csv`` (every stack item flagged, row per host and item) and ``flags.json`` (what was
+flagged, and everything it was decided from; of each host's drift, the first
+`DRIFT_DETAIL` items).
 
-May import: `analyse`, `collect`.
+May import: `analyse`, `collect`, `drift`.
 """
 from __future__ import annotations
 
@@ -12,6 +14,12 @@ from typing import Any
 
 from .analyse import ModelRatio, Report, Table
 from .collect import MISSING
+from .drift import DRIFT_CSV, Drift
+
+# Drift items per host in flags.json: every item of an ordinary drift (a torch upgrade by hand
+# changes a few dozen wheels) and a bound on a host whose whole stack differs (5,000 packages
+# and 5,000 apt packages at most, remote/manifest.py); drift.csv holds them all.
+DRIFT_DETAIL = 100
 
 
 def _csv_value(value: float | None) -> str:
@@ -40,6 +48,29 @@ def table_csv(table: Table) -> str:
     for model in table.models:
         writer.writerow([csv_text(model)] + [_csv_value(table.cell(model, c)) for c in table.columns])
     return buf.getvalue()
+
+
+def drift_csv(drift: Drift) -> str:
+    """Every drift item, row per host and item; what comes from a manifest is neutralised."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, delimiter=";", lineterminator="\n")
+    writer.writerow(["host", "run", "what", "name", "value", "majority", "hosts with majority",
+                     "hosts"])
+    for f in drift.flags:
+        writer.writerow([csv_text(f.host), csv_text(f.run_id), f.what, csv_text(f.name),
+                         csv_text(f.value), csv_text(f.majority), f.with_majority, f.hosts])
+    return buf.getvalue()
+
+
+def _drift_json(drift: Drift) -> dict[str, Any]:
+    """flags.json's `drift` (each host's first DRIFT_DETAIL items) and `drift_hosts` (how many
+    items each host has, how many are listed, where all of them are)."""
+    listed, hosts = [], []
+    for host, mine in drift.by_host().items():
+        listed += [{"kind": "drift", **asdict(f)} for f in mine[:DRIFT_DETAIL]]
+        hosts.append({"host": host, "run": mine[0].run_id, "items": len(mine),
+                      "listed": min(len(mine), DRIFT_DETAIL), "all_in": DRIFT_CSV})
+    return {"drift": listed, "drift_hosts": hosts}
 
 
 def flags_json(report: Report) -> dict[str, Any]:
@@ -85,7 +116,7 @@ def flags_json(report: Report) -> dict[str, Any]:
              "passed": [c.name for c in h.passed]}
             for h in report.health
         ],
-        "drift": [{"kind": "drift", **asdict(f)} for f in report.drift.flags],
+        **_drift_json(report.drift),
         "stacks": {h: s.run_id for h, s in report.drift.stacks.items()},
         "problems": [asdict(p) for p in report.problems],
         "notes": report.notes,

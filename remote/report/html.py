@@ -1,17 +1,21 @@
 """The HTML page: ``write_html(report, path, images)`` writes one self-contained page (inline
 CSS, the PNGs as base64 data: URIs, no script, no external reference) with the flags first,
 then bad logs, the merged table, the pictures, the fleet comparison and the health summary.
-Every value is escaped by Jinja2's autoescape.
+Every value is escaped by Jinja2's autoescape, and what would not show as itself (control
+characters, bidirectional overrides and marks, lone surrogates) is shown as its escape
+(``\\u202e``), so a version from a host cannot display as another.
 
-May import: `analyse`, `collect`.
+May import: `remote.output.term`, `analyse`, `collect`.
 """
 from __future__ import annotations
 
 import base64
 from pathlib import Path
+from typing import Any
 
-from jinja2 import Environment
+from jinja2 import Environment, Undefined
 
+from ..output.term import escaped
 from .analyse import Report, SpecFigure, has_label
 from .collect import MISSING, fmt_ms
 
@@ -131,8 +135,16 @@ def _spec(f: SpecFigure) -> str:
     return text
 
 
+def _shown(value: Any) -> Any:
+    """What a `{{ ... }}` shows: numbers as they are, anything else (text, a `Problem`) as text
+    with its unshown characters escaped."""
+    if value is None or isinstance(value, (int, float, Undefined)):
+        return value
+    return escaped(str(value))
+
+
 def write_html(report: Report, path: Path, images: dict[str, Path]) -> Path:
-    env = Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True)
+    env = Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, finalize=_shown)
     regressed = {
         (c.host, c.run_id, r.label, r.model): (f"{r.pct:+.0f}%",
                                                 f"{r.pct:+.1f}% vs {c.base_key}")

@@ -31,9 +31,13 @@ from .base import BaseConnection, CommandResult
 
 COMMIT_FILE = "results.json"
 SKIP = {"__pycache__", ".pytest_cache"}
-# Files the control side itself writes into a run's folder (the engine's run log,
-# logs/<host>/<run>/provision.log): what a host sends never takes their place.
-CONTROL_FILES = frozenset({"provision.log"})
+# Files the control side itself writes into a run's folder: the engine's run log
+# (logs/<host>/<run>/provision.log), the stack manifest it gathered (stack.json: `gpuprov
+# report` compares it across hosts) and a cluster run's record (slurm.json). What a host sends
+# never takes their place, nor stands in for one the control side did not write.
+# Spelled here, as COMMIT_FILE is: transport imports neither owner (remote.manifest's
+# MANIFEST_FILE, remote.resultsfile's CLUSTER_RECORD); tests/test_transfer.py checks they agree.
+CONTROL_FILES = frozenset({"provision.log", "stack.json", "slurm.json"})
 
 
 @dataclass(frozen=True)
