@@ -8,7 +8,7 @@ flagged with the others' value and "no majority".
 Manifests are untrusted like every log: read bounded and schema-checked, a bad one is a
 `Problem` and skipped.
 
-May import: `remote.manifest`, `collect`.
+May import: `remote.stack.manifest`, `remote.runfolder`, `collect`.
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..manifest import MANIFEST_FILE, ManifestError, items, parse
+from ..runfolder import STACK_MANIFEST
+from ..stack.manifest import ManifestError, items, parse
 from .collect import MAX_FILE_BYTES, Problem
 
 NOT_INSTALLED = "(not installed)"
@@ -97,7 +98,7 @@ def latest_stacks(logs_dir: Path) -> tuple[dict[str, HostStack], list[Problem]]:
     for host_dir in sorted(p for p in logs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
         for run_dir in sorted((p for p in host_dir.iterdir() if p.is_dir() and not p.name.startswith(".")),
                               reverse=True):
-            path = run_dir / MANIFEST_FILE
+            path = run_dir / STACK_MANIFEST
             if not path.exists() and not path.is_symlink():
                 continue
             try:

@@ -26,14 +26,12 @@ from typing import BinaryIO, Optional, Union
 
 from ..errors import OutputTooLarge, PullError
 from ..fileio import current_umask
+from ..runfolder import CONTROL_FILES, RESULTS
 from ..runid import is_run_id
 from .base import BaseConnection, CommandResult
 
-COMMIT_FILE = "results.json"
+COMMIT_FILE = RESULTS  # moved into place last: its presence says the pull is whole
 SKIP = {"__pycache__", ".pytest_cache"}
-# Files the control side itself writes into a run's folder (the engine's run log,
-# logs/<host>/<run>/provision.log): what a host sends never takes their place.
-CONTROL_FILES = frozenset({"provision.log"})
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from typing import Any, Optional
 
 from ...errors import CommandTimeout
 from ...kinds import Probe
-from ...manifest import HOST_SCRIPT, MANIFEST_FILE, ManifestError, parse
+from ...runfolder import STACK_MANIFEST, run_dir
+from ...stack.manifest import HOST_SCRIPT, ManifestError, parse
 from ..results import StepStatus
 from ..session import HostSession
 from . import Job
@@ -61,7 +62,7 @@ class RecordStack:
             session.ride_along.append(early)
         self.job(session)
         if self.logs_dir is not None and not session.options.check:
-            record(session, self.logs_dir / session.host.name / session.options.run_id,
+            record(session, run_dir(self.logs_dir, session.host.name, session.options.run_id),
                    session.ride_along_answers.get(early))
 
 
@@ -94,8 +95,8 @@ def record(session: HostSession, dest: Path, early: Optional[Probe] = None) -> O
     if manifest is None:
         return None
     dest.mkdir(parents=True, exist_ok=True)
-    path = dest / MANIFEST_FILE
-    tmp = dest / f".{MANIFEST_FILE}.tmp"
+    path = dest / STACK_MANIFEST
+    tmp = dest / f".{STACK_MANIFEST}.tmp"
     tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     tmp.replace(path)
     session.log.event(f"stack manifest: {len(manifest['packages'])} packages, "
