@@ -1,7 +1,7 @@
 """`invoke validate` on one host against the check's own run time: what the round trip
 (push, run, pull) costs. Part of `python3 -m bench.compare --validate-roundtrip`.
 
-May import: `bench.common`, `bench.peers`, `tests.sshd`, `remote.runfolder`.
+May import: `bench.common`, `bench.peers`, `tests.sshd`, `remote.runfolder`, `remote.exitcodes`.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from remote.exitcodes import EXIT_OK, EXIT_VALIDATION_FAILED
 from remote.runfolder import LOGS_DIR, PROVISION_LOG
 from tests.sshd import SshdFarm
 
@@ -52,8 +53,10 @@ def validate_roundtrip(farm: SshdFarm, work: Path, args) -> dict:
         data = _json_or_none(root / "out.json")
         host = (data or {}).get("hosts", {}).get("h1", {})
         status = host.get("validation", "")
-        if proc.returncode not in (0, 1) or not status or "no readable" in status \
-                or host.get("unreachable"):
+        # a finished round trip: the checks passed (0) or failed (3: this host has no GPU),
+        # its results pulled back either way
+        if proc.returncode not in (EXIT_OK, EXIT_VALIDATION_FAILED) or not status \
+                or "no readable" in status or host.get("unreachable"):
             raise BenchError(f"invoke validate exited {proc.returncode}: {status!r}\n{proc_tail(proc)}")
         trips.append(_count_round_trips(root / LOGS_DIR / "h1"))
         with tempfile.TemporaryDirectory(prefix="gpuprov-validate-own-") as out_dir:
