@@ -10,6 +10,8 @@ from typing import Any
 
 from invoke import Exit, Task, task
 
+from remote.runfolder import LOGS_DIR
+
 INVENTORY = "./inventory.yaml, else ~/.config/gpuprov/inventory.yaml"
 RECIPE = "site.yaml shipped with gpuprov"
 EXIT_INPUT = 2
@@ -177,7 +179,7 @@ def logs(c, host=None, limit=None, inventory=None, list_hosts=False):
     _exit(cli.logs(host=host, limit=limit, inventory=inventory, list_hosts=list_hosts))
 
 
-@task(help={"logs": "folder of logs/<host>/<run>/ to read (default logs)",
+@task(help={"logs": f"folder of {LOGS_DIR}/<host>/<run>/ to read (default {LOGS_DIR})",
             "out": "where to write the report (default reports/<time>/)",
             "baseline": "compare with this run id, host, or HOST/RUN instead of each host's previous run",
             "threshold": "percent slower that counts as an outlier or a regression "
@@ -186,7 +188,7 @@ def logs(c, host=None, limit=None, inventory=None, list_hosts=False):
             "prometheus": "also write each host's latest verdicts and bench figures in the "
                           "Prometheus text format to this file (node_exporter's textfile "
                           "collector)"})
-def report(c, logs="logs", out=None, baseline=None, threshold=None, fail_on_outlier=False,
+def report(c, logs=LOGS_DIR, out=None, baseline=None, threshold=None, fail_on_outlier=False,
            prometheus=None):
     """Compare benchmark logs across hosts and runs: merged table, slow hosts, regressions, HTML."""
     from remote import cli

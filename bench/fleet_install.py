@@ -64,6 +64,7 @@ from typing import Callable
 import yaml
 
 from remote import sandbox
+from remote.runfolder import LOGS_DIR, PROVISION_LOG
 from tests.sandbox_fixture import connect, run
 
 from .common import REPO, BenchError, machine, tail
@@ -220,7 +221,7 @@ def host_downloads(fleet: Fleet, name: str, logs: Path) -> dict:
     pip_log = fleet.root(name, f"cat {PIP_LOG}", timeout=60)
     files = [(url, size_bytes(n, unit)) for url, n, unit in PIP_DOWNLOAD.findall(pip_log)]
     apt = retries = 0
-    for log in sorted((logs / name).glob("*/provision.log")):
+    for log in sorted((logs / name).glob(f"*/{PROVISION_LOG}")):
         text = log.read_text()
         apt += sum(size_bytes(n, unit) for n, unit in APT_FETCHED.findall(text))
         retries += len(STEP_RETRIED.findall(text))
@@ -295,7 +296,7 @@ def run_fleet(work: Path, label: str, count: int, variables: list[str], timeout:
                    hosts={n: {"elapsed_s": fleet_run.hosts[n]["elapsed_s"],
                               "failed": fleet_run.hosts[n]["failed"],
                               "changed": fleet_run.hosts[n]["changed"], "cache": routes[n],
-                              **host_downloads(fleet, n, run_dir / "logs")}
+                              **host_downloads(fleet, n, run_dir / LOGS_DIR)}
                           for n in fleet.targets})
         if with_cache:
             sizes = {name: size for h in out["hosts"].values()

@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from remote.runfolder import BENCH_LOG
+
 from .common import REPO
 
 RUN_ID = "20261122T055742.123Z-14af"
@@ -42,7 +44,7 @@ def empty_members(count: int) -> bytes:
 
 
 ARCHIVES = {
-    "bomb": lambda: b"".join(zeros("bench_torch.log", 10 << 30) + [gzip.compress(bytes(1024))]),
+    "bomb": lambda: b"".join(zeros(BENCH_LOG, 10 << 30) + [gzip.compress(bytes(1024))]),
     "members": lambda: empty_members(200_000),
     "total": lambda: b"".join(sum((zeros(f"part{i}.log", 255 << 20) for i in range(5)), [])
                               + [gzip.compress(bytes(1024))]),

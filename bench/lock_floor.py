@@ -36,20 +36,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import machine
 from remote import sandbox
 from tests.sandbox_fixture import connect, run
 
-REPO = Path(__file__).resolve().parent.parent
+from .common import REPO, BenchError, machine
+
 LOCKS = REPO / "playbooks" / "locks"
 LOCK = LOCKS / "cuda-13.0-wheels.txt"
 VENV = "/home/admin/.gpuprov/venv"  # cuda-wheels.yaml's venv for the sandbox's login user
 VARS = ["cuda_version=13.0", "with_torch=false"]
 PIP_CONF = "[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n"
-
-
-class BenchError(Exception):
-    pass
 
 
 def root(state: Path, host: dict, command: str, timeout: float = 600.0,

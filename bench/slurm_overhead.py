@@ -35,6 +35,7 @@ from pathlib import Path
 import yaml
 
 from remote import cli
+from remote.runfolder import CLUSTER_RECORD, LOGS_DIR
 from tests.slurm_cluster import SlurmCluster, missing_reason
 
 
@@ -47,7 +48,7 @@ def one_run(cluster: SlurmCluster, work: Path) -> dict[str, float]:
         "connection": "local",
         "slurm": {"partition": "debug", "conf": str(cluster.conf)},
         "vars": {"validate_args": f"--checks xid --kernel-log {kernel_log}"}}}}))
-    logs = work / "logs"
+    logs = work / LOGS_DIR
     started = time.monotonic()
     with contextlib.redirect_stdout(io.StringIO()) as shown:
         rc = cli.validate(host="hpc1", inventory=str(inventory), logs_dir=str(logs))
@@ -55,7 +56,7 @@ def one_run(cluster: SlurmCluster, work: Path) -> dict[str, float]:
     if rc != 0:
         raise SystemExit(f"the run failed (exit {rc}):\n{shown.getvalue()[-3000:]}")
     (record_dir,) = list((logs / "hpc1").iterdir())
-    record = json.loads((record_dir / "slurm.json").read_text())
+    record = json.loads((record_dir / CLUSTER_RECORD).read_text())
     own = max(node["validate_s"] for node in record["nodes"].values())
     return {"total": total, "validation": own, "overhead": total - own, "srun": record["job_s"]}
 

@@ -1,7 +1,7 @@
 """`invoke validate` on one host against the check's own run time: what the round trip
 (push, run, pull) costs. Part of `python3 -m bench.compare --validate-roundtrip`.
 
-May import: `bench.common`, `bench.peers`, `tests.sshd`.
+May import: `bench.common`, `bench.peers`, `tests.sshd`, `remote.runfolder`, `remote.exitcodes`.
 """
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from pathlib import Path
 
 import yaml
 
+from remote.exitcodes import EXIT_OK, EXIT_VALIDATION_FAILED
+from remote.runfolder import LOGS_DIR, PROVISION_LOG
 from tests.sshd import SshdFarm
 
 from .common import REPO, BenchError, own_dir, proc_tail, stats
@@ -44,17 +46,19 @@ def validate_roundtrip(farm: SshdFarm, work: Path, args) -> dict:
     own_cmd = [REMOTE_PYTHON, "-m", "validate", "--out", "", "--quick"] + check_args
     roundtrip, own, trips, status = [], [], [], ""
     for run_no in range(args.runs):
-        shutil.rmtree(root / "logs", ignore_errors=True)
+        shutil.rmtree(root / LOGS_DIR, ignore_errors=True)
         started = time.perf_counter()
         proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
         roundtrip.append(time.perf_counter() - started)
         data = _json_or_none(root / "out.json")
         host = (data or {}).get("hosts", {}).get("h1", {})
         status = host.get("validation", "")
-        if proc.returncode not in (0, 1) or not status or "no readable" in status \
-                or host.get("unreachable"):
+        # a finished round trip: the checks passed (0) or failed (3: this host has no GPU),
+        # its results pulled back either way
+        if proc.returncode not in (EXIT_OK, EXIT_VALIDATION_FAILED) or not status \
+                or "no readable" in status or host.get("unreachable"):
             raise BenchError(f"invoke validate exited {proc.returncode}: {status!r}\n{proc_tail(proc)}")
-        trips.append(_count_round_trips(root / "logs" / "h1"))
+        trips.append(_count_round_trips(root / LOGS_DIR / "h1"))
         with tempfile.TemporaryDirectory(prefix="gpuprov-validate-own-") as out_dir:
             own_cmd[4] = out_dir + "/out"
             started = time.perf_counter()
@@ -78,7 +82,7 @@ def _json_or_none(path: Path):
 def _count_round_trips(host_logs: Path) -> dict:
     """Commands sent per kind, from the run's provision.log, plus bytes pushed and pulled."""
     counts: dict = {}
-    for log in host_logs.glob("*/provision.log"):
+    for log in host_logs.glob(f"*/{PROVISION_LOG}"):
         text = log.read_text()
         for label in re.findall(r"^\[\d\d:\d\d:\d\d\] ([\w -]+): \$ ", text, re.M):
             counts[label] = counts.get(label, 0) + 1

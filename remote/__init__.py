@@ -13,4 +13,8 @@ Packages, imports pointing down only:
 - `sandbox/`   throwaway local Debian hosts for trying recipes and for the tests (stands alone).
 - `errors`     the one error tree every package raises from.
 - `fileio`     the one atomic file write (imports nothing of gpuprov).
+- `runfolder`  the run folder's layout, `logs/<host>/<run id>/` and its files' names (imports
+               nothing of gpuprov).
+- `stack/`     the stack manifest (`stack.json`), written by the engine, read by the report.
+pyproject.toml's layers contract places every one of them (it is exhaustive).
 """

@@ -39,6 +39,7 @@ from .options import check_forks, parse_extra_vars, select_hosts
 from .output.junit import write_junit
 from .output.recap import Failure, Reporter
 from .output.runlog import Redactor
+from .runfolder import LOGS_DIR, PROVISION_LOG, run_dir
 from .runid import new_run_id
 
 EXIT_FAILED = EXIT_STEP_FAILED  # the name older callers use
@@ -186,7 +187,7 @@ def _steps(recipe: Recipe[Kind[Any]], tags: Optional[set[str]], skip: Optional[s
 def provision(host: Optional[str], recipe: str, inventory: str, check: bool = False,
               tags: str = "", var: Optional[list[str]] = None,
               forks: Union[int, str, None] = 16, json_path: Optional[str] = None,
-              ask_become_pass: bool = False, logs_dir: str = "logs", validate: bool = True,
+              ask_become_pass: bool = False, logs_dir: str = LOGS_DIR, validate: bool = True,
               suite: str = "quick", limit: Optional[str] = None, skip_tags: str = "",
               diff: bool = False, verbose: int = 0, list_hosts: bool = False,
               junit_path: Optional[str] = None) -> int:
@@ -217,7 +218,7 @@ def provision(host: Optional[str], recipe: str, inventory: str, check: bool = Fa
 
 def validate(host: Optional[str], inventory: str, suite: str = "quick",
              json_path: Optional[str] = None, var: Optional[list[str]] = None,
-             forks: Union[int, str, None] = 16, logs_dir: str = "logs",
+             forks: Union[int, str, None] = 16, logs_dir: str = LOGS_DIR,
              limit: Optional[str] = None, verbose: int = 0, list_hosts: bool = False,
              junit_path: Optional[str] = None, drain_failed: bool = False,
              resume_passed: bool = False) -> int:
@@ -246,7 +247,7 @@ def validate(host: Optional[str], inventory: str, suite: str = "quick",
                     expand=expand)
 
 
-def logs(host: Optional[str], inventory: str, logs_dir: str = "logs",
+def logs(host: Optional[str], inventory: str, logs_dir: str = LOGS_DIR,
          limit: Optional[str] = None, list_hosts: bool = False) -> int:
     """`gpuprov logs`: pull what the last validation left on each selected host."""
     try:
@@ -268,7 +269,7 @@ def logs(host: Optional[str], inventory: str, logs_dir: str = "logs",
                     logs_dir, write_logs=False)
 
 
-def report(logs: str = "logs", out: Optional[str] = None, baseline: Optional[str] = None,
+def report(logs: str = LOGS_DIR, out: Optional[str] = None, baseline: Optional[str] = None,
            threshold: Union[str, float, None] = None, fail_on_outlier: bool = False,
            prometheus: Optional[str] = None) -> int:
     """`gpuprov report`: merged table, slow hosts, regressions, pictures, HTML."""
@@ -368,7 +369,7 @@ def failures(results: dict[str, HostResult], logs_dir: Optional[Path],
             reason = "interrupted"
         else:
             reason = result.message or "failed"
-        log = logs_dir / name / run_id / "provision.log" if logs_dir else None
+        log = run_dir(logs_dir, name, run_id) / PROVISION_LOG if logs_dir else None
         out.append(Failure(name, reason, str(log) if log and log.exists() else ""))
     return out
 
@@ -411,8 +412,8 @@ def _execute(inv: Inventory, hosts: list[Host], title: str, job: Job, extra_vars
     reporter.recap(results, extra_column=job.outcome)
     reporter.failures(failures(results, options.logs_dir, options.run_id))
     if write_logs:
-        shown = ", ".join(str(Path(logs_dir) / h.name / options.run_id) for h in hosts[:3])
-        reporter.note(f"logs: {Path(logs_dir) / '<host>' / options.run_id}/ "
+        shown = ", ".join(str(run_dir(Path(logs_dir), h.name, options.run_id)) for h in hosts[:3])
+        reporter.note(f"logs: {run_dir(Path(logs_dir), '<host>', options.run_id)}/ "
                       f"({shown}{', ...' if len(hosts) > 3 else ''})")
     if outputs.json_path == "-":
         sys.stdout.write(json.dumps({"hosts": {n: r.to_json(redact) for n, r in results.items()}},

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.procs import wait_until
+from tests.procs import sigint_as_in_a_terminal, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 TABLE = "gpuprov_cut"
@@ -80,7 +80,8 @@ def _start_provision(work: Path, inv: Path, rec: Path, out_json: Path) -> subpro
         [sys.executable, "-m", "invoke", "--search-root", str(REPO), "provision", "--host",
          "all", "--inventory", str(inv), "--recipe", str(rec), "--no-validate", "--json",
          str(out_json)], cwd=work, env=dict(os.environ, PYTHONPATH=str(REPO)),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=sigint_as_in_a_terminal)
 
 
 def _output_of(run: subprocess.Popen, within: float) -> str:

@@ -15,6 +15,18 @@ import time
 from pathlib import Path
 
 
+def sigint_as_in_a_terminal() -> None:
+    """`preexec_fn` for a process a test will stop with SIGINT: SIGINT's default disposition, as
+    a terminal's foreground job has. A shell without job control starts `cmd &` with SIGINT
+    ignored (https://www.gnu.org/software/bash/manual/html_node/Signals.html), children inherit
+    that, and Python then installs no KeyboardInterrupt handler
+    (https://docs.python.org/3/library/signal.html, "if the parent process has not changed it"):
+    without this, the suite run as a background job sends a SIGINT that nobody sees. gpuprov
+    itself keeps an ignored SIGINT, as Unix programs do: whoever started it that way shielded it
+    from Ctrl-C on purpose (SIGTERM still stops it the same way)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def parent_of(pid: int) -> int | None:
     """The parent PID of `pid`, or None when it is gone."""
     try:

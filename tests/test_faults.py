@@ -19,7 +19,16 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, forwarding_refused_server, write_yaml
-from tests.procs import SilentServer, alive, kill_pids, session_servers, wait_for_file, wait_gone, wait_until
+from tests.procs import (
+    SilentServer,
+    alive,
+    kill_pids,
+    session_servers,
+    sigint_as_in_a_terminal,
+    wait_for_file,
+    wait_gone,
+    wait_until,
+)
 from tests.sshd import keygen
 
 SILENT_ADDRESS = "127.0.0.60"
@@ -275,7 +284,7 @@ def _start_invoke(*args, cwd=None):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.Popen([sys.executable, "-m", "invoke", "--search-root", str(REPO), *args],
                             cwd=cwd or REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=sigint_as_in_a_terminal)
 
 
 def _stop_run(proc: subprocess.Popen, sig) -> tuple:

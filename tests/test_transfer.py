@@ -13,8 +13,7 @@ import pytest
 
 from remote.config.inventory import Host, Timeouts
 from remote.errors import Where
-from remote.manifest import MANIFEST_FILE
-from remote.resultsfile import CLUSTER_RECORD
+from remote.runfolder import CLUSTER_RECORD, STACK_MANIFEST
 from remote.transport.local import LocalConnection
 from remote.transport.transfer import PullError, PullLimits, pack, publish_pull, pull
 from tests.conftest import REPO
@@ -170,7 +169,7 @@ def test_a_pulled_provision_log_is_refused(tmp_path, control_log_there):
     assert _tree(dest.parent) == (kept if control_log_there else {})
 
 
-@pytest.mark.parametrize("control_file", [MANIFEST_FILE, CLUSTER_RECORD])
+@pytest.mark.parametrize("control_file", [STACK_MANIFEST, CLUSTER_RECORD])
 def test_a_pulled_stack_manifest_or_cluster_record_is_refused(tmp_path, control_file):
     """The control side writes stack.json (the stack it gathered from the host, which `gpuprov
     report` compares across hosts) and a cluster run's slurm.json; a host's archive carrying

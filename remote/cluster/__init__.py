@@ -14,7 +14,7 @@ when asked, drains the nodes that failed and resumes the ones gpuprov drained th
            nodes while they are validated
 - `slurm`  the route itself: `SlurmValidate`, a job for the engine's login-node session
 
-May import: `remote.errors`, `remote.fileio`, `config`, `output`, `transport` (the line
+May import: `remote.errors`, `remote.fileio`, `remote.runfolder`, `config`, `output`, `transport` (the line
 splitter, storing a pulled tarball), and from the engine the session, results and the validate
 job's helpers (the package, its arguments, the verdict). Never `cli`. Only `cli` imports this
 package: it sits between the command line and the engine.

@@ -31,7 +31,7 @@ from ..engine.results import HostResult, Outcome
 from ..engine.session import HostSession
 from ..errors import CommandTimeout, InputError, Interrupted, PullError
 from ..fileio import write_atomic
-from ..resultsfile import CLUSTER_RECORD
+from ..runfolder import CLUSTER_RECORD, run_dir
 from ..transport.connection import COMMIT_FILE, LineSplitter, PullLimits, publish_pull
 from . import gate
 from .job import JobOutput, job_command, salloc_options, step_options, task_script, with_conf
@@ -213,7 +213,7 @@ class _ClusterRun:
     def write_record(self) -> None:
         self.record["nodes"] = {name: r.to_json() for name, r in self.records.items()}
         self.record["ended"] = _stamp(time.time())
-        path = self.logs_dir / self.name / self.run_id / RECORD
+        path = run_dir(self.logs_dir, self.name, self.run_id) / RECORD
         write_atomic(path, json.dumps(self.record, indent=2) + "\n")
 
     def timeout(self) -> float:
@@ -375,7 +375,7 @@ class _ClusterRun:
                                        f"{record.step_rc})")
                 record.verdict = f"not validated: {why}"
             else:
-                dest = self.logs_dir / name / self.run_id
+                dest = run_dir(self.logs_dir, name, self.run_id)
                 try:
                     publish_pull(archive, dest)
                 except PullError as exc:

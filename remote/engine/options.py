@@ -1,13 +1,15 @@
 """The options of one run, the same for every host: check mode, extra vars, forks, where the
 logs go, the run's id.
 
-May import: the standard library.
+May import: the standard library, `remote.runfolder`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
+
+from ..runfolder import LOGS_DIR
 
 
 @dataclass
@@ -16,7 +18,7 @@ class RunOptions:
     extra_vars: dict[str, Any] = field(default_factory=dict)
     forks: int = 16
     become_password: Optional[str] = None
-    logs_dir: Optional[Path] = Path("logs")  # None: keep no provision.log
+    logs_dir: Optional[Path] = Path(LOGS_DIR)  # None: keep no provision.log
     run_id: str = ""
     # Facts to use instead of the gathered ones (plans for another distro in check mode).
     facts_override: dict[str, Any] = field(default_factory=dict)

@@ -4,7 +4,7 @@ the reporter its lines go to. A job (`engine/jobs/`, the `Job` protocol here) ge
 connection, facts, vars and context, the result). The fleet cache as the host reaches it is
 `cache.HostCache`; a reboot is a command type (`jobs/reboot.py`).
 
-May import: `remote.errors`, `config`, `kinds`, `output`, `transport.connection`, and the
+May import: `remote.errors`, `runfolder`, `config`, `kinds`, `output`, `transport.connection`, and the
 engine's `cache`, `facts`, `fact_shapes`, `probes`, `results`, `options`. Never `run` or `jobs`.
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ..errors import CommandTimeout, ConnectionLost, HostError, Interrupted, Tem
 from ..kinds import Probe
 from ..output.recap import Reporter
 from ..output.runlog import Redactor, RunLog
+from ..runfolder import PROVISION_LOG, run_dir
 from ..transport.connection import BaseConnection
 from . import facts as facts_mod
 from .cache import CacheLink, HostCache
@@ -112,7 +113,7 @@ class HostSession:
         self._conn: Optional[BaseConnection] = None
         self.result = HostResult(host.name)
         logs = options.logs_dir
-        self.log = RunLog(logs / host.name / options.run_id / "provision.log"
+        self.log = RunLog(run_dir(logs, host.name, options.run_id) / PROVISION_LOG
                           if logs is not None else None, redact)
         self.facts: dict[str, Any] = {}
         self.context: dict[str, Any] = {}

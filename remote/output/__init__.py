@@ -3,5 +3,5 @@ log and the masking of secrets (`runlog`), and the one terminal stack that the r
 benchmark report print through (`term`: colours only on a terminal, text made printable), the
 signs of life of long steps (`progress`) and the JUnit XML of a run (`junit`).
 
-May import: `remote.errors`, `remote.fileio`. Nothing else of remote/.
+May import: `remote.errors`, `remote.fileio`, `remote.runfolder`. Nothing else of remote/.
 """

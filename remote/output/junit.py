@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
+from .. import runfolder
 from ..fileio import write_atomic
 from .term import printable
 
@@ -27,7 +28,7 @@ def _checks(run_dir: Optional[Path]) -> list[dict[str, Any]]:
     (it came from the host: anything not a list of named checks is left out)."""
     if run_dir is None:
         return []
-    path = run_dir / "results.json"
+    path = run_dir / runfolder.RESULTS
     try:
         if path.stat().st_size > RESULTS_MAX_BYTES:
             return []
@@ -85,7 +86,7 @@ def build(title: str, results: Mapping[str, Any], redact: Callable[[str], str],
         for step in result.steps:
             kind = {"failed": "failure", "skipped": "skipped"}.get(str(step.status), "")
             suite.case(step.name, step.elapsed_s, kind, step.message)
-        run_dir = logs_dir / host / run_id if logs_dir is not None else None
+        run_dir = runfolder.run_dir(logs_dir, host, run_id) if logs_dir is not None else None
         outcome = result.outcome
         checks = _checks(run_dir) if outcome is not None else []
         for check in checks:
@@ -96,8 +97,9 @@ def build(title: str, results: Mapping[str, Any], redact: Callable[[str], str],
         if outcome is not None and not outcome.ok and not any(
                 str(c.get("status")) == "fail" for c in checks):
             suite.case(outcome.name, 0.0, "failure", outcome.text)  # not validated: say why
-        if run_dir is not None and (run_dir / "provision.log").exists():
-            ET.SubElement(suite.element, "system-out").text = f"log: {run_dir / 'provision.log'}"
+        log = run_dir / runfolder.PROVISION_LOG if run_dir is not None else None
+        if log is not None and log.exists():
+            ET.SubElement(suite.element, "system-out").text = f"log: {log}"
         suite.element.set("time", f"{result.elapsed_s:.3f}")
         for key, value in suite.counts.items():
             suite.element.set(key, str(value))

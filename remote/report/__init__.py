@@ -76,7 +76,8 @@ Modules, imports pointing down only (``collect`` <- ``analyse`` <- the outputs):
 - ``html``     the self-contained page.
 
 They return data and never print; ``run_report`` (here) prints and writes the files.
-May import: ``remote.errors``, ``remote.output.term``, ``remote.resultsfile``, ``remote.manifest``.
+May import: ``remote.errors``, ``remote.output.term``, ``remote.resultsfile``, ``remote.runfolder``,
+``remote.stack``.
 Nothing else of remote/
 """
 from __future__ import annotations
@@ -87,6 +88,7 @@ import sys
 from pathlib import Path
 
 from ..output.term import Terminal
+from ..runfolder import LOGS_DIR
 from .analyse import BadInput, Report, build_report
 from .collect import parse_bench_log
 from .drift import DRIFT_CSV
@@ -99,7 +101,7 @@ __all__ = ["BadInput", "Report", "build_report", "parse_bench_log", "run_report"
 
 
 def run_report(
-    logs_dir: Path = Path("logs"),
+    logs_dir: Path = Path(LOGS_DIR),
     out_dir: Path | None = None,
     baseline: str | None = None,
     outlier_pct: float = 15.0,

@@ -2,7 +2,7 @@
 peers), regressions (a run against the previous one or a baseline) and the health summary,
 gathered in one `Report`. Returns data, never prints.
 
-May import: `remote.errors`, `collect`, `drift`.
+May import: `remote.errors`, `remote.runfolder`, `collect`, `drift`.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..errors import InputError
+from ..runfolder import PROVISION_LOG
 from .collect import NO_RESULTS, Problem, Results, Run, check, collect, fmt_ms, get, num
 from .drift import Drift, find_drift
 
@@ -421,7 +422,7 @@ def build_report(
     # A run that only provisioned (--no-validate, a cache host) left provision.log and no
     # results: that is no bad log, only a run with nothing to compare; counted, not listed.
     unvalidated = [p for p in problems if p.message == NO_RESULTS
-                   and (Path(p.path) / "provision.log").is_file()]
+                   and (Path(p.path) / PROVISION_LOG).is_file()]
     problems = [p for p in problems if p not in unvalidated]
     groups, fleet = find_outliers(runs, outlier_pct)
     gpus = host_gpus(runs)

@@ -3,7 +3,7 @@ format) and ``results.json`` (the validation package's, schema 1 or 2, read by
 `remote.resultsfile`), into `Run`s and the `Problem`s found on the way. A bad file is a problem
 and is skipped, never an error.
 
-May import: `remote.resultsfile`. Nothing else of remote/.
+May import: `remote.resultsfile`, `remote.runfolder`. Nothing else of remote/.
 """
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from .. import resultsfile
-from ..resultsfile import CLUSTER_RECORD, RESULTS, UnusableFile, read_capped
 from ..resultsfile import MAX_FILE_BYTES as MAX_FILE_BYTES  # noqa: F401  (re-exported: report docs cite it)
+from ..resultsfile import UnusableFile, read_capped
+from ..runfolder import BENCH_LOG, CLUSTER_RECORD, RESULTS
 
-BENCH_LOG = "bench_torch.log"
 MISSING = "-"
 # The latencies a run may contribute: below a nanosecond (one clock cycle at 1 GHz) or above
 # a day (86.4e6 ms) a value is not a batch-1 timing but a broken or hostile log. The bounds

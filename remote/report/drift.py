@@ -1,5 +1,5 @@
 """Stack drift: each host's latest stack manifest (`logs/<host>/<run>/stack.json`, written by
-every provision and validate run; `remote/manifest.py`) against the other hosts of its GPU group.
+every provision and validate run; `remote/stack/manifest.py`) against the other hosts of its GPU group.
 For every item (a component's version, a package's version or files, an apt package) the value
 most hosts have is the majority; a host with another value is flagged, naming the item and both
 values. Where no value has more hosts than every other (two hosts that differ), each host is
@@ -12,7 +12,7 @@ whose whole stack differs (30,000 items across a fleet) cannot bury the other fl
 Manifests are untrusted like every log: read bounded and schema-checked, a bad one (or a folder
 that cannot be listed) is a `Problem` of that host and skipped.
 
-May import: `remote.manifest`, `collect`.
+May import: `remote.stack.manifest`, `remote.runfolder`, `collect`.
 """
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..manifest import COMPONENTS, MANIFEST_FILE, ManifestError, items, parse
+from ..runfolder import STACK_MANIFEST
+from ..stack.manifest import COMPONENTS, ManifestError, items, parse
 from .collect import MAX_FILE_BYTES, Problem
 
 NOT_INSTALLED = "(not installed)"
@@ -146,7 +147,7 @@ def latest_stacks(logs_dir: Path) -> tuple[dict[str, HostStack], list[Problem]]:
     problems: list[Problem] = []
     for host_dir in _folders(logs_dir, problems):
         for run_dir in reversed(_folders(host_dir, problems)):
-            path = run_dir / MANIFEST_FILE
+            path = run_dir / STACK_MANIFEST
             if not path.exists() and not path.is_symlink():
                 continue
             try:

@@ -18,7 +18,7 @@ from .drift import DRIFT_CSV, Drift
 
 # Drift items per host in flags.json: every item of an ordinary drift (a torch upgrade by hand
 # changes a few dozen wheels) and a bound on a host whose whole stack differs (5,000 packages
-# and 5,000 apt packages at most, remote/manifest.py); drift.csv holds them all.
+# and 5,000 apt packages at most, remote/stack/manifest.py); drift.csv holds them all.
 DRIFT_DETAIL = 100
 
 

@@ -26,18 +26,12 @@ from typing import BinaryIO, Optional, Union
 
 from ..errors import OutputTooLarge, PullError
 from ..fileio import current_umask
+from ..runfolder import CONTROL_FILES, RESULTS
 from ..runid import is_run_id
 from .base import BaseConnection, CommandResult
 
-COMMIT_FILE = "results.json"
+COMMIT_FILE = RESULTS  # moved into place last: its presence says the pull is whole
 SKIP = {"__pycache__", ".pytest_cache"}
-# Files the control side itself writes into a run's folder: the engine's run log
-# (logs/<host>/<run>/provision.log), the stack manifest it gathered (stack.json: `gpuprov
-# report` compares it across hosts) and a cluster run's record (slurm.json). What a host sends
-# never takes their place, nor stands in for one the control side did not write.
-# Spelled here, as COMMIT_FILE is: transport imports neither owner (remote.manifest's
-# MANIFEST_FILE, remote.resultsfile's CLUSTER_RECORD); tests/test_transfer.py checks they agree.
-CONTROL_FILES = frozenset({"provision.log", "stack.json", "slurm.json"})
 
 
 @dataclass(frozen=True)

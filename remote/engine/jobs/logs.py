@@ -13,6 +13,7 @@ from typing import Optional
 from ...errors import CommandTimeout, PullError
 from ...output.term import printable_line
 from ...resultsfile import MAX_FILE_BYTES, UnusableFile, read_results
+from ...runfolder import run_dir
 from ...transport.connection import COMMIT_FILE, pull
 from ..results import Outcome
 from ..session import HostSession
@@ -109,7 +110,7 @@ class PullLogs:
         if run_id is None:
             session.conclude(Outcome(OUTCOME, "no validation run found on the host", False))
             return
-        dest = self.logs_dir / session.host.name / run_id
+        dest = run_dir(self.logs_dir, session.host.name, run_id)
         text, ok = pull_run(session, run_id, 0, dest)
         # The pull succeeded even when the validation it fetched had failed.
         session.conclude(Outcome(OUTCOME, f"{run_id}: {text}", ok or text.startswith("failed")))

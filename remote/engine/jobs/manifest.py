@@ -1,8 +1,8 @@
-"""Record each host's stack manifest (`remote/manifest.py`) after a `provision` or `validate`
+"""Record each host's stack manifest (`remote/stack/manifest.py`) after a `provision` or `validate`
 job, as `<logs>/<host>/<run-id>/stack.json`: one more round trip, a python run on the host with
 the stack's python (`validate_python`, else the one the host remembers, else the host's).
 
-The answer is untrusted: bounded and schema-checked (`remote.manifest.parse`); a bad one is
+The answer is untrusted: bounded and schema-checked (`remote.stack.manifest.parse`); a bad one is
 logged and not written. A failed record never fails the host.
 """
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any, Optional
 
 from ...errors import CommandTimeout
 from ...kinds import Probe
-from ...manifest import HOST_SCRIPT, MANIFEST_FILE, ManifestError, parse
+from ...runfolder import STACK_MANIFEST, run_dir
+from ...stack.manifest import HOST_SCRIPT, ManifestError, parse
 from ..results import StepStatus
 from ..session import HostSession
 from . import Job
@@ -61,7 +62,7 @@ class RecordStack:
             session.ride_along.append(early)
         self.job(session)
         if self.logs_dir is not None and not session.options.check:
-            record(session, self.logs_dir / session.host.name / session.options.run_id,
+            record(session, run_dir(self.logs_dir, session.host.name, session.options.run_id),
                    session.ride_along_answers.get(early))
 
 
@@ -94,8 +95,8 @@ def record(session: HostSession, dest: Path, early: Optional[Probe] = None) -> O
     if manifest is None:
         return None
     dest.mkdir(parents=True, exist_ok=True)
-    path = dest / MANIFEST_FILE
-    tmp = dest / f".{MANIFEST_FILE}.tmp"
+    path = dest / STACK_MANIFEST
+    tmp = dest / f".{STACK_MANIFEST}.tmp"
     tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     tmp.replace(path)
     session.log.event(f"stack manifest: {len(manifest['packages'])} packages, "

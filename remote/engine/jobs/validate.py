@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from ...errors import CommandTimeout, GpuprovError
 from ...paths import VALIDATE_DIR
+from ...runfolder import run_dir
 from ...transport.connection import LineSplitter, pack, unpack_command
 from ..results import Outcome
 from ..session import HostSession
@@ -139,5 +140,5 @@ class Validate:
             session.conclude(Outcome(OUTCOME, "not validated: could not unpack the package "
                                      f"({res.err.strip()[:200]})", False))
             return
-        text, ok = pull_run(session, run_id, res.rc, self.logs_dir / host.name / run_id)
+        text, ok = pull_run(session, run_id, res.rc, run_dir(self.logs_dir, host.name, run_id))
         session.conclude(Outcome(OUTCOME, text, ok))

@@ -1,5 +1,5 @@
 """The stack manifest: what one host's GPU stack is, recorded by every provision and validate run
-as `logs/<host>/<run>/stack.json`, and compared across hosts by `gpuprov report` (drift).
+as `logs/<host>/<run>/stack.json` (remote/runfolder.py), and compared across hosts by `gpuprov report` (drift).
 
 It holds the kernel, the driver, CUDA, cuDNN, NCCL and torch versions, every distribution in
 the stack's python environment with its version and `record_sha256`, and the stack's Debian
@@ -22,9 +22,8 @@ import json
 import re
 from typing import Any
 
-from .errors import GpuprovError
+from ..errors import GpuprovError
 
-MANIFEST_FILE = "stack.json"
 SCHEMA = 1
 MAX_BYTES = 2 * 1024 * 1024     # 2,000 packages at ~150 bytes is 0.3 MB
 MAX_ITEMS = 5000               # packages, and apt packages, each

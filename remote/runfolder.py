@@ -1,0 +1,38 @@
+"""The run folder: where a run keeps what it leaves of each host, `<logs>/<host>/<run id>/`, and
+the names of the files in it. The one owner of that layout: the engine, the Slurm route and
+`gpuprov logs` write there, the recap, `--junit` and `gpuprov report` read there, and all of them
+ask here (tests/test_runfolder.py holds them to it).
+
+    logs/                   LOGS_DIR, `--logs-dir` / `invoke report --logs`
+      <host>/<run id>/      run_dir(); run ids: remote/runid.py
+        provision.log       PROVISION_LOG: the control side's record of the run (output/runlog.py)
+        results.json        RESULTS: the validation's results, pulled from the host, moved in last
+        bench_torch.log     BENCH_LOG: the seed's benchmark log, pulled with it
+        validate.log ...    the rest of what the validation wrote there (validate/output.py)
+        stack.json          STACK_MANIFEST: the host's stack manifest (remote/stack/manifest.py)
+      <cluster>/<run id>/
+        slurm.json          CLUSTER_RECORD: a Slurm run's record; its nodes' results are in their
+                            own folders, <logs>/<node>/<run id>/ (remote/cluster/slurm.py)
+
+The bottom layer: imports nothing of gpuprov's, so every package may use it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+LOGS_DIR = "logs"  # relative to where gpuprov runs
+PROVISION_LOG = "provision.log"
+RESULTS = "results.json"
+BENCH_LOG = "bench_torch.log"
+STACK_MANIFEST = "stack.json"
+CLUSTER_RECORD = "slurm.json"
+# The files a pull may not bring: the control side itself writes them into the run folder (its
+# run log, the stack manifest it gathered, a cluster run's record). What a host sends never takes
+# their place, nor stands in for one the control side did not write
+# (remote/transport/transfer.py refuses an archive holding one).
+CONTROL_FILES = frozenset({PROVISION_LOG, STACK_MANIFEST, CLUSTER_RECORD})
+
+
+def run_dir(logs_dir: Path, host: str, run_id: str) -> Path:
+    """The folder of `host`'s run `run_id` under `logs_dir`."""
+    return Path(logs_dir) / host / run_id

@@ -1,0 +1,51 @@
+"""The layer rules of pyproject.toml's [tool.importlinter] cover every package of remote/: on a
+copy of remote/, an import pointing up from a package is refused, and so is a package that no
+layer names (issue 30: `from .. import cli` in remote/lock/apt.py passed all nine contracts)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LINT_IMPORTS = shutil.which("lint-imports") or str(Path(sys.executable).parent / "lint-imports")
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A copy of remote/ and pyproject.toml: lint-imports reads the package from its folder."""
+    shutil.copytree(ROOT / "remote", tmp_path / "remote",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    return tmp_path
+
+
+def lint(folder: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([LINT_IMPORTS, "--no-cache"], cwd=folder, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_the_tree_as_it_is_keeps_every_contract(tree):
+    result = lint(tree)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_an_import_pointing_up_from_lock_is_refused(tree):
+    apt = tree / "remote" / "lock" / "apt.py"
+    apt.write_text(apt.read_text().replace("from ..errors import InputError\n",
+                                           "from .. import cli  # noqa: F401\n"
+                                           "from ..errors import InputError\n", 1))
+    result = lint(tree)
+    assert result.returncode != 0
+    assert "remote.lock is not allowed to import remote.cli" in result.stdout, result.stdout
+
+
+def test_a_package_in_no_layer_is_refused(tree):
+    (tree / "remote" / "scheduler").mkdir()
+    (tree / "remote" / "scheduler" / "__init__.py").write_text("from .. import cli  # noqa: F401\n")
+    result = lint(tree)
+    assert result.returncode != 0
+    assert "remote.scheduler" in result.stdout, result.stdout

@@ -1,0 +1,69 @@
+"""The run folder `<logs>/<host>/<run id>/` has one owner, remote/runfolder.py: a run writes
+where the recap, `--junit` and the report read, the host's validation writes the names the
+control side reads, and no other module spells the layout out by hand (issue 30)."""
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from remote import cli, runfolder
+from tests.conftest import REPO, write_yaml
+from validate import output as host_output
+
+FILE_NAMES = (runfolder.PROVISION_LOG, runfolder.RESULTS, runfolder.BENCH_LOG,
+              runfolder.STACK_MANIFEST, runfolder.CLUSTER_RECORD)
+
+
+@pytest.mark.slow  # the report draws its charts (matplotlib): several seconds
+def test_a_run_writes_its_folder_where_the_recap_junit_and_report_read(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    inventory = write_yaml(tmp_path / "inventory.yaml", {"hosts": {"a": {"connection": "local"}}})
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("steps:\n  - name: fail on purpose\n    shell: exit 3\n")
+    shown = io.StringIO()
+    with contextlib.redirect_stdout(shown), contextlib.redirect_stderr(shown):
+        rc = cli.provision(host="a", inventory=str(inventory), recipe=str(recipe),
+                           validate=False, junit_path=str(tmp_path / "junit.xml"))
+    assert rc == 1, shown.getvalue()
+    logs = tmp_path / runfolder.LOGS_DIR
+    (run,) = (logs / "a").iterdir()
+    folder = runfolder.run_dir(logs, "a", run.name)
+    log = Path(runfolder.LOGS_DIR) / "a" / run.name / runfolder.PROVISION_LOG
+    assert (folder / runfolder.PROVISION_LOG).is_file()
+    assert f"log: {log}" in shown.getvalue()                       # the failed block
+    assert f"logs: {Path(runfolder.LOGS_DIR) / '<host>' / run.name}/" in shown.getvalue()
+    suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
+    assert suite is not None and suite.findtext("system-out") == f"log: {log}"
+
+    shown = io.StringIO()
+    with contextlib.redirect_stdout(shown), contextlib.redirect_stderr(shown):
+        rc = cli.report(out=str(tmp_path / "report"))
+    assert "note: 1 run(s) without validation results" in shown.getvalue(), shown.getvalue()
+
+
+def test_the_hosts_validation_writes_the_names_the_control_side_reads():
+    assert (host_output.RESULTS, host_output.BENCH_LOG) == (runfolder.RESULTS, runfolder.BENCH_LOG)
+
+
+def _spelled_by_hand(path: Path) -> list[str]:
+    """`path:line: 'name'` for each string in the code that is one of the run folder's file
+    names, or a path ending in one (docstrings and comments may name them)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and any(
+                node.value == name or node.value.endswith("/" + name) for name in FILE_NAMES):
+            found.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}")
+    return found
+
+
+def test_no_other_module_spells_the_run_folder_out():
+    sources = [*sorted((REPO / "remote").rglob("*.py")), REPO / "tasks.py",
+               *sorted((REPO / "bench").rglob("*.py"))]
+    found = [hit for path in sources if path != REPO / "remote" / "runfolder.py"
+             for hit in _spelled_by_hand(path)]
+    assert found == []
