@@ -330,3 +330,95 @@ def test_secrets_never_reach_a_command_line_that_another_user_reads(farm, invent
             assert secret not in text, f"{secret} leaked into {name}"
     print(f"nobody read every command line {watched['samples']} times: "
           f"{watched['seen']}, {watched['leak_count']} secrets seen")
+
+
+def test_lock_index_and_download_urls_never_reach_a_command_line(farm, inventory, provision,
+                                                                  work):
+    """Issue 31, item 5: `cuda-wheels.yaml` and `pytorch.yaml` give `pip_lock` an
+    `index_url` that may carry a password, and a `deb` URL may carry a token. While uv, the uv
+    fetcher, pip (where uv cannot be fetched) and curl talk to a slow index over real SSH,
+    another local user (`nobody`) reads every process's command line: it sees each of those
+    processes, and never a secret. The secrets still reach the index (its requests carry
+    them), and the plan, log and terminal show them masked."""
+    import base64
+    import time
+
+    from tests.http_stub import serve
+
+    index_password, deb_token = "lock-ps-pw-6161", "deb-ps-tok-8181"
+    authorizations: list = []
+
+    def index(path, headers):
+        authorizations.append((path, headers.get("Authorization")))
+        time.sleep(1.5)  # a slow index: the installers wait, their command lines stay there
+        return 404, "text/plain", b"not here\n"
+
+    server = serve(index)
+    port = server.server_address[1]
+    locks = work / "locks"
+    locks.mkdir()
+    shutil.copy(REPO / "tests/kinds/pip_lock/locks/small.txt", locks / "small.txt")
+    shutil.copy(REPO / "playbooks/locks/uv.txt", locks / "uv.txt")
+    # uv already beside its venv (the real binary, the version uv.txt locks), so this step
+    # runs `uv venv` and `uv pip install`; the next one fetches uv, then falls back to pip
+    import uv as uv_package
+    (work / "gpuprov-watch-uv-uv").mkdir()
+    shutil.copy(uv_package.find_uv_bin(), work / "gpuprov-watch-uv-uv" / "uv")
+    inv = inventory({"h1": farm.host_entry(farm.addresses[1])},
+                    secrets=["index_password", "deb_token"],
+                    vars={"index_password": index_password, "deb_token": deb_token})
+    index_url = f"http://ci:{{{{ index_password }}}}@127.0.0.1:{port}/main/"
+    rec = write_yaml(work / "r.yaml", {"name": "secret index", "steps": [
+        {"name": "with uv", "failed_when": False, "pip_lock": {
+            "lock": "locks/small.txt", "venv": f"{work}/gpuprov-watch-uv", "installer": "uv",
+            "index_url": index_url}},
+        {"name": "uv fetched, then pip", "failed_when": False, "pip_lock": {
+            "lock": "locks/small.txt", "venv": f"{work}/gpuprov-watch-auto",
+            "index_url": index_url}},
+        {"name": "a deb", "failed_when": False, "deb": {
+            "name": "gpuprov-watch-deb", "sha256": "0" * 64,
+            "url": f"http://{{{{ deb_token }}}}@127.0.0.1:{port}/deb/gpuprov-watch.deb"}},
+    ]})
+    markers = {"uv": "gpuprov-watch-uv/bin/python", "fetcher": "gpuprov-watch-auto-uv",
+               "pip": "gpuprov-watch-auto/bin/python -m pip", "curl": "curl -fsSL --retry 3 -o /"}
+    stop = work / "stop-watching"
+    watcher = subprocess.Popen(
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3",
+         "-c", CMDLINE_WATCHER, str(stop), *markers.values()],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        watcher.stdin.write(f"{index_password} {deb_token}\n")
+        watcher.stdin.close()
+        plan = provision(recipe=rec, inventory=inv, check=True)
+        result = provision(recipe=rec, inventory=inv)
+    finally:
+        stop.touch()
+        output = watcher.stdout.read()
+        watcher.wait(30)
+        watched = json.loads(output)
+        server.shutdown()
+        server.server_close()
+    steps = result.json["hosts"]["h1"]["steps"]
+    assert [s["name"] for s in steps] == ["with uv", "uv fetched, then pip", "a deb"], result.out
+    # another user watched those processes and never saw a secret
+    assert watched["uid"] == 65534
+    assert all(watched["seen"].values()), watched
+    assert watched["leak_count"] == 0, watched
+    # every consumer asked the index, with the secret
+    sent = {(path.split("/")[1], path.split("/")[2],
+             base64.b64decode(auth.split()[1]).decode() if auth else None)
+            for path, auth in authorizations}
+    assert ("main", "six", f"ci:{index_password}") in sent, authorizations  # uv, pip
+    assert ("main", "uv", f"ci:{index_password}") in sent, authorizations   # the uv fetcher
+    assert ("deb", "gpuprov-watch.deb", f"{deb_token}:") in sent, authorizations  # curl
+    # the plan, the log and the terminal show them masked
+    assert "from http://ci:***@127.0.0.1" in plan.out
+    for made in work.glob("gpuprov-watch-*"):  # the venvs and uv: what the host made
+        shutil.rmtree(made)
+    texts = _everything_written(work)
+    texts.update({"plan": plan.out + plan.err, "stdout": result.out, "stderr": result.err})
+    for name, text in texts.items():
+        for secret in (index_password, deb_token):
+            assert secret not in text, f"{secret} leaked into {name}"
+    print(f"nobody read every command line {watched['samples']} times: "
+          f"{watched['seen']}, {watched['leak_count']} secrets seen")
