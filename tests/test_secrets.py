@@ -422,3 +422,82 @@ def test_lock_index_and_download_urls_never_reach_a_command_line(farm, inventory
             assert secret not in text, f"{secret} leaked into {name}"
     print(f"nobody read every command line {watched['samples']} times: "
           f"{watched['seen']}, {watched['leak_count']} secrets seen")
+
+
+def _one_wheel_index(authorizations: list, delay: float):
+    """A PEP 503 index on 127.0.0.1 serving one small wheel (`gpuprovdemo` 1.0) and its
+    metadata (PEP 658, so uv needs no HEAD request); each request's Authorization is kept,
+    and each answer waits `delay` s. Returns the server and the wheel's sha256."""
+    import hashlib
+    import io
+    import time
+    import zipfile
+
+    from tests.http_stub import serve
+
+    metadata = b"Metadata-Version: 2.1\nName: gpuprovdemo\nVersion: 1.0\n"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as wheel:
+        wheel.writestr("gpuprovdemo/__init__.py", "")
+        wheel.writestr("gpuprovdemo-1.0.dist-info/METADATA", metadata)
+        wheel.writestr("gpuprovdemo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: t\n"
+                       "Root-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr("gpuprovdemo-1.0.dist-info/RECORD", "")
+    data = buffer.getvalue()
+    digest, meta_digest = hashlib.sha256(data).hexdigest(), hashlib.sha256(metadata).hexdigest()
+    name = "gpuprovdemo-1.0-py3-none-any.whl"
+
+    def answer(path, headers):
+        authorizations.append((path, headers.get("Authorization")))
+        time.sleep(delay)
+        if path.rstrip("/").endswith("/gpuprovdemo"):
+            return 200, "text/html", (f'<a href="/files/{name}#sha256={digest}" '
+                                      f'data-dist-info-metadata="sha256={meta_digest}">'
+                                      f'{name}</a>').encode()
+        if path == f"/files/{name}.metadata":
+            return 200, "application/octet-stream", metadata
+        if path == f"/files/{name}":
+            return 200, "application/octet-stream", data
+        return 404, "text/plain", b"not here\n"
+
+    return serve(answer), digest
+
+
+def test_lock_keeps_an_index_password_off_this_machines_command_lines(work):
+    """`gpuprov lock --torch-index` with credentials: uv resolved with the index on its
+    command line, where any user of the control machine reads it, and wrote the password
+    into the lock (`--emit-index-url`), a file that is committed and shipped. Now `nobody`,
+    reading every process's command line while uv runs, sees uv and never the password; the
+    index still gets it; the lock names the index without it."""
+    import base64
+
+    from remote.lock import LockSpec, compile_lock
+
+    password = "torch-idx-pw-4646"
+    authorizations: list = []
+    server, digest = _one_wheel_index(authorizations, delay=1.0)
+    index = f"http://ci:{password}@127.0.0.1:{server.server_address[1]}/simple"
+    stop = work / "stop-watching"
+    watcher = subprocess.Popen(
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3",
+         "-c", CMDLINE_WATCHER, str(stop), "pip compile"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        watcher.stdin.write(password + "\n")
+        watcher.stdin.close()
+        spec = LockSpec("torch-demo.txt", ["gpuprovdemo"], index_url=index)
+        lock = compile_lock(spec, work / "locks").read_text()
+    finally:
+        stop.touch()
+        output = watcher.stdout.read()
+        watcher.wait(30)
+        watched = json.loads(output)
+        server.shutdown()
+        server.server_close()
+    assert watched["uid"] == 65534 and watched["seen"]["pip compile"] > 0, watched
+    assert watched["leak_count"] == 0, watched
+    sent = {base64.b64decode(auth.split()[1]).decode() for _, auth in authorizations if auth}
+    assert sent == {f"ci:{password}"}, authorizations
+    assert f"gpuprovdemo==1.0 \\\n    --hash=sha256:{digest}" in lock
+    assert f"--index-url http://127.0.0.1:{server.server_address[1]}/simple\n" in lock
+    assert password not in lock and "ci:" not in lock
