@@ -501,3 +501,27 @@ def test_lock_keeps_an_index_password_off_this_machines_command_lines(work):
     assert f"gpuprovdemo==1.0 \\\n    --hash=sha256:{digest}" in lock
     assert f"--index-url http://127.0.0.1:{server.server_address[1]}/simple\n" in lock
     assert password not in lock and "ci:" not in lock
+
+
+def test_lock_takes_a_credentialed_torch_index_from_the_environment(work):
+    """$GPUPROV_TORCH_INDEX: the index reaches uv, with its password, and `gpuprov lock`'s own
+    command line never holds it. PyPI (the rest of the row) is out of reach from here, so the
+    lock fails: in one line, without the password."""
+    import base64
+
+    password = "env-idx-pw-5757"
+    authorizations: list = []
+    server, _ = _one_wheel_index(authorizations, delay=0)
+    try:
+        run = _invoke("lock", "--cuda", "12.6", "--out", str(work / "locks"), cwd=work,
+                      env_extra={"GPUPROV_TORCH_INDEX":
+                                 f"http://ci:{password}@127.0.0.1:{server.server_address[1]}/s"})
+    finally:
+        server.shutdown()
+        server.server_close()
+    sent = {base64.b64decode(auth.split()[1]).decode() for _, auth in authorizations if auth}
+    assert sent == {f"ci:{password}"}, authorizations
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.stderr.startswith("lock: uv pip compile failed for cuda-12.6-wheels-torch.txt")
+    assert password not in run.stdout + run.stderr
+    assert not (work / "locks").exists() or not list((work / "locks").iterdir())
