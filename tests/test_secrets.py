@@ -501,6 +501,8 @@ def test_lock_keeps_an_index_password_off_this_machines_command_lines(work):
     assert f"gpuprovdemo==1.0 \\\n    --hash=sha256:{digest}" in lock
     assert f"--index-url http://127.0.0.1:{server.server_address[1]}/simple\n" in lock
     assert password not in lock and "ci:" not in lock
+    print(f"nobody read every command line {watched['samples']} times: "
+          f"{watched['seen']}, {watched['leak_count']} secrets seen")
 
 
 def test_lock_takes_a_credentialed_torch_index_from_the_environment(work):
@@ -525,3 +527,68 @@ def test_lock_takes_a_credentialed_torch_index_from_the_environment(work):
     assert run.stderr.startswith("lock: uv pip compile failed for cuda-12.6-wheels-torch.txt")
     assert password not in run.stdout + run.stderr
     assert not (work / "locks").exists() or not list((work / "locks").iterdir())
+
+
+# STAND-IN for apt-get (installing packages on the test machine is not allowed): it keeps the
+# proxy apt itself reads from the configuration file it is given (`-c`, read by the real
+# apt-config), and stays 2 s so that its command line can be read.
+STANDIN_APT_GET = """#!/bin/sh
+conf=
+while [ $# -gt 0 ]; do
+  case "$1" in -c) conf=$2; shift 2;; *) shift;; esac
+done
+[ -n "$conf" ] && /usr/bin/apt-config -c "$conf" shell proxy Acquire::http::Proxy >> {tools}/proxies
+sleep 2
+"""
+
+
+def test_an_apt_proxy_password_never_reaches_a_command_line(farm, inventory, provision, work):
+    """An apt step's `proxy:` may carry a password (a company proxy). It was an `-o` option of
+    apt-get, on the host's process list for every user. Now `nobody`, reading every command
+    line while apt-get update and install run, sees them and never the password; apt reads it
+    from the configuration file it is given; the plan and the log show it masked."""
+    from tests.sshd import server_with_tools
+
+    password = "apt-proxy-pw-9292"
+    proxy = "http://corp:{{ proxy_password }}@127.0.0.1:9/"
+    with server_with_tools(farm, "127.0.0.93", {"apt-get": STANDIN_APT_GET},
+                           "gpuprov-apt-proxy-") as tools:
+        inv = inventory({"h1": farm.host_entry("127.0.0.93")}, secrets=["proxy_password"],
+                        vars={"proxy_password": password})
+        rec = write_yaml(work / "r.yaml", {"name": "apt proxy", "steps": [
+            {"name": "install", "apt": {"packages": ["gpuprov-watch-apt"], "proxy": proxy}},
+            # failed_when: the update ends by touching apt's stamp, which only root may
+            {"name": "update", "failed_when": False, "apt": {
+                "packages": ["gpuprov-watch-apt-2"], "proxy": proxy, "update_cache": True,
+                "cache_valid_time": 0}},
+        ]})
+        markers = ["install gpuprov-watch-apt", "update -q -o"]
+        stop = work / "stop-watching"
+        watcher = subprocess.Popen(
+            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+             "/usr/bin/python3", "-c", CMDLINE_WATCHER, str(stop), *markers],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            watcher.stdin.write(password + "\n")
+            watcher.stdin.close()
+            plan = provision(recipe=rec, inventory=inv, check=True)
+            result = provision(recipe=rec, inventory=inv)
+        finally:
+            stop.touch()
+            output = watcher.stdout.read()
+            watcher.wait(30)
+            watched = json.loads(output)
+        proxies = (tools / "proxies").read_text() if (tools / "proxies").exists() else ""
+    assert watched["uid"] == 65534 and all(watched["seen"].values()), watched
+    assert watched["leak_count"] == 0, watched
+    # apt read it from its configuration: install; update, install
+    assert proxies.splitlines() == [f"proxy='http://corp:{password}@127.0.0.1:9/'"] * 3, \
+        proxies + result.out
+    assert [s["status"] for s in result.json["hosts"]["h1"]["steps"]] == ["changed"] * 2
+    assert "apt-get install gpuprov-watch-apt via http://corp:***@127.0.0.1:9/" in plan.out
+    texts = _everything_written(work)
+    texts.update({"plan": plan.out + plan.err, "stdout": result.out, "stderr": result.err})
+    for name, text in texts.items():
+        assert password not in text, f"the proxy's password leaked into {name}"
+    print(f"nobody read every command line {watched['samples']} times: "
+          f"{watched['seen']}, {watched['leak_count']} secrets seen")
