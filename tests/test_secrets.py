@@ -350,7 +350,9 @@ def test_lock_index_and_download_urls_never_reach_a_command_line(farm, inventory
 
     def index(path, headers):
         authorizations.append((path, headers.get("Authorization")))
-        time.sleep(1.5)  # a slow index: the installers wait, their command lines stay there
+        # a slow index: the installers wait, their command lines stay there; curl asks once,
+        # so it waits longer, to be read on a busy machine too
+        time.sleep(4 if path.startswith("/deb/") else 1.5)
         return 404, "text/plain", b"not here\n"
 
     server = serve(index)
@@ -531,14 +533,14 @@ def test_lock_takes_a_credentialed_torch_index_from_the_environment(work):
 
 # STAND-IN for apt-get (installing packages on the test machine is not allowed): it keeps the
 # proxy apt itself reads from the configuration file it is given (`-c`, read by the real
-# apt-config), and stays 2 s so that its command line can be read.
+# apt-config), and stays 3 s so that its command line can be read on a busy machine too.
 STANDIN_APT_GET = """#!/bin/sh
 conf=
 while [ $# -gt 0 ]; do
   case "$1" in -c) conf=$2; shift 2;; *) shift;; esac
 done
 [ -n "$conf" ] && /usr/bin/apt-config -c "$conf" shell proxy Acquire::http::Proxy >> {tools}/proxies
-sleep 2
+sleep 3
 """
 
 
