@@ -5,6 +5,7 @@ TASK` does too. `gpuprov --help` lists them, `gpuprov TASK --help` shows each on
 Options have Ansible's names and short flags where Ansible has one (`-i`, `-l`, `-e`, `-C`,
 `-D`, `-f`, `-v`, `-t`, `-K`); `-h` is always help.
 """
+import os
 from functools import partial
 from typing import Any
 
@@ -200,7 +201,9 @@ def report(c, logs=LOGS_DIR, out=None, baseline=None, threshold=None, fail_on_ou
 
 @task(help={"cuda": "only this row of playbooks/stack.yaml (default: every row)",
             "torch-index": "lock the row's torch from this index (PyTorch's, e.g. "
-                           "https://download.pytorch.org/whl/cu130; needs --cuda)",
+                           "https://download.pytorch.org/whl/cu130; needs --cuda). A URL with "
+                           "a password: set $GPUPROV_TORCH_INDEX instead, which no other user "
+                           "of this machine can read",
             "out": "folder to write the locks to (default: playbooks/locks shipped with gpuprov)",
             "apt": "lock the apt route instead: exact versions of the CUDA toolkit, cuDNN and the "
                    "driver branch from NVIDIA's repository index (run where it can be reached)",
@@ -224,6 +227,8 @@ def lock(c, cuda=None, torch_index=None, out=None, apt=False, apt_repo=None, apt
         _exit(run_apt_lock(STACK, Path(out) if out else LOCKS_DIR, cuda=cuda, repo=apt_repo,
                            base=apt_base))
         return
+    # an option is on this machine's process list, for every user; the environment is not
+    torch_index = torch_index or os.environ.get("GPUPROV_TORCH_INDEX") or None
     if torch_index and not cuda:
         raise Exit("error: lock: --torch-index needs --cuda (one row's torch)", code=EXIT_INPUT)
     _exit(run_lock(cuda=cuda, torch_index=torch_index, out_dir=Path(out) if out else LOCKS_DIR))

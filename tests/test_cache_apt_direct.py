@@ -94,9 +94,9 @@ def test_lines_after_devpi_answer_are_not_read_as_hosts():
 
 
 @pytest.mark.parametrize("direct, options", [
-    ((), " -o Acquire::http::Proxy=http://c:3142 -o \"Acquire::https::Proxy=$apt_https\""),
+    ((), ' -c "$apt_tmp/proxy.conf" -o "Acquire::https::Proxy=$apt_https"'),
     ((EC2_EU, "10.1.2.3"),
-     " -o Acquire::http::Proxy=http://c:3142 -o \"Acquire::https::Proxy=$apt_https\""
+     ' -c "$apt_tmp/proxy.conf" -o "Acquire::https::Proxy=$apt_https"'
      f" -o Acquire::http::Proxy::{EC2_EU}=DIRECT -o Acquire::http::Proxy::10.1.2.3=DIRECT"),
 ])
 def test_hosts_not_forwarded_get_a_direct_proxy_option(direct, options):

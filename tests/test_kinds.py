@@ -13,7 +13,9 @@ A case is one YAML file, `tests/kinds/<kind>/<case>.yaml`:
     probe_lacks: [apt-mark]
     fact: {installed: {curl: 7.88.1-10}}   # fields of the parsed fact (sets as sorted lists)
     commands: [apt-get update] # plan()'s commands as shown; a mapping compares the fields it
-                               # names (script, stdin, shell, shown); [] is the converged case
+                               # names (script, stdin, shell, shown; runs and reads: what the
+                               # host's shell runs, and what it then reads on stdin, for a
+                               # script sent on stdin); [] is the converged case
     cache:                     # the fleet cache's route for the host (engine/cache.CacheRoute):
       apt_proxy: http://10.0.0.5:3142   # the arguments go through `through_cache` first
     error: 'apt.state ...'     # instead of commands: the load or plan error's message
@@ -24,8 +26,9 @@ Adding a kind: add its folder here with at least the converged case and one case
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 
@@ -47,6 +50,21 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     return value
+
+
+# The line that runs a script sent on stdin (remote/kinds/base.py `with_env`).
+EVAL_STDIN = re.compile(r'eval "\$\(dd bs=1 count=(\d+) 2>/dev/null\)"\n?')
+
+
+def host_script(command: Any) -> tuple[str, Optional[str]]:
+    """What the host's shell runs (the script, or what its `eval` line reads from stdin, then
+    the rest of the script), and what the script then reads on its stdin."""
+    stdin = command.stdin or b""
+    match = EVAL_STDIN.match(command.script)
+    if not match:
+        return command.script, stdin.decode() if command.stdin is not None else None
+    count = int(match.group(1))
+    return stdin[:count].decode() + command.script[match.end():], stdin[count:].decode()
 
 
 def test_every_kind_has_a_table():
@@ -90,8 +108,10 @@ def test_kind_case(path: Path):
         if isinstance(want, str):
             assert got.shown() == want
         else:
+            runs, reads = host_script(got)
             fields = {"shown": got.shown(), "script": got.script, "shell": got.shell,
-                      "stdin": got.stdin.decode() if got.stdin is not None else None}
+                      "stdin": got.stdin.decode() if got.stdin is not None else None,
+                      "runs": runs, "reads": reads}
             assert {k: fields[k] for k in want} == dict(want)
 
 

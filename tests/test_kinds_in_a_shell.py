@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import pytest
 
-from remote.errors import Where
+from remote.errors import PlanError, Where
 from remote.kinds import KINDS, Command, Probe
 
 # A value that creates a file named `pwned` (in the folder the command runs in) if any part of
@@ -51,9 +51,14 @@ def tool(folder: Path, name: str, body: str) -> None:
 def test_deb_checksum_message_keeps_a_hostile_url_literal(tmp_path: Path):
     """The url came from facts.arch through a recipe var: a checksum mismatch printed it inside
     double quotes, so `$(...)` in it ran (under become, in the shipped recipe)."""
-    url = f"https://example.invalid/{HOSTILE}/k.deb"
+    # a newline would start a second line of curl's config (the url reaches curl on its
+    # stdin, never on a command line): refused, so it stays literal in another way
+    with pytest.raises(PlanError, match="control character"):
+        plan("deb", {"name": "k", "url": f"https://example.invalid/{HOSTILE}/k.deb",
+                     "sha256": "0" * 64})
+    url = f"https://example.invalid/{HOSTILE.replace(chr(10), ' ')}/k.deb"
     tools = tmp_path / "tools"
-    # curl -fsSL --retry 3 -o FILE -- URL: the download "succeeds" with the wrong bytes.
+    # curl -fsSL --retry 3 -o FILE -K -: the download "succeeds" with the wrong bytes.
     tool(tools, "curl", 'while [ "$1" != -o ]; do shift; done; echo wrong > "$2"\n')
     tool(tools, "dpkg", "echo dpkg must not run >&2; exit 3\n")
     [command] = plan("deb", {"name": "k", "url": url, "sha256": "0" * 64})

@@ -17,6 +17,7 @@ from remote.kinds.pip_lock import _MISMATCH
 from remote.kinds.route import CacheRoute
 from remote.lock import LOCKS_DIR, lock_name, specs, stack_rows, torch_lock_name
 from tests.conftest import REPO, invoke
+from tests.test_kinds import host_script
 
 ROWS = stack_rows()
 FIXTURES = Path(__file__).parent / "fixtures" / "lock"
@@ -80,9 +81,9 @@ def test_a_row_from_pytorchs_index_is_locked_with_that_index():
     spec = specs(ROWS, "12.6", True, "https://download.pytorch.org/whl/cu126")
     assert [s.file for s in spec] == ["cuda-12.6-wheels-torch.txt", "torch-12.6.txt"]
     for one in spec:
-        args = one.command()
-        assert args[args.index("--index-url") + 1] == "https://download.pytorch.org/whl/cu126"
-        assert "--emit-index-url" in args and "https://pypi.org/simple" in args
+        assert "--emit-index-url" in one.command()
+        assert one.environment() == {"UV_INDEX_URL": "https://download.pytorch.org/whl/cu126",
+                                     "UV_EXTRA_INDEX_URL": "https://pypi.org/simple"}
 
 
 def test_lock_with_an_unknown_row_is_refused_in_one_line(work):
@@ -124,10 +125,11 @@ def test_the_fleet_cache_is_trusted_by_both_installers():
     args = kind.through_cache(kind.render(args, {}), CacheRoute(
         indexes={"https://pypi.org/simple": "http://10.0.0.5:3141/root/pypi/+simple/"},
         trusted_host="10.0.0.5:3141"))
-    script = kind.plan(args, kind.parse("@missing\n"))[-1].script
+    script, _ = host_script(kind.plan(args, kind.parse("@missing\n"))[-1])
     assert "--allow-insecure-host 10.0.0.5:3141" in script and "--trusted-host 10.0.0.5:3141" in script
-    assert script.count("--index-url http://10.0.0.5:3141/root/pypi/+simple/") == 2  # uv, pip
-    assert "http://10.0.0.5:3141/root/pypi/+simple/ " in script  # where uv itself is fetched
+    # pip, uv and the uv fetcher read the index from their environment
+    assert "export PIP_INDEX_URL=http://10.0.0.5:3141/root/pypi/+simple/\n" in script
+    assert "export UV_DEFAULT_INDEX=http://10.0.0.5:3141/root/pypi/+simple/\n" in script
 
 
 @pytest.mark.parametrize("installer", ["auto", "uv", "pip"])
@@ -139,6 +141,6 @@ def test_the_install_script_is_valid_sh(installer, index):
     given = {"lock": "locks/small.txt", "venv": "/v", "installer": installer}
     args = kind.load(dict(given, index_url=index) if index else given, None,
                      REPO / "tests/kinds/pip_lock")
-    script = kind.plan(kind.render(args, {}), kind.parse("@missing\n"))[-1].script
+    script, _ = host_script(kind.plan(kind.render(args, {}), kind.parse("@missing\n"))[-1])
     result = subprocess.run(["/bin/sh", "-n"], input=script, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

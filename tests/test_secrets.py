@@ -330,3 +330,267 @@ def test_secrets_never_reach_a_command_line_that_another_user_reads(farm, invent
             assert secret not in text, f"{secret} leaked into {name}"
     print(f"nobody read every command line {watched['samples']} times: "
           f"{watched['seen']}, {watched['leak_count']} secrets seen")
+
+
+def test_lock_index_and_download_urls_never_reach_a_command_line(farm, inventory, provision,
+                                                                  work):
+    """Issue 31, item 5: `cuda-wheels.yaml` and `pytorch.yaml` give `pip_lock` an
+    `index_url` that may carry a password, and a `deb` URL may carry a token. While uv, the uv
+    fetcher, pip (where uv cannot be fetched) and curl talk to a slow index over real SSH,
+    another local user (`nobody`) reads every process's command line: it sees each of those
+    processes, and never a secret. The secrets still reach the index (its requests carry
+    them), and the plan, log and terminal show them masked."""
+    import base64
+    import time
+
+    from tests.http_stub import serve
+
+    index_password, deb_token = "lock-ps-pw-6161", "deb-ps-tok-8181"
+    authorizations: list = []
+
+    def index(path, headers):
+        authorizations.append((path, headers.get("Authorization")))
+        # a slow index: the installers wait, their command lines stay there; curl asks once,
+        # so it waits longer, to be read on a busy machine too
+        time.sleep(4 if path.startswith("/deb/") else 1.5)
+        return 404, "text/plain", b"not here\n"
+
+    server = serve(index)
+    port = server.server_address[1]
+    locks = work / "locks"
+    locks.mkdir()
+    shutil.copy(REPO / "tests/kinds/pip_lock/locks/small.txt", locks / "small.txt")
+    shutil.copy(REPO / "playbooks/locks/uv.txt", locks / "uv.txt")
+    # uv already beside its venv (the real binary, the version uv.txt locks), so this step
+    # runs `uv venv` and `uv pip install`; the next one fetches uv, then falls back to pip
+    import uv as uv_package
+    (work / "gpuprov-watch-uv-uv").mkdir()
+    shutil.copy(uv_package.find_uv_bin(), work / "gpuprov-watch-uv-uv" / "uv")
+    inv = inventory({"h1": farm.host_entry(farm.addresses[1])},
+                    secrets=["index_password", "deb_token"],
+                    vars={"index_password": index_password, "deb_token": deb_token})
+    index_url = f"http://ci:{{{{ index_password }}}}@127.0.0.1:{port}/main/"
+    rec = write_yaml(work / "r.yaml", {"name": "secret index", "steps": [
+        {"name": "with uv", "failed_when": False, "pip_lock": {
+            "lock": "locks/small.txt", "venv": f"{work}/gpuprov-watch-uv", "installer": "uv",
+            "index_url": index_url}},
+        {"name": "uv fetched, then pip", "failed_when": False, "pip_lock": {
+            "lock": "locks/small.txt", "venv": f"{work}/gpuprov-watch-auto",
+            "index_url": index_url}},
+        {"name": "a deb", "failed_when": False, "deb": {
+            "name": "gpuprov-watch-deb", "sha256": "0" * 64,
+            "url": f"http://{{{{ deb_token }}}}@127.0.0.1:{port}/deb/gpuprov-watch.deb"}},
+    ]})
+    markers = {"uv": "gpuprov-watch-uv/bin/python", "fetcher": "gpuprov-watch-auto-uv",
+               "pip": "gpuprov-watch-auto/bin/python -m pip", "curl": "curl -fsSL --retry 3 -o /"}
+    stop = work / "stop-watching"
+    watcher = subprocess.Popen(
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3",
+         "-c", CMDLINE_WATCHER, str(stop), *markers.values()],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        watcher.stdin.write(f"{index_password} {deb_token}\n")
+        watcher.stdin.close()
+        plan = provision(recipe=rec, inventory=inv, check=True)
+        result = provision(recipe=rec, inventory=inv)
+    finally:
+        stop.touch()
+        output = watcher.stdout.read()
+        watcher.wait(30)
+        watched = json.loads(output)
+        server.shutdown()
+        server.server_close()
+    steps = result.json["hosts"]["h1"]["steps"]
+    assert [s["name"] for s in steps] == ["with uv", "uv fetched, then pip", "a deb"], result.out
+    # another user watched those processes and never saw a secret
+    assert watched["uid"] == 65534
+    assert all(watched["seen"].values()), watched
+    assert watched["leak_count"] == 0, watched
+    # every consumer asked the index, with the secret
+    sent = {(path.split("/")[1], path.split("/")[2],
+             base64.b64decode(auth.split()[1]).decode() if auth else None)
+            for path, auth in authorizations}
+    assert ("main", "six", f"ci:{index_password}") in sent, authorizations  # uv, pip
+    assert ("main", "uv", f"ci:{index_password}") in sent, authorizations   # the uv fetcher
+    assert ("deb", "gpuprov-watch.deb", f"{deb_token}:") in sent, authorizations  # curl
+    # the plan, the log and the terminal show them masked
+    assert "from http://ci:***@127.0.0.1" in plan.out
+    for made in work.glob("gpuprov-watch-*"):  # the venvs and uv: what the host made
+        shutil.rmtree(made)
+    texts = _everything_written(work)
+    texts.update({"plan": plan.out + plan.err, "stdout": result.out, "stderr": result.err})
+    for name, text in texts.items():
+        for secret in (index_password, deb_token):
+            assert secret not in text, f"{secret} leaked into {name}"
+    print(f"nobody read every command line {watched['samples']} times: "
+          f"{watched['seen']}, {watched['leak_count']} secrets seen")
+
+
+def _one_wheel_index(authorizations: list, delay: float):
+    """A PEP 503 index on 127.0.0.1 serving one small wheel (`gpuprovdemo` 1.0) and its
+    metadata (PEP 658, so uv needs no HEAD request); each request's Authorization is kept,
+    and each answer waits `delay` s. Returns the server and the wheel's sha256."""
+    import hashlib
+    import io
+    import time
+    import zipfile
+
+    from tests.http_stub import serve
+
+    metadata = b"Metadata-Version: 2.1\nName: gpuprovdemo\nVersion: 1.0\n"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as wheel:
+        wheel.writestr("gpuprovdemo/__init__.py", "")
+        wheel.writestr("gpuprovdemo-1.0.dist-info/METADATA", metadata)
+        wheel.writestr("gpuprovdemo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: t\n"
+                       "Root-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr("gpuprovdemo-1.0.dist-info/RECORD", "")
+    data = buffer.getvalue()
+    digest, meta_digest = hashlib.sha256(data).hexdigest(), hashlib.sha256(metadata).hexdigest()
+    name = "gpuprovdemo-1.0-py3-none-any.whl"
+
+    def answer(path, headers):
+        authorizations.append((path, headers.get("Authorization")))
+        time.sleep(delay)
+        if path.rstrip("/").endswith("/gpuprovdemo"):
+            return 200, "text/html", (f'<a href="/files/{name}#sha256={digest}" '
+                                      f'data-dist-info-metadata="sha256={meta_digest}">'
+                                      f'{name}</a>').encode()
+        if path == f"/files/{name}.metadata":
+            return 200, "application/octet-stream", metadata
+        if path == f"/files/{name}":
+            return 200, "application/octet-stream", data
+        return 404, "text/plain", b"not here\n"
+
+    return serve(answer), digest
+
+
+def test_lock_keeps_an_index_password_off_this_machines_command_lines(work):
+    """`gpuprov lock --torch-index` with credentials: uv resolved with the index on its
+    command line, where any user of the control machine reads it, and wrote the password
+    into the lock (`--emit-index-url`), a file that is committed and shipped. Now `nobody`,
+    reading every process's command line while uv runs, sees uv and never the password; the
+    index still gets it; the lock names the index without it."""
+    import base64
+
+    from remote.lock import LockSpec, compile_lock
+
+    password = "torch-idx-pw-4646"
+    authorizations: list = []
+    server, digest = _one_wheel_index(authorizations, delay=1.0)
+    index = f"http://ci:{password}@127.0.0.1:{server.server_address[1]}/simple"
+    stop = work / "stop-watching"
+    watcher = subprocess.Popen(
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3",
+         "-c", CMDLINE_WATCHER, str(stop), "pip compile"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        watcher.stdin.write(password + "\n")
+        watcher.stdin.close()
+        spec = LockSpec("torch-demo.txt", ["gpuprovdemo"], index_url=index)
+        lock = compile_lock(spec, work / "locks").read_text()
+    finally:
+        stop.touch()
+        output = watcher.stdout.read()
+        watcher.wait(30)
+        watched = json.loads(output)
+        server.shutdown()
+        server.server_close()
+    assert watched["uid"] == 65534 and watched["seen"]["pip compile"] > 0, watched
+    assert watched["leak_count"] == 0, watched
+    sent = {base64.b64decode(auth.split()[1]).decode() for _, auth in authorizations if auth}
+    assert sent == {f"ci:{password}"}, authorizations
+    assert f"gpuprovdemo==1.0 \\\n    --hash=sha256:{digest}" in lock
+    assert f"--index-url http://127.0.0.1:{server.server_address[1]}/simple\n" in lock
+    assert password not in lock and "ci:" not in lock
+    print(f"nobody read every command line {watched['samples']} times: "
+          f"{watched['seen']}, {watched['leak_count']} secrets seen")
+
+
+def test_lock_takes_a_credentialed_torch_index_from_the_environment(work):
+    """$GPUPROV_TORCH_INDEX: the index reaches uv, with its password, and `gpuprov lock`'s own
+    command line never holds it. PyPI (the rest of the row) is out of reach from here, so the
+    lock fails: in one line, without the password."""
+    import base64
+
+    password = "env-idx-pw-5757"
+    authorizations: list = []
+    server, _ = _one_wheel_index(authorizations, delay=0)
+    try:
+        run = _invoke("lock", "--cuda", "12.6", "--out", str(work / "locks"), cwd=work,
+                      env_extra={"GPUPROV_TORCH_INDEX":
+                                 f"http://ci:{password}@127.0.0.1:{server.server_address[1]}/s"})
+    finally:
+        server.shutdown()
+        server.server_close()
+    sent = {base64.b64decode(auth.split()[1]).decode() for _, auth in authorizations if auth}
+    assert sent == {f"ci:{password}"}, authorizations
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.stderr.startswith("lock: uv pip compile failed for cuda-12.6-wheels-torch.txt")
+    assert password not in run.stdout + run.stderr
+    assert not (work / "locks").exists() or not list((work / "locks").iterdir())
+
+
+# STAND-IN for apt-get (installing packages on the test machine is not allowed): it keeps the
+# proxy apt itself reads from the configuration file it is given (`-c`, read by the real
+# apt-config), and stays 3 s so that its command line can be read on a busy machine too.
+STANDIN_APT_GET = """#!/bin/sh
+conf=
+while [ $# -gt 0 ]; do
+  case "$1" in -c) conf=$2; shift 2;; *) shift;; esac
+done
+[ -n "$conf" ] && /usr/bin/apt-config -c "$conf" shell proxy Acquire::http::Proxy >> {tools}/proxies
+sleep 3
+"""
+
+
+def test_an_apt_proxy_password_never_reaches_a_command_line(farm, inventory, provision, work):
+    """An apt step's `proxy:` may carry a password (a company proxy). It was an `-o` option of
+    apt-get, on the host's process list for every user. Now `nobody`, reading every command
+    line while apt-get update and install run, sees them and never the password; apt reads it
+    from the configuration file it is given; the plan and the log show it masked."""
+    from tests.sshd import server_with_tools
+
+    password = "apt-proxy-pw-9292"
+    proxy = "http://corp:{{ proxy_password }}@127.0.0.1:9/"
+    with server_with_tools(farm, "127.0.0.93", {"apt-get": STANDIN_APT_GET},
+                           "gpuprov-apt-proxy-") as tools:
+        inv = inventory({"h1": farm.host_entry("127.0.0.93")}, secrets=["proxy_password"],
+                        vars={"proxy_password": password})
+        rec = write_yaml(work / "r.yaml", {"name": "apt proxy", "steps": [
+            {"name": "install", "apt": {"packages": ["gpuprov-watch-apt"], "proxy": proxy}},
+            # failed_when: the update ends by touching apt's stamp, which only root may
+            {"name": "update", "failed_when": False, "apt": {
+                "packages": ["gpuprov-watch-apt-2"], "proxy": proxy, "update_cache": True,
+                "cache_valid_time": 0}},
+        ]})
+        markers = ["install gpuprov-watch-apt", "update -q -o"]
+        stop = work / "stop-watching"
+        watcher = subprocess.Popen(
+            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+             "/usr/bin/python3", "-c", CMDLINE_WATCHER, str(stop), *markers],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            watcher.stdin.write(password + "\n")
+            watcher.stdin.close()
+            plan = provision(recipe=rec, inventory=inv, check=True)
+            result = provision(recipe=rec, inventory=inv)
+        finally:
+            stop.touch()
+            output = watcher.stdout.read()
+            watcher.wait(30)
+            watched = json.loads(output)
+        proxies = (tools / "proxies").read_text() if (tools / "proxies").exists() else ""
+    assert watched["uid"] == 65534 and all(watched["seen"].values()), watched
+    assert watched["leak_count"] == 0, watched
+    # apt read it from its configuration: install; update, install
+    assert proxies.splitlines() == [f"proxy='http://corp:{password}@127.0.0.1:9/'"] * 3, \
+        proxies + result.out
+    assert [s["status"] for s in result.json["hosts"]["h1"]["steps"]] == ["changed"] * 2
+    assert "apt-get install gpuprov-watch-apt via http://corp:***@127.0.0.1:9/" in plan.out
+    texts = _everything_written(work)
+    texts.update({"plan": plan.out + plan.err, "stdout": result.out, "stderr": result.err})
+    for name, text in texts.items():
+        assert password not in text, f"the proxy's password leaked into {name}"
+    print(f"nobody read every command line {watched['samples']} times: "
+          f"{watched['seen']}, {watched['leak_count']} secrets seen")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 from ..config.aptlock import AptLock, read_apt_lock
 from ..config.schema import Arg
 from ..errors import InputError, PlanError, Where
-from .base import Args, Command, Kind, listed, q
+from .base import Args, Command, Kind, listed, q, redacted_url, with_env
 from .commands import LocalAction, Planned
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ HTTPS_AS_BEFORE = ('eval "$(apt-config shell apt_https Acquire::https::Proxy '
 # (Dir::Etc::sourcelist and sourceparts, apt.conf(5)); the host's files stay as they are, and
 # the package lists are the same files either way (apt names them after the URL without its
 # scheme).
-def https_sources_prelude(origins: Sequence[str], folder: str = "apt_src") -> tuple[str, str]:
+def https_sources_prelude(origins: Sequence[str], folder: str) -> tuple[str, str]:
     """(shell lines that copy the host's apt sources into the folder named by the variable
     `folder`, each of `origins` (https:// URL prefixes) written as http://; apt-get options
     that read the copy)."""
@@ -84,6 +84,15 @@ def https_sources_prelude(origins: Sequence[str], folder: str = "apt_src") -> tu
 # noble): "Proxies which should be used only for certain hosts can be specified via
 # Acquire::http::Proxy::host", and "the special value DIRECT meaning that no proxy should be
 # used". The names are checked host names (engine/cache.py APT_HOST).
+#
+# The proxy itself may carry a password (a company proxy, `proxy: http://user:pw@host:3128`),
+# and every user of the host reads every process's arguments (/proc/PID/cmdline). So apt reads
+# it from a configuration file made for this run in a folder only the step's user reads
+# (mktemp -d: 0700), written by the shell's printf (a builtin: no process, no argument list):
+# `-c FILE`, read after the host's own configuration files, as `-o` is (apt.conf(5): "the
+# command line options are applied to override the configuration directives or to load even
+# more configuration files"; apt-get(8): "-c, --config-file ... read after the default
+# configuration file"). The script that writes it travels on stdin (`with_env`).
 def proxy_options(proxy: Optional[str], https_origins: Sequence[str] = (),
                   direct: Sequence[str] = ()) -> tuple[str, str]:
     """(shell lines to run first, apt-get options) that send apt's plain-HTTP downloads through
@@ -92,20 +101,30 @@ def proxy_options(proxy: Optional[str], https_origins: Sequence[str] = (),
     `https_origins` too (the proxy fetches them over HTTPS itself)."""
     if not proxy:
         return "", ""
-    prelude, opts = HTTPS_AS_BEFORE, f' -o Acquire::http::Proxy={q(proxy)} -o "Acquire::https::Proxy=$apt_https"'
+    # A quoted value ends at the next `"` (apt 2.6's apt-config reads `;`, `{}`, `#`, `//` and
+    # `\\` inside quotes as themselves): one line, no quote.
+    if '"' in proxy or any(ord(c) < 0x20 or ord(c) == 0x7f for c in proxy):
+        raise PlanError(f"apt: proxy {redacted_url(proxy)!r} holds a quote or a control "
+                        "character, which apt's configuration cannot hold")
+    setting = f'Acquire::http::Proxy "{proxy}";'
+    prelude = (HTTPS_AS_BEFORE + "apt_tmp=$(mktemp -d) || exit 1\n"
+               "trap 'rm -rf \"$apt_tmp\"' EXIT\n"
+               f"printf '%s\\n' {q(setting)} > \"$apt_tmp/proxy.conf\" || exit 1\n")
+    opts = ' -c "$apt_tmp/proxy.conf" -o "Acquire::https::Proxy=$apt_https"'
     opts += "".join(f" -o {q(f'Acquire::http::Proxy::{host}=DIRECT')}" for host in direct)
     if https_origins:
-        lines, source_opts = https_sources_prelude(https_origins)
-        prelude += ("apt_src=$(mktemp -d) || exit 1\ntrap 'rm -rf \"$apt_src\"' EXIT\n" + lines)
+        lines, source_opts = https_sources_prelude(https_origins, "apt_tmp")
+        prelude += lines
         opts += source_opts
     return prelude, opts
 
 
 def proxy_shown(proxy: Optional[str], direct: Sequence[str] = ()) -> str:
-    """How a command's line in the plan and the run log says where apt downloads from."""
+    """How a command's line in the plan and the run log says where apt downloads from (a
+    password in the proxy's URL as ***)."""
     if not proxy:
         return ""
-    return f" via {proxy}" + (f" (direct: {' '.join(direct)})" if direct else "")
+    return f" via {redacted_url(proxy)}" + (f" (direct: {' '.join(direct)})" if direct else "")
 
 
 def apt_update_command(lock_timeout: int = 600, proxy: Optional[str] = None,
@@ -120,7 +139,15 @@ def apt_update_command(lock_timeout: int = 600, proxy: Optional[str] = None,
         "'^(E:|Err:|W: (Failed to fetch|Some index files failed))'; then\n"
         "  echo 'apt-get update reported errors (see above)' >&2; exit 1\nfi\n"
         f"touch {APT_STAMP}")
-    return Command(script, display="apt-get update" + proxy_shown(proxy, direct))
+    return _sent(script, proxy, display="apt-get update" + proxy_shown(proxy, direct))
+
+
+def _sent(script: str, proxy: Optional[str], display: str) -> Command:
+    """The command for `script`: sent on stdin when it writes a proxy's URL (see
+    `proxy_options`)."""
+    if proxy:
+        return with_env(script, {}, script_on_stdin=True, display=display)
+    return Command(script, display=display)
 
 
 def glob_pattern(pin: str) -> str:
@@ -334,6 +361,6 @@ class Apt(Kind[AptState]):
         if args["hold"] or any(pin for _, pin in todo):
             flags += " --allow-downgrades --allow-change-held-packages"
         lines.append(f"apt-get {opts}{flags} install " + " ".join(words))
-        return Command("\n".join(lines), display="apt-get install " + " ".join(
+        return _sent("\n".join(lines), args.get("proxy"), display="apt-get install " + " ".join(
             f"{n}={p}" if p else n for n, p in todo)
             + proxy_shown(args.get("proxy"), args.get("proxy_direct") or ()))

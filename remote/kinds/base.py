@@ -45,9 +45,10 @@ q = shlex.quote
 
 
 def with_env(script: str, env: Mapping[str, str], *, display: str,
-             shell: str = "/bin/sh", script_on_stdin: bool = False) -> Command:
+             shell: str = "/bin/sh", script_on_stdin: bool = False,
+             then: Optional[bytes] = None) -> Command:
     """A command that runs `script` with `env` exported, the values sent on stdin (and the
-    script itself with `script_on_stdin`).
+    script itself with `script_on_stdin`), followed by `then`, the script's own stdin.
 
     A value written into the script would sit in the `sh -c SCRIPT` argument on the host, and
     any local user there reads every process's arguments (`ps`, /proc/PID/cmdline); the
@@ -56,16 +57,29 @@ def with_env(script: str, env: Mapping[str, str], *, display: str,
     with bs=1 reads one byte at a time, so nothing meant for the command is taken) and `eval`s
     them: the values never touch the command line or the host's disk. With `script_on_stdin`
     the script travels the same way, so what a user wrote into it (a token in a `cmd`) is not
-    on the command line either; only the `eval` line is. The command's own stdin is at end of
-    file, as for any step without `stdin`. Names must be valid (the caller checks)."""
+    on the command line either; only the `eval` line is. What the script then reads from
+    stdin is `then` (a lock's text), or end of file. Names must be valid (the caller checks)."""
     if not env and not script_on_stdin:
-        return Command(script, display=display, shell=shell)
+        return Command(script, stdin=then, display=display, shell=shell)
     block = "".join(f"export {name}={q(value)}\n" for name, value in env.items())
     if script_on_stdin:
         block, script = block + script + "\n", ""
     data = block.encode()
     prelude = f'eval "$(dd bs=1 count={len(data)} 2>/dev/null)"' + ("\n" if script else "")
-    return Command(prelude + script, stdin=data, display=display, shell=shell)
+    return Command(prelude + script, stdin=data + (then or b""), display=display, shell=shell)
+
+
+def redacted_url(url: str) -> str:
+    """`url` for plans and logs: the password of its user part shown as ***, as pip shows it
+    ("Looking in indexes: https://user:****@host/simple"); a lone user part (a token) as ***
+    too."""
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    userinfo, at, host = netloc.rpartition("@")  # a password may hold an `@` of its own
+    if not sep or not at:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}://{user + ':***' if colon else '***'}@{host}{slash}{path}"
 
 
 class Kind(Generic[FactT]):

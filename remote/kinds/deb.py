@@ -8,7 +8,7 @@ from pathlib import Path
 from ..config.schema import Arg
 from ..errors import PlanError, Where
 from .apt import dpkg_installed
-from .base import Args, Command, Kind, q
+from .base import Args, Command, Kind, q, redacted_url, with_env
 
 SHA256 = re.compile(r"[0-9a-f]{64}")  # used with fullmatch: `$` would pass a final newline
 
@@ -53,15 +53,29 @@ class Deb(Kind[DebState]):
             return []
         if not SHA256.fullmatch(args["sha256"]):
             raise PlanError(f"deb {args['name']}: sha256 {args['sha256']!r} is not 64 hex digits")
-        url = q(args["url"])
+        url = str(args["url"])
+        if any(ord(c) < 0x20 or ord(c) == 0x7f for c in url):  # one line of curl's config
+            raise PlanError(f"deb {args['name']}: the url holds a control character")
+        # The URL may carry a token or a password, and every local user of the host reads
+        # every process's arguments (/proc/PID/cmdline). So the script travels on stdin
+        # (`with_env`) and the downloaders read the URL from their stdin, written there by the
+        # shell's own printf (a builtin: no process, no argument list): curl's `-K -` reads
+        # its options, `url = "..."` among them, from stdin (curl(1), --config: "Specify the
+        # filename to -K, --config as '-' to make curl read the file from stdin"; within
+        # double quotes `\\` and `\"` are escapes); wget's `-i -` its URLs (wget(1),
+        # --input-file: "If - is specified as file, URLs are read from the standard input").
+        curl_config = 'url = "' + url.replace("\\", "\\\\").replace('"', '\\"') + '"'
         script = (
             't=$(mktemp --suffix=.deb) || exit 1\ntrap \'rm -f "$t"\' EXIT\n'
-            f'if command -v curl >/dev/null 2>&1; then curl -fsSL --retry 3 -o "$t" -- {url}\n'
-            f'elif command -v wget >/dev/null 2>&1; then wget -q -O "$t" -- {url}\n'
+            'if command -v curl >/dev/null 2>&1; then '
+            f"printf '%s\\n' {q(curl_config)} | curl -fsSL --retry 3 -o \"$t\" -K -\n"
+            'elif command -v wget >/dev/null 2>&1; then '
+            f"printf '%s\\n' {q(url)} | wget -q -O \"$t\" -i -\n"
             'else echo "neither curl nor wget is installed" >&2; exit 1; fi || exit 1\n'
             f'echo {q(args["sha256"])}"  $t" | sha256sum -c --quiet - >/dev/null 2>&1 || '
-            f"{{ printf 'checksum mismatch for %s: got %s\\n' {url} "
+            f"{{ printf 'checksum mismatch for %s: got %s\\n' {q(redacted_url(url))} "
             '"$(sha256sum "$t" | cut -c1-64)" >&2; exit 1; }\n'
             'DEBIAN_FRONTEND=noninteractive dpkg -i "$t"')
-        return [Command(script, display=f"download {args['url']}, verify sha256 "
-                                        f"{args['sha256'][:12]}..., dpkg -i")]
+        return [with_env(script, {}, script_on_stdin=True,
+                         display=f"download {redacted_url(url)}, verify sha256 "
+                                 f"{args['sha256'][:12]}..., dpkg -i")]

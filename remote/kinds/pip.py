@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from ..config.schema import Arg
 from ..errors import PlanError, Where
-from .base import Args, Command, Kind, listed, q, with_env
+from .base import Args, Command, Kind, listed, q, redacted_url, with_env
 from .pyprobe import Installed, parse_probe, probe_script
 
 if TYPE_CHECKING:
@@ -100,11 +100,12 @@ class Pip(Kind[Installed]):
         env = _index_env(args)
         # Plans and logs show the indexes as pip's options, passwords as ***; the host gets
         # them in pip's environment (`_index_env`).
-        shown_indexes = [f"--{name[4:].lower().replace('_', '-')} {q(_redacted(url))}"
+        shown_indexes = [f"--{name[4:].lower().replace('_', '-')} {q(redacted_url(url))}"
                          for name, urls in env.items() for url in urls.split(" ")]
         cmds.append(with_env(
             f"{py} -m pip install {' '.join(opts + extra)} {packages}", env,
-            display=f"{py} -m pip install {' '.join(opts + shown_indexes + extra)} {packages}"))
+            display=f"{py} -m pip install {' '.join(opts + shown_indexes + extra)} {packages}",
+            script_on_stdin=True))
         return cmds
 
 
@@ -126,14 +127,3 @@ def _index_env(args: Args) -> dict[str, str]:
         env["PIP_EXTRA_INDEX_URL"] = " ".join(extras)
     return env
 
-
-def _redacted(url: str) -> str:
-    """`url` for plans and logs: the password of its user part shown as ***, as pip shows it
-    ("Looking in indexes: https://user:****@host/simple"); a lone user part (a token) as ***
-    too."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, host = rest.partition("@") if sep else ("", "", "")
-    if not at or "/" in userinfo:
-        return url
-    user, colon, _ = userinfo.partition(":")
-    return f"{scheme}://{user + ':***' if colon else '***'}@{host}"

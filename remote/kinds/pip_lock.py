@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ..config.lockfile import LockFile, read_lock
 from ..config.schema import Arg
 from ..errors import InputError, PlanError, Where
-from .base import Args, Command, Kind, q
+from .base import Args, Command, Kind, q, redacted_url, with_env
 from .pyprobe import Installed, parse_probe, probe_script
 
 if TYPE_CHECKING:
@@ -42,11 +42,26 @@ if found:
 # Fetches uv's wheel for this machine from the index (PEP 503 simple page) with the standard
 # library, checks its sha256 against uv's lock and unpacks the uv binary into DEST: no pip,
 # no ensurepip (`python -m venv` with pip plus `pip install uv` took about 4 s of an 8 s install
-# in a sandbox host; bench/lock_floor.py). argv: VERSION HASHES(comma-separated) INDEX DEST.
-_FETCH_UV = """import hashlib, os, platform, re, sys, urllib.parse, urllib.request, zipfile, io
-version, hashes, index, dest = sys.argv[1], set(sys.argv[2].split(",")), sys.argv[3], sys.argv[4]
+# in a sandbox host; bench/lock_floor.py). argv: VERSION HASHES(comma-separated) DEST; the
+# index comes in the environment (UV_DEFAULT_INDEX, as uv reads it), never in argv: it may
+# carry a password. urllib does not send a URL's user part, so it goes as HTTP basic auth, to
+# the index's host only, and not along a redirect (an "unredirected" header).
+_FETCH_UV = """import base64, hashlib, io, os, platform, re, sys, urllib.parse, urllib.request, zipfile
+version, hashes, dest = sys.argv[1], set(sys.argv[2].split(",")), sys.argv[3]
+parts = urllib.parse.urlsplit(os.environ.get("UV_DEFAULT_INDEX") or "https://pypi.org/simple")
+host = parts.netloc.rpartition("@")[2]
+auth = None
+if "@" in parts.netloc:
+    user = "%s:%s" % (urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or ""))
+    auth = "Basic " + base64.b64encode(user.encode()).decode()
+index = urllib.parse.urlunsplit(parts._replace(netloc=host))
+def get(url, timeout):
+    request = urllib.request.Request(url)
+    if auth and urllib.parse.urlsplit(url).netloc == host:
+        request.add_unredirected_header("Authorization", auth)
+    return urllib.request.urlopen(request, timeout=timeout).read()
 page_url = index.rstrip("/") + "/uv/"
-page = urllib.request.urlopen(page_url, timeout=60).read().decode("utf-8", "replace")
+page = get(page_url, 60).decode("utf-8", "replace")
 machine = platform.machine()
 want = re.compile(r"uv-%s-py3-none-manylinux_2_17_%s[.]" % (re.escape(version), re.escape(machine)))
 for href, name in re.findall(r'<a[^>]+href="([^"]+)"[^>]*>([^<]+)</a>', page):
@@ -55,7 +70,7 @@ for href, name in re.findall(r'<a[^>]+href="([^"]+)"[^>]*>([^<]+)</a>', page):
         break
 else:
     sys.exit("uv %s: no manylinux wheel for %s on %s" % (version, machine, page_url))
-data = urllib.request.urlopen(url, timeout=300).read()
+data = get(url, 300)
 digest = hashlib.sha256(data).hexdigest()
 if digest not in hashes:
     sys.exit("hash mismatch for uv==%s: the downloaded file is sha256:%s, not in the lock" % (version, digest))
@@ -141,16 +156,28 @@ class PipLock(Kind[Installed]):
 
     def _install(self, args: Args, lock: LockFile) -> Command:
         """One script: uv fetched if missing, the venv created if missing, the lock installed;
-        pip (and `python -m venv`) where uv cannot be had."""
+        pip (and `python -m venv`) where uv cannot be had.
+
+        The index URL may carry a password (`pip_index_url` with credentials), and every local
+        user of the host reads every process's arguments (/proc/PID/cmdline, what `ps` shows).
+        So the script travels on stdin (`with_env`, as the shell kind's), and the installers
+        get the index in their environment, which only the same user and root read
+        (/proc/PID/environ, proc(5)): pip reads PIP_INDEX_URL for --index-url (pip's docs,
+        "Configuration", "Environment Variables":
+        https://pip.pypa.io/en/stable/topics/configuration/#environment-variables), uv reads
+        UV_DEFAULT_INDEX for --default-index, which replaces --index-url (uv's reference,
+        "Environment variables": https://docs.astral.sh/uv/reference/environment/#uv_default_index),
+        and the uv fetcher reads UV_DEFAULT_INDEX too."""
         venv = str(args["venv"]).rstrip("/")
         py, base = q(venv + "/bin/python"), q(args["python"] or "python3")
         # uv goes beside the venv, not into it, so the venv holds the lock alone.
         tools, uv = q(venv + "-uv"), q(venv + "-uv/uv")
         pip_opts = "--disable-pip-version-check --no-input -q --require-hashes"
         uv_opts = "--require-hashes --system-certs --no-progress"
+        env = {}
         if args["index_url"]:
-            pip_opts += f" --index-url {q(args['index_url'])}"
-            uv_opts += f" --index-url {q(args['index_url'])}"
+            env = {"PIP_INDEX_URL": str(args["index_url"]),
+                   "UV_DEFAULT_INDEX": str(args["index_url"])}
         if args["_trusted"]:
             pip_opts += f" --trusted-host {q(args['_trusted'])}"
             uv_opts += f" --allow-insecure-host {q(args['_trusted'])}"
@@ -167,11 +194,10 @@ class PipLock(Kind[Installed]):
                 uv_pin = read_lock(self._path(args, UV_LOCK)).pins[0]
             except InputError as exc:
                 raise PlanError(_lock_error(UV_LOCK, exc)) from None
-            index = args["index_url"] or "https://pypi.org/simple"
             otherwise = ('exit 1' if installer == "uv" else
                          'echo "uv could not be fetched: installing with pip" >&2')
             lines += [f'if [ ! -x {uv} ]; then',
-                      f'  {base} - {q(uv_pin.version)} {q(",".join(uv_pin.hashes))} {q(index)} '
+                      f'  {base} - {q(uv_pin.version)} {q(",".join(uv_pin.hashes))} '
                       f"{tools} >&2 <<'EOF' || {otherwise}\n{_FETCH_UV}EOF",
                       'fi',
                       f'if [ -x {uv} ]; then',
@@ -183,10 +209,10 @@ class PipLock(Kind[Installed]):
                   f'[ $rc -eq 0 ] || {base} - "$err" <<\'EOF\'\n{_MISMATCH}EOF',
                   'exit $rc']
         how = "pip" if installer == "pip" else "uv (pip when uv cannot be fetched)"
-        source = f" from {args['index_url']}" if args["index_url"] else ""
-        return Command("\n".join(lines), stdin=lock.text.encode(),
-                       display=f"install {args['lock']} into {venv}{source} with {how}, hashes "
-                               f"required ({len(lock.pins)} packages)")
+        source = f" from {redacted_url(args['index_url'])}" if args["index_url"] else ""
+        return with_env("\n".join(lines), env, script_on_stdin=True, then=lock.text.encode(),
+                        display=f"install {args['lock']} into {venv}{source} with {how}, hashes "
+                                f"required ({len(lock.pins)} packages)")
 
 
 def _lock_error(name: str, exc: InputError) -> str:

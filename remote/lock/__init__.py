@@ -23,12 +23,14 @@ May import: `remote.errors`, `remote.config`, `remote.paths`.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
+from urllib.parse import unquote
 
 from ..config.lockfile import read_lock
 from ..config.yamlfile import load_yaml
@@ -56,20 +58,48 @@ class LockSpec:
     platform: Optional[str] = None  # None: universal
 
     def command(self) -> list[str]:
-        """The `uv pip compile` arguments (after the requirement files)."""
+        """The `uv pip compile` arguments (after the requirement files); the indexes are in
+        `environment`."""
         # --no-python-downloads: uv would try to fetch a python 3.10 for the resolution (12 s of
         # retries offline) where none is installed; any python resolves for the floor's markers.
         args = ["--no-config", "--no-python-downloads", "--generate-hashes",
-                "--python-version", PYTHON_FLOOR,
-                "--index-url", self.index_url, "--custom-compile-command", COMMAND]
+                "--python-version", PYTHON_FLOOR, "--custom-compile-command", COMMAND]
         args += ["--python-platform", self.platform] if self.platform else ["--universal"]
-        for url in self.extra_index_urls:
-            args += ["--extra-index-url", url]
         if self.index_url != PYPI:
             # torch from PyTorch's index, the rest where uv finds the best match; the lock
             # then names its indexes, so an install reads the same ones.
             args += ["--index-strategy", "unsafe-best-match", "--emit-index-url"]
         return args
+
+    def environment(self) -> dict[str, str]:
+        """The indexes, for uv's environment: an index URL may carry a password (`--torch-index`
+        with credentials), and any user of this machine reads every process's arguments
+        (/proc/PID/cmdline), not its environment (proc(5)). uv reads UV_INDEX_URL for
+        --index-url and UV_EXTRA_INDEX_URL (space-separated) for --extra-index-url (`uv pip
+        compile --help`, uv 0.13.8: "[env: UV_INDEX_URL]", "[env: UV_EXTRA_INDEX_URL]")."""
+        env = {"UV_INDEX_URL": self.index_url}
+        if self.extra_index_urls:
+            env["UV_EXTRA_INDEX_URL"] = " ".join(self.extra_index_urls)
+        return env
+
+    def without_credentials(self, text: str) -> str:
+        """`text` (uv's output, a lock) with each index URL's user part removed: a lock is
+        committed and shipped, a message is shown and logged, and neither may hold a
+        password. The hosts get the credentials from their recipe's `index_url`."""
+        for url in [self.index_url, *self.extra_index_urls]:
+            scheme, sep, rest = url.partition("://")
+            netloc, slash, path = rest.partition("/")
+            userinfo, at, host = netloc.rpartition("@")
+            if not (sep and at):
+                continue
+            text = text.replace(url, f"{scheme}://{host}{slash}{path}")
+            # the password (a lone user part is a token), as written and decoded, wherever
+            # uv printed it in another form
+            user, colon, password = userinfo.partition(":")
+            secret = password if colon else user
+            for spelling in {secret, unquote(secret)} - {""}:
+                text = text.replace(spelling, "***")
+        return text
 
 
 def stack_rows(stack: Path = STACK) -> dict[str, Any]:
@@ -126,14 +156,18 @@ def compile_lock(spec: LockSpec, out_dir: Path) -> Path:
         cons.write_text("\n".join(spec.constraints) + "\n")
         cmd = [sys.executable, "-m", "uv", "pip", "compile", str(reqs), "-c", str(cons),
                "-o", str(out), "--quiet", *spec.command()]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp,
+                              env={**os.environ, **spec.environment()})
         if proc.returncode != 0:
             message = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-            raise InputError(f"uv pip compile failed for {spec.file}: " + " ".join(message[-6:]))
+            raise InputError(spec.without_credentials(
+                f"uv pip compile failed for {spec.file}: " + " ".join(message[-6:])))
         # uv names its temporary input files in annotations ("via -r /tmp/.../requirements.in"):
-        # keep the lock the same wherever it is made.
+        # keep the lock the same wherever it is made. Its --emit-index-url lines name the
+        # indexes with their credentials (seen with uv 0.13.8): written without them.
         text = out.read_text().replace(str(reqs), "requirements.in").replace(str(cons),
                                                                                 "constraints.txt")
+        text = spec.without_credentials(text)
         out.write_text(text)
         read_lock(out)  # a file the kind could not read is not written
         target.write_text(text)
