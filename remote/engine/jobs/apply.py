@@ -208,7 +208,7 @@ class _HostApply:
         except BecomeError as exc:
             error = str(exc)
         except CommandTimeout as exc:
-            error = f"probes {exc}"
+            error = session.stalled = f"probes {exc}"
         else:
             session.log.command("probe", f"{len(probes)} probes{' (become)' if become else ''}",
                                 result.rc, result.elapsed_s, result.out, result.err)
@@ -358,6 +358,8 @@ class _HostApply:
                                        on_output=on_output)
             except CommandTimeout:
                 session.log.command(step.name, command.shown(), None, item.timeout)
+                # the rest of the job (the stack manifest) does not ask this host again
+                session.stalled = f"{step.name} timed out after {item.timeout:g} s"
                 return None
             except Interrupted:
                 session.log.event(f"{step.name}: interrupted; stopped on the host: "
