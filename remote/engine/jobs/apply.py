@@ -24,7 +24,8 @@ from ...kinds import Command, Kind, LocalAction, Planned, Probe, RebootAndWait
 from ...transport.connection import CommandResult
 from ..probes import batch_script, in_one_write, parse_batch
 from ..results import StepResult, StepStatus
-from ..session import HostSession, facts_read_by_vars, union
+from ..session import HostSession
+from ..varlayers import facts_read_by_vars, union
 from .reboot import reboot_and_wait
 from .validate import remember_python
 
