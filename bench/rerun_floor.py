@@ -6,8 +6,9 @@ Starts real sshd servers on 127.0.0.2.., converges the 10-step recipe of `bench.
 once, and records what a converged re-run sends over the wire: each host's commands and the
 bytes written to their stdin. The floor (`python3 bench/rerun_floor.py floor FLOOR.json`, the
 `floor` function below) is a Python process that imports paramiko and nothing of gpuprov or
-Fabric, connects to every host at once (one thread a host, TCP_NODELAY on, the same key and
-known_hosts), and sends the same commands with the same stdin, reading each to its exit
+Fabric, connects to every host at once (one thread a host, paramiko's own socket: Nagle on,
+as bare paramiko has it; `--nodelay` after FLOOR.json sets TCP_NODELAY as gpuprov does; the
+same key and known_hosts), and sends the same commands with the same stdin, reading each to its exit
 status: the facts with the probes, and the one step that always runs. The stack manifest is
 left out of what is recorded, so gpuprov's own manifest counts as gpuprov's cost. Then the
 two processes run in turn, gpuprov first, `--rounds` times each (start-up included, Python's
@@ -25,8 +26,9 @@ import threading
 import time
 
 
-def floor(recorded: str) -> None:
-    """The floor: the recorded commands over bare paramiko, every host at once."""
+def floor(recorded: str, nodelay: bool = False) -> None:
+    """The floor: the recorded commands over bare paramiko, every host at once; `nodelay`:
+    on a socket with TCP_NODELAY, as gpuprov's (paramiko leaves Nagle on)."""
     import paramiko
 
     plan = json.loads(open(recorded).read())
@@ -36,8 +38,10 @@ def floor(recorded: str) -> None:
     def host(entry: dict) -> None:
         client = paramiko.SSHClient()
         client.load_host_keys(plan["known_hosts"])
-        sock = socket.create_connection((entry["address"], plan["port"]))
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = None
+        if nodelay:
+            sock = socket.create_connection((entry["address"], plan["port"]))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         client.connect(entry["address"], plan["port"], plan["user"], pkey=key, sock=sock,
                        allow_agent=False, look_for_keys=False)
         for command in entry["commands"]:
@@ -109,6 +113,8 @@ def main() -> int:  # noqa: C901 - one straight script: set up, record, time, pr
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--nodelay", action="store_true",
+                        help="the floor's sockets with TCP_NODELAY, as gpuprov's")
     parser.add_argument("--serve", action="store_true",
                         help="keep the servers up and print the two commands, until Ctrl-C")
     args = parser.parse_args()
@@ -138,7 +144,7 @@ def main() -> int:  # noqa: C901 - one straight script: set up, record, time, pr
                     for a in farm.addresses]}
         (work / "floor.json").write_text(json.dumps(plan))
         floor_cmd = [sys.executable, str(REPO / "bench" / "rerun_floor.py"), "floor",
-                     str(work / "floor.json")]
+                     str(work / "floor.json"), *(["--nodelay"] if args.nodelay else [])]
         print(f"{len(sent)} commands recorded over {args.hosts} hosts "
               f"({', '.join(str(len(h['commands'])) for h in plan['hosts'])} a host)", flush=True)
         if args.serve:
@@ -194,6 +200,6 @@ with open(os.environ["GPUPROV_SENT"], "w") as handle:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["floor"]:
-        floor(sys.argv[2])
+        floor(sys.argv[2], nodelay="--nodelay" in sys.argv[3:])
     else:
         sys.exit(main())
