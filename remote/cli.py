@@ -30,7 +30,7 @@ from .engine.jobs.manifest import RecordStack
 from .engine.jobs.validate import SUITES, Validate
 from .engine.results import HostResult, StepStatus, write_json
 from .engine.run import Run, RunInterrupted, RunOptions
-from .engine.session import layered_vars
+from .engine.varlayers import layered_vars
 from .errors import InputError, Unreachable
 from .exitcodes import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_STEP_FAILED, EXIT_UNREACHABLE, EXIT_VALIDATION_FAILED
 from .fileio import write_atomic

@@ -43,11 +43,34 @@ class Stamp(Kind[bool]):
         return commands
 
 
+class Relay(Kind[None]):
+    """Plans a command before a control-side action: writes `first`, checks on the control side
+    that it is there, writes `second`; `reboot: true` asks for a reboot after the first write
+    (as a kind that installs a driver, then reboots, does)."""
+
+    name = "relay"
+    spec = {"first": Arg((str,), required=True), "second": Arg((str,), required=True),
+            "reboot": Arg((bool,), False)}
+
+    def parse(self, out: str) -> None:
+        return None  # no probe: it always writes
+
+    def plan(self, args: Args, fact: None) -> list[Any]:
+        def first_written(_context: dict[str, Any]) -> tuple[bool, str]:
+            return Path(args["first"]).exists(), f"{args['first']} was not written before the check"
+        commands: list[Any] = [Command(f"echo first > {q(args['first'])}")]
+        if args["reboot"]:
+            commands.append(RebootAndWait(5))
+        commands += [LocalAction(first_written, "first written"),
+                     Command(f"echo second > {q(args['second'])}")]
+        return commands
+
+
 def provision(tmp_path: Path, steps: str, check: bool = False) -> dict:
     (tmp_path / "inventory.yaml").write_text("hosts:\n  here: {connection: local}\n")
     (tmp_path / "recipe.yaml").write_text("steps:\n" + steps)
     inventory = load_inventory(tmp_path / "inventory.yaml")
-    recipe = load_recipe(tmp_path / "recipe.yaml", {**KINDS, "stamp": Stamp()})
+    recipe = load_recipe(tmp_path / "recipe.yaml", {**KINDS, "stamp": Stamp(), "relay": Relay()})
     redact = Redactor()
     reporter = Reporter(redact, io.StringIO())
     options = RunOptions(check=check, logs_dir=None, run_id="t")
@@ -88,3 +111,22 @@ def test_its_reboot_is_the_engines_reboot_and_wait(tmp_path: Path):
     assert (status, message) == ("failed", "refusing to reboot: this host is the control machine "
                                            "(connection: local)")
     assert not stamp.exists()
+
+
+def test_commands_run_in_the_order_the_kind_planned_them(tmp_path: Path):
+    """write A, control-side check that A exists, write B: the check sees A."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    step = f"  - name: r\n    relay: {{first: {first}, second: {second}}}\n"
+    assert provision(tmp_path, step)["r"][:2] == ("changed", "")
+    assert (first.read_text(), second.read_text()) == ("first\n", "second\n")
+
+
+def test_a_reboot_planned_after_a_command_comes_after_it(tmp_path: Path):
+    """The command before the reboot has run when the reboot is refused; nothing after it ran."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    step = f"  - name: r\n    relay: {{first: {first}, second: {second}, reboot: true}}\n"
+    status, message, _ = provision(tmp_path, step)["r"]
+    assert (status, message) == ("failed", "refusing to reboot: this host is the control machine "
+                                           "(connection: local)")
+    assert first.read_text() == "first\n"
+    assert not second.exists()

@@ -77,6 +77,31 @@ def test_a_dribbling_host_fails_alone_and_the_recap_is_printed(farm, work, inven
     assert f"stack manifest not recorded: validation {reason}" in log, log
 
 
+def test_a_step_that_timed_out_does_not_hold_the_host_for_its_manifest(farm, work, inventory,
+                                                                       provision):
+    """Issue 30, point 2: a step (`timeout: 5`) of a host whose stack python dribbles a byte
+    every 2 s fails at its timeout; the host is then not asked for its stack manifest (with
+    that python, up to the manifest's own 60 s more) and ends at most 10 s after the step's
+    timeout."""
+    pidfile = work / "dribbler.pid"
+    slow = _tool(work, "dribbling-python", DRIBBLE.format(pidfile=pidfile))
+    inv = inventory(hosts={"slow": farm.host_entry(farm.addresses[0],
+                                                   vars={"validate_python": slow})})
+    rec = work / "r.yaml"
+    rec.write_text("steps:\n  - name: stack check\n    shell: '{{ validate_python }} -c pass'\n"
+                   "    timeout: 5\n")
+    try:
+        result = provision("slow", rec, inv)
+    finally:
+        _stop_leftover(pidfile)
+    host = result.host("slow")
+    assert [(s["name"], s["status"], s["message"]) for s in host["steps"]] == [
+        ("stack check", "failed", "timed out after 5 s")]
+    assert host["elapsed_s"] < 5 + 10, host
+    log = next((work / "logs" / "slow").glob("*/provision.log")).read_text()
+    assert "stack manifest not recorded: stack check timed out after 5 s" in log, log
+
+
 def _stop_leftover(pidfile: Path) -> None:
     """The dribbler must have been stopped on the host (its SIGTERM was sent before the run
     ended; it may take a moment to be reaped); end it here if not (the run failed)."""

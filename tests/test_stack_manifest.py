@@ -72,3 +72,37 @@ def test_the_manifest_rides_with_the_facts_unless_the_run_changed_something(
     log = (_run_dir(work, "h2") / "provision.log").read_text()
     assert "stack manifest: $ python - (stack manifest)" in log
     assert (_run_dir(work, "h2") / "stack.json").exists()
+
+
+def test_a_converged_host_sends_its_kept_manifest_until_its_stack_changes(
+        farm, work, inventory, provision):
+    """Issue 30, point 10: the host keeps its last manifest with a key of what it was read
+    from; while that holds, a re-run starts no python there (the manifest's python start and
+    package scan were most of a converged re-run's cost). A wheel installed since (a new
+    dist-info folder in site-packages): read again, and the new manifest lists it."""
+    import subprocess
+
+    venv = work / "venv"  # of the python the farm's login user runs
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+    starts = work / "starts"
+    python = work / "stack-python"  # the venv's python, counting its starts
+    python.write_text(f"#!/bin/sh\necho start >> {starts}\nexec {venv}/bin/python \"$@\"\n")
+    python.chmod(0o755)
+    rec, inv, var = recipe(work, ONE_STEP), inventory(), [f"validate_python={python}"]
+
+    def run() -> dict:
+        assert provision("h1", rec, inv, var=var).rc == 0
+        return json.loads((_run_dir(work, "h1") / "stack.json").read_text())
+
+    first, second, third = run(), run(), run()
+    assert first == second == third
+    assert starts.read_text().count("start") == 2  # the key is kept from the second on
+    site = next(venv.glob("lib/python*/site-packages"))
+    (site / "newwheel-1.0.dist-info").mkdir()
+    (site / "newwheel-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: newwheel\nVersion: 1.0\n")
+    (site / "newwheel-1.0.dist-info" / "RECORD").write_text("newwheel/__init__.py,sha256=x,0\n")
+    fourth = run()
+    assert starts.read_text().count("start") == 3
+    assert [p["name"] for p in fourth["packages"]] == ["newwheel"]
+    assert fourth["environment"] == str(venv)

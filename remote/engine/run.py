@@ -18,7 +18,8 @@ from ..transport.connection import BaseConnection, KnownHosts, connection_for
 from .cache import CacheLink
 from .options import RunOptions as RunOptions  # re-exported: the command line builds it
 from .results import HostResult
-from .session import HostSession, Job, facts_read_by_vars
+from .session import HostSession, Job
+from .varlayers import facts_read_by_vars
 
 
 class RunInterrupted(GpuprovError):

@@ -4,8 +4,8 @@ the reporter its lines go to. A job (`engine/jobs/`, the `Job` protocol here) ge
 connection, facts, vars and context, the result). The fleet cache as the host reaches it is
 `cache.HostCache`; a reboot is a command type (`jobs/reboot.py`).
 
-May import: `remote.errors`, `runfolder`, `config`, `kinds`, `output`, `transport.connection`, and the
-engine's `cache`, `facts`, `fact_shapes`, `probes`, `results`, `options`. Never `run` or `jobs`.
+May import: `remote.errors`, `runfolder`, `config`, `kinds`, `output`, `transport.connection`, and
+the engine's parts below it (cache, facts, fact_shapes, probes, results, options, varlayers).
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterable, Optional, Protocol
 
 from ..config.inventory import Host, Inventory
 from ..config.recipe import Recipe
-from ..config.templating import facts_read, resolve_vars
-from ..errors import CommandTimeout, ConnectionLost, HostError, Interrupted, TemplateError, Unreachable, Where
+from ..config.templating import resolve_vars
+from ..errors import CommandTimeout, ConnectionLost, HostError, Interrupted, TemplateError, Unreachable
 from ..kinds import Probe
 from ..output.recap import Reporter
 from ..output.runlog import Redactor, RunLog
@@ -28,54 +28,11 @@ from .fact_shapes import FactShapeError, check_fact_shapes
 from .options import RunOptions
 from .probes import batch_script, in_one_write, parse_batch
 from .results import HostResult, Outcome, StepResult, StepStatus
+from .varlayers import VarPositions, Vars, layered_vars
 
-Vars = dict[str, Any]
-VarPositions = dict[str, Where]
 # The facts script alone (a fraction of a second on a healthy host; nvidia-smi the slowest part)
 # gets this long, or the inventory's timeouts.command when that is shorter.
 FACTS_TIMEOUT_S = 60.0
-
-
-def layered_vars(inventory: Inventory, host: Host, extra_vars: Vars,
-                 recipe: Optional[Recipe[Any]] = None) -> tuple[Vars, VarPositions]:
-    """(raw vars, where each is defined) for `host`, low to high precedence: the recipe's vars
-    (its defaults), the inventory's layers (everywhere, groups parents first, the host's),
-    `--var`."""
-    raw: Vars = dict(recipe.vars) if recipe is not None else {}
-    where: VarPositions = dict(recipe.vars_where) if recipe is not None else {}
-    for layer, layer_where in inventory.layered_vars(host):
-        raw.update(layer)
-        where.update(layer_where)
-    raw.update(extra_vars)
-    return raw, where
-
-
-def facts_read_by_vars(layers: Iterable[Vars]) -> Optional[set[str]]:
-    """Fact names the values of these var layers can read; None means all of them."""
-    used: set[str] = set()
-    pending: list[Any] = [value for layer in layers for value in layer.values()]
-    while pending:
-        value = pending.pop()
-        if isinstance(value, dict):
-            pending += value.values()
-        elif isinstance(value, list):
-            pending += value
-        else:
-            found = facts_read(value)
-            if found is None:
-                return None
-            used |= found
-    return used
-
-
-def union(*names: Optional[set[str]]) -> Optional[set[str]]:
-    """Fact names several readers need together; None (all) wins."""
-    total: set[str] = set()
-    for part in names:
-        if part is None:
-            return None
-        total |= part
-    return total
 
 
 class Job(Protocol):
@@ -113,8 +70,7 @@ class HostSession:
         self._conn: Optional[BaseConnection] = None
         self.result = HostResult(host.name)
         logs = options.logs_dir
-        self.log = RunLog(run_dir(logs, host.name, options.run_id) / PROVISION_LOG
-                          if logs is not None else None, redact)
+        self.log = RunLog(None if logs is None else run_dir(logs, host.name, options.run_id) / PROVISION_LOG, redact)
         self.facts: dict[str, Any] = {}
         self.context: dict[str, Any] = {}
         # The fleet cache as this host reaches it (engine/cache.py).

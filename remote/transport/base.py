@@ -27,6 +27,7 @@ here, in `BaseConnection._pump`; a transport starts a command and returns its `R
 from __future__ import annotations
 
 import abc
+import functools
 import os
 import secrets
 import select
@@ -34,7 +35,7 @@ import shlex
 import threading
 import time
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Literal, Optional
+from typing import BinaryIO, Callable, Literal, Optional, TypeVar
 
 from ..config.inventory import Host, Timeouts
 from ..errors import BecomeError, CommandTimeout, HostError, InputError, Interrupted, OutputTooLarge
@@ -532,3 +533,21 @@ def _check_cancel(cancel: Optional[threading.Event], exchange: _Exchange,
     if exchange.pid is not None or now - cancelled_at >= CANCEL_PID_WAIT_S:
         raise Interrupted("interrupted")
     return cancelled_at
+
+
+Made = TypeVar("Made")
+
+
+def once_per_process(make: Callable[..., Made]) -> Callable[..., Made]:
+    """`make`'s value for each argument, made once per process. `functools.lru_cache` alone
+    lets every host thread that asks before the first answer make its own (4 hosts: 4 Fabric
+    configs, 3 parsed keys, 2 parsed ssh_configs, each a few ms of CPU); the lock keeps the
+    others waiting for the first."""
+    cached = functools.lru_cache(maxsize=None)(make)
+    lock = threading.Lock()
+
+    @functools.wraps(make)
+    def shared(*args: object) -> Made:
+        with lock:
+            return cached(*args)
+    return shared

@@ -5,7 +5,6 @@ own channel of the one transport. The host comes with ~/.ssh/config applied alre
 """
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import socket
@@ -18,7 +17,7 @@ from paramiko.packet import Packetizer
 
 from ..config.inventory import Host, Timeouts
 from ..errors import ConnectionLost, HostKeyError, Interrupted, Unreachable
-from .base import BaseConnection, RunningCommand, Stream, wait_readable
+from .base import BaseConnection, RunningCommand, Stream, once_per_process, wait_readable
 from .hostkeys import KnownHosts, lookup_name
 from .sshconfig import DEFAULT_PORT
 
@@ -410,7 +409,7 @@ class _DeadlinePacketizer(Packetizer):
             self._handshake_done = True
 
 
-@functools.lru_cache(maxsize=None)
+@once_per_process
 def _fabric_config() -> Any:
     """One Fabric configuration shared by every connection of a run; the connections only read
     it (see `_fabric_connection_class`). Its ssh_config is empty: `sshconfig` applied the
@@ -420,7 +419,7 @@ def _fabric_config() -> Any:
     return Config(ssh_config=paramiko.SSHConfig())
 
 
-@functools.lru_cache(maxsize=None)
+@once_per_process
 def _fabric_connection_class() -> Any:
     """Fabric's Connection, made safe to build in many threads from one shared Config.
 
@@ -466,7 +465,7 @@ def _key_sources(identity: Optional[str], agent: Optional[bool]) -> dict[str, An
     return sources
 
 
-@functools.lru_cache(maxsize=64)
+@once_per_process
 def _private_key(path: str) -> Optional[paramiko.PKey]:
     """The key in `path`, read once per run rather than by every connection (paramiko tries
     each key type in turn, reading the file each time); None when it cannot be read without

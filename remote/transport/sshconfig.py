@@ -28,7 +28,6 @@ for the inventory's `identity_file`.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import glob
 import io
 import os
@@ -41,6 +40,7 @@ import paramiko
 
 from ..config.inventory import Host
 from ..errors import Unreachable
+from .base import once_per_process
 
 DEFAULT_PORT = 22
 MAX_HOPS = 10  # ProxyJump hops in a chain; more is a loop in ssh_config (A via B via A)
@@ -92,7 +92,7 @@ def _with_includes(path: Path, folder: Path, depth: int = 0) -> list[str]:
     return lines
 
 
-@functools.lru_cache(maxsize=None)
+@once_per_process
 def user_ssh_config() -> paramiko.SSHConfig:
     """~/.ssh/config and /etc/ssh/ssh_config with their Includes, once per process."""
     config = paramiko.SSHConfig()

@@ -24,7 +24,8 @@ from ...kinds import Command, Kind, LocalAction, Planned, Probe, RebootAndWait
 from ...transport.connection import CommandResult
 from ..probes import batch_script, in_one_write, parse_batch
 from ..results import StepResult, StepStatus
-from ..session import HostSession, facts_read_by_vars, union
+from ..session import HostSession
+from ..varlayers import facts_read_by_vars, union
 from .reboot import reboot_and_wait
 from .validate import remember_python
 
@@ -208,7 +209,7 @@ class _HostApply:
         except BecomeError as exc:
             error = str(exc)
         except CommandTimeout as exc:
-            error = f"probes {exc}"
+            error = session.stalled = f"probes {exc}"
         else:
             session.log.command("probe", f"{len(probes)} probes{' (become)' if become else ''}",
                                 result.rc, result.elapsed_s, result.out, result.err)
@@ -270,37 +271,42 @@ class _HostApply:
         self._run_planned(item, result, commands)
 
     def _run_planned(self, item: _Prepared, result: StepResult, commands: Sequence[Planned]) -> None:
-        """Run a step's commands in order, each by its type (`kinds.commands`); stop at the
-        first that fails."""
+        """Run a step's commands in the order its kind planned them, each by its type
+        (`kinds.commands`); stop at the first that fails. The last shell command judges the
+        step (`changed_when`); a reboot is a change."""
         session = self.session
-        shell = [c for c in commands if isinstance(c, Command)]
-        for command in commands:
-            if isinstance(command, LocalAction):
-                ok, message = command.run(session.context)
-                if not ok:
-                    result.status, result.message = StepStatus.FAILED, message
-                    return
-                if command.warning:  # shown once per host; each step keeps it as its message
-                    session.warn(f"{result.name}: {command.warning}", once=command.warning)
-                    result.message = command.warning
-            elif isinstance(command, RebootAndWait):
-                result.status, result.message = reboot_and_wait(session, command.timeout)
-                if result.status is StepStatus.FAILED:
-                    return
-        if not shell:
-            return
-        # Signs of life on a long step, its output live with -v (remote/output/progress.py).
-        running = session.reporter.started(session.host.name, result.name)
+        running = None  # signs of life on a long step, its output live with -v (output/progress.py)
+        last: Optional[CommandResult] = None
+        rebooted = ""
         try:
-            last = None
-            for command in shell:
-                last = self._run_command(item, command,
-                                          running.on_output if running.show_line else None)
-                if last is None or self._failed(item.step, last):
-                    break
+            for command in commands:
+                if isinstance(command, LocalAction):
+                    ok, message = command.run(session.context)
+                    if not ok:
+                        result.status, result.message = StepStatus.FAILED, message
+                        return
+                    if command.warning:  # shown once per host; each step keeps it as its message
+                        session.warn(f"{result.name}: {command.warning}", once=command.warning)
+                        result.message = command.warning
+                elif isinstance(command, RebootAndWait):
+                    result.status, rebooted = reboot_and_wait(session, command.timeout)
+                    result.message = rebooted
+                    if result.status is StepStatus.FAILED:
+                        return
+                else:
+                    if running is None:
+                        running = session.reporter.started(session.host.name, result.name)
+                    last = self._run_command(item, command,
+                                             running.on_output if running.show_line else None)
+                    if last is None or self._failed(item.step, last):
+                        break
         finally:
-            session.reporter.progress.stop(running)
-        self._judge(item, result, last)
+            if running is not None:
+                session.reporter.progress.stop(running)
+        if running is not None:
+            self._judge(item, result, last)
+        if rebooted and result.status is StepStatus.OK:
+            result.status = StepStatus.CHANGED
 
     def _diff(self, item: _Prepared) -> str:
         """`--diff`: the unified diff of the content a file or template step writes."""
@@ -353,6 +359,8 @@ class _HostApply:
                                        on_output=on_output)
             except CommandTimeout:
                 session.log.command(step.name, command.shown(), None, item.timeout)
+                # the rest of the job (the stack manifest) does not ask this host again
+                session.stalled = f"{step.name} timed out after {item.timeout:g} s"
                 return None
             except Interrupted:
                 session.log.event(f"{step.name}: interrupted; stopped on the host: "

@@ -24,20 +24,55 @@ from .logs import remote_root
 TIMEOUT_S = 60.0
 
 
+# After the manifest, the python writes where its answer came from to $GPUPROV_STACK_PATHS:
+# itself, the folders its distributions are found in (sys.path) and dpkg's database.
+_PATHS_SCRIPT = r'''
+import os as _os, sys as _sys
+_where = _os.environ.get("GPUPROV_STACK_PATHS")
+if _where:
+    _paths = [_os.path.realpath(_sys.executable), *_sys.path, "/var/lib/dpkg/status"]
+    with open(_where, "w") as _f:
+        _f.write("".join(p + "\n" for p in dict.fromkeys(_paths) if p and _os.path.exists(p)))
+'''
+
+
 def manifest_command(host_name: str, python: str) -> str:
     """Run the manifest script with the stack's python: `python` when given (a recipe's
     `validate_python`; remembered on the host as validation remembers it, so a later `validate`
-    reads the same environment), else the python remembered there, else python3."""
+    reads the same environment), else the python remembered there, else python3.
+
+    The host keeps the last manifest with a key of what it was read from: the python, the
+    modification time (to the nanosecond), size and link count of each folder its packages are
+    found in and of dpkg's status file, the kernel release, the driver's and the CUDA
+    toolkit's version files. Installing, upgrading or removing a wheel adds or removes a folder
+    in site-packages, and dpkg rewrites its status file, so while the key is the same the
+    stack is, and the kept manifest is sent without starting python (a converged re-run: a
+    few milliseconds instead of a python start and a scan of every package per host). The
+    key is taken before the manifest is read, so a change while it is read shows next time.
+    Where `ls` fails (no GNU options) or the folder cannot be written, python runs each time."""
     root = remote_root(host_name)
     if python:
         choose = (f'PY={shlex.quote(python)}\n'
                   f'if command -v "$PY" >/dev/null 2>&1; then '
                   f'mkdir -p {root} && printf "%s\\n" "$PY" > {root}/python\n'
-                  f'else PY=$(cat {root}/python 2>/dev/null); fi\n')
+                  f'else read -r PY < {root}/python; fi 2>/dev/null\n')
     else:
-        choose = f'PY=$(cat {root}/python 2>/dev/null)\n'
+        choose = f'read -r PY 2>/dev/null < {root}/python\n'
     return (f'{choose}command -v "$PY" >/dev/null 2>&1 || PY=python3\n'
-            f"\"$PY\" - <<'GPUPROV_MANIFEST'\n{HOST_SCRIPT}\nGPUPROV_MANIFEST")
+            f'S={root}/stack\n'
+            'K=$([ -s "$S.paths" ] && command -v "$PY" && (set -f; IFS="\n"; exec ls -lLd '
+            '--time-style=+%s.%N -- $(cat "$S.paths")) && { cat /proc/sys/kernel/osrelease '
+            '/proc/driver/nvidia/version /usr/local/cuda/version.json 2>/dev/null; :; }) || K=\n'
+            'manifest() {\n'
+            f"GPUPROV_STACK_PATHS=\"$1\" \"$PY\" - <<'GPUPROV_MANIFEST'\n{HOST_SCRIPT}\n"
+            f"{_PATHS_SCRIPT}\nGPUPROV_MANIFEST\n}}\n"
+            'if [ -n "$K" ] && [ "$K" = "$(cat "$S.key" 2>/dev/null)" ] && cat "$S.json" 2>/dev/null; then :\n'
+            f'elif {{ mkdir -p {root} && rm -f "$S.key" && : > "$S.$$"; }} 2>/dev/null; then\n'
+            '  manifest "$S.paths" > "$S.$$"; rc=$?\n'
+            '  if [ $rc = 0 ] && mv -f "$S.$$" "$S.json"; then\n'
+            '    [ -z "$K" ] || printf \'%s\\n\' "$K" > "$S.key"; cat "$S.json"\n'
+            '  else cat "$S.$$"; rm -f "$S.$$"; exit $rc; fi\n'
+            'else manifest ""; fi')
 
 
 class RecordStack:
