@@ -270,6 +270,8 @@ BAD = [
      "host 'gpu1': ansible_become_user: '-oops' is not a user name"),
     ("hosts", "gpu1 ansible_host=\"{{ lookup('env', 'GPU1') }}\"\n", 1,
      "host 'gpu1': ansible_host={{ lookup('env', 'GPU1') }} is a Jinja template"),
+    ("hosts", "[all]\ngpu1\n[all:vars]\nansible_pipelining=perhaps\n", 4,
+     "host 'gpu1': ansible_pipelining must be true or false"),
     ("hosts", "[all]\ngpu1\n[all:children]\ngpus\n", 4,
      "group 'gpus' is named here but never declared"),
     ("hosts", "[gpus]\ngpu1\n[gpus:vars]\nansible_ssh_common_args='-o ProxyCommand=nc %h %p'\n",

@@ -52,9 +52,17 @@ KEY_VARS = ("ansible_ssh_private_key_file", "ansible_private_key_file")
 # (lib/ansible/plugins/connection/ssh.py, DOCUMENTATION: password, vars). DeepOps's Vagrant
 # inventories (virtual/virtual_inventory*) log in as vagrant/vagrant this way.
 PASSWORD_VARS = ("ansible_password", "ansible_ssh_pass", "ansible_ssh_password")
+# sudo's password: the sudo become plugin's `become_pass` reads these (lib/ansible/plugins/
+# become/sudo.py, DOCUMENTATION).
+BECOME_PASSWORD_VARS = ("ansible_become_password", "ansible_become_pass", "ansible_sudo_pass")
+# Pipelining spares Ansible copying a module file to the host before running it (the ssh
+# plugin's `pipelining` option, lib/ansible/plugins/connection/ssh.py); gpuprov copies none,
+# each command goes over the SSH session as it is, so on or off is the same run.
+PIPELINING_VARS = ("ansible_pipelining", "ansible_ssh_pipelining")
 OTHER_VARS = ("ansible_become", "ansible_become_method", "ansible_become_user",
               "ansible_connection", "ansible_python_interpreter")
-KNOWN_VARS = ADDRESS_VARS + PORT_VARS + USER_VARS + KEY_VARS + PASSWORD_VARS + OTHER_VARS
+KNOWN_VARS = (ADDRESS_VARS + PORT_VARS + USER_VARS + KEY_VARS + PASSWORD_VARS
+              + BECOME_PASSWORD_VARS + PIPELINING_VARS + OTHER_VARS)
 # ansible_connection values that mean "over SSH" (Ansible's ssh plugin; `smart` picks ssh,
 # `paramiko`/`paramiko_ssh` is Ansible's other SSH client) and "this machine".
 SSH_CONNECTIONS = ("ssh", "smart", "paramiko", "paramiko_ssh")
@@ -205,7 +213,8 @@ def _apply(host: Host, merged: dict[str, tuple[Any, Where]]) -> None:
                 f"host '{host.name}': {key} is not supported (gpuprov would connect without it); "
                 f"supported: {', '.join(KNOWN_VARS)}; give other SSH options in ~/.ssh/config")
     for names, field in ((ADDRESS_VARS, "address"), (USER_VARS, "user"),
-                         (KEY_VARS, "identity_file"), (PASSWORD_VARS, "password")):
+                         (KEY_VARS, "identity_file"), (PASSWORD_VARS, "password"),
+                         (BECOME_PASSWORD_VARS, "become_password")):
         given = next((k for k in names if k in merged), None)
         if given is not None:
             setattr(host, field, _text(host, given, *merged[given]))
@@ -217,6 +226,9 @@ def _apply(host: Host, merged: dict[str, tuple[Any, Where]]) -> None:
             raise where.error(f"host '{host.name}': {port_key} must be a number from 1 to 65535")
         host.port = port
     _apply_become(host, merged)
+    for key in PIPELINING_VARS:
+        if key in merged:
+            _boolean(host, key, *merged[key])  # a wrong word is still a typo to report
     if "ansible_connection" in merged:
         connection = _text(host, "ansible_connection", *merged["ansible_connection"])
         if connection not in SSH_CONNECTIONS + ("local",):

@@ -81,6 +81,9 @@ class Host:
     python: str = "python3"
     become: bool = False
     become_user: str | None = None  # whom `become` runs as (`sudo -u`); None: root
+    # sudo's password for this host (Ansible's ansible_become_password); None: the run's
+    # (GPUPROV_BECOME_PASSWORD, --ask-become-pass). Out of repr, masked in every output.
+    become_password: str | None = field(default=None, repr=False)
     jump: str | None = None
     connection: str = "ssh"
     vars: dict[str, Any] = field(default_factory=dict)
