@@ -101,16 +101,18 @@ class SshdFarm:
     def config_for(self, address: str) -> Path:
         path = self.dir / f"sshd_config_{address}"
         forwarding = self.options.get(address, {}).get("AllowTcpForwarding", "yes")
+        # The extra options come first: sshd keeps the first value it reads for a keyword
+        # (sshd_config(5)), so `PasswordAuthentication yes` overrides the default below.
         path.write_text(
+            "".join(f"{key} {value}\n" for key, value in self.options.get(address, {}).items()
+                    if key != "AllowTcpForwarding") +
             f"HostKey {self.host_keys[address]}\n"
             f"AuthorizedKeysFile {self.authorized}\n"
             "StrictModes no\nUsePAM no\nPasswordAuthentication no\n"
             "KbdInteractiveAuthentication no\nPermitRootLogin no\n"
             f"AllowUsers {self.user}\nPidFile none\nLogLevel ERROR\n"
             f"MaxStartups {self.max_startups}\nMaxSessions 100\nAllowTcpForwarding {forwarding}\n"
-            "PrintMotd no\nUseDNS no\n"
-            + "".join(f"{key} {value}\n" for key, value in self.options.get(address, {}).items()
-                      if key != "AllowTcpForwarding"))
+            "PrintMotd no\nUseDNS no\n")
         return path
 
     def start(self, address: str) -> None:

@@ -5,12 +5,17 @@ an ssh_config alias with HostName, Port, User, IdentityFile and ProxyJump throug
 server; a failing jump host blamed by name; bad input in one line with exit 2."""
 from __future__ import annotations
 
+import json
+import pwd
+import secrets
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import forwarding_refused_server
+from tests.sshd import TEST_USER, ensure_user
 from tests.test_cli import gpuprov
 
 # Writes a file whose name carries the host and the vars it got (host, group, all).
@@ -109,6 +114,89 @@ all:
     assert _marks(work) == {"mark-ctl-ctl-hi", "mark-127.0.0.2-gpu-hi", "mark-127.0.0.4-gpu-hi"}
 
 
+BECOME_RECIPE = """\
+name: whoami
+steps:
+  - name: become, as the host says
+    shell: id -un > {{ mark_dir }}/who-become
+  - name: a file written as the host's become user
+    file: {path: "{{ mark_dir }}/owned-become", content: "x\\n"}
+  - name: not become
+    shell: id -un > {{ mark_dir }}/who-plain
+    become: false
+"""
+
+
+@pytest.mark.root
+def test_ansible_become_user_runs_steps_as_that_user(work):
+    """`ansible_become_user` (Ansible's own test inventory sets it) is `sudo -u USER`: a step
+    with become runs as that user, commands, probes and the file kind alike, through the real
+    sudo; a step with `become: false` stays the login user (root here: the tests run as root,
+    and root too goes through `sudo -u` to become another user)."""
+    ensure_user(TEST_USER)
+    inv = work / "hosts"
+    inv.write_text(f"[local]\ntesthost ansible_connection=local ansible_become=yes "
+                   f"ansible_become_user={TEST_USER}\n\n[all:vars]\nmark_dir={work}\n")
+    rec = work / "whoami.yaml"
+    rec.write_text(BECOME_RECIPE)
+    result = gpuprov("provision", "-i", str(inv), "--recipe", str(rec), "--no-validate",
+                     "--host", "all", cwd=work, home=work)
+    assert result.rc == 0, result.out + result.err
+    assert (work / "who-become").read_text() == f"{TEST_USER}\n"
+    assert pwd.getpwuid((work / "owned-become").stat().st_uid).pw_name == TEST_USER
+    assert (work / "who-plain").read_text() == "root\n"
+    # Run again: the file step's probe, sent through `sudo -u` as well, finds it as written.
+    again = gpuprov("provision", "-i", str(inv), "--recipe", str(rec), "--no-validate",
+                    "--host", "all", "--json", str(work / "again.json"), cwd=work, home=work)
+    assert again.rc == 0, again.out + again.err
+    steps = json.loads((work / "again.json").read_text())["hosts"]["testhost"]["steps"]
+    assert [s["status"] for s in steps] == ["changed", "ok", "changed"]
+
+
+PASSWORD_USER = "gpuprovpw"
+
+
+def test_deepops_vagrant_inventory_logs_in_with_ansible_password(farm, work):
+    """DeepOps's Vagrant inventories log in with `ansible_user=vagrant ansible_password=vagrant`
+    in [all:vars], after an [all] section of hosts with `ansible_host=`. Here the same shape
+    against an sshd on loopback that takes passwords, with no key to offer: the step runs as
+    that user; a wrong password is the host's login failure (exit 4); the password shows
+    nowhere, in the terminal or the run's files."""
+    password = "pw-" + secrets.token_hex(8)
+    ensure_user(PASSWORD_USER)
+    subprocess.run(["chpasswd"], input=f"{PASSWORD_USER}:{password}\n", text=True, check=True)
+    address = "127.0.0.33"
+    farm.add_server(address, PasswordAuthentication="yes",
+                    AllowUsers=f"{farm.user} {PASSWORD_USER}")
+    try:
+        home = _home(farm, work)  # known_hosts only: no key in ~/.ssh
+        inv = work / "virtual_inventory"
+
+        def run(given: str):
+            inv.write_text(f"[all]\nvirtual-gpu01 ansible_host={address} ansible_port={farm.port}"
+                           f" ip={address}\n\n[slurm-node]\nvirtual-gpu01\n\n[all:vars]\n"
+                           f"ansible_user={PASSWORD_USER}\nansible_password={given}\n"
+                           f"mark_dir={work}\nrole=gpu\ngreeting=hi\n")
+            rec = work / "whoami.yaml"
+            rec.write_text("steps:\n  - shell: id -un > {{ mark_dir }}/who-{{ ip }}\n")
+            return gpuprov("provision", "-i", str(inv), "--recipe", str(rec), "--no-validate",
+                           "--host", "slurm-node", cwd=work, home=home,
+                           env={"SSH_AUTH_SOCK": ""})
+
+        right = run(password)
+        assert right.rc == 0, right.out + right.err
+        assert (work / f"who-{address}").read_text() == f"{PASSWORD_USER}\n"
+        wrong = run(password + "x")
+        assert wrong.rc == 4, wrong.out + wrong.err
+        assert f"login as {PASSWORD_USER} on {address}:{farm.port} failed" in wrong.out
+        inv.unlink()  # the one file that holds it
+        written = [right.out, right.err, wrong.out, wrong.err] + [
+            p.read_text(errors="replace") for p in work.rglob("*") if p.is_file()]
+        assert not any(password in text for text in written)
+    finally:
+        farm.stop(address)
+
+
 def _entry(name: str, address: str, farm, proxy_jump: str = "") -> str:
     return (f"Host {name}\n  HostName {address}\n  Port {farm.port}\n  User {farm.user}\n"
             f"  IdentityFile {farm.key}\n" + (f"  ProxyJump {proxy_jump}\n" if proxy_jump else ""))
@@ -176,8 +264,16 @@ def test_a_failing_jump_host_is_blamed_by_name(farm, work):
 
 
 BAD = [
-    ("hosts", "gpu1 ansible_password=secret\n", 1,
-     "host 'gpu1': ansible_password is not supported"),
+    ("hosts", "gpu1 ansible_ssh_extra_args=-v\n", 1,
+     "host 'gpu1': ansible_ssh_extra_args is not supported"),
+    ("hosts", "[all]\ngpu1 ansible_become=yes\n[gpus]\ngpu1 ansible_become_user=-oops\n", 4,
+     "host 'gpu1': ansible_become_user: '-oops' is not a user name"),
+    ("hosts", "gpu1 ansible_host=\"{{ lookup('env', 'GPU1') }}\"\n", 1,
+     "host 'gpu1': ansible_host={{ lookup('env', 'GPU1') }} is a Jinja template"),
+    ("hosts", "[all]\ngpu1\n[all:vars]\nansible_pipelining=perhaps\n", 4,
+     "host 'gpu1': ansible_pipelining must be true or false"),
+    ("hosts", "[all]\ngpu1\n[all:children]\ngpus\n", 4,
+     "group 'gpus' is named here but never declared"),
     ("hosts", "[gpus]\ngpu1\n[gpus:vars]\nansible_ssh_common_args='-o ProxyCommand=nc %h %p'\n",
      4, "host 'gpu1': ansible_ssh_common_args is not supported"),
     ("hosts", "[gpus]\ngpu[01:5]\n", 2,

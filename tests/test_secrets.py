@@ -171,6 +171,30 @@ def test_wrong_become_password_is_not_echoed(sudo_farm, work):
         assert wrong not in text, f"the password leaked into {name}"
 
 
+def test_an_ansible_become_password_reaches_sudo_and_nowhere_else(sudo_farm, work):
+    """An Ansible inventory's `ansible_become_password` (the sudo become plugin's variable) is
+    the host's sudo password: the become step passes with none given to the run, and the
+    password shows nowhere but in the inventory."""
+    farm = sudo_farm
+    home = work / "home"
+    (home / ".ssh").mkdir(parents=True)
+    shutil.copy(farm.known_hosts, home / ".ssh" / "known_hosts")
+    inv = work / "hosts"
+    inv.write_text(f"[all]\nh1 ansible_host={farm.addresses[3]}\n\n[gpus]\nh1\n\n[gpus:vars]\n"
+                   f"ansible_port={farm.port}\nansible_user={farm.user}\n"
+                   f"ansible_ssh_private_key_file={farm.key}\nansible_become=yes\n"
+                   f"ansible_become_password={PASSWORD}\n")
+    rec = write_yaml(work / "r.yaml", {"steps": [{"name": "as root", "shell": f"touch {work}/root"}]})
+    run = _invoke("provision", "--host", "gpus", "--inventory", str(inv), "--recipe", str(rec),
+                  "--no-validate", "--json", str(work / "run.json"), cwd=work,
+                  env_extra={"HOME": str(home)})
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (work / "root").exists()
+    inv.unlink()
+    for name, text in _everything_written(work, run).items():
+        assert PASSWORD not in text, f"the password leaked into {name}"
+
+
 def test_known_hosts_accept_new_under_concurrency(sudo_farm, work):
     """8 hosts met for the first time at once (accept-new): the file ends with exactly their 8
     keys, each on a well-formed line, none lost to a race."""

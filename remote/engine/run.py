@@ -40,6 +40,9 @@ class Run:
         self.options = options
         self.reporter = reporter
         self.redact = redact
+        for host in inventory.hosts.values():  # jump hosts' too: every password is masked
+            redact.add(host.password)
+            redact.add(host.become_password)
         self.cancel = threading.Event()
         # Connections still opening: a cancel aborts them rather than wait out their timeouts.
         self._opening: set[BaseConnection] = set()

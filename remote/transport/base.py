@@ -119,8 +119,9 @@ class CommandResult:
 
 def wrap_command(script: str, *, become: bool, is_root: bool, timeout: Optional[float],
                  prompt: str, ready: str, password: Optional[str],
-                 shell: str = "/bin/sh") -> str:
-    """The command line that runs `script`, with sudo and a remote timeout as asked."""
+                 shell: str = "/bin/sh", become_user: Optional[str] = None) -> str:
+    """The command line that runs `script`, with sudo (as root, or `-u become_user`) and a
+    remote timeout as asked."""
     inner = f"{shell} -c {shlex.quote(script)}"
     if timeout:
         inner = f"timeout -k {KILL_GRACE_S} {max(1, int(round(timeout)))} {inner}"
@@ -130,10 +131,17 @@ def wrap_command(script: str, *, become: bool, is_root: bool, timeout: Optional[
     announce = f"printf '%s%s\\n' {shlex.quote(ready)} \"$$\" >&2; exec {inner}"
     # `exec`: the login shell sshd starts becomes our /bin/sh instead of forking it (any login
     # shell, sh to fish, knows `exec`); one process less per command.
-    if not become or is_root:
+    if not needs_sudo(become, is_root, become_user):
         return f"exec /bin/sh -c {shlex.quote(announce)}"
     mode = f"-S -p {shlex.quote(prompt)}" if password is not None else "-n"
-    return f"exec sudo -H {mode} -- /bin/sh -c {shlex.quote(announce)}"
+    user = f" -u {shlex.quote(become_user)}" if become_user else ""
+    return f"exec sudo -H {mode}{user} -- /bin/sh -c {shlex.quote(announce)}"
+
+
+def needs_sudo(become: bool, is_root: bool, become_user: Optional[str]) -> bool:
+    """Whether a command goes through sudo: to become root unless the login is root, and to
+    become any other user always (root too runs `sudo -u USER`, which asks root no password)."""
+    return become and (bool(become_user) or not is_root)
 
 
 class BoundedStream:
@@ -399,7 +407,8 @@ class BaseConnection:
             shell: str = "/bin/sh", cancellable: bool = True,
             stdout_to: Optional[BinaryIO] = None,
             stdout_max_bytes: Optional[int] = None,
-            idle_timeout: Optional[float] = None) -> CommandResult:
+            idle_timeout: Optional[float] = None,
+            become_user: Optional[str] = None) -> CommandResult:
         """Run a POSIX sh script on the host; return its exit status and output, each stream
         kept up to `output_max_bytes()` (see `BoundedStream`).
 
@@ -407,13 +416,14 @@ class BaseConnection:
         in memory); past `stdout_max_bytes` (required then) the command is stopped and
         `OutputTooLarge` raised. With `idle_timeout`, `CommandTimeout` ("no output line for N
         s") once that long passes without a complete line (without a byte into `stdout_to`).
+        With `become`, the script runs as root through sudo, or as `become_user` (`sudo -u`).
         Raises `Interrupted` (after stopping the command on the host) when `cancel` is set."""
         token = secrets.token_hex(8)
         prompt, ready = f"[gpuprov-sudo-{token}]", f"[gpuprov-ready-{token}]"
-        use_sudo = become and not self.is_root
+        use_sudo = needs_sudo(become, self.is_root, become_user)
         command = wrap_command(script, become=become, is_root=self.is_root, timeout=timeout,
                                prompt=prompt, ready=ready, password=self.become_password,
-                               shell=shell)
+                               shell=shell, become_user=become_user)
         sink = None
         if stdout_to is not None:
             if stdout_max_bytes is None:
@@ -435,7 +445,7 @@ class BaseConnection:
             # stops the command on the host too, so nothing is left running there; not for the
             # stopping command itself (not cancellable), which would recurse.
             if cancellable:
-                self._stop(exchange.pid, become)
+                self._stop(exchange.pid, become, become_user)
             raise
         exchange.finish()
         if timeout and rc in TIMEOUT_EXIT_CODES:
@@ -496,13 +506,14 @@ class BaseConnection:
                 return rc
             running.check_alive(heard=bool(chunks))
 
-    def _stop(self, pid: Optional[int], become: bool) -> None:
+    def _stop(self, pid: Optional[int], become: bool, become_user: Optional[str]) -> None:
         """Stop a cancelled command's process group on the host (best effort, bounded)."""
         if pid is None:
             return
         script = f"kill -TERM -- -{pid} 2>/dev/null || kill -TERM {pid} 2>/dev/null; true"
         try:
-            self.run(script, become=become, timeout=STOP_TIMEOUT_S, cancellable=False)
+            self.run(script, become=become, timeout=STOP_TIMEOUT_S, cancellable=False,
+                     become_user=become_user)
         except Exception:  # noqa: BLE001 - the host may be gone too; the run stops regardless
             pass
 

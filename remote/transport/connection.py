@@ -34,7 +34,10 @@ __all__ = ["COMMIT_FILE", "BaseConnection", "BecomeError", "CommandResult", "Com
 def connection_for(host: Host, hosts: dict[str, Host], timeouts: Timeouts,
                    known_hosts: KnownHosts,
                    become_password: Optional[str] = None) -> BaseConnection:
-    """The right connection for `host`, not opened yet (so the engine can `abort` the open)."""
+    """The right connection for `host`, not opened yet (so the engine can `abort` the open);
+    sudo gets the host's own become password where the inventory gives one, else the run's."""
+    if host.become_password is not None:
+        become_password = host.become_password
     if host.is_local:
         return LocalConnection(host, timeouts, become_password)
     return _ssh(host, hosts, timeouts, known_hosts, become_password)

@@ -83,6 +83,8 @@ class SSHConnection(BaseConnection):
         identity = os.path.expanduser(self.host.identity_file) if self.host.identity_file \
             else None
         connect_kwargs.update(_key_sources(identity, self.host.ssh_agent))
+        if self.host.password is not None:  # paramiko tries it after the keys
+            connect_kwargs["password"] = self.host.password
         where = f"{self.host.address}:{self.port}"
         if self.gateway is not None:
             self._open_gateway()

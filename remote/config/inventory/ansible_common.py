@@ -4,13 +4,14 @@ readers (`ansible_ini`, `ansible_yaml`) feed with hosts, groups and variables in
 which makes `model`'s objects from them with Ansible's meaning:
 
 - the group `all`: its vars are the inventory's top-level vars; a host only under `all`
-  (INI: before any section) belongs to no group (Ansible's implicit `ungrouped`);
+  (INI: before any section, or in `[all]`) belongs to no group (Ansible's `ungrouped`);
 - a host named twice is one host, in every group that names it; its vars merge, later wins;
 - variable precedence as Ansible's: all < parent groups < child groups < host vars (`model`);
 - connection variables are taken from the host's merged variables (so `[gpus:vars]
   ansible_user=ubuntu` reaches every GPU host) and do not become recipe vars; every other
   variable does, at its group's or host's level. An `ansible_*` variable gpuprov does not
-  understand is refused at its file:line, never silently ignored.
+  understand, or a Jinja template in one, is refused at its file:line, never silently
+  ignored.
 
 May import: `remote.errors`, `remote.config.yamlfile`, `model`, `checks`.
 """
@@ -18,12 +19,13 @@ from __future__ import annotations
 
 import re
 import string
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
 from ...errors import InputError, Where
 from ..yamlfile import YamlMap
-from .checks import check_graph, check_group_name, check_host_name
+from .checks import check_graph, check_group_name, check_host_name, check_user_name
 from .model import Group, Host, Inventory
 
 # A range pattern names at most this many hosts, so a typo (`gpu[0:99999999]`) is refused
@@ -46,12 +48,29 @@ ADDRESS_VARS = ("ansible_host", "ansible_ssh_host")
 PORT_VARS = ("ansible_port", "ansible_ssh_port")
 USER_VARS = ("ansible_user", "ansible_ssh_user")
 KEY_VARS = ("ansible_ssh_private_key_file", "ansible_private_key_file")
+# The login password: the ssh connection plugin's `password` option reads these three
+# (lib/ansible/plugins/connection/ssh.py, DOCUMENTATION: password, vars). DeepOps's Vagrant
+# inventories (virtual/virtual_inventory*) log in as vagrant/vagrant this way.
+PASSWORD_VARS = ("ansible_password", "ansible_ssh_pass", "ansible_ssh_password")
+# sudo's password: the sudo become plugin's `become_pass` reads these (lib/ansible/plugins/
+# become/sudo.py, DOCUMENTATION).
+BECOME_PASSWORD_VARS = ("ansible_become_password", "ansible_become_pass", "ansible_sudo_pass")
+# Pipelining spares Ansible copying a module file to the host before running it (the ssh
+# plugin's `pipelining` option, lib/ansible/plugins/connection/ssh.py); gpuprov copies none,
+# each command goes over the SSH session as it is, so on or off is the same run.
+PIPELINING_VARS = ("ansible_pipelining", "ansible_ssh_pipelining")
 OTHER_VARS = ("ansible_become", "ansible_become_method", "ansible_become_user",
               "ansible_connection", "ansible_python_interpreter")
-KNOWN_VARS = ADDRESS_VARS + PORT_VARS + USER_VARS + KEY_VARS + OTHER_VARS
+KNOWN_VARS = (ADDRESS_VARS + PORT_VARS + USER_VARS + KEY_VARS + PASSWORD_VARS
+              + BECOME_PASSWORD_VARS + PIPELINING_VARS + OTHER_VARS)
 # ansible_connection values that mean "over SSH" (Ansible's ssh plugin; `smart` picks ssh,
 # `paramiko`/`paramiko_ssh` is Ansible's other SSH client) and "this machine".
 SSH_CONNECTIONS = ("ssh", "smart", "paramiko", "paramiko_ssh")
+# `ansible_python_interpreter="{{ ansible_playbook_python }}"` (Ansible's own test
+# inventories): "the path to the python interpreter being used by Ansible on the controller"
+# (https://docs.ansible.com/ansible/latest/reference_appendices/special_variables.html), which
+# for gpuprov is the Python running it. Any other template in a connection variable is refused.
+PLAYBOOK_PYTHON = re.compile(r"\{\{\s*ansible_playbook_python\s*\}\}")
 # Ansible's boolean() (lib/ansible/module_utils/parsing/convert_bool.py): BOOLEANS_TRUE and
 # BOOLEANS_FALSE, compared lowercased.
 TRUE_WORDS = ("y", "yes", "on", "1", "true", "t")
@@ -194,7 +213,8 @@ def _apply(host: Host, merged: dict[str, tuple[Any, Where]]) -> None:
                 f"host '{host.name}': {key} is not supported (gpuprov would connect without it); "
                 f"supported: {', '.join(KNOWN_VARS)}; give other SSH options in ~/.ssh/config")
     for names, field in ((ADDRESS_VARS, "address"), (USER_VARS, "user"),
-                         (KEY_VARS, "identity_file")):
+                         (KEY_VARS, "identity_file"), (PASSWORD_VARS, "password"),
+                         (BECOME_PASSWORD_VARS, "become_password")):
         given = next((k for k in names if k in merged), None)
         if given is not None:
             setattr(host, field, _text(host, given, *merged[given]))
@@ -206,6 +226,9 @@ def _apply(host: Host, merged: dict[str, tuple[Any, Where]]) -> None:
             raise where.error(f"host '{host.name}': {port_key} must be a number from 1 to 65535")
         host.port = port
     _apply_become(host, merged)
+    for key in PIPELINING_VARS:
+        if key in merged:
+            _boolean(host, key, *merged[key])  # a wrong word is still a typo to report
     if "ansible_connection" in merged:
         connection = _text(host, "ansible_connection", *merged["ansible_connection"])
         if connection not in SSH_CONNECTIONS + ("local",):
@@ -214,25 +237,37 @@ def _apply(host: Host, merged: dict[str, tuple[Any, Where]]) -> None:
                 f"(gpuprov connects over ssh or local)")
         host.connection = "local" if connection == "local" else "ssh"
     if "ansible_python_interpreter" in merged:
-        python = _text(host, "ansible_python_interpreter", *merged["ansible_python_interpreter"])
+        value, where = merged["ansible_python_interpreter"]
+        python = sys.executable if isinstance(value, str) and PLAYBOOK_PYTHON.fullmatch(value) \
+            else _text(host, "ansible_python_interpreter", value, where)
         if not python.startswith("auto"):  # auto, auto_silent, auto_legacy: Ansible's discovery
             host.python = python
 
 
 def _apply_become(host: Host, merged: dict[str, tuple[Any, Where]]) -> None:
+    """`ansible_become` and whom it becomes: `ansible_become_user` (Ansible's default root;
+    another user is `sudo -u USER`), through sudo only (`ansible_become_method`)."""
     if "ansible_become" in merged:
         host.become = _boolean(host, "ansible_become", *merged["ansible_become"])
-    for key, only in (("ansible_become_method", "sudo"), ("ansible_become_user", "root")):
-        if key in merged:
-            value = _text(host, key, *merged[key])
-            if value != only:
-                raise merged[key][1].error(f"host '{host.name}': {key}={value} is not "
-                                           "supported; gpuprov becomes root with sudo only")
+    if "ansible_become_method" in merged:
+        method = _text(host, "ansible_become_method", *merged["ansible_become_method"])
+        if method != "sudo":
+            raise merged["ansible_become_method"][1].error(
+                f"host '{host.name}': ansible_become_method={method} is not supported; "
+                "gpuprov becomes another user with sudo only")
+    if "ansible_become_user" in merged:
+        value, where = merged["ansible_become_user"]
+        user = _text(host, "ansible_become_user", value, where)
+        check_user_name(user, where, f"host '{host.name}': ansible_become_user")
+        host.become_user = None if user == "root" else user
 
 
 def _text(host: Host, key: str, value: Any, where: Where) -> str:
     if not isinstance(value, (str, int)) or isinstance(value, bool) or value == "":
         raise where.error(f"host '{host.name}': {key} must be a text value, not {value!r}")
+    if isinstance(value, str) and ("{{" in value or "{%" in value):
+        raise where.error(f"host '{host.name}': {key}={value} is a Jinja template; gpuprov "
+                          "takes connection variables as written (give the value itself)")
     return str(value)
 
 

@@ -6,9 +6,14 @@ ansible/builtin/ini_inventory.html):
 - `[group]` lists hosts: `pattern [key=value ...]` (shell-like quoting, `#` comments), where
   the pattern may hold ranges and a `:port` (`ansible_common.expand_pattern`);
 - `[group:children]` lists child groups; `[group:vars]` holds one `key=value` a line;
+- `[all]` lists hosts of the group `all` only (DeepOps's and older kubespray's sample
+  inventories start with one, every host with its `ansible_host=`); `[all:children]` names
+  top-level groups, which every group is already; `[all:vars]` holds the inventory's vars;
 - values are read as Python literals where they are one (`ansible_port=2222` a number,
   `flag=True` a boolean, `"'03'"` a string), else kept as text: Ansible's `_parse_value`
-  does this for host lines and `:vars` lines alike;
+  does this for host lines and `:vars` lines alike, and turns what a variable cannot hold
+  into what it can, inside lists and dicts too: tuples and sets become lists, bytes text,
+  `...` and complex numbers their text (`_parse_recursive_coerce_types_and_tag`);
 - a group named only in `[x:children]` or `[x:vars]` and never declared is an error, as in
   Ansible ("includes undefined group").
 
@@ -51,10 +56,7 @@ def read_ini_inventory(path: Path, text: str | None = None) -> Inventory:
             if kind not in ("hosts", "children", "vars"):
                 raise where.error(f"section [{group}:{kind}] has unknown type '{kind}' "
                                   "(Ansible's are :children and :vars)")
-            if group == "all":
-                if kind != "vars":
-                    raise where.error("[all] and [all:children] are not sections: every host "
-                                      "and group is in 'all' already (use [all:vars] for its vars)")
+            if group == "all":  # every host and group is in 'all' already: nothing to declare
                 continue
             build.add_group(group, where)
             if kind != "vars":
@@ -65,19 +67,20 @@ def read_ini_inventory(path: Path, text: str | None = None) -> Inventory:
         if line.startswith("["):
             raise where.error(f"invalid section {line!r} (no spaces inside [ ], and no "
                               "characters after it but a comment)")
+        own = None if group == "all" else group
         if kind == "hosts":
-            _host_line(build, line, where, group)
+            _host_line(build, line, where, own)
         elif kind == "children":
-            assert group is not None  # [all:children] is refused above
             child = GROUP_LINE.fullmatch(line)
             if child is None:
                 raise where.error(f"expected a group name, got {line!r}")
             build.add_group(child[1], where)
-            build.add_child(group, child[1])
+            if own is not None:
+                build.add_child(own, child[1])
             pending.setdefault(child[1], where)
         else:
             key, value = _assignment(line, where)
-            build.set_var(None if group == "all" else group, key, value, where)
+            build.set_var(own, key, value, where)
     for name, where in pending.items():
         if name not in declared:
             raise where.error(f"group '{name}' is named here but never declared with "
@@ -120,6 +123,19 @@ def _parse_value(text: str) -> Any:
             value = ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return text
-    if isinstance(value, (complex, bytes, tuple, set)) or value is Ellipsis:
-        return list(value) if isinstance(value, (tuple, set)) else text
+    return _coerce(value)
+
+
+def _coerce(value: Any) -> Any:
+    """A literal as a variable can hold it, as Ansible 2.19's ini plugin coerces it."""
+    if isinstance(value, (list, tuple, set)):
+        return [_coerce(item) for item in value]
+    if isinstance(value, dict):
+        return {_coerce(key): _coerce(item) for key, item in value.items()}
+    if value is Ellipsis:
+        return "..."
+    if isinstance(value, complex):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
     return value

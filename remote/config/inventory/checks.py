@@ -6,6 +6,8 @@ May import: `remote.errors`, `model`.
 """
 from __future__ import annotations
 
+import re
+
 from ...errors import Where
 from .model import NAME, Group, Host
 
@@ -16,6 +18,20 @@ MAX_JUMPS = 10  # jump hosts in a chain (each hop is one more SSH connection)
 def check_host_name(name: str, where: Where) -> None:
     if not NAME.fullmatch(name):
         raise where.error(f"host name {name!r} may hold only letters, digits, '.', '_' and '-'")
+
+
+# A user name as POSIX means it (IEEE Std 1003.1-2017, 3.437 User Name: characters of the
+# portable filename character set, letters, digits, '.', '_', '-', the hyphen not first; nor
+# a dot here, as busybox's die_if_bad_username), with the final '$' of Samba machine
+# accounts; at most 32 bytes, glibc's UT_NAMESIZE (utmp).
+USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?")
+USER_NAME_MAX = 32
+
+
+def check_user_name(name: str, where: Where, what: str) -> None:
+    if not USER_NAME.fullmatch(name) or len(name.encode()) > USER_NAME_MAX:
+        raise where.error(f"{what}: {name!r} is not a user name (letters, digits, '.', '_' and "
+                          "'-', at most 32, not starting with '-' or '.')")
 
 
 def check_group_name(name: str, where: Where) -> None:

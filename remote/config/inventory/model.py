@@ -73,10 +73,17 @@ class Host:
     user: str | None = None
     port: int | None = None  # None: ~/.ssh/config's Port for the address, else 22
     identity_file: str | None = None
+    # The SSH login password (Ansible's ansible_password), offered after the keys; kept out
+    # of repr and masked in every output (engine/run.py).
+    password: str | None = field(default=None, repr=False)
     # Offer the ssh-agent's keys: None means only where no identity_file is named.
     ssh_agent: bool | None = None
     python: str = "python3"
     become: bool = False
+    become_user: str | None = None  # whom `become` runs as (`sudo -u`); None: root
+    # sudo's password for this host (Ansible's ansible_become_password); None: the run's
+    # (GPUPROV_BECOME_PASSWORD, --ask-become-pass). Out of repr, masked in every output.
+    become_password: str | None = field(default=None, repr=False)
     jump: str | None = None
     connection: str = "ssh"
     vars: dict[str, Any] = field(default_factory=dict)

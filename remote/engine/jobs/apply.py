@@ -205,7 +205,8 @@ class _HostApply:
         error = ""
         try:
             result = session.conn.run(in_one_write(script), become=become,
-                                      timeout=session.inventory.timeouts.command)
+                                      timeout=session.inventory.timeouts.command,
+                                      become_user=session.host.become_user)
         except BecomeError as exc:
             error = str(exc)
         except CommandTimeout as exc:
@@ -319,7 +320,8 @@ class _HostApply:
         if exists:
             try:
                 res = session.conn.run(f"head -c {DIFF_MAX_BYTES + 1} -- {shlex.quote(path)}",
-                                       become=item.become, timeout=item.timeout)
+                                       become=item.become, timeout=item.timeout,
+                                       become_user=session.host.become_user)
             except CommandTimeout:
                 return f"(no diff: reading {path} timed out)"
             if res.rc != 0 or len(res.out.encode()) > DIFF_MAX_BYTES:
@@ -356,7 +358,7 @@ class _HostApply:
             try:
                 res = session.conn.run(command.script, become=item.become, timeout=item.timeout,
                                        stdin=command.stdin, shell=command.shell,
-                                       on_output=on_output)
+                                       on_output=on_output, become_user=session.host.become_user)
             except CommandTimeout:
                 session.log.command(step.name, command.shown(), None, item.timeout)
                 # the rest of the job (the stack manifest) does not ask this host again
