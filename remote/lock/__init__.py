@@ -19,11 +19,13 @@ repository index) are made by `remote.lock.apt`.
 The resolution is universal (`--universal`: x86_64 and aarch64 in one file, with markers) for
 python 3.10 and newer, the oldest python of a supported distribution (Ubuntu 22.04).
 
-May import: `remote.errors`, `remote.config`, `remote.paths`.
+May import: `remote.errors`, `remote.config`, `remote.paths`, `remote.lock.limits`.
 """
 from __future__ import annotations
 
 import os
+import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,6 +38,7 @@ from ..config.lockfile import read_lock
 from ..config.yamlfile import load_yaml
 from ..errors import InputError
 from ..paths import RECIPES_DIR
+from .limits import DEADLINE_VARIABLE, MAX_MEMORY_VARIABLE, fetch_deadline, max_memory_bytes, size_text
 
 LOCKS_DIR = RECIPES_DIR / "locks"
 STACK = RECIPES_DIR / "stack.yaml"
@@ -145,6 +148,46 @@ def specs(rows: dict[str, Any], cuda: Optional[str], torch: bool,
     return out
 
 
+def run_resolver(cmd: list[str], cwd: str, lock: str,
+                 env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess[str]:
+    """Run uv for `lock` within the lock's bounds (limits.py). uv's UV_HTTP_TIMEOUT is the
+    "timeout (in seconds) for HTTP reads" (https://docs.astral.sh/uv/reference/environment/
+    #uv_http_timeout): each read, so an index that dribbles or answers without end holds it for
+    good; and uv keeps a whole answer in memory (a 726 KB gzip bomb took it to 4.3 GiB, HTML
+    without end past 7 GiB; `python3 -m bench.hostile_lock`). So its process group is killed at
+    `fetch_deadline()`, and its data is capped at `max_memory_bytes()` (RLIMIT_DATA: an
+    allocation past it fails and uv aborts). InputError, one line, either way."""
+    deadline, memory = fetch_deadline(), max_memory_bytes()
+
+    def cap_memory() -> None:          # in the child, before exec: no thread runs there
+        resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                            env=env, start_new_session=True, preexec_fn=cap_memory)
+    try:
+        out, err = proc.communicate(timeout=deadline)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise InputError(f"uv pip compile for {lock} did not finish within {deadline:g} s, the "
+                         f"deadline of one resolution ({DEADLINE_VARIABLE} sets it)") from None
+    except BaseException:
+        _kill_group(proc)              # Ctrl-C: its own session does not get the terminal's
+        raise
+    if proc.returncode == -signal.SIGABRT and "memory allocation of" in err:
+        raise InputError(f"uv pip compile for {lock} stopped at {size_text(memory)} of memory, the "
+                         f"cap on one resolution ({MAX_MEMORY_VARIABLE} sets it): an index answered "
+                         "with more than a resolution takes")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.communicate()
+
+
 def compile_lock(spec: LockSpec, out_dir: Path) -> Path:
     """Resolve `spec` with `uv pip compile` into `out_dir/spec.file` (written only when uv
     succeeds, and checked to parse as a lock); InputError with uv's message otherwise."""
@@ -156,8 +199,7 @@ def compile_lock(spec: LockSpec, out_dir: Path) -> Path:
         cons.write_text("\n".join(spec.constraints) + "\n")
         cmd = [sys.executable, "-m", "uv", "pip", "compile", str(reqs), "-c", str(cons),
                "-o", str(out), "--quiet", *spec.command()]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp,
-                              env={**os.environ, **spec.environment()})
+        proc = run_resolver(cmd, tmp, spec.file, env={**os.environ, **spec.environment()})
         if proc.returncode != 0:
             message = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
             raise InputError(spec.without_credentials(

@@ -13,33 +13,37 @@ NVIDIA's repositories are flat (`deb URL/<repo>/ /`), so the index is `<base>/<r
 https://wiki.debian.org/DebianRepository/Format). It is parsed with python-debian's deb822, and
 versions are ordered by its `debian_support.Version` (dpkg's ordering), not by hand-written code.
 
-May import: `remote.errors`, `remote.config`, `remote.paths`.
+May import: `remote.errors`, `remote.config`, `remote.paths`, `remote.lock.limits`.
 """
 from __future__ import annotations
 
 import fnmatch
-import gzip
 import hashlib
+import http.client
+import io
 import os
 import re
 import sys
 import tempfile
+import threading
 import urllib.error
 import urllib.request
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from ..config.aptlock import parse_apt_lock
 from ..config.templating import render_value
 from ..config.yamlfile import load_yaml
 from ..errors import InputError
 from ..paths import RECIPES_DIR
+from .limits import BYTES_PER_STANZA, DEADLINE_VARIABLE, MAX_INDEX_VARIABLE, fetch_deadline, max_index_bytes, size_text
 
 DRIVER_RECIPE = RECIPES_DIR / "nvidia-driver.yaml"
 INDEX_NAMES = ("Packages.gz", "Packages")
-MAX_INDEX_BYTES = 512 * 1024 * 1024   # uncompressed; far above any NVIDIA repository's index
-FETCH_TIMEOUT = 120
+READ_TIMEOUT = 120    # one read; the whole fetch has its deadline (limits.py)
+CHUNK = 1 << 16
 COMMAND = "gpuprov lock --apt"
 REPO = re.compile(r"[a-z]+[0-9]+/[a-z0-9_]+")   # NVIDIA's <distro><version>/<arch>
 
@@ -51,12 +55,23 @@ def lock_name(repo: str, cuda_version: str) -> str:
 
 @dataclass(frozen=True)
 class Entry:
-    """One package version in the index."""
+    """One package version in the index. Its dependencies are kept as the index's text, and
+    parsed when the resolution reaches the entry: parsed up front, a hostile index's relations
+    would take some fifty times their size in memory."""
 
     name: str
     version: str
     sha256: str
-    depends: tuple[tuple[tuple[str, Optional[tuple[str, str]]], ...], ...]  # AND of ORs
+    relations: tuple[str, ...] = ()     # its Pre-Depends and Depends fields
+
+    @property
+    def depends(self) -> tuple[tuple[tuple[str, Optional[tuple[str, str]]], ...], ...]:
+        """AND of ORs of (name, version constraint)."""
+        from debian import deb822
+
+        return tuple(
+            tuple((alt["name"], alt["version"]) for alt in group)
+            for text in self.relations for group in deb822.PkgRelation.parse_relations(text))
 
 
 @dataclass
@@ -74,27 +89,114 @@ class Index:
         return sorted(self.packages.get(name, []), key=lambda e: Version(e.version), reverse=True)
 
 
-def parse_index(data: bytes, url: str = "Packages") -> Index:
-    """The index in `data` (a Packages file, gzip-compressed or not)."""
+class IndexReader:
+    """An index as it arrives, a chunk at a time: its sha256, and its text (gunzipped when it
+    starts with gzip's magic) up to `max_index_bytes()`, past which it is refused. The cap
+    counts decompressed bytes, so a small gzip bomb cannot fill memory."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.cap = max_index_bytes()
+        self.digest = hashlib.sha256()
+        self.text = io.BytesIO()
+        self.head = b""                        # until two bytes tell gzip from plain text
+        self.gzip: Optional[bool] = None
+        self.inflater: Optional[Any] = None    # zlib's decompressor of the current gzip member
+
+    def feed(self, chunk: bytes) -> None:
+        self.digest.update(chunk)
+        if self.gzip is None:
+            self.head += chunk
+            if len(self.head) < 2:
+                return
+            chunk, self.head = self.head, b""
+            self.gzip = chunk[:2] == b"\x1f\x8b"
+        if not self.gzip:
+            self._keep(chunk)
+            return
+        while chunk:
+            if self.inflater is None:
+                if not chunk.strip(b"\0"):
+                    return                     # zeros after the last member, as gzip(1) allows
+                self.inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)   # one gzip member
+            try:
+                # never more than the cap lets through: the rest waits in unconsumed_tail
+                self._keep(self.inflater.decompress(chunk, self.cap + 1 - self.text.tell()))
+            except zlib.error as exc:
+                raise InputError(f"{self.url}: not a readable gzip file ({exc})") from None
+            if self.inflater.eof:              # another member may follow (gzip(1) reads them all)
+                chunk, self.inflater = self.inflater.unused_data, None
+            else:
+                chunk = self.inflater.unconsumed_tail
+
+    def _keep(self, data: bytes) -> None:
+        if self.text.tell() + len(data) > self.cap:
+            raise InputError(f"{self.url}: over {size_text(self.cap)} once decompressed, the cap "
+                             f"on an index ({MAX_INDEX_VARIABLE} sets it)")
+        self.text.write(data)
+
+    def index(self) -> Index:
+        """The index read. InputError when it ends inside a gzip member."""
+        if self.head:
+            self._keep(self.head)
+        if self.inflater is not None:
+            raise InputError(f"{self.url}: not a readable gzip file (it ends inside a member)")
+        self.text.seek(0)
+        return parse_paragraphs(self.text, self.url, self.digest.hexdigest(), self.cap // BYTES_PER_STANZA)
+
+
+def parse_paragraphs(lines: Iterable[bytes], url: str, digest: str, most: int) -> Index:
+    """The index of a Packages file's lines. InputError past `most` stanzas."""
     from debian import deb822
 
-    digest = hashlib.sha256(data).hexdigest()
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise InputError(f"{url}: not a readable gzip file ({exc})") from None
     index = Index(url, digest)
-    for para in deb822.Packages.iter_paragraphs(data.splitlines(keepends=True), use_apt_pkg=False):
+    for count, para in enumerate(deb822.Packages.iter_paragraphs(lines, use_apt_pkg=False)):
+        if count >= most:
+            raise InputError(f"{url}: over {most} stanzas, one per {BYTES_PER_STANZA} bytes of the cap "
+                             f"on an index ({MAX_INDEX_VARIABLE} sets it)")
         name, version = para.get("Package"), para.get("Version")
         if not name or not version:
             continue
-        depends = tuple(
-            tuple((alt["name"], tuple(alt["version"]) if alt.get("version") else None) for alt in group)
-            for kind in ("pre-depends", "depends") for group in para.relations[kind] or [])
-        index.packages.setdefault(name, []).append(
-            Entry(name, version, para.get("SHA256", ""), depends))
+        relations = tuple(para[kind] for kind in ("Pre-Depends", "Depends") if para.get(kind))
+        index.packages.setdefault(name, []).append(Entry(name, version, para.get("SHA256", ""), relations))
     return index
+
+
+def parse_index(data: bytes, url: str = "Packages") -> Index:
+    """The index in `data` (a Packages file, gzip-compressed or not)."""
+    reader = IndexReader(url)
+    reader.feed(data)
+    return reader.index()
+
+
+def read_url(url: str, reader: IndexReader) -> None:
+    """Feed `url`'s body to `reader` within `fetch_deadline()` seconds in all. urllib's timeout
+    bounds each read only, so a server sending a byte every few seconds would hold the command
+    for good: the reads run in a thread that this one stops waiting for at the deadline (a
+    daemon, left to end with the command). InputError naming the URL, the limit and its
+    setting."""
+    deadline = fetch_deadline()
+    outcome: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            with urllib.request.urlopen(url, timeout=min(READ_TIMEOUT, deadline)) as response:
+                while True:
+                    chunk = response.read1(CHUNK)
+                    if not chunk:
+                        break
+                    reader.feed(chunk)
+        except BaseException as exc:  # handed to the waiting thread, raised there
+            outcome.append(exc)
+
+    worker = threading.Thread(target=read, name=f"fetch {url}", daemon=True)
+    worker.start()
+    worker.join(deadline)
+    if worker.is_alive():
+        raise InputError(f"{url}: not read within {deadline:g} s, the deadline of one fetch "
+                         f"({DEADLINE_VARIABLE} sets it)")
+    if outcome:
+        raise outcome[0]
 
 
 def fetch_index(base: str, repo: str) -> Index:
@@ -103,15 +205,13 @@ def fetch_index(base: str, repo: str) -> Index:
     first_error = ""
     for name in INDEX_NAMES:
         url = f"{base.rstrip('/')}/{repo}/{name}"
+        reader = IndexReader(url)
         try:
-            with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT) as response:
-                data = response.read(MAX_INDEX_BYTES + 1)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+            read_url(url, reader)
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
             first_error = first_error or f"cannot read {url}: {getattr(exc, 'reason', exc)}"
             continue
-        if len(data) > MAX_INDEX_BYTES:
-            raise InputError(f"{url}: over {MAX_INDEX_BYTES} bytes")
-        return parse_index(data, url)
+        return reader.index()
     raise InputError(first_error + " (run `gpuprov lock --apt` where NVIDIA's repository can be "
                      "reached, or give a mirror with --apt-base)")
 
