@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 RESULTS = "results.json"
 # A cluster's own run folder (logs/<cluster>/<run>/) holds this record of the Slurm run
-# (remote/cluster/slurm.py); its nodes' results are in their own folders, logs/<node>/<run>/.
+# (remote/scheduler/route.py); its nodes' results are in their own folders, logs/<node>/<run>/.
 CLUSTER_RECORD = "slurm.json"
 # 2 (issue 22) adds each check's `action` and `findings` and the run's worst `action`; 1 is
 # what hosts validated before it left: both read the same.

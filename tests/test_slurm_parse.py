@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from remote.cluster import gate
-from remote.cluster.job import LABELLER, LINE_PIECE, JobOutput, job_command
-from remote.cluster.nodes import parse_nodes, plan_nodes
 from remote.config.inventory import load_inventory
 from remote.errors import InputError
+from remote.scheduler import SCHEDULERS
+from remote.scheduler.slurm import gate
+from remote.scheduler.slurm.job import LABELLER, LINE_PIECE, JobOutput, job_command
+from remote.scheduler.slurm.nodes import parse_nodes, plan_nodes
 from tests.conftest import invoke
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
@@ -58,7 +59,7 @@ def test_24_11_scontrol_nodes_down_are_reported_as_down():
 
 @pytest.mark.parametrize("text", ["", "[]", "{}", '{"nodes": 3}', '{"errors": ["boom"]}'])
 def test_an_answer_that_is_no_node_list_is_refused(text):
-    from remote.cluster.nodes import NodeListError
+    from remote.scheduler.slurm.nodes import NodeListError
     with pytest.raises(NodeListError):
         parse_nodes(text)
 
@@ -156,7 +157,7 @@ def test_the_job_script_quotes_every_value_and_keeps_gpuprovs_own_options(tmp_pa
     inventory.write_text("hosts:\n  hpc1:\n    slurm:\n      partition: gpu\n"
                          "      account: ops\n      time: 30\n      gpus_per_node: h100:8\n"
                          "      extra_args: ['--constraint=a b']\n")
-    settings = load_inventory(inventory).hosts["hpc1"].slurm
+    settings = load_inventory(inventory, SCHEDULERS).hosts["hpc1"].scheduler.settings
     line = job_command(settings, ["g1", "g2"], "echo $HOME; rm -rf /", "gpuprov-RUN", "t0k",
                        "resv")
     assert "--nodelist=g1,g2" in line and "--gpus-per-node=h100:8" in line
@@ -184,7 +185,7 @@ def test_the_job_script_runs_one_step_per_node_each_labelled_with_the_package(tm
         (bin_dir / name).chmod(0o755)
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text("hosts:\n  hpc1:\n    slurm: {partition: gpu, gpus_per_node: 2}\n")
-    settings = load_inventory(inventory).hosts["hpc1"].slurm
+    settings = load_inventory(inventory, SCHEDULERS).hosts["hpc1"].scheduler.settings
     script = "printf '%s\\n' \"it's $SLURM_CONF\"; cat"
     res = subprocess.run(["sh", "-c", job_command(settings, ["g1", "g 2"], script, "job", "t0k")],
                          input=b"PKG\n", capture_output=True, check=True, env={
@@ -240,7 +241,7 @@ def test_a_bad_slurm_key_is_one_line_naming_the_file_and_line(tmp_path, slurm, m
     inventory.write_text(f"hosts:\n  ok: {{}}\n  hpc1:\n    connection: local\n"
                          f"    slurm: {slurm}\n")
     with pytest.raises(InputError) as caught:
-        load_inventory(inventory)
+        load_inventory(inventory, SCHEDULERS)
     text = str(caught.value)
     assert message in text and text.startswith(f"{inventory}:5: "), text
     assert "\n" not in text

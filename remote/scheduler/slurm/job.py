@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Optional
 
-from ..config.slurm import SlurmSettings
+from .settings import SlurmSettings
 
 UNPACK_FAILED = 90  # a task's exit status when the package did not unpack
 PACKAGE_FAILED = 70  # the login-node script's exit status when the package was not stored

@@ -1,5 +1,5 @@
 """A host's `slurm:` key: the host is a cluster's login node, and `validate` on it validates the
-nodes of a Slurm partition through the scheduler (remote/cluster/).
+nodes of a Slurm partition through the scheduler (remote/scheduler/).
 
     slurm:
       partition: gpu            # required
@@ -21,9 +21,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..errors import Where
-from .schema import check_keys, expect
-from .yamlfile import YamlMap
+from ...config.schema import check_keys, expect
+from ...config.yamlfile import YamlMap
+from ...errors import Where
 
 SLURM_KEYS = {"partition", "nodes", "account", "qos", "time", "gpus_per_node", "extra_args",
               "conf"}

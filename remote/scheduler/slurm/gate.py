@@ -21,7 +21,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Optional
 
-from ..output.term import printable_line
+from ...output.term import printable_line
 from .nodes import GPUPROV_PREFIX
 
 # Slurm sets no length limit on a node's reason: scontrol's update_node.c copies it whole, and
