@@ -206,6 +206,34 @@ def test_the_job_script_runs_one_step_per_node_each_labelled_with_the_package(tm
     assert not list(tmp_path.glob("gpuprov-package-*"))
 
 
+def test_the_job_script_runs_at_most_fanout_steps_at_once(tmp_path):
+    """`fanout: 2` over five nodes: every node's step runs and says its exit status, never
+    more than two at once (each step logs when it starts and ends), so the login node holds
+    two srun clients, not five."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    for name in ("salloc", "srun"):
+        (bin_dir / name).write_text(STUB.format(log=log))
+        (bin_dir / name).chmod(0o755)
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text("hosts:\n  hpc1:\n    slurm: {partition: gpu, fanout: 2}\n")
+    settings = load_inventory(inventory, SCHEDULERS).hosts["hpc1"].scheduler.settings
+    steps = tmp_path / "steps.log"
+    script = f"echo start >> {steps}; sleep 0.3; echo end >> {steps}"
+    nodes = [f"g{i}" for i in range(5)]
+    res = subprocess.run(["sh", "-c", job_command(settings, nodes, script, "job", "t0k")],
+                         input=b"PKG\n", capture_output=True, check=True, timeout=60, env={
+                             "PATH": f"{bin_dir}:/usr/bin:/bin", "TMPDIR": str(tmp_path)})
+    assert sorted(res.stdout.decode().splitlines()) == [
+        f"@@gpuprov-t0k srun {i} 0" for i in range(5)], res
+    depth, deepest = 0, 0
+    for line in steps.read_text().split():
+        depth += 1 if line == "start" else -1
+        deepest = max(deepest, depth)
+    assert steps.read_text().split().count("start") == 5 and deepest == 2
+    assert not list(tmp_path.glob("gpuprov-window-*"))  # the window's pipe is unlinked at once
+
+
 def test_drain_reason_names_run_check_and_finding_and_is_cut(tmp_path):
     results = tmp_path / "results.json"
     results.write_text(json.dumps({"checks": [
@@ -234,6 +262,7 @@ def test_drain_reason_names_run_check_and_finding_and_is_cut(tmp_path):
     ("{partition: p, extra_args: 'hostname'}", "'hostname' is not a salloc option"),
     ("{partition: p, conf: etc/slurm.conf}", "slurm.conf must be an absolute path"),
     ("{partition: p, queue: x}", "slurm: unknown key 'queue'"),
+    ("{partition: p, fanout: 0}", "slurm.fanout must be a whole number from 1 to 4096"),
     ("[p]", "slurm must be a mapping"),
 ])
 def test_a_bad_slurm_key_is_one_line_naming_the_file_and_line(tmp_path, slurm, message):

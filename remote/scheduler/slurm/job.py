@@ -5,7 +5,9 @@ One allocation, one step per node. `salloc` takes the nodes (exclusive, their GP
 "Do not automatically terminate a job if one of the nodes it has been allocated fails ... The
 job allocation will not be revoked so the user may launch new job steps on the remaining nodes",
 salloc(1), Slurm 22.05) and runs a script on the login node that starts one `srun -N1 -n1
---nodelist=NODE` per node, all at once, and waits for them; when it ends salloc "relinquishes
+--nodelist=NODE` per node, at most `fanout` at once (each srun is a client process on the
+shared login node: a window keeps their number, and the login node's memory, flat in the
+node count), and waits for them; when it ends salloc "relinquishes
 the job allocation" (salloc(1) DESCRIPTION), so nothing outlives the run. A node that dies costs
 only its own step: with one step for all nodes, srun aborted the whole step when slurmctld had
 marked the dead node missing before srun saw its I/O fail (step_launch_notify_io_failure,
@@ -115,19 +117,27 @@ LABELLER = ("LC_ALL=C awk -v p=\"$1: \" '{ s = $0; while (length(s) > %d) { prin
 def job_command(settings: SlurmSettings, nodes: list[str], script: str, job_name: str,
                 token: str, reservation: Optional[str] = None) -> str:
     """The login-node script (its stdin: the package): store the package, take the
-    allocation, run `script` as one step per node, all at once, and wait for them. Step i's
-    lines come labelled "i: " (stdout and stderr apart); `@@gpuprov-TOKEN srun i RC` (not
+    allocation, run `script` as one step per node, at most `settings.fanout` at once (a
+    sliding window: the next node's step starts as soon as one ends), and wait for them. Step
+    i's lines come labelled "i: " (stdout and stderr apart); `@@gpuprov-TOKEN srun i RC` (not
     labelled) gives step i's srun exit status."""
     marker = shlex.quote(f"@@gpuprov-{token}")
     step = " ".join(shlex.quote(a) for a in step_options(settings))
+    window = max(1, min(settings.fanout, len(nodes)))
     # fd 3: the stdout labeller; fd 4: the script's own stdout (unlabelled: the rc line);
-    # fd 5: the package
+    # fd 5: the package; fd 6: the window, a pipe holding one byte per free turn: a step
+    # takes one before it starts and gives it back when its srun has ended
     steps = (f"M={marker}; S={shlex.quote(script)}\n"
              f"lab() {{ {LABELLER}; }}\n"
+             'W=$(mktemp -d "${TMPDIR:-/tmp}/gpuprov-window-XXXXXX") && mkfifo "$W/turns" && '
+             f'exec 6<>"$W/turns" && rm -rf "$W" || exit {PACKAGE_FAILED}\n'
+             f"i=0; while [ $i -lt {window} ]; do echo; i=$((i + 1)); done >&6\n"
              "i=0\n"
              "for n do\n"
-             f'  ( {{ {{ {step} --nodelist="$n" /bin/sh -c "$S" </dev/fd/5 5<&- 2>&1 >&3 3>&- 4>&-; '
-             'echo "$M srun $i $?" >&4; } | lab "$i" >&2; } 3>&1 | lab "$i" ) 4>&1 &\n'
+             "  read t <&6\n"
+             f'  {{ ( {{ {{ {step} --nodelist="$n" /bin/sh -c "$S" </dev/fd/5 5<&- 6>&- 2>&1 >&3 3>&- 4>&-; '
+             'echo "$M srun $i $?" >&4; } | lab "$i" >&2; } 3>&1 | lab "$i" ) 4>&1 6>&-; '
+             "echo >&6; } &\n"
              "  i=$((i + 1))\n"
              "done\n"
              "wait\n")
