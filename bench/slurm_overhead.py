@@ -18,7 +18,9 @@ The login node's memory: while each run goes, the processes under `salloc` (the 
 script, its srun clients and their labelling awks) are sampled every 0.1 s from /proc
 (VmRSS), and the peak of their sum is kept (`tree MiB`), with the srun clients' own
 (`srun MiB`: their RSS summed, shared pages counted once per process, so an upper bound) and
-the most srun clients seen at once. `--fanout` runs each count once per window (the `slurm:`
+the most srun clients seen at once. `job out KiB`: all the job's stdout (every node's lines
+and results, which before were cut to 1 MiB as a whole), `results KiB`: the largest node's
+results archive. `--fanout` runs each count once per window (the `slurm:`
 key `fanout`); a window as wide as the count is the route before it had one (every step at
 once).
 
@@ -129,7 +131,10 @@ def one_run(cluster: SlurmCluster, work: Path, fanout: Optional[int] = None) -> 
     (record_dir,) = list((logs / "hpc1").iterdir())
     record = json.loads((record_dir / "slurm.json").read_text())
     own = max(node["validate_s"] for node in record["nodes"].values())
+    results = [node.get("results_bytes") or 0 for node in record["nodes"].values()]
     return {"total": total, "validation": own, "overhead": total - own, "srun": record["job_s"],
+            "out_kib": (record.get("job_stdout_bytes") or 0) / 1024,
+            "results_kib": max(results) / 1024,
             "tree_mib": memory.tree_kib / 1024, "srun_mib": memory.srun_kib / 1024,
             "srun_one_mib": memory.srun_one_kib / 1024, "sruns": memory.sruns}
 
@@ -157,7 +162,8 @@ def main() -> int:
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'nodes':>5}  {'fanout':>6}  {'overhead median':>15}  {'min':>6}  {'max':>6}  "
           f"{'total':>6}  {'job':>9}  {'validation':>10}  {'bare srun':>9}  {'sruns':>5}  "
-          f"{'srun MiB':>8}  {'1 srun':>6}  {'tree MiB':>8}")
+          f"{'srun MiB':>8}  {'1 srun':>6}  {'tree MiB':>8}  {'job out KiB':>11}  "
+          f"{'results KiB':>11}")
     for count in [int(c) for c in options.nodes.split(",")]:
         cluster = SlurmCluster(count)
         try:
@@ -176,7 +182,9 @@ def main() -> int:
                       f"{max(r['sruns'] for r in runs):>5}  "
                       f"{max(r['srun_mib'] for r in runs):>8.1f}  "
                       f"{max(r['srun_one_mib'] for r in runs):>6.1f}  "
-                      f"{max(r['tree_mib'] for r in runs):>8.1f}", flush=True)
+                      f"{max(r['tree_mib'] for r in runs):>8.1f}  "
+                      f"{max(r['out_kib'] for r in runs):>11.1f}  "
+                      f"{max(r['results_kib'] for r in runs):>11.1f}", flush=True)
         finally:
             cluster.stop()
     return 0

@@ -16,7 +16,7 @@ from remote.config.inventory import load_inventory
 from remote.errors import InputError
 from remote.scheduler import SCHEDULERS
 from remote.scheduler.slurm import gate
-from remote.scheduler.slurm.job import LABELLER, LINE_PIECE, JobOutput, job_command
+from remote.scheduler.slurm.job import LABELLER, LINE_PIECE, NODE_TEXT_MAX, JobOutput, job_command
 from remote.scheduler.slurm.nodes import parse_nodes, plan_nodes
 from tests.conftest import invoke
 
@@ -124,6 +124,45 @@ def test_results_that_are_not_base64_are_refused():
         out.stdout(line)
     assert out.by_node["n1"].archive() is None
     assert out.by_node["n1"].refused == "its results were not valid base64"
+
+
+def test_digits_int_refuses_are_no_number_of_any_grammar():
+    """`²` (str.isdigit() takes it, int() refuses it) in a node's marker lines, in a step
+    number and in the script's exit-status line: no exception, and nothing read as a number;
+    the node's real results marker still counts."""
+    out = JobOutput("t", ["n1", "n2"], 1 << 20, lambda n, j: None, lambda n, t: None,
+                    lambda t: None)
+    for line in ["0: @@gpuprov-t start n1 \u00b2", "0: @@gpuprov-t results \u00b2 1 2",
+                 "\u00b9: @@gpuprov-t start n2 1", "0: @@gpuprov-t results 0 \u00b2 2"]:
+        out.stdout(line)
+    out.stdout("@@gpuprov-t srun \u00b2 0")
+    out.stdout("@@gpuprov-t srun 0 \u00b2")
+    n1 = out.by_node["n1"]
+    assert n1.job_id == "" and n1.rc == 0 and n1.in_results and n1.validate_s is None
+    assert "n2" not in out.by_node and out.step_rc == {}
+    assert gate.parse_each_node("@@rc n1 \u00b2\n@@rc n2 0\n") == {"n2": (0, "@@rc n1 \u00b2")}
+
+
+def test_one_nodes_lines_are_capped_on_their_own():
+    """A node's lines past NODE_TEXT_MAX are not passed on (one note instead); another node's
+    lines and results are untouched."""
+    seen: dict[str, int] = {}
+    notes = []
+
+    def on_line(node, text):
+        seen[node] = seen.get(node, 0) + len(text) + 1
+        if text.startswith("[gpuprov:"):
+            notes.append((node, text))
+    out = JobOutput("t", ["n1", "n2"], 1 << 20, lambda n, j: None, on_line, lambda t: None)
+    out.stdout("0: @@gpuprov-t start n1 1")
+    out.stdout("1: @@gpuprov-t start n2 1")
+    flood = "x" * 1999
+    for _ in range(1400):  # 2.7 MiB
+        out.stdout(f"0: {flood}")
+    out.stdout("1: hello")
+    assert NODE_TEXT_MAX - 2000 < seen["n1"] < NODE_TEXT_MAX + 200 and seen["n2"] == 6
+    assert notes == [("n1", "[gpuprov: more than 1024 KiB of lines from n1; the rest is not "
+                            "shown]")]
 
 
 def test_a_step_speaks_for_its_own_node_only():

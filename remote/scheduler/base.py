@@ -107,7 +107,9 @@ class RunContext:
 
 def natural_order(name: str) -> list[Any]:
     """n2 before n10."""
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+    # ASCII digits only: a node's name is Slurm's answer, and int() refuses some of what \d and
+    # str.isdigit() take ("²"); re.split puts the digit runs at the odd places
+    return [int(p) if i % 2 else p for i, p in enumerate(re.split(r"([0-9]+)", name))]
 
 
 class RouteFailed(Exception):

@@ -177,9 +177,10 @@ class SlurmCluster:
         self.srun_running = True
         try:
             res = session.conn.run(with_conf(settings, command), stdin=inner.package,
-                                   timeout=self.context.timeout(),
+                                   timeout=self.context.timeout(), streamed=True,
                                    on_output=lambda stream, text: splitters[stream](stream, text))
             rc = res.rc
+            self.record["job_stdout_bytes"] = res.stdout_bytes
             self.srun_running = False
         except CommandTimeout as exc:
             output.messages.append(f"gpuprov: {exc}")
@@ -219,6 +220,7 @@ class SlurmCluster:
             record.verdict = "not validated: the package did not unpack on the node"
         else:
             record.rc, record.validate_s = task.rc, task.validate_s
+            record.extra["results_bytes"] = task.size
             archive = task.archive()
             record.elapsed_s = (task.ended or time.monotonic()) - task.started
             if archive is not None and task.size == 0:

@@ -92,7 +92,7 @@ def parse_each_node(out: str) -> dict[str, tuple[int, str]]:
     said: list[str] = []
     for line in out.splitlines():
         words = line.split()
-        if len(words) == 3 and words[0] == "@@rc" and words[2].isdigit():
+        if len(words) == 3 and words[0] == "@@rc" and words[2].isascii() and words[2].isdigit():
             result[words[1]] = (int(words[2]), " ".join(said).strip())
             said = []
         else:
