@@ -120,7 +120,7 @@ class _ClusterRun:
         session.reporter.width = max([session.reporter.width] + [len(n) for n in shown])
         self.record_skips(plan.skipped, plan.down)
         if not plan.validate:
-            self.conclude("no node of the partition can be validated now", False)
+            self.conclude("no node of the cluster can be validated now", False)
             return
         for node in plan.validate:
             self.records[node.name] = NodeRecord(node, resumed=node in plan.resume)

@@ -81,7 +81,6 @@ class SlurmCluster:
         slurm_nodes = {n.name: n for n in nodes if isinstance(n, Node)}
         return plan_nodes(slurm_nodes, self.settings.partition, self.wanted, resume_passed)
 
-    # ------------------------------------------------------------------ 1. survey
     def survey(self) -> tuple[str, dict[str, Node], Optional[list[str]]]:
         res = self.session.conn.run(survey_script(self.settings), timeout=SURVEY_TIMEOUT_S)
         self.session.log.command("slurm", "survey: id -un; scontrol show hostnames; "
