@@ -1,6 +1,6 @@
-"""What the Slurm route costs on top of the validation itself, for 3 and 16 nodes.
+"""What the Slurm route costs on top of the validation itself, and the login node's memory.
 
-    python3 -m bench.slurm_overhead [--nodes 3,16] [--runs 3]
+    python3 -m bench.slurm_overhead [--nodes 16,64] [--runs 3] [--fanout 32,64]
 
 As root, with Slurm installed (`.ci/setup --dev`): starts a real test cluster per node count
 (tests/slurm_cluster.py: munged, slurmctld, one slurmd per node, all on this machine) and
@@ -13,6 +13,16 @@ validation is the cheapest real one (`--checks xid` of an empty kernel log). `jo
 command with its steps, as the login node saw it (the rest of `total` is the control side:
 inventory, survey, storing results). Target (issue 25): at most 2 s, growing no more than
 linearly with the nodes.
+
+The login node's memory: while each run goes, the processes under `salloc` (the login-node
+script, its srun clients and their labelling awks) are sampled every 0.1 s from /proc
+(VmRSS), and the peak of their sum is kept (`tree MiB`), with the srun clients' own
+(`srun MiB`: their RSS summed, shared pages counted once per process, so an upper bound) and
+the most srun clients seen at once. `job out KiB`: all the job's stdout (every node's lines
+and results, which before were cut to 1 MiB as a whole), `results KiB`: the largest node's
+results archive. `--fanout` runs each count once per window (the `slurm:`
+key `fanout`); a window as wide as the count is the route before it had one (every step at
+once).
 
 All the "nodes" share this machine's cores: with 16 of them, 16 Python interpreters start at
 once, and N srun processes on the login node, so part of what grows with the count is this
@@ -29,8 +39,10 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 import yaml
 
@@ -39,18 +51,80 @@ from remote.runfolder import CLUSTER_RECORD, LOGS_DIR
 from tests.slurm_cluster import SlurmCluster, missing_reason
 
 
-def one_run(cluster: SlurmCluster, work: Path) -> dict[str, float]:
+def _processes() -> dict[int, tuple[int, str, int]]:
+    """pid -> (parent pid, command name, RSS in KiB) of every process readable now."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+        except OSError:
+            continue
+        rss = fields.get("VmRSS", "0 kB").split()[0]
+        found[int(entry)] = (int(fields["PPid"]), fields["Name"].strip(),
+                             int(rss) if rss.isdigit() else 0)
+    return found
+
+
+class LoginMemory:
+    """Samples the processes under this process's `salloc` (the login node's share of a run)
+    until stopped; keeps the peaks."""
+
+    def __init__(self, interval: float = 0.1):
+        self.interval = interval
+        self.tree_kib = self.srun_kib = self.srun_one_kib = self.sruns = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> "LoginMemory":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        me = os.getpid()
+        while not self._stop.wait(self.interval):
+            procs = _processes()
+            children: dict[int, list[int]] = {}
+            for pid, (ppid, _, _) in procs.items():
+                children.setdefault(ppid, []).append(pid)
+            roots = [p for p in _descendants(children, me) if procs[p][1] == "salloc"]
+            tree = [p for root in roots for p in [root, *_descendants(children, root)]]
+            sruns = [procs[p][2] for p in tree if procs[p][1] == "srun"]
+            self.tree_kib = max(self.tree_kib, sum(procs[p][2] for p in tree))
+            self.srun_kib = max(self.srun_kib, sum(sruns))
+            self.srun_one_kib = max([self.srun_one_kib, *sruns])
+            self.sruns = max(self.sruns, len(sruns))
+
+
+def _descendants(children: dict[int, list[int]], root: int) -> list[int]:
+    out, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def one_run(cluster: SlurmCluster, work: Path, fanout: Optional[int] = None) -> dict[str, float]:
     work.mkdir(parents=True)
     kernel_log = work / "kernel.log"
     kernel_log.touch()
     inventory = work / "inventory.yaml"
+    slurm: dict[str, object] = {"partition": "debug", "conf": str(cluster.conf)}
+    if fanout is not None:
+        slurm["fanout"] = fanout
     inventory.write_text(yaml.safe_dump({"hosts": {"hpc1": {
-        "connection": "local",
-        "slurm": {"partition": "debug", "conf": str(cluster.conf)},
+        "connection": "local", "slurm": slurm,
         "vars": {"validate_args": f"--checks xid --kernel-log {kernel_log}"}}}}))
     logs = work / LOGS_DIR
     started = time.monotonic()
-    with contextlib.redirect_stdout(io.StringIO()) as shown:
+    with contextlib.redirect_stdout(io.StringIO()) as shown, LoginMemory() as memory:
         rc = cli.validate(host="hpc1", inventory=str(inventory), logs_dir=str(logs))
     total = time.monotonic() - started
     if rc != 0:
@@ -58,7 +132,12 @@ def one_run(cluster: SlurmCluster, work: Path) -> dict[str, float]:
     (record_dir,) = list((logs / "hpc1").iterdir())
     record = json.loads((record_dir / CLUSTER_RECORD).read_text())
     own = max(node["validate_s"] for node in record["nodes"].values())
-    return {"total": total, "validation": own, "overhead": total - own, "srun": record["job_s"]}
+    results = [node.get("results_bytes") or 0 for node in record["nodes"].values()]
+    return {"total": total, "validation": own, "overhead": total - own, "srun": record["job_s"],
+            "out_kib": (record.get("job_stdout_bytes") or 0) / 1024,
+            "results_kib": max(results) / 1024,
+            "tree_mib": memory.tree_kib / 1024, "srun_mib": memory.srun_kib / 1024,
+            "srun_one_mib": memory.srun_one_kib / 1024, "sruns": memory.sruns}
 
 
 def bare_srun(cluster: SlurmCluster) -> float:
@@ -70,32 +149,45 @@ def bare_srun(cluster: SlurmCluster) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", default="3,16", help="node counts, comma separated")
+    parser.add_argument("--nodes", default="16,64", help="node counts, comma separated")
     parser.add_argument("--runs", type=int, default=3, help="timed runs per count")
+    parser.add_argument("--fanout", default="",
+                        help="srun windows, comma separated (default: the slurm: key's default)")
     options = parser.parse_args()
     why = missing_reason()
     if why:
         print(f"cannot run: {why}", file=sys.stderr)
         return 2
+    fanouts: list[Optional[int]] = [int(f) for f in options.fanout.split(",") if f] or [None]
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'nodes':>5}  {'overhead median':>15}  {'min':>6}  {'max':>6}  "
-          f"{'total':>6}  {'job':>9}  {'validation':>10}  {'bare srun':>9}")
+    print(f"{'nodes':>5}  {'fanout':>6}  {'overhead median':>15}  {'min':>6}  {'max':>6}  "
+          f"{'total':>6}  {'job':>9}  {'validation':>10}  {'bare srun':>9}  {'sruns':>5}  "
+          f"{'srun MiB':>8}  {'1 srun':>6}  {'tree MiB':>8}  {'job out KiB':>11}  "
+          f"{'results KiB':>11}")
     for count in [int(c) for c in options.nodes.split(",")]:
         cluster = SlurmCluster(count)
         try:
-            with tempfile.TemporaryDirectory(prefix="gpuprov-bench-") as tmp:
-                one_run(cluster, Path(tmp) / "warm")  # the first job after start waits longer
-                runs = [one_run(cluster, Path(tmp) / f"run{i}") for i in range(options.runs)]
             srun = statistics.median(bare_srun(cluster) for _ in range(3))
+            for fanout in fanouts:
+                with tempfile.TemporaryDirectory(prefix="gpuprov-bench-") as tmp:
+                    one_run(cluster, Path(tmp) / "warm", fanout)  # the first job waits longer
+                    runs = [one_run(cluster, Path(tmp) / f"run{i}", fanout)
+                            for i in range(options.runs)]
+                overheads = [r["overhead"] for r in runs]
+                print(f"{count:>5}  {fanout or 'dflt':>6}  {statistics.median(overheads):>14.3f}s  "
+                      f"{min(overheads):>5.3f}s  {max(overheads):>5.3f}s  "
+                      f"{statistics.median(r['total'] for r in runs):>5.3f}s  "
+                      f"{statistics.median(r['srun'] for r in runs):>8.3f}s  "
+                      f"{statistics.median(r['validation'] for r in runs):>9.3f}s  {srun:>8.3f}s  "
+                      f"{max(r['sruns'] for r in runs):>5}  "
+                      f"{max(r['srun_mib'] for r in runs):>8.1f}  "
+                      f"{max(r['srun_one_mib'] for r in runs):>6.1f}  "
+                      f"{max(r['tree_mib'] for r in runs):>8.1f}  "
+                      f"{max(r['out_kib'] for r in runs):>11.1f}  "
+                      f"{max(r['results_kib'] for r in runs):>11.1f}", flush=True)
         finally:
             cluster.stop()
-        overheads = [r["overhead"] for r in runs]
-        print(f"{count:>5}  {statistics.median(overheads):>14.3f}s  {min(overheads):>5.3f}s  "
-              f"{max(overheads):>5.3f}s  {statistics.median(r['total'] for r in runs):>5.3f}s  "
-              f"{statistics.median(r['srun'] for r in runs):>8.3f}s  "
-              f"{statistics.median(r['validation'] for r in runs):>9.3f}s  {srun:>8.3f}s",
-              flush=True)
     return 0
 
 

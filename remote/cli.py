@@ -41,6 +41,7 @@ from .output.recap import Failure, Reporter
 from .output.runlog import Redactor
 from .runfolder import LOGS_DIR, PROVISION_LOG, run_dir
 from .runid import new_run_id
+from .scheduler import SCHEDULERS, ClusterValidate
 
 EXIT_FAILED = EXIT_STEP_FAILED  # the name older callers use
 BECOME_PASSWORD_ENV = "GPUPROV_BECOME_PASSWORD"
@@ -74,7 +75,7 @@ def load_and_check(inventory_path: str, selection: Optional[str], recipe_path: O
                    extra_vars: dict[str, Any], limit: Optional[str] = None) -> Checked:
     """Inventory, selected hosts (`--host` narrowed by `--limit`) and recipe, all checked;
     raises `InputError`."""
-    inventory = load_inventory(inventory_path)
+    inventory = load_inventory(inventory_path, SCHEDULERS)
     hosts = select_hosts(inventory, selection, limit)
     recipe = load_recipe(recipe_path, KINDS) if recipe_path else None
     if recipe is not None:
@@ -205,11 +206,9 @@ def provision(host: Optional[str], recipe: str, inventory: str, check: bool = Fa
     then: Optional[Then] = (Validate(suite, Path(logs_dir))
                             if validate and rec.validate and not check else None)
     expand = None
-    if isinstance(then, Validate) and any(h.slurm for h in hosts):
-        # a cluster's login node is provisioned, then its nodes validated through Slurm
-        from .cluster.slurm import SlurmValidate
-
-        then = cluster_job = SlurmValidate(then)
+    if isinstance(then, Validate) and any(h.scheduler for h in hosts):
+        # a cluster's login node is provisioned, then its nodes validated through its scheduler
+        then = cluster_job = ClusterValidate(then, SCHEDULERS)
         expand = cluster_job.with_nodes
     job = RecordStack(ApplyRecipe(rec, None, then), Path(logs_dir))
     return _execute(inv, hosts, rec.name, job, extra_vars, forks_n,
@@ -223,14 +222,16 @@ def validate(host: Optional[str], inventory: str, suite: str = "quick",
              junit_path: Optional[str] = None, drain_failed: bool = False,
              resume_passed: bool = False) -> int:
     """`gpuprov validate`: push validate/, run it on the selected hosts, pull the results;
-    hosts with `slurm:` validate their partition's nodes through Slurm (remote/cluster/)."""
+    a cluster's login node (a host with a scheduler's key) validates its nodes
+    through the scheduler (remote/scheduler/)."""
     outputs = Outputs(json_path, junit_path, verbose, False, list_hosts)
     try:
         extra_vars, forks_n, suite, (inv, hosts, _) = _run_inputs(
             inventory, host, limit, None, var, forks, suite, outputs)
-        if (drain_failed or resume_passed) and not any(h.slurm for h in hosts):
-            raise InputError("--drain-failed and --resume-passed act on Slurm nodes: select "
-                             "a host with slurm: in the inventory", inv.path)
+        if (drain_failed or resume_passed) and not any(h.scheduler for h in hosts):
+            keys = " or ".join(f"{key}:" for key in SCHEDULERS)
+            raise InputError(f"--drain-failed and --resume-passed act on a cluster's nodes: "
+                             f"select a host with {keys} in the inventory", inv.path)
     except InputError as exc:
         return fail_input(exc)
     if list_hosts:
@@ -238,10 +239,8 @@ def validate(host: Optional[str], inventory: str, suite: str = "quick",
     ssh_route = Validate(suite, Path(logs_dir))
     job: Job = RecordStack(ssh_route, Path(logs_dir))
     expand = None
-    if any(h.slurm for h in hosts):
-        from .cluster.slurm import SlurmValidate  # the scheduler route (remote/cluster/)
-
-        job = cluster_job = SlurmValidate(ssh_route, drain_failed, resume_passed)
+    if any(h.scheduler for h in hosts):
+        job = cluster_job = ClusterValidate(ssh_route, SCHEDULERS, drain_failed, resume_passed)
         expand = cluster_job.with_nodes
     return _execute(inv, hosts, "validate", job, extra_vars, forks_n, outputs, False, logs_dir,
                     expand=expand)
@@ -258,11 +257,14 @@ def logs(host: Optional[str], inventory: str, logs_dir: str = LOGS_DIR,
         return print_hosts(hosts, sys.stdout)
     # A cluster's validation runs on its nodes, in a folder each task removes; every validate
     # run brings the nodes' results home itself: the login node has nothing to pull.
-    for cluster in (h for h in hosts if h.slurm):
-        print(f"{cluster.name}: a Slurm cluster: each `gpuprov validate --host {cluster.name}` "
+    for cluster in hosts:
+        if cluster.scheduler is None:
+            continue
+        noun = SCHEDULERS[cluster.scheduler.key].noun
+        print(f"{cluster.name}: a {noun} cluster: each `gpuprov validate --host {cluster.name}` "
               f"brings its nodes' results home ({logs_dir}/<node>/<run>/); nothing to pull "
               "from the login node")
-    hosts = [h for h in hosts if not h.slurm]
+    hosts = [h for h in hosts if not h.scheduler]
     if not hosts:
         return EXIT_OK
     return _execute(inv, hosts, "logs", PullLogs(Path(logs_dir)), {}, 16, Outputs(), False,

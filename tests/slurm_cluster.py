@@ -83,8 +83,10 @@ class SlurmCluster:
         self.conf = self.dir / "etc" / "slurm.conf"
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self.pids: dict[str, int] = {}
-        # controller, its unused SlurmdPort, one port per node, then 100 for srun
-        self.base = free_port_block(2 + nodes + 100)
+        # controller, its unused SlurmdPort, one port per node, then srun's: 100, or 4 per
+        # node with more (64 steps at once ran out of 100: "Address already in use")
+        self.srun_ports = max(100, 4 * nodes)
+        self.base = free_port_block(2 + nodes + self.srun_ports)
         self.conf_extra = conf_extra.replace("{dir}", str(self.dir))
         self.scripts = {k: v.replace("{dir}", str(self.dir)) for k, v in (scripts or {}).items()}
         try:
@@ -110,7 +112,7 @@ class SlurmCluster:
             os.mknod(device, 0o666 | 0o020000, os.makedev(1, 3))
         last = self.count
         ports = f"{self.base + 2}-{self.base + 1 + last}" if last > 1 else str(self.base + 2)
-        srun_ports = f"{self.base + 2 + last}-{self.base + 101 + last}"
+        srun_ports = f"{self.base + 2 + last}-{self.base + 1 + self.srun_ports + last}"
         nodes = f"n[1-{last}]" if last > 1 else "n1"
         node_line = (f"NodeName={nodes} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports} "
                      f"CPUs=2 RealMemory=1000 Gres=gpu:{self.gpus} State=UNKNOWN")

@@ -354,6 +354,7 @@ def test_the_health_check_drains_its_node_through_slurmd(tmp_path):
         cluster.stop()
 
 
+<<<<<<< HEAD
 def health_check(cluster: SlurmCluster, node: str, *args: str) -> subprocess.CompletedProcess:
     """`validate --health --slurm-drain` on `node` as slurmd starts a HealthCheckProgram: with
     SLURMD_NODENAME and no PATH (SLURM_CONF given: this cluster's slurm.conf is in no standard
@@ -435,3 +436,56 @@ def test_a_drain_an_admin_sets_during_the_run_is_kept_and_not_resumed_later(clus
     info = cluster.node_info()
     assert "DRAIN" in info["n1"]["state_flags"] and info["n1"]["reason"] == admin
     assert all("DRAIN" not in (info[n].get("state_flags") or []) for n in ("n2", "n3"))
+=======
+# A compromised node: `validate_python` is a wrapper that, on n1 only, sends hostile output
+# before and after running the real validation. It reads the run's marker from its task's
+# command line (/proc/$PPID/cmdline: the task script), as a node's root could.
+HOSTILE = """#!/bin/sh
+d={dir}
+if [ "$SLURMD_NODENAME" != n1 ]; then
+  python3 "$@"; rc=$?; touch "$d/done-$SLURMD_NODENAME"; exit $rc
+fi
+token=$(tr '\\0' '\\n' < /proc/$PPID/cmdline | grep -o '@@gpuprov-[0-9a-f]*' | head -n 1)
+{before}
+python3 "$@"; rc=$?
+{after}
+exit $rc
+"""
+
+
+def hostile_run(cluster: SlurmCluster, tmp_path: Path, before: str = "", after: str = ""):
+    wrapper = tmp_path / "hostile-python"
+    wrapper.write_text(HOSTILE.format(dir=tmp_path, before=before, after=after))
+    wrapper.chmod(0o755)
+    return {"validate_python": str(wrapper), "validate_args": passing(cluster)}
+
+
+def test_a_marker_line_with_a_superscript_digit_costs_no_other_node(cluster, run, tmp_path):
+    """n1 sends its results marker with `²` for the exit status: str.isdigit() takes it,
+    int() refuses it. Before, the run ended in `internal error ValueError` and no node got a
+    verdict; now the line is no marker (ASCII digits only) and every node is judged."""
+    rc, out, err, data, logs = run(vars_=hostile_run(
+        cluster, tmp_path, before='echo "$token results \u00b2 1 2"; echo "$token srun \u00b2 0"'))
+    assert "internal error" not in out + err
+    assert rc == 0, out + err
+    assert all(data["hosts"][n]["validation"].startswith("passed") for n in cluster.nodes), data
+
+
+FLOOD = "yes 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' | head -c 786432"
+
+
+def test_one_nodes_flood_costs_only_that_node(cluster, run, tmp_path):
+    """n1 prints 1.5 MiB: half before its validation, half once n2 and n3 have sent their
+    results. The job's output was one stream kept to its first and last 512 KiB, so n2's and
+    n3's results fell out of it; now each node's lines are capped on their own (1 MiB shown,
+    then one note) and every node's results come home."""
+    rc, out, err, data, logs = run(vars_=hostile_run(
+        cluster, tmp_path, before=FLOOD,
+        after=f'i=0; while [ $i -lt 300 ] && ! [ -e "$d/done-n2" -a -e "$d/done-n3" ]; do '
+              f'sleep 0.2; i=$((i + 1)); done; sleep 3; {FLOOD}'))
+    assert rc == 0, (out + err)[-3000:]
+    assert all(data["hosts"][n]["validation"].startswith("passed") for n in cluster.nodes), data
+    assert "more than 1024 KiB of lines from n1; the rest is not shown" in out
+    flood_lines = sum(1 for line in out.splitlines() if "xxxxxxxxxx" in line)
+    assert flood_lines * 66 < 1.1 * (1 << 20)  # n1's lines (66 bytes each) cut at 1 MiB
+>>>>>>> sched

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from remote.cluster import gate
-from remote.cluster.job import LABELLER, LINE_PIECE, JobOutput, job_command
-from remote.cluster.nodes import parse_nodes, plan_nodes
 from remote.config.inventory import load_inventory
 from remote.errors import InputError
+from remote.scheduler import SCHEDULERS
+from remote.scheduler.slurm import gate
+from remote.scheduler.slurm.job import LABELLER, LINE_PIECE, NODE_TEXT_MAX, JobOutput, job_command
+from remote.scheduler.slurm.nodes import parse_nodes, plan_nodes
 from tests.conftest import invoke
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
@@ -58,7 +59,7 @@ def test_24_11_scontrol_nodes_down_are_reported_as_down():
 
 @pytest.mark.parametrize("text", ["", "[]", "{}", '{"nodes": 3}', '{"errors": ["boom"]}'])
 def test_an_answer_that_is_no_node_list_is_refused(text):
-    from remote.cluster.nodes import NodeListError
+    from remote.scheduler.slurm.nodes import NodeListError
     with pytest.raises(NodeListError):
         parse_nodes(text)
 
@@ -125,6 +126,45 @@ def test_results_that_are_not_base64_are_refused():
     assert out.by_node["n1"].refused == "its results were not valid base64"
 
 
+def test_digits_int_refuses_are_no_number_of_any_grammar():
+    """`²` (str.isdigit() takes it, int() refuses it) in a node's marker lines, in a step
+    number and in the script's exit-status line: no exception, and nothing read as a number;
+    the node's real results marker still counts."""
+    out = JobOutput("t", ["n1", "n2"], 1 << 20, lambda n, j: None, lambda n, t: None,
+                    lambda t: None)
+    for line in ["0: @@gpuprov-t start n1 \u00b2", "0: @@gpuprov-t results \u00b2 1 2",
+                 "\u00b9: @@gpuprov-t start n2 1", "0: @@gpuprov-t results 0 \u00b2 2"]:
+        out.stdout(line)
+    out.stdout("@@gpuprov-t srun \u00b2 0")
+    out.stdout("@@gpuprov-t srun 0 \u00b2")
+    n1 = out.by_node["n1"]
+    assert n1.job_id == "" and n1.rc == 0 and n1.in_results and n1.validate_s is None
+    assert "n2" not in out.by_node and out.step_rc == {}
+    assert gate.parse_each_node("@@rc n1 \u00b2\n@@rc n2 0\n") == {"n2": (0, "@@rc n1 \u00b2")}
+
+
+def test_one_nodes_lines_are_capped_on_their_own():
+    """A node's lines past NODE_TEXT_MAX are not passed on (one note instead); another node's
+    lines and results are untouched."""
+    seen: dict[str, int] = {}
+    notes = []
+
+    def on_line(node, text):
+        seen[node] = seen.get(node, 0) + len(text) + 1
+        if text.startswith("[gpuprov:"):
+            notes.append((node, text))
+    out = JobOutput("t", ["n1", "n2"], 1 << 20, lambda n, j: None, on_line, lambda t: None)
+    out.stdout("0: @@gpuprov-t start n1 1")
+    out.stdout("1: @@gpuprov-t start n2 1")
+    flood = "x" * 1999
+    for _ in range(1400):  # 2.7 MiB
+        out.stdout(f"0: {flood}")
+    out.stdout("1: hello")
+    assert NODE_TEXT_MAX - 2000 < seen["n1"] < NODE_TEXT_MAX + 200 and seen["n2"] == 6
+    assert notes == [("n1", "[gpuprov: more than 1024 KiB of lines from n1; the rest is not "
+                            "shown]")]
+
+
 def test_a_step_speaks_for_its_own_node_only():
     """Step i is node i: its lines, its srun's words and its exit status never land on another
     node, and only the login-node script's unlabelled line gives a step's exit status."""
@@ -156,7 +196,7 @@ def test_the_job_script_quotes_every_value_and_keeps_gpuprovs_own_options(tmp_pa
     inventory.write_text("hosts:\n  hpc1:\n    slurm:\n      partition: gpu\n"
                          "      account: ops\n      time: 30\n      gpus_per_node: h100:8\n"
                          "      extra_args: ['--constraint=a b']\n")
-    settings = load_inventory(inventory).hosts["hpc1"].slurm
+    settings = load_inventory(inventory, SCHEDULERS).hosts["hpc1"].scheduler.settings
     line = job_command(settings, ["g1", "g2"], "echo $HOME; rm -rf /", "gpuprov-RUN", "t0k",
                        "resv")
     assert "--nodelist=g1,g2" in line and "--gpus-per-node=h100:8" in line
@@ -184,7 +224,7 @@ def test_the_job_script_runs_one_step_per_node_each_labelled_with_the_package(tm
         (bin_dir / name).chmod(0o755)
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text("hosts:\n  hpc1:\n    slurm: {partition: gpu, gpus_per_node: 2}\n")
-    settings = load_inventory(inventory).hosts["hpc1"].slurm
+    settings = load_inventory(inventory, SCHEDULERS).hosts["hpc1"].scheduler.settings
     script = "printf '%s\\n' \"it's $SLURM_CONF\"; cat"
     res = subprocess.run(["sh", "-c", job_command(settings, ["g1", "g 2"], script, "job", "t0k")],
                          input=b"PKG\n", capture_output=True, check=True, env={
@@ -203,6 +243,34 @@ def test_the_job_script_runs_one_step_per_node_each_labelled_with_the_package(tm
     assert calls.count("600") == 2
     assert (tmp_path / "calls.log.left").read_text() == "0\n"  # gone before salloc
     assert not list(tmp_path.glob("gpuprov-package-*"))
+
+
+def test_the_job_script_runs_at_most_fanout_steps_at_once(tmp_path):
+    """`fanout: 2` over five nodes: every node's step runs and says its exit status, never
+    more than two at once (each step logs when it starts and ends), so the login node holds
+    two srun clients, not five."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    for name in ("salloc", "srun"):
+        (bin_dir / name).write_text(STUB.format(log=log))
+        (bin_dir / name).chmod(0o755)
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text("hosts:\n  hpc1:\n    slurm: {partition: gpu, fanout: 2}\n")
+    settings = load_inventory(inventory, SCHEDULERS).hosts["hpc1"].scheduler.settings
+    steps = tmp_path / "steps.log"
+    script = f"echo start >> {steps}; sleep 0.3; echo end >> {steps}"
+    nodes = [f"g{i}" for i in range(5)]
+    res = subprocess.run(["sh", "-c", job_command(settings, nodes, script, "job", "t0k")],
+                         input=b"PKG\n", capture_output=True, check=True, timeout=60, env={
+                             "PATH": f"{bin_dir}:/usr/bin:/bin", "TMPDIR": str(tmp_path)})
+    assert sorted(res.stdout.decode().splitlines()) == [
+        f"@@gpuprov-t0k srun {i} 0" for i in range(5)], res
+    depth, deepest = 0, 0
+    for line in steps.read_text().split():
+        depth += 1 if line == "start" else -1
+        deepest = max(deepest, depth)
+    assert steps.read_text().split().count("start") == 5 and deepest == 2
+    assert not list(tmp_path.glob("gpuprov-window-*"))  # the window's pipe is unlinked at once
 
 
 def test_drain_reason_names_run_check_and_finding_and_is_cut(tmp_path):
@@ -233,6 +301,7 @@ def test_drain_reason_names_run_check_and_finding_and_is_cut(tmp_path):
     ("{partition: p, extra_args: 'hostname'}", "'hostname' is not a salloc option"),
     ("{partition: p, conf: etc/slurm.conf}", "slurm.conf must be an absolute path"),
     ("{partition: p, queue: x}", "slurm: unknown key 'queue'"),
+    ("{partition: p, fanout: 0}", "slurm.fanout must be a whole number from 1 to 4096"),
     ("[p]", "slurm must be a mapping"),
 ])
 def test_a_bad_slurm_key_is_one_line_naming_the_file_and_line(tmp_path, slurm, message):
@@ -240,7 +309,7 @@ def test_a_bad_slurm_key_is_one_line_naming_the_file_and_line(tmp_path, slurm, m
     inventory.write_text(f"hosts:\n  ok: {{}}\n  hpc1:\n    connection: local\n"
                          f"    slurm: {slurm}\n")
     with pytest.raises(InputError) as caught:
-        load_inventory(inventory)
+        load_inventory(inventory, SCHEDULERS)
     text = str(caught.value)
     assert message in text and text.startswith(f"{inventory}:5: "), text
     assert "\n" not in text

@@ -207,6 +207,23 @@ class BoundedStream:
             self.on_output(self.name, data.decode("utf-8", "replace"))
 
 
+class PassedOn(BoundedStream):
+    """A stream passed whole to `on_output` as it comes and kept nowhere (`run(streamed=True)`):
+    the caller bounds what it keeps. The Slurm job's output is every node's at once, so a cut of
+    the whole would let one node's flood erase the others' results; it is cut per node there."""
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        self._show(data)
+
+    @property
+    def dropped(self) -> int:
+        return self.total
+
+    def kept(self) -> bytes:
+        return b""
+
+
 class FileSink:
     """A stdout written into a file as it comes (`run(stdout_to=...)`), refused past `limit`
     bytes: the command is stopped and `OutputTooLarge` raised, with at most `limit` bytes on
@@ -274,7 +291,8 @@ class _Exchange:
 
     def __init__(self, prompt: str, ready: str, password: Optional[str], stdin: Optional[bytes],
                  wait_ready: bool, on_output: Optional[OutputCallback],
-                 limit: int = OUTPUT_MAX_BYTES, stdout_to: Optional[FileSink] = None):
+                 limit: int = OUTPUT_MAX_BYTES, stdout_to: Optional[FileSink] = None,
+                 streamed: bool = False):
         self.prompt = prompt.encode()
         self.ready = ready.encode()  # followed by the PID and a newline
         self.pid: Optional[int] = None  # from the ready line: the command's process group
@@ -282,9 +300,10 @@ class _Exchange:
         self.password = password
         self.stdin = stdin
         self.waiting = wait_ready
+        stream = PassedOn if streamed else BoundedStream
         self.stdout: BoundedStream | FileSink = (
-            stdout_to if stdout_to is not None else BoundedStream("stdout", limit, on_output))
-        self.stderr = BoundedStream("stderr", limit, on_output)
+            stdout_to if stdout_to is not None else stream("stdout", limit, on_output))
+        self.stderr = stream("stderr", limit, on_output)
         self._pending_err = bytearray()
         # Before the ready line, only its possible start is held back from `stderr`.
         self._pending_max = max(len(self.prompt), len(self.ready) + 24)
@@ -407,10 +426,15 @@ class BaseConnection:
             shell: str = "/bin/sh", cancellable: bool = True,
             stdout_to: Optional[BinaryIO] = None,
             stdout_max_bytes: Optional[int] = None,
+<<<<<<< HEAD
             idle_timeout: Optional[float] = None,
             become_user: Optional[str] = None) -> CommandResult:
+=======
+            idle_timeout: Optional[float] = None, streamed: bool = False) -> CommandResult:
+>>>>>>> sched
         """Run a POSIX sh script on the host; return its exit status and output, each stream
-        kept up to `output_max_bytes()` (see `BoundedStream`).
+        kept up to `output_max_bytes()` (see `BoundedStream`); with `streamed`, both streams
+        go whole to `on_output` and are kept nowhere (`PassedOn`).
 
         With `stdout_to`, stdout is written into that file instead (a pulled archive: never
         in memory); past `stdout_max_bytes` (required then) the command is stopped and
@@ -430,7 +454,7 @@ class BaseConnection:
                 raise ValueError("stdout_to needs stdout_max_bytes")
             sink = FileSink(stdout_to, stdout_max_bytes)
         exchange = _Exchange(prompt, ready, self.become_password if use_sudo else None, stdin,
-                             use_sudo, on_output, output_max_bytes(), sink)
+                             use_sudo, on_output, output_max_bytes(), sink, streamed)
         started = time.monotonic()
         deadline = started + timeout + CLIENT_GRACE_S if timeout else None
         try:

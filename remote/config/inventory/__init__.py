@@ -20,25 +20,26 @@ from ..yamlfile import YamlMap, load_yaml, read_text
 from .ansible_ini import read_ini_inventory
 from .ansible_yaml import GROUP_KEYS as ANSIBLE_GROUP_KEYS
 from .ansible_yaml import read_ansible_yaml_inventory
-from .model import CacheSettings, Group, Host, Inventory, Timeouts
+from .model import CacheSettings, Group, Host, Inventory, SchedulerEntry, SettingsReaders, Timeouts
 from .yaml_reader import TOP_KEYS, read_yaml_inventory
 
-__all__ = ["CacheSettings", "Group", "Host", "Inventory", "Timeouts", "inventory_format",
-           "load_inventory"]
+__all__ = ["CacheSettings", "Group", "Host", "Inventory", "SchedulerEntry", "SettingsReaders",
+           "Timeouts", "inventory_format", "load_inventory"]
 
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-def load_inventory(path: str | Path) -> Inventory:
+def load_inventory(path: str | Path, schedulers: SettingsReaders | None = None) -> Inventory:
     """Read and check an inventory file completely, whatever its format; raise `InputError`
-    (one line naming the file and line) at the first flaw."""
+    (one line naming the file and line) at the first flaw. `schedulers` (the command line
+    hands remote/scheduler's table): the keys that make a host a cluster's login node."""
     path = Path(path)
     kind, loaded = _sniff(path)
     if kind == "ini":
         return read_ini_inventory(path, loaded)
     if kind == "ansible-yaml":
         return read_ansible_yaml_inventory(path, loaded)
-    return read_yaml_inventory(path, loaded)
+    return read_yaml_inventory(path, loaded, schedulers)
 
 
 def inventory_format(path: str | Path) -> str:

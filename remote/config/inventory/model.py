@@ -13,12 +13,9 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable, Mapping, Protocol
 
 from ...errors import InputError, Where
-
-if TYPE_CHECKING:
-    from ..slurm import SlurmSettings
 
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # used with fullmatch: `$` would pass a final newline
 CACHE_REACH = ("auto", "direct", "forward")
@@ -65,6 +62,25 @@ class CacheSettings:
     address_given: bool = True
 
 
+class SettingsReader(Protocol):
+    """Reads one scheduler's inventory key (remote/scheduler/: its `Scheduler` rows)."""
+
+    def read_settings(self, spec: Any, where: Where, host: str) -> Any: ...
+
+
+# inventory key -> its reader: the loader is handed the schedulers' table (none: no such key)
+SettingsReaders = Mapping[str, SettingsReader]
+
+
+@dataclass(frozen=True)
+class SchedulerEntry:
+    """A cluster's login node: the key that named its scheduler and what that key's reader
+    made of its value."""
+
+    key: str
+    settings: Any
+
+
 @dataclass
 class Host:
     name: str
@@ -87,7 +103,7 @@ class Host:
     jump: str | None = None
     connection: str = "ssh"
     vars: dict[str, Any] = field(default_factory=dict)
-    slurm: SlurmSettings | None = None  # a cluster's login node (config/slurm.py)
+    scheduler: SchedulerEntry | None = None  # a cluster's login node (remote/scheduler/)
 
     @property
     def is_local(self) -> bool:

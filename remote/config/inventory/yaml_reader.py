@@ -7,7 +7,8 @@ This module reads the format only: keys, types, positions. What every inventory 
 whatever its format is in `checks`; the objects it builds are `model`'s.
 
 May import: `remote.errors`, `remote.config.schema`, `remote.config.yamlfile`,
-`remote.config.slurm` (a host's `slurm:` key), `model`, `checks`.
+`model`, `checks`. A scheduler's key on a host (`slurm:`) is read by the reader of the
+schedulers' table the loader is handed (`model.SettingsReaders`).
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from typing import Any
 
 from ...errors import InputError, Where
 from ..schema import check_keys, expect, expect_str_list
-from ..slurm import load_slurm
 from ..yamlfile import YamlMap, load_yaml
 from .checks import check_graph, check_group_name, check_host_name
 from .model import (
@@ -28,11 +28,13 @@ from .model import (
     Group,
     Host,
     Inventory,
+    SchedulerEntry,
+    SettingsReaders,
     Timeouts,
 )
 
 HOST_KEYS = {"address", "user", "port", "identity_file", "ssh_agent", "python", "become",
-             "jump", "connection", "vars", "slurm"}
+             "jump", "connection", "vars"}
 GROUP_KEYS = {"hosts", "children", "vars"}
 TOP_KEYS = {"vars", "hosts", "groups", "host_key_policy", "known_hosts", "timeouts", "secrets",
             "include_if_exists", "cache"}
@@ -51,16 +53,19 @@ def _read(path: Path, data: Any = None) -> YamlMap:
     return data
 
 
-def read_yaml_inventory(path: Path, data: Any = None) -> Inventory:
+def read_yaml_inventory(path: Path, data: Any = None,
+                        schedulers: SettingsReaders | None = None) -> Inventory:
     """Read and check a YAML inventory completely (`data`: the file already loaded with
-    `load_yaml`); raise `InputError` at the first flaw.
+    `load_yaml`; `schedulers`: the keys that make a host a cluster's login node, with their
+    readers); raise `InputError` at the first flaw.
 
     `include_if_exists: [files]` merges other inventories (hosts, groups, vars under this
     file's, known_hosts) when they exist: the example inventory takes in the sandbox's this way.
     """
     data = _read(path, data)
+    schedulers = schedulers or {}
     parts = _with_includes(path, data)
-    hosts = _load_hosts(parts)
+    hosts = _load_hosts(parts, schedulers)
     if not hosts:
         raise data.at("hosts").error("the inventory defines no hosts (add a 'hosts:' mapping)")
     groups = _load_groups(parts, hosts)
@@ -97,7 +102,7 @@ def _with_includes(path: Path, data: YamlMap) -> Parts:
     return parts
 
 
-def _load_hosts(parts: Parts) -> dict[str, Host]:
+def _load_hosts(parts: Parts, schedulers: SettingsReaders) -> dict[str, Host]:
     hosts: dict[str, Host] = {}
     for _, part in parts:
         hosts_raw = part.get("hosts") or YamlMap()
@@ -105,7 +110,7 @@ def _load_hosts(parts: Parts) -> dict[str, Host]:
         for name, spec in hosts_raw.items():
             if name in hosts:
                 raise hosts_raw.at(name).error(f"host '{name}' is already defined at {hosts[name].where}")
-            hosts[name] = _load_host(name, spec, hosts_raw.at(name))
+            hosts[name] = _load_host(name, spec, hosts_raw.at(name), schedulers)
     return hosts
 
 
@@ -200,13 +205,13 @@ def _load_timeouts(data: YamlMap) -> Timeouts:
     return Timeouts(**values)
 
 
-def _load_host(name: str, spec: Any, where: Where) -> Host:
+def _load_host(name: str, spec: Any, where: Where, schedulers: SettingsReaders) -> Host:
     check_host_name(name, where)
     if spec is None:
         spec = YamlMap()
         spec.where, spec.key_where = where, {}
     expect(spec, dict, where, f"host '{name}'")
-    check_keys(spec, HOST_KEYS, f"host '{name}'")
+    check_keys(spec, HOST_KEYS | set(schedulers), f"host '{name}'")
     connection = spec.get("connection", "ssh")
     if connection not in ("ssh", "local"):
         raise spec.at("connection").error(f"connection must be 'ssh' or 'local', not {connection!r}")
@@ -225,8 +230,13 @@ def _load_host(name: str, spec: Any, where: Where) -> Host:
     if "ssh_agent" in spec:
         host.ssh_agent = expect(spec["ssh_agent"], bool, spec.at("ssh_agent"),
                                 f"host '{name}': ssh_agent")
-    if "slurm" in spec:
-        host.slurm = load_slurm(spec["slurm"], spec.at("slurm"), name)
+    keys = [k for k in schedulers if k in spec]
+    if len(keys) > 1:
+        raise spec.at(keys[1]).error(f"host '{name}': one scheduler per host, not "
+                                     f"{' and '.join(keys)}")
+    for key in keys:
+        host.scheduler = SchedulerEntry(key, schedulers[key].read_settings(spec[key], spec.at(key),
+                                                                           name))
     host_vars = spec.get("vars") or YamlMap()
     host.vars = expect(host_vars, dict, spec.at("vars"), f"host '{name}': vars")
     return host

@@ -54,7 +54,7 @@ DIFF_MAX_BYTES = 256 * 1024  # --diff reads at most this much of a file on the h
 
 class Then(Protocol):
     """What runs on a host after its recipe succeeded: a validation (jobs/validate.py
-    `Validate`, or the Slurm route's `SlurmValidate` for a cluster's login node)."""
+    `Validate`, or the scheduler route's `ClusterValidate` for a cluster's login node)."""
 
     @property
     def outcome(self) -> Optional[str]: ...

@@ -21,7 +21,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Optional
 
-from ..output.term import printable_line
+from ...output.term import printable_line
 from .nodes import GPUPROV_PREFIX
 
 # Slurm sets no length limit on a node's reason: scontrol's update_node.c copies it whole, and
@@ -92,7 +92,7 @@ def parse_each_node(out: str) -> dict[str, tuple[int, str]]:
     said: list[str] = []
     for line in out.splitlines():
         words = line.split()
-        if len(words) == 3 and words[0] == "@@rc" and words[2].isdigit():
+        if len(words) == 3 and words[0] == "@@rc" and words[2].isascii() and words[2].isdigit():
             result[words[1]] = (int(words[2]), " ".join(said).strip())
             said = []
         else:

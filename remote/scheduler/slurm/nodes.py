@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
+from ..base import Plan, natural_order
+
 # A node name becomes a folder, logs/<node>/<run>/: the inventory's own rule for host names.
 NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 GPUPROV_PREFIX = "gpuprov "  # every reason gpuprov writes starts so (gate.drain_reason)
@@ -150,16 +152,6 @@ def _from_sinfo_record(record: dict[str, Any]) -> list[Node]:
     return [Node(name, states, reason, parts) for name in names]
 
 
-@dataclass
-class Plan:
-    """What a run does with a partition's nodes."""
-
-    validate: list[Node]        # validated (the ones in `resume` among them)
-    resume: list[Node]          # drained by gpuprov earlier, validated again (--resume-passed)
-    skipped: list[tuple[Node, str]]  # not validated, with why
-    down: list[tuple[Node, str]]     # cannot run anything now: reported like unreachable hosts
-
-
 def plan_nodes(nodes: dict[str, Node], partition: str, wanted: Optional[Iterable[str]],
                resume_passed: bool) -> Plan:
     """Sort the partition's nodes (only `wanted` ones when given; both already checked to
@@ -188,8 +180,3 @@ def plan_nodes(nodes: dict[str, Node], partition: str, wanted: Optional[Iterable
         else:
             plan.validate.append(node)
     return plan
-
-
-def natural_order(name: str) -> list[Any]:
-    """n2 before n10."""
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]

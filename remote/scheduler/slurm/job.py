@@ -5,7 +5,9 @@ One allocation, one step per node. `salloc` takes the nodes (exclusive, their GP
 "Do not automatically terminate a job if one of the nodes it has been allocated fails ... The
 job allocation will not be revoked so the user may launch new job steps on the remaining nodes",
 salloc(1), Slurm 22.05) and runs a script on the login node that starts one `srun -N1 -n1
---nodelist=NODE` per node, all at once, and waits for them; when it ends salloc "relinquishes
+--nodelist=NODE` per node, at most `fanout` at once (each srun is a client process on the
+shared login node: a window keeps their number, and the login node's memory, flat in the
+node count), and waits for them; when it ends salloc "relinquishes
 the job allocation" (salloc(1) DESCRIPTION), so nothing outlives the run. A node that dies costs
 only its own step: with one step for all nodes, srun aborted the whole step when slurmctld had
 marked the dead node missing before srun saw its I/O fail (step_launch_notify_io_failure,
@@ -36,17 +38,24 @@ import time
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Optional
 
-from ..config.slurm import SlurmSettings
+from .settings import SlurmSettings
 
 UNPACK_FAILED = 90  # a task's exit status when the package did not unpack
 PACKAGE_FAILED = 70  # the login-node script's exit status when the package was not stored
+# What a node sends is read with ASCII grammars only: str.isdigit() and re's \d accept
+# digits int() refuses ("²", U+00B2), and no node's line may raise past its own verdict.
 # the step's number before each line, as srun --label's "%d: " (tolerated: leading blanks)
-LABEL = re.compile(r"\s*(\d+): ?(.*)")
+LABEL = re.compile(r"[ \t]*([0-9]{1,6}): ?(.*)", re.ASCII)
+NUMBER = re.compile(r"-?[0-9]{1,20}", re.ASCII)  # an exit status, a job id, a time in ns
 # srun's words for a node lost mid-step: slurmctld's "Node failure on NODE"; srun's own when
 # the node's slurmstepd went away ("io error with slurmstepd on node 0")
 NODE_FAILURE = re.compile(r"Node failure on (\S+)")
 STEPD_LOST = re.compile(r"io error with slurmstepd")
 KEPT_MESSAGES = 50  # Slurm's own lines kept for the record (per node, and the job's)
+# Each node's lines (its results apart: their own cap, PullLimits) are shown and logged up to
+# this many bytes, as one host's stream is (transport.base.OUTPUT_MAX_BYTES); the job's output
+# as a whole is not cut (the command runs `streamed`), so one node's flood costs that node only.
+NODE_TEXT_MAX = 1 << 20
 # One labelled line per write(2): Linux writes up to PIPE_BUF (4096 bytes) to a pipe whole
 # ("POSIX.1 says that write(2)s of less than PIPE_BUF bytes must be atomic", pipe(7)); awk
 # flushes after each line. A longer line is cut into pieces of LINE_PIECE bytes (LC_ALL=C: awk
@@ -115,19 +124,27 @@ LABELLER = ("LC_ALL=C awk -v p=\"$1: \" '{ s = $0; while (length(s) > %d) { prin
 def job_command(settings: SlurmSettings, nodes: list[str], script: str, job_name: str,
                 token: str, reservation: Optional[str] = None) -> str:
     """The login-node script (its stdin: the package): store the package, take the
-    allocation, run `script` as one step per node, all at once, and wait for them. Step i's
-    lines come labelled "i: " (stdout and stderr apart); `@@gpuprov-TOKEN srun i RC` (not
+    allocation, run `script` as one step per node, at most `settings.fanout` at once (a
+    sliding window: the next node's step starts as soon as one ends), and wait for them. Step
+    i's lines come labelled "i: " (stdout and stderr apart); `@@gpuprov-TOKEN srun i RC` (not
     labelled) gives step i's srun exit status."""
     marker = shlex.quote(f"@@gpuprov-{token}")
     step = " ".join(shlex.quote(a) for a in step_options(settings))
+    window = max(1, min(settings.fanout, len(nodes)))
     # fd 3: the stdout labeller; fd 4: the script's own stdout (unlabelled: the rc line);
-    # fd 5: the package
+    # fd 5: the package; fd 6: the window, a pipe holding one byte per free turn: a step
+    # takes one before it starts and gives it back when its srun has ended
     steps = (f"M={marker}; S={shlex.quote(script)}\n"
              f"lab() {{ {LABELLER}; }}\n"
+             'W=$(mktemp -d "${TMPDIR:-/tmp}/gpuprov-window-XXXXXX") && mkfifo "$W/turns" && '
+             f'exec 6<>"$W/turns" && rm -rf "$W" || exit {PACKAGE_FAILED}\n'
+             f"i=0; while [ $i -lt {window} ]; do echo; i=$((i + 1)); done >&6\n"
              "i=0\n"
              "for n do\n"
-             f'  ( {{ {{ {step} --nodelist="$n" /bin/sh -c "$S" </dev/fd/5 5<&- 2>&1 >&3 3>&- 4>&-; '
-             'echo "$M srun $i $?" >&4; } | lab "$i" >&2; } 3>&1 | lab "$i" ) 4>&1 &\n'
+             "  read t <&6\n"
+             f'  {{ ( {{ {{ {step} --nodelist="$n" /bin/sh -c "$S" </dev/fd/5 5<&- 6>&- 2>&1 >&3 3>&- 4>&-; '
+             'echo "$M srun $i $?" >&4; } | lab "$i" >&2; } 3>&1 | lab "$i" ) 4>&1 6>&-; '
+             "echo >&6; } &\n"
              "  i=$((i + 1))\n"
              "done\n"
              "wait\n")
@@ -221,11 +238,12 @@ class JobOutput:
         self.messages: list[str] = []                 # salloc's (the job's)
         self.node_messages: dict[str, list[str]] = {}  # each step's srun's
         self.step_rc: dict[str, int] = {}              # each step's srun exit status
+        self.shown: dict[str, int] = {}                # bytes of each node's lines shown
         self.on_start, self.on_line, self.on_srun = on_start, on_line, on_srun
 
     def _step(self, line: str) -> Optional[tuple[int, str]]:
         match = LABEL.fullmatch(line)
-        if match is None or len(match.group(1)) > 6 or int(match.group(1)) >= len(self.nodes):
+        if match is None or int(match.group(1)) >= len(self.nodes):
             return None
         return int(match.group(1)), match.group(2)
 
@@ -236,12 +254,15 @@ class JobOutput:
             return
         number, text = step
         task = self.tasks.setdefault(number, Task(number))
-        if text.startswith(self.marker):
-            self._marker(task, text[len(self.marker):].split())
-        elif task.in_results:
-            self._chunk(task, text)
-        elif task.node:
-            self.on_line(task.node, text)
+        try:
+            if text.startswith(self.marker):
+                self._marker(task, text[len(self.marker):].split())
+            elif task.in_results:
+                self._chunk(task, text)
+            elif task.node:
+                self._show(task.node, text)
+        except ValueError as exc:  # a line no grammar here foresaw: its node's verdict only
+            task.drop(f"its output could not be read ({exc})")
 
     def stderr(self, line: str) -> None:
         step = self._step(line)
@@ -256,14 +277,27 @@ class JobOutput:
         kept = self.node_messages.setdefault(node, [])
         if len(kept) < KEPT_MESSAGES:
             kept.append(text)
-        self.on_line(node, text)
+        self._show(node, text)
+
+    def _show(self, node: str, text: str) -> None:
+        """Pass a node's line on while the node is within NODE_TEXT_MAX; past it, one note."""
+        used = self.shown.get(node, 0)
+        if used > NODE_TEXT_MAX:
+            return
+        self.shown[node] = used + len(text) + 1
+        if self.shown[node] <= NODE_TEXT_MAX:
+            self.on_line(node, text)
+        else:
+            self.on_line(node, f"[gpuprov: more than {NODE_TEXT_MAX >> 10} KiB of lines from "
+                               f"{node}; the rest is not shown]")
 
     def _unlabelled(self, line: str) -> None:
         """The login-node script's own line: a step's srun exit status, else salloc's."""
         words = line[len(self.marker):].split() if line.startswith(self.marker) else []
-        if (len(words) == 3 and words[0] == "srun" and words[1].isdigit()
-                and int(words[1]) < len(self.nodes) and words[2].isdigit()):
-            self.step_rc[self.nodes[int(words[1])]] = int(words[2])
+        step, rc = (_number(words[1]), _number(words[2])) if len(words) == 3 else (None, None)
+        if words and words[0] == "srun" and step is not None and 0 <= step < len(self.nodes) \
+                and rc is not None:
+            self.step_rc[self.nodes[step]] = rc
         else:
             self._srun(line)
 
@@ -282,17 +316,18 @@ class JobOutput:
             # step i runs on nodes[i] (srun --nodelist): a task claiming another is not heard
             if node == self.nodes[task.number] and node not in self.by_node:
                 task.node, task.started = node, time.monotonic()
-                task.job_id = words[2] if len(words) > 2 and words[2].isdigit() else ""
+                task.job_id = words[2] if len(words) > 2 and _number(words[2]) is not None else ""
                 self.by_node[node] = task
                 self.on_start(node, task.job_id)
         elif not task.node:
             return  # a task that never named a node of this run: nothing it says is kept
         elif kind == "unpacked":
             task.unpack_failed = True
-        elif kind == "results" and len(words) >= 2 and words[1].lstrip("-").isdigit():
-            task.rc, task.in_results = int(words[1]), True
-            if len(words) == 4 and words[2].isdigit() and words[3].isdigit():
-                task.validate_s = max(0, int(words[3]) - int(words[2])) / 1e9
+        elif kind == "results" and len(words) >= 2 and _number(words[1]) is not None:
+            task.rc, task.in_results = _number(words[1]), True
+            times = [_number(w) for w in words[2:]]
+            if len(times) == 2 and times[0] is not None and times[1] is not None:
+                task.validate_s = max(0, times[1] - times[0]) / 1e9
         elif kind == "end" and task.in_results:
             task.in_results, task.complete, task.ended = False, True, time.monotonic()
 
@@ -305,3 +340,8 @@ class JobOutput:
             if task.file is not None:
                 task.file.close()
                 task.file = None
+
+
+def _number(word: str) -> Optional[int]:
+    """`word` as a whole number when it is one in ASCII digits, else None."""
+    return int(word) if NUMBER.fullmatch(word) else None

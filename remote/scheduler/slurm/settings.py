@@ -1,5 +1,5 @@
 """A host's `slurm:` key: the host is a cluster's login node, and `validate` on it validates the
-nodes of a Slurm partition through the scheduler (remote/cluster/).
+nodes of a Slurm partition through the scheduler (remote/scheduler/).
 
     slurm:
       partition: gpu            # required
@@ -10,6 +10,7 @@ nodes of a Slurm partition through the scheduler (remote/cluster/).
       gpus_per_node: 8          # salloc and each srun step: --gpus-per-node ([type:]count)
       extra_args: [--constraint=h100]   # more salloc options, each one argument
       conf: /etc/slurm/slurm.conf       # exported as SLURM_CONF for every Slurm command
+      fanout: 32                # srun steps running at once from the login node (default 32)
 
 Values only reach salloc, srun and scontrol as single quoted arguments; their shapes are checked here
 so that a typo is one `file:line` error before any host is contacted.
@@ -21,12 +22,22 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..errors import Where
-from .schema import check_keys, expect
-from .yamlfile import YamlMap
+from ...config.schema import check_keys, expect
+from ...config.yamlfile import YamlMap
+from ...errors import Where
 
 SLURM_KEYS = {"partition", "nodes", "account", "qos", "time", "gpus_per_node", "extra_args",
-              "conf"}
+              "conf", "fanout"}
+# At most this many srun steps run at once from the login node: each is an srun client (and
+# its labelling awks) on a machine every user of the cluster shares, so 1,000 nodes must not
+# mean 1,000 clients. 32 is pdsh's default sliding window ("a 'sliding window' (or fanout) of
+# threads to conserve resources on the initiating host", pdsh(1); "default is 32",
+# github.com/chaos/pdsh README); measured cost: README "Clusters (Slurm)".
+DEFAULT_FANOUT = 32
+# The window's free turns wait as bytes in a pipe, which never holds more than one byte per
+# turn: a pipe holds at least one page ("the pipe capacity is limited to one page" when a user
+# is over pipe-user-pages-soft, pipe(7)), so no turn ever blocks its writer.
+MAX_FANOUT = 4096
 # Slurm names (partitions, accounts, QOS): no spaces, commas or shell characters. Slurm's own
 # rules are looser in places; these cover every name in its documentation's examples.
 SLURM_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
@@ -62,6 +73,7 @@ class SlurmSettings:
     gpus_per_node: Optional[str] = None
     extra_args: tuple[str, ...] = ()
     conf: Optional[str] = None
+    fanout: int = DEFAULT_FANOUT
 
     def position(self, key: str) -> Where:
         return self.at.get(key, self.where)
@@ -103,6 +115,13 @@ def load_slurm(spec: Any, where: Where, host: str) -> SlurmSettings:
                                           "or TYPE:COUNT (like h100:8)")
     if "extra_args" in spec:
         values["extra_args"] = _extra_args(spec["extra_args"], pos("extra_args"), what)
+    if "fanout" in spec:
+        fanout = spec["fanout"]
+        if (isinstance(fanout, bool) or not isinstance(fanout, int)
+                or not 1 <= fanout <= MAX_FANOUT):
+            raise pos("fanout").error(f"{what}.fanout must be a whole number from 1 to "
+                                      f"{MAX_FANOUT} (srun steps at once), not {fanout!r}")
+        values["fanout"] = fanout
     if "conf" in spec:
         conf = expect(spec["conf"], str, pos("conf"), f"{what}.conf")
         if not conf.startswith("/") or "\n" in conf or "\0" in conf:

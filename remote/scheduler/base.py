@@ -1,0 +1,169 @@
+"""What a scheduler is to gpuprov: a row of the table (`Scheduler`), the cluster one run drives
+through it (`Cluster`: list the nodes, plan, resume, validate, drain, release), and what the
+route keeps per node (`NodeRecord`), whichever scheduler it came from.
+
+May import: `remote.errors`, `transport.connection` (storing a pulled tarball), and from the
+engine the session, results and the verdict of a results.json. Never a scheduler's package, nor
+`route`.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO, Optional, Protocol, Sequence
+
+from ..engine.jobs.logs import summarize
+from ..errors import PullError, Where
+from ..transport.connection import COMMIT_FILE, publish_pull
+
+if TYPE_CHECKING:
+    from ..engine.jobs.validate import Validate
+    from ..engine.session import HostSession
+
+class NodeView(Protocol):
+    """A node as its scheduler reports it, for the recap and the run's record."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...   # one word for messages, e.g. `IDLE+DRAIN`
+
+    @property
+    def reason(self) -> str: ...  # why it is drained or down ('' when it is not)
+
+
+@dataclass
+class Plan:
+    """What a run does with the cluster's nodes."""
+
+    validate: list[Any]         # validated (the ones in `resume` among them); NodeView each
+    resume: list[Any]           # drained by gpuprov earlier, validated again (--resume-passed)
+    skipped: list[tuple[Any, str]]  # not validated, with why
+    down: list[tuple[Any, str]]     # cannot run anything now: reported like unreachable hosts
+
+
+@dataclass
+class NodeRecord:
+    """What the run learned of one validated node (for the recap and the run's record)."""
+
+    node: NodeView
+    verdict: str = "not validated: the job did not start"
+    ok: bool = False
+    rc: Optional[int] = None
+    elapsed_s: float = 0.0
+    validate_s: Optional[float] = None
+    resumed: bool = False
+    judged: bool = False     # its task ran (or its node failed): the verdict is the node's
+    drained: str = ""        # the reason it was drained with
+    gate_error: str = ""     # why draining it failed
+    results: Optional[Path] = None
+    extra: dict[str, Any] = field(default_factory=dict)  # the scheduler's own, for the record
+
+    def to_json(self) -> dict[str, Any]:
+        return {"state_before": self.node.state, "reason_before": self.node.reason,
+                "verdict": self.verdict, "ok": self.ok, "exit_status": self.rc, **self.extra,
+                "elapsed_s": round(self.elapsed_s, 3),
+                "validate_s": None if self.validate_s is None else round(self.validate_s, 3),
+                "taken_back": self.resumed,
+                "drained_with": self.drained or None, "drain_error": self.gate_error or None}
+
+    def store(self, archive: BinaryIO, rc: Optional[int], dest: Path) -> None:
+        """Judge the node from its output folder (`archive`, a gzip tarball as a pull brings
+        it), stored into `dest` (logs/<node>/<run>/) as the SSH route stores a host's."""
+        self.judged, self.rc = True, rc
+        try:
+            publish_pull(archive, dest)
+        except PullError as exc:
+            self.verdict = f"not validated: {exc}"
+        else:
+            self.results = dest / COMMIT_FILE
+            self.verdict, self.ok = summarize(self.results, rc)
+
+
+@dataclass
+class RunContext:
+    """What the route hands a cluster for one run."""
+
+    session: HostSession        # the login node's: its connection, run log, reporter
+    validate: Validate          # the SSH route's job: the package, the suite, the timeout
+    record: dict[str, Any]      # the run's record (logs/<cluster>/<run>/<Scheduler.record>)
+    incomplete: bool = False    # set by the cluster: the job did not end by itself (timed out)
+    no_task: str = ""           # set by the cluster: why no node's task ran, in its words
+
+    @property
+    def run_id(self) -> str:
+        return self.session.options.run_id
+
+    def timeout(self) -> float:
+        """The job's bound: the validate job's own, else the inventory's timeouts.command."""
+        return self.validate.timeout or self.session.inventory.timeouts.command
+
+    def node_folder(self, node: str) -> Path:
+        """Where a node's results go: logs/<node>/<run>/, as a host's."""
+        return run_dir(self.validate.logs_dir, node, self.run_id)
+
+
+def natural_order(name: str) -> list[Any]:
+    """n2 before n10."""
+    # ASCII digits only: a node's name is Slurm's answer, and int() refuses some of what \d and
+    # str.isdigit() take ("²"); re.split puts the digit runs at the odd places
+    return [int(p) if i % 2 else p for i, p in enumerate(re.split(r"([0-9]+)", name))]
+
+
+class RouteFailed(Exception):
+    """The cluster could not do what was asked: the login node's row fails with this."""
+
+
+class Cluster(Protocol):
+    """One run's view of a cluster through its scheduler, on the login node's session. The
+    route calls, in order: `list_nodes`, `plan`, `resume` (only when the run gates:
+    --drain-failed or --resume-passed), `validate`, `drain`, then `release` in every case.
+    Each raises `RouteFailed` when the scheduler cannot do it, `InputError` (exit status 2) when
+    the inventory asked for something the cluster has not."""
+
+    def list_nodes(self) -> Sequence[NodeView]:
+        """The nodes the inventory entry names, as the scheduler reports them now."""
+
+    def plan(self, nodes: Sequence[NodeView], resume_passed: bool) -> Plan:
+        """Which nodes are validated, taken back (drained by gpuprov, with --resume-passed),
+        skipped (drained by anyone else: left alone) and down."""
+
+    def resume(self, nodes: list[NodeView], hold: list[NodeView]) -> None:
+        """Hold every node of `hold` for this run only (no other work lands on them until
+        `release`), then resume `nodes`, drained by gpuprov earlier, so they can be validated."""
+
+    def validate(self, records: dict[str, NodeRecord]) -> None:
+        """Validate the planned nodes (the keys), each as the SSH route validates a host (the
+        package, `python3 -m validate`), and fill in each node's record (`NodeRecord.store`
+        judges it from its results; `judged` stays False for a node whose task never ran)."""
+
+    def drain(self, records: dict[str, NodeRecord]) -> None:
+        """Drain each of these nodes (failed, or taken back and not passed), with a reason of
+        the scheduler's that says what failed (a node whose task never ran: the reason it had
+        before it was taken back); set each record's `drained` (the reason) or `gate_error`."""
+
+    def release(self) -> None:
+        """End the run's hold on the nodes (called last, even after Ctrl-C)."""
+
+
+class Scheduler(Protocol):
+    """A row of `SCHEDULERS`: the inventory key that makes a host a cluster's login node
+    (`key:` beside `address:`), the reader of that key's settings, and how to open a run."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def noun(self) -> str: ...    # how messages name it: "validated through Slurm"
+
+    @property
+    def record(self) -> str: ...  # the run's record, logs/<cluster>/<run>/<record>
+
+    def read_settings(self, spec: Any, where: Where, host: str) -> Any:
+        """The host's settings from its `key:` mapping; `InputError` (file:line) at a flaw,
+        before any host is contacted."""
+
+    def open(self, settings: Any, context: RunContext) -> Cluster:
+        """The cluster behind the login node of `context.session`, for one run."""

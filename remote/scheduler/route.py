@@ -1,0 +1,224 @@
+"""The scheduler route of `validate`: `ClusterValidate` runs on a cluster's login node (the
+engine opens its session like any host's) and validates the cluster's nodes through the
+scheduler its inventory entry names; every other host goes the SSH route.
+
+One run on a cluster, whatever the scheduler (`base.Cluster` says what each step asks of it):
+1. list the nodes; 2. plan: validate the ones that can run work, list the down ones and the
+ones drained by someone else with their state and reason, take back gpuprov's drained ones with
+--resume-passed; 3. with --drain-failed or --resume-passed: hold the nodes for this run and
+resume gpuprov's; 4. validate the nodes, each one's results into logs/<node>/<run>/ (as the SSH
+route's: `gpuprov report` reads them); 5. drain the nodes that did not pass (all with
+--drain-failed, those taken back in any case), release the hold; 6. the run's record in
+logs/<cluster>/<run>/, a row per node in the recap.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.jobs.logs import OUTCOME
+from ..engine.jobs.validate import Validate
+from ..engine.results import HostResult, Outcome
+from ..engine.session import HostSession
+from ..errors import InputError, Interrupted
+from ..fileio import write_atomic
+from .base import Cluster, NodeRecord, NodeView, RouteFailed, RunContext, Scheduler, natural_order
+
+
+@dataclass
+class ClusterState:
+    rows: list[HostResult] = field(default_factory=list)
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+class ClusterValidate:
+    """`validate` on a selection holding clusters: a host whose inventory entry names a
+    scheduler of `schedulers` goes that scheduler's route, the others to `inner` (the SSH
+    route). Per-node rows are collected here for `with_nodes` (one entry per cluster, written
+    by that cluster's worker only)."""
+
+    outcome = OUTCOME
+
+    def __init__(self, inner: Validate, schedulers: Mapping[str, Scheduler],
+                 drain_failed: bool = False, resume_passed: bool = False):
+        self.inner = inner
+        self.schedulers = schedulers
+        self.drain_failed = drain_failed
+        self.resume_passed = resume_passed
+        self._lock = threading.Lock()
+        self._clusters: dict[str, ClusterState] = {}
+        self._input_errors: list[InputError] = []
+
+    def __call__(self, session: HostSession) -> None:
+        entry = session.host.scheduler
+        if entry is None:
+            self.inner(session)
+            return
+        state = ClusterState()
+        with self._lock:
+            self._clusters[session.host.name] = state
+        try:
+            _ClusterRun(self, session, self.schedulers[entry.key], entry.settings, state).run()
+        except RouteFailed as exc:
+            session.conclude(Outcome(OUTCOME, f"not validated: {exc}", False))
+            session.log.event(f"{entry.key}: {exc}")
+        except InputError as exc:
+            with self._lock:
+                self._input_errors.append(exc)
+            session.conclude(Outcome(OUTCOME, f"bad input: {exc}", False))
+
+    def run(self, session: HostSession) -> None:
+        """The same after `provision`'s recipe (its context is built): a cluster's login node
+        validates the nodes through its scheduler, any other host over SSH."""
+        if session.host.scheduler is None:
+            self.inner.run(session)
+        else:
+            self(session)
+
+    def with_nodes(self, results: dict[str, HostResult]) -> dict[str, HostResult]:
+        """The run's results with each cluster's node rows after its own; raises the first
+        `InputError` a cluster found (an unknown partition or node: exit status 2)."""
+        if self._input_errors:
+            raise self._input_errors[0]
+        out: dict[str, HostResult] = {}
+        for name, result in results.items():
+            out[name] = result
+            state = self._clusters.get(name)
+            for row in state.rows if state else []:
+                key = row.name if row.name not in out else f"{name}/{row.name}"
+                out[key] = row
+        return out
+
+
+class _ClusterRun:
+    """One cluster's run, on its login node's session."""
+
+    def __init__(self, job: ClusterValidate, session: HostSession, scheduler: Scheduler,
+                 settings: Any, state: ClusterState):
+        self.job, self.session, self.scheduler, self.state = job, session, scheduler, state
+        self.name = session.host.name
+        self.records: dict[str, NodeRecord] = {}
+        self.failure = ""  # why the scheduler's side failed, once it did
+        self.record: dict[str, Any] = state.record
+        self.record.update(cluster=self.name, run=session.options.run_id,
+                           scheduler=scheduler.key, started=_stamp(time.time()))
+        self.context = RunContext(session, job.inner, self.record)
+        self.cluster: Cluster = scheduler.open(settings, self.context)
+
+    def run(self) -> None:
+        session = self.session
+        if session.var_facts != set():  # the login node's facts, only when a var reads one
+            session.gather_facts(session.var_facts)
+        session.build_context()
+        plan = self.cluster.plan(self.cluster.list_nodes(), self.job.resume_passed)
+        # the node names join the host names in the first column of every line
+        shown = [n.name for n in plan.validate] + [n.name for n, _ in plan.skipped + plan.down]
+        session.reporter.width = max([session.reporter.width] + [len(n) for n in shown])
+        self.record_skips(plan.skipped, plan.down)
+        if not plan.validate:
+            self.conclude("no node of the cluster can be validated now", False)
+            return
+        for node in plan.validate:
+            self.records[node.name] = NodeRecord(node, resumed=node in plan.resume)
+        try:
+            if self.job.drain_failed or self.job.resume_passed:
+                self.cluster.resume(plan.resume, plan.validate)
+                for node in plan.resume:
+                    session.reporter.running(node.name, f"taken back for validation (was "
+                                                        f"drained: {node.reason})")
+            self.cluster.validate(self.records)
+        except RouteFailed as exc:
+            self.failure = str(exc)
+        except Interrupted:
+            self.failure = "interrupted"
+            for record in self.records.values():
+                record.verdict = "not validated: interrupted"
+            raise
+        finally:
+            try:
+                self.gate_after()
+            finally:
+                self.cluster.release()
+                self.finish()
+
+    def record_skips(self, skipped: list[tuple[NodeView, str]],
+                     down: list[tuple[NodeView, str]]) -> None:
+        reporter = self.session.reporter
+        self.record["skipped"] = {n.name: {"state": n.state, "reason": n.reason, "why": why}
+                                  for n, why in skipped}
+        self.record["down"] = {n.name: {"state": n.state, "reason": n.reason} for n, _ in down}
+        for node, why in skipped:
+            reporter.warning(node.name, f"skipped: {why}")
+            self.state.rows.append(HostResult(node.name, outcome=Outcome(
+                OUTCOME, f"skipped: {why}", True)))
+        for node, why in down:
+            reporter.unreachable(node.name, f"down: {why}")
+            self.state.rows.append(HostResult(node.name, unreachable=True,
+                                              message=f"down: {why}", outcome=Outcome(
+                                                  OUTCOME, f"not validated: down: {why}", False)))
+
+    def gate_after(self) -> None:
+        """Drain the nodes that did not pass (all of them with --drain-failed; those taken
+        back in any case). Runs even when the run was interrupted: a node taken back never
+        stays open unvalidated. A node whose task never ran (the scheduler refused, Ctrl-C) was
+        not judged: it is drained only when it was taken back, with the reason it had."""
+        drains = {name: record for name, record in self.records.items()
+                  if not record.ok and (record.resumed or (self.job.drain_failed and record.judged))}
+        if not drains:
+            return
+        self.cluster.drain(drains)
+        for name, record in drains.items():
+            if record.drained:
+                self.session.reporter.warning(name, f"drained: {record.drained}")
+            else:
+                self.session.reporter.warning(name, f"could not drain: {record.gate_error}")
+
+    def conclude(self, text: str, ok: bool) -> None:
+        self.session.conclude(Outcome(OUTCOME, text, ok))
+        self.record.update(outcome=text, ok=ok)
+        self.record["nodes"] = {name: r.to_json() for name, r in self.records.items()}
+        self.record["ended"] = _stamp(time.time())
+        path = run_dir(self.job.inner.logs_dir, self.name, self.context.run_id) / self.scheduler.record
+        write_atomic(path, json.dumps(self.record, indent=2) + "\n")
+
+    def finish(self) -> None:
+        rows = self.state.rows
+        for name, record in self.records.items():
+            text = record.verdict
+            if record.drained:
+                text += " (drained)"
+            elif record.resumed and record.ok:
+                text += " (resumed)"
+            rows.append(HostResult(name, elapsed_s=record.elapsed_s,
+                                   outcome=Outcome(OUTCOME, text, record.ok)))
+        rows.sort(key=lambda r: natural_order(r.name))
+        passed = sum(r.ok for r in self.records.values())
+        parts = [f"{len(self.records)} node(s) validated through {self.scheduler.noun}: "
+                 f"{passed} passed"]
+        if len(self.records) - passed:
+            parts.append(f"{len(self.records) - passed} not passed")
+        skipped = self.record.get("skipped") or {}
+        down = self.record.get("down") or {}
+        if skipped:
+            parts.append(f"{len(skipped)} skipped")
+        if down:
+            parts.append(f"{len(down)} down")
+        drained = [n for n, r in self.records.items() if r.drained]
+        if drained:
+            parts.append(f"drained {','.join(drained)}")
+        if not self.failure and not any(r.judged for r in self.records.values()):
+            self.failure = self.context.no_task or f"{self.scheduler.noun} started no task"
+        if self.failure:
+            self.conclude(f"not validated: {self.failure}", False)
+            return
+        ok = (not self.context.incomplete
+              and not any(r.gate_error for r in self.records.values()))
+        self.conclude(", ".join(parts), ok)
+
+
+def _stamp(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))

@@ -1,0 +1,48 @@
+"""Slurm: a cluster's nodes validated through the scheduler instead of over SSH, one at a time.
+
+A host with `slurm:` in the inventory (`settings`) is the cluster's login node, reached like any
+host. `validate` on it asks Slurm for the partition's nodes, runs the validation package on all
+of them in one job (one allocation, srun steps started from the login node, the package on
+each step's stdin), brings each node's results home to `logs/<node>/<run>/`, and, when asked,
+drains the nodes that failed and resumes the ones gpuprov drained that now pass.
+
+- `settings` the inventory's `slurm:` key, checked before any host is contacted
+- `nodes`    what Slurm says about its nodes (every JSON shape from 22.05 to 24.11), and which
+             of them a run takes, skips or gives back
+- `job`      the command each task runs, the salloc and srun lines, and the labelled output
+             split per node
+- `gate`     drain reasons, drain and resume, the reservation that keeps users' jobs off the
+             nodes while they are validated
+- `cluster`  `SlurmCluster`, the `base.Cluster` the route drives
+
+May import: `remote.errors`, `remote.fileio`, `config` (schema, yamlfile), `output`,
+`transport` (the line splitter, storing a pulled tarball), from the engine the session, results
+and the validate job's helpers, and `..base`. Never `cli`, `..route` or another scheduler.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import Where
+from ...runfolder import CLUSTER_RECORD
+from ..base import RunContext
+from .cluster import SlurmCluster
+from .settings import SlurmSettings, load_slurm
+
+
+class Slurm:
+    """The row of `SCHEDULERS` for `slurm:`."""
+
+    key = "slurm"
+    noun = "Slurm"
+    record = CLUSTER_RECORD
+
+    def read_settings(self, spec: Any, where: Where, host: str) -> SlurmSettings:
+        return load_slurm(spec, where, host)
+
+    def open(self, settings: Any, context: RunContext) -> SlurmCluster:
+        assert isinstance(settings, SlurmSettings)  # read by read_settings above
+        return SlurmCluster(settings, context)
+
+
+__all__ = ["Slurm", "SlurmCluster", "SlurmSettings"]

@@ -1,0 +1,297 @@
+"""Slurm as a `base.Cluster`: `SlurmCluster` drives one run on the login node's session, each
+step one command there:
+1. survey (`list_nodes`): who we are, the node list (`scontrol show nodes --json`, or `sinfo
+   --json` where scontrol has no --json: 22.05), the inventory's hostlist expanded by Slurm;
+2. `plan`: validate the partition's nodes that can run jobs; list the down ones and the ones
+   drained by someone else with their state and reason; take back gpuprov's drained ones
+   with --resume-passed;
+3. `resume` (--drain-failed or --resume-passed): reserve the nodes for this run, resume
+   gpuprov's inside the reservation;
+4. `validate`: one allocation (salloc), one srun step per node started from the login node,
+   the package on each step's stdin, lines streamed back per node; each node's results into
+   logs/<node>/<run>/;
+5. `drain` the nodes that failed, `release`: drop the reservation. The run's record is
+   logs/<cluster>/<run>/slurm.json.
+"""
+from __future__ import annotations
+
+import secrets
+import shlex
+import time
+from typing import Optional, Sequence
+
+from ...engine.jobs.validate import suite_args
+from ...errors import CommandTimeout
+from ...transport.connection import LineSplitter, PullLimits
+from ..base import NodeRecord, NodeView, Plan, RouteFailed, RunContext
+from . import gate
+from .job import JobOutput, job_command, salloc_options, step_options, task_script, with_conf
+from .nodes import Node, NodeListError, parse_nodes, plan_nodes
+from .settings import SlurmSettings
+
+SURVEY_TIMEOUT_S = 120.0
+GATE_TIMEOUT_S = 120.0
+
+
+def survey_script(settings: SlurmSettings) -> str:
+    """Who runs the jobs, the nodes' hostlist expanded, the node listing: one round trip."""
+    lines = ['echo "@@user"; id -un']
+    if settings.nodes:
+        lines.append(f'echo "@@hostnames"; scontrol show hostnames {shlex.quote(settings.nodes)} '
+                     '|| echo "@@failed"')
+    # 23.02+ lists nodes one by one in scontrol's JSON; 22.05's scontrol has no --json
+    lines.append('echo "@@nodes"; scontrol show nodes --json 2>/dev/null || sinfo --json')
+    return with_conf(settings, "\n".join(lines) + "\n")
+
+
+def split_sections(out: str) -> dict[str, str]:
+    """`@@name` lines start sections: {name: the text up to the next one}."""
+    sections: dict[str, list[str]] = {}
+    current: Optional[list[str]] = None
+    for line in out.splitlines():
+        if line in ("@@user", "@@hostnames", "@@nodes", "@@failed"):
+            current = sections.setdefault(line[2:], [])
+        elif current is not None:
+            current.append(line)
+    return {name: "\n".join(lines) for name, lines in sections.items()}
+
+
+class SlurmCluster:
+    """One run's view of a Slurm cluster (`base.Cluster`), on its login node's session."""
+
+    def __init__(self, settings: SlurmSettings, context: RunContext):
+        self.settings, self.context = settings, context
+        self.session = context.session
+        self.name = self.session.host.name
+        self.run_id = context.run_id
+        self.reservation: Optional[str] = None
+        self.user = "root"
+        self.wanted: Optional[list[str]] = None  # the inventory's hostlist, expanded by Slurm
+        self.srun_running = False  # the job started and did not end by itself (Ctrl-C, timeout)
+        self.record = context.record
+        self.record.update(partition=settings.partition, nodes_asked=settings.nodes)
+
+    # ------------------------------------------------------------------ 1. survey, 2. plan
+    def list_nodes(self) -> list[Node]:
+        self.user, nodes, self.wanted = self.survey()
+        self.record["user"] = self.user
+        return list(nodes.values())
+
+    def plan(self, nodes: Sequence[NodeView], resume_passed: bool) -> Plan:
+        slurm_nodes = {n.name: n for n in nodes if isinstance(n, Node)}
+        return plan_nodes(slurm_nodes, self.settings.partition, self.wanted, resume_passed)
+
+    def survey(self) -> tuple[str, dict[str, Node], Optional[list[str]]]:
+        res = self.session.conn.run(survey_script(self.settings), timeout=SURVEY_TIMEOUT_S)
+        self.session.log.command("slurm", "survey: id -un; scontrol show hostnames; "
+                                 "scontrol show nodes --json || sinfo --json",
+                                 res.rc, res.elapsed_s, "", res.err)
+        parts = split_sections(res.out)
+        if res.rc != 0 or "nodes" not in parts:
+            raise RouteFailed(f"Slurm did not list its nodes on {self.name} (exit {res.rc}: "
+                               f"{_last_line(res.err) or 'no output'}); is Slurm's client "
+                               "installed there, and slurm.conf (conf:) right?")
+        try:
+            nodes = parse_nodes(parts["nodes"])
+        except NodeListError as exc:
+            raise RouteFailed(f"Slurm's node list on {self.name} cannot be read: {exc}") from None
+        partitions = sorted({p for n in nodes.values() for p in n.partitions})
+        settings = self.settings
+        if settings.partition not in partitions:
+            raise settings.position("partition").error(
+                f"host '{self.name}': slurm.partition '{settings.partition}' is not a "
+                f"partition of the cluster (it has: {', '.join(partitions) or 'none'})")
+        wanted: Optional[list[str]] = None
+        if settings.nodes:
+            if "failed" in parts or not parts.get("hostnames", "").strip():
+                raise settings.position("nodes").error(
+                    f"host '{self.name}': slurm.nodes '{settings.nodes}' is not a hostlist "
+                    f"Slurm reads ({_last_line(res.err) or 'no names'})")
+            wanted = parts["hostnames"].split()
+            unknown = [n for n in wanted if n not in nodes]
+            outside = [n for n in wanted if n in nodes
+                       and settings.partition not in nodes[n].partitions]
+            if unknown or outside:
+                what = (f"names nodes the cluster does not have: {', '.join(unknown[:10])}"
+                        if unknown else f"names nodes outside partition "
+                        f"'{settings.partition}': {', '.join(outside[:10])}")
+                raise settings.position("nodes").error(f"host '{self.name}': slurm.nodes {what}")
+        user = parts.get("user", "").strip() or "root"
+        return user, nodes, wanted
+
+    # ------------------------------------------------------------------ 3. gate before
+    def resume(self, nodes: list[NodeView], hold: list[NodeView]) -> None:
+        """Reserve `hold` for the run's user, then resume `nodes` inside the reservation."""
+        name = gate.run_name(self.run_id)
+        minutes = int(self.context.timeout() // 60) + 10
+        script = gate.reserve_command(name, self.user, [n.name for n in hold], minutes)
+        if nodes:
+            script += " && " + gate.resume_command([n.name for n in nodes])
+        res = self.session.conn.run(with_conf(self.settings, script),
+                                    become=self.session.host.become, timeout=GATE_TIMEOUT_S)
+        self.session.log.command("slurm", script, res.rc, res.elapsed_s, res.out, res.err)
+        if res.rc != 0:
+            # the reservation may exist even though the resume failed: removed in release
+            self.reservation = name if "Reservation created" in res.out else None
+            raise RouteFailed(f"could not reserve the nodes for this run (needs root or "
+                               f"SlurmUser, or become: true): {_last_line(res.err + res.out)}")
+        self.reservation = name
+        self.record["reservation"] = name
+
+    # ------------------------------------------------------------------ 4. the job
+    def validate(self, records: dict[str, NodeRecord]) -> None:
+        """One allocation, one srun step per node; a job still running when this ends
+        (Ctrl-C, the timeout) is cancelled before any node is drained."""
+        try:
+            self.run_job(records)
+        finally:
+            if self.srun_running:
+                self._cancel_job()
+
+    def run_job(self, records: dict[str, NodeRecord]) -> None:
+        session, settings, inner = self.session, self.settings, self.context.validate
+        names = list(records)
+        python = str(session.context.get("validate_python") or "python3")
+        args = suite_args(inner.suite, session.context)
+        token = secrets.token_hex(8)
+        job_name = gate.run_name(self.run_id)
+        command = job_command(settings, names, task_script(token, python, args), job_name,
+                              token, self.reservation)
+        limits = PullLimits.from_env()
+        reporter = session.reporter
+        output = JobOutput(token, names, limits.archive_bytes,
+                           on_start=lambda node, job_id: reporter.running(
+                               node, f"running (job {job_id or '?'})"),
+                           on_line=reporter.output,
+                           on_srun=lambda line: reporter.output(self.name, line))
+        splitters = {"stdout": LineSplitter(output.stdout), "stderr": LineSplitter(output.stderr)}
+        for name in names:
+            reporter.running(name, f"pending: validate ({inner.suite}) through Slurm, "
+                                   f"partition {settings.partition}")
+        self.record["salloc"] = " ".join(salloc_options(settings, names, job_name,
+                                                         self.reservation))
+        self.record["srun"] = " ".join(step_options(settings)) + " --nodelist=NODE (one per node)"
+        started = time.monotonic()
+        rc: Optional[int] = None
+        self.srun_running = True
+        try:
+            res = session.conn.run(with_conf(settings, command), stdin=inner.package,
+                                   timeout=self.context.timeout(), streamed=True,
+                                   on_output=lambda stream, text: splitters[stream](stream, text))
+            rc = res.rc
+            self.record["job_stdout_bytes"] = res.stdout_bytes
+            self.srun_running = False
+        except CommandTimeout as exc:
+            output.messages.append(f"gpuprov: {exc}")
+        finally:
+            for splitter in splitters.values():
+                splitter.flush()
+            session.log.command("slurm", f"{self.record['salloc']}; {self.record['srun']} (validate, "
+                                f"{len(inner.package)} bytes on stdin)", rc,
+                                time.monotonic() - started, "", "\n".join(output.messages))
+        job_ids = sorted({t.job_id for t in output.by_node.values() if t.job_id})
+        self.record.update(job_id=job_ids[0] if len(job_ids) == 1 else job_ids,
+                           salloc_exit_status=rc, salloc_messages=output.messages,
+                           job_s=round(time.monotonic() - started, 3))
+        self.context.incomplete = rc is None
+        self.context.no_task = (f"Slurm started no task (salloc exit {rc}: "
+                                f"{output.messages[-1] if output.messages else 'no message'})")
+        try:
+            for name, record in records.items():
+                self.collect(name, record, output, rc)
+        finally:
+            output.close()
+
+    # ------------------------------------------------------------------ 5. results home
+    def collect(self, name: str, record: NodeRecord, output: JobOutput,
+                rc: Optional[int]) -> None:
+        task = output.by_node.get(name)
+        lost = name in output.failed_nodes
+        record.judged = task is not None or lost
+        step_rc = record.extra["srun_exit_status"] = output.step_rc.get(name)
+        said = output.node_messages.get(name) or output.messages
+        if task is None:
+            why = ("the node failed before its task started" if lost else
+                   f"its task never started (srun exit {step_rc}, salloc exit {rc}: "
+                   f"{said[-1] if said else 'no message'})")
+            record.verdict = f"not validated: {why}"
+        elif task.unpack_failed:
+            record.verdict = "not validated: the package did not unpack on the node"
+        else:
+            record.rc, record.validate_s = task.rc, task.validate_s
+            record.extra["results_bytes"] = task.size
+            archive = task.archive()
+            record.elapsed_s = (task.ended or time.monotonic()) - task.started
+            if archive is not None and task.size == 0:
+                record.verdict = f"not validated: validate left no results (exit {task.rc})"
+            elif archive is None:
+                why = task.refused or (f"the node failed mid-job (srun: {said[-1]})"
+                                       if lost and said else
+                                       f"its results did not come back whole (srun exit "
+                                       f"{step_rc})")
+                record.verdict = f"not validated: {why}"
+            else:
+                record.store(archive, task.rc, self.context.node_folder(name))
+        self.session.reporter.output(name, f"[validate] {record.verdict}")
+
+    # ------------------------------------------------------------------ 6. gate after
+    def drain(self, records: dict[str, NodeRecord]) -> None:
+        """Drain each node with `gpuprov <run>: <check>: <finding>` (gate.drain_reason); one
+        whose task never ran, with the reason it had before it was taken back. Commands not
+        cancellable: this runs after Ctrl-C too."""
+        drains = {name: (gate.drain_reason(self.run_id, r.results, r.verdict) if r.judged
+                         else r.node.reason) for name, r in records.items()}
+        script = gate.each_node_command({n: gate.drain_command(n, r) for n, r in drains.items()})
+        answers = self._admin(script)
+        for name, reason in drains.items():
+            rc, said = answers.get(name, (1, "no answer"))
+            if rc == 0:
+                records[name].drained = reason
+            else:
+                records[name].gate_error = said or f"scontrol exit {rc}"
+
+    def release(self) -> None:
+        if self.reservation:
+            self.unreserve(self.reservation)
+
+    def _cancel_job(self) -> None:
+        script = with_conf(self.settings, gate.cancel_command(gate.run_name(self.run_id),
+                                                              self.user))
+        try:
+            res = self.session.conn.run(script, timeout=GATE_TIMEOUT_S, cancellable=False)
+        except CommandTimeout as exc:
+            self.session.log.event(f"slurm: scancel {exc}")
+            return
+        self.session.log.command("slurm", script, res.rc, res.elapsed_s, res.out, res.err)
+        self.record["job_cancelled"] = res.rc == 0
+
+    def unreserve(self, name: str) -> None:
+        """Delete the run's reservation. Slurm refuses while a job of it still runs (a
+        cancelled srun's job takes a moment to end): tried again for up to GATE_TIMEOUT_S."""
+        deadline = time.monotonic() + GATE_TIMEOUT_S
+        while True:
+            rc, said = self._admin(gate.each_node_command(
+                {"reservation": gate.unreserve_command(name)})).get("reservation", (1, ""))
+            if rc == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+        if rc != 0:
+            self.session.reporter.warning(self.name, f"could not delete reservation {name} "
+                                                     f"({said}); it ends by itself")
+        self.record["reservation_deleted"] = rc == 0
+
+    def _admin(self, script: str) -> dict[str, tuple[int, str]]:
+        try:
+            res = self.session.conn.run(with_conf(self.settings, script),
+                                        become=self.session.host.become,
+                                        timeout=GATE_TIMEOUT_S, cancellable=False)
+        except CommandTimeout as exc:
+            self.session.log.event(f"slurm gate: {exc}")
+            return {}
+        self.session.log.command("slurm", script, res.rc, res.elapsed_s, res.out, res.err)
+        return gate.parse_each_node(res.out)
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
