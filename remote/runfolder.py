@@ -12,7 +12,7 @@ ask here (tests/test_runfolder.py holds them to it).
         stack.json          STACK_MANIFEST: the host's stack manifest (remote/stack/manifest.py)
       <cluster>/<run id>/
         slurm.json          CLUSTER_RECORD: a Slurm run's record; its nodes' results are in their
-                            own folders, <logs>/<node>/<run id>/ (remote/cluster/slurm.py)
+                            own folders, <logs>/<node>/<run id>/ (remote/scheduler/route.py)
 
 The bottom layer: imports nothing of gpuprov's, so every package may use it.
 """

@@ -354,7 +354,6 @@ def test_the_health_check_drains_its_node_through_slurmd(tmp_path):
         cluster.stop()
 
 
-<<<<<<< HEAD
 def health_check(cluster: SlurmCluster, node: str, *args: str) -> subprocess.CompletedProcess:
     """`validate --health --slurm-drain` on `node` as slurmd starts a HealthCheckProgram: with
     SLURMD_NODENAME and no PATH (SLURM_CONF given: this cluster's slurm.conf is in no standard
@@ -436,7 +435,8 @@ def test_a_drain_an_admin_sets_during_the_run_is_kept_and_not_resumed_later(clus
     info = cluster.node_info()
     assert "DRAIN" in info["n1"]["state_flags"] and info["n1"]["reason"] == admin
     assert all("DRAIN" not in (info[n].get("state_flags") or []) for n in ("n2", "n3"))
-=======
+
+
 # A compromised node: `validate_python` is a wrapper that, on n1 only, sends hostile output
 # before and after running the real validation. It reads the run's marker from its task's
 # command line (/proc/$PPID/cmdline: the task script), as a node's root could.
@@ -488,4 +488,3 @@ def test_one_nodes_flood_costs_only_that_node(cluster, run, tmp_path):
     assert "more than 1024 KiB of lines from n1; the rest is not shown" in out
     flood_lines = sum(1 for line in out.splitlines() if "xxxxxxxxxx" in line)
     assert flood_lines * 66 < 1.1 * (1 << 20)  # n1's lines (66 bytes each) cut at 1 MiB
->>>>>>> sched

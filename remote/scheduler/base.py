@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Optional, Protocol, Sequence
 
 from ..engine.jobs.logs import summarize
 from ..errors import PullError, Where
+from ..runfolder import run_dir
 from ..transport.connection import COMMIT_FILE, publish_pull
 
 if TYPE_CHECKING:

@@ -26,6 +26,7 @@ from ..engine.results import HostResult, Outcome
 from ..engine.session import HostSession
 from ..errors import InputError, Interrupted
 from ..fileio import write_atomic
+from ..runfolder import run_dir
 from .base import Cluster, NodeRecord, NodeView, RouteFailed, RunContext, Scheduler, natural_order
 
 

@@ -426,12 +426,8 @@ class BaseConnection:
             shell: str = "/bin/sh", cancellable: bool = True,
             stdout_to: Optional[BinaryIO] = None,
             stdout_max_bytes: Optional[int] = None,
-<<<<<<< HEAD
-            idle_timeout: Optional[float] = None,
+            idle_timeout: Optional[float] = None, streamed: bool = False,
             become_user: Optional[str] = None) -> CommandResult:
-=======
-            idle_timeout: Optional[float] = None, streamed: bool = False) -> CommandResult:
->>>>>>> sched
         """Run a POSIX sh script on the host; return its exit status and output, each stream
         kept up to `output_max_bytes()` (see `BoundedStream`); with `streamed`, both streams
         go whole to `on_output` and are kept nowhere (`PassedOn`).
