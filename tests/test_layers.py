@@ -44,8 +44,8 @@ def test_an_import_pointing_up_from_lock_is_refused(tree):
 
 
 def test_a_package_in_no_layer_is_refused(tree):
-    (tree / "remote" / "scheduler").mkdir()
-    (tree / "remote" / "scheduler" / "__init__.py").write_text("from .. import cli  # noqa: F401\n")
+    (tree / "remote" / "unplaced").mkdir()
+    (tree / "remote" / "unplaced" / "__init__.py").write_text("from .. import cli  # noqa: F401\n")
     result = lint(tree)
     assert result.returncode != 0
-    assert "remote.scheduler" in result.stdout, result.stdout
+    assert "remote.unplaced" in result.stdout, result.stdout
