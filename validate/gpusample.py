@@ -51,6 +51,18 @@ def read_once(smi):
     return out
 
 
+def pci_ids(smi):
+    """{bus_key: (pci.device_id, pci.sub_device_id)} as nvidia-smi prints them
+    ('0x233010DE'): the model is identified by these (validate/expectations.py)."""
+    if not smi:
+        return {}
+    rows, _, err = host.query_gpus(smi, ["pci.bus_id", "pci.device_id", "pci.sub_device_id"], timeout=30)
+    if err or not rows:
+        return {}
+    return dict((bus_key(r.get("pci.bus_id")), (r.get("pci.device_id"), r.get("pci.sub_device_id")))
+                for r in rows)
+
+
 class Sampler(object):
     """Reads nvidia-smi every ``interval`` seconds until stopped."""
 

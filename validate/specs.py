@@ -48,16 +48,16 @@ we halve them to dense):
   architecture whitepaper / RTX 6000 Ada datasheet, *unsourced here*.
 
 What a healthy GPU of a SKU reaches is NOT a fixed fraction of its datasheet
-(a 72 W L4 reaches 0.35 of its FP32 peak, an H100 0.77): ``MATMUL_EXPECTED``
-holds public torch.mm measurements per SKU, each with its source, and a GPU is
-judged against those (see ``judge``).  A SKU without a measurement is
-"no reference": measured and reported as such, never a silent pass.
+(a 72 W L4 reaches 0.35 of its FP32 peak, an H100 0.77): the verdicts come
+from validate/expectations.py (public measurements and thresholds per model,
+each with its source); the figures here give ratios, SM counts for MIG
+shares and the host link.
 """
 
 import re
 
-# --floor: kept for compatibility; it now applies to datasheet ratios only when
-# no measured expectation exists for a figure (see judge()).
+# --floor: kept for compatibility of the command line; no verdict uses it
+# (validate/expectations.py has the floors).
 DEFAULT_FLOOR = 0.5
 
 # Theoretical one-direction PCIe x16 bandwidth per generation, GB/s (PCI-SIG:
@@ -106,50 +106,6 @@ _TABLE = [
     (r"V100", "V100 PCIe", _sku(14.0, None, None, 900.0, PCIE3)),
 ]
 
-# What healthy GPUs of a SKU measured with torch.mm (n=8192 unless noted), per
-# figure: (TFLOPS, source).  T = github.com/zzc0721/torch-performance-test-data
-# (its test.py: 6 warm-up + 30 torch.mm, synchronised, 2n^3 flops; the issue
-# number holds the per-size breakdown); M = github.com/stas00/ml-engineering
-# compute/accelerator/README.md "Maximum Achievable Matmul FLOPS" (best shape,
-# BF16).  Only figures someone measured are here: the others are "no reference".
-MATMUL_EXPECTED = {
-    "L4": {"fp32_tflops": (10.66, "T issue #120 (8192)"), "tf32_tflops": (25.69, "T issue #120 (8192)"),
-           "bf16_tflops": (59.40, "T issue #120 (8192)")},
-    "A10G": {"fp32_tflops": (23.23, "T issue #126 (8192)"), "tf32_tflops": (34.13, "T issue #126 (8192)"),
-             "bf16_tflops": (66.59, "T issue #126 (8192)")},
-    "A40": {"fp32_tflops": (23.73, "T issue #185 (8192)"), "tf32_tflops": (59.52, "T issue #185 (8192)"),
-            "bf16_tflops": (110.64, "T issue #185 (8192)")},
-    "A100 40GB": {"fp32_tflops": (17.56, "T issue #108, A100-PCIE-40GB (8192)"),
-                  "tf32_tflops": (97.32, "T issue #108, A100-PCIE-40GB (8192)"),
-                  "bf16_tflops": (215.26, "T issue #108, A100-PCIE-40GB (8192)")},
-    "A100 SXM 80GB": {"fp32_tflops": (19.18, "T database.md, A100 SXM4 80GB (best of 1024..10240)"),
-                      "bf16_tflops": (271.2, "M, A100 SXM (best shape)")},
-    "A100 SXM 40GB": {"bf16_tflops": (271.2, "M, A100 SXM (best shape)")},
-    "A100 PCIe 80GB": {"bf16_tflops": (252.9, "M, A100 PCIe (best shape)")},
-    "A800 SXM 80GB": {"fp32_tflops": (19.08, "T database.md, A800 SXM4 80GB (best of 1024..10240)"),
-                      "bf16_tflops": (266.48, "T database.md, A800 SXM4 80GB (best of 1024..10240)")},
-    "H100 SXM": {"fp32_tflops": (51.81, "T issue #79 (8192)"), "tf32_tflops": (372.05, "T issue #79 (8192)"),
-                 "bf16_tflops": (797.51, "T issue #79 (8192)")},
-    "H200 SXM": {"fp32_tflops": (51.34, "T database.md, H200 (best of 1024..10240)"),
-                 "bf16_tflops": (790.29, "T database.md, H200 (best of 1024..10240)")},
-    "GH200": {"bf16_tflops": (828.6, "M, GH200 SXM 900 W (best shape)")},
-    "GH200 144GB": {"bf16_tflops": (828.6, "M, GH200 SXM 900 W (best shape)")},
-    "B200": {"bf16_tflops": (1696.03, "T database.md, B200 180GB (best of 1024..10240)")},
-    "H20": {"fp32_tflops": (31.95, "T database.md, H20 96GB (best of 1024..10240)"),
-            "bf16_tflops": (141.86, "T database.md, H20 96GB (best of 1024..10240)")},
-    "L40S": {"bf16_tflops": (269.15, "T database.md, L40S (best of 1024..10240)")},
-    "RTX 4090": {"fp32_tflops": (54.69, "T database.md, lowest of its RTX 4090 24GB rows (best of sizes)"),
-                 "bf16_tflops": (160.53, "T database.md, lowest of its RTX 4090 rows (best of sizes)")},
-}
-
-# A healthy GPU should reach this fraction of its SKU's public measurement.
-# Source for the spread it must absorb: "5% and higher differences on an 8-gpu
-# node" between identical GPUs (M, "Not all accelerators are created equal");
-# the rest of the margin (driver/cuBLAS versions, 8192^2 vs best shape) is our
-# judgement, unsourced.
-EXPECTED_FRACTION = 0.8
-
-
 def lookup(device_name):
     """(key, figures) for a CUDA device name such as 'NVIDIA H100 80GB HBM3',
     or (None, {}) when the GPU is not in the table."""
@@ -159,6 +115,14 @@ def lookup(device_name):
         if re.search(pattern, device_name):
             return key, dict(figures)
     return None, {}
+
+
+def datasheet(key):
+    """The datasheet figures of a model key, or {}."""
+    for _, k, figures in _TABLE:
+        if k == key:
+            return dict(figures)
+    return {}
 
 
 def ratios(measured, spec, keys):
@@ -188,30 +152,6 @@ def mig_share(device_name, sm_count, figures):
     if m:
         return int(m.group(1)) / 7.0
     return None
-
-
-def matmul_expectation(sku, share=None):
-    """{figure: {"tflops", "source"}} a healthy GPU of ``sku`` reaches, scaled
-    by a MIG slice's ``share``; {} when nobody measured this SKU."""
-    out = {}
-    for key, (value, source) in MATMUL_EXPECTED.get(sku, {}).items():
-        scaled = value * share if share else value
-        out[key] = {"tflops": scaled, "source": source + (" x MIG share %.3f" % share if share else "")}
-    return out
-
-
-def judge(measured, expected, fraction=EXPECTED_FRACTION):
-    """Verdict on one figure: "pass", "fail" or "no reference".
-
-    ``expected`` is what a healthy GPU reaches (None: nobody measured it).
-    Returns {"verdict", "expected", "floor", "ratio"}."""
-    if measured is None:
-        return {"verdict": "not measured", "expected": expected, "floor": None, "ratio": None}
-    if not expected:
-        return {"verdict": "no reference", "expected": None, "floor": None, "ratio": None}
-    floor = expected * fraction
-    return {"verdict": "pass" if measured >= floor else "fail", "expected": expected, "floor": floor,
-            "ratio": measured / expected}
 
 
 # --------------------------------------------------------------------------

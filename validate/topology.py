@@ -50,16 +50,3 @@ def busbw_allreduce(nbytes: float, seconds: float, ranks: int) -> tuple[float, f
     doc/PERFORMANCE.md): algbw = bytes / time, busbw = algbw x 2(n-1)/n, GB/s."""
     algbw = nbytes / seconds / 1e9
     return algbw, algbw * 2.0 * (ranks - 1) / ranks
-
-
-# All-reduce busbw a healthy 8-GPU node reaches, as Azure's node health
-# checks fail below (azurehpc-health-checks conf/, check_nccl_allreduce
-# <busbw> <repeats> <topo> <message size>): (sku, gpus) -> (GB/s, bytes).
-ALLREDUCE_FLOOR = {
-    ("H100 SXM", 8): (460.0, 16 << 30, "conf/nd96isr_h100_v5.conf"),
-    ("H200 SXM", 8): (431.0, 16 << 30, "conf/nd96isr_h200_v5.conf"),
-    ("A100 SXM 80GB", 8): (228.0, 4 << 30, "conf/nd96amsr_a100_v4.conf"),
-}
-# GPU-to-GPU copy over NVLink: Azure's floor for nvbandwidth
-# device_to_device_memcpy_read_ce (conf/nd96isr_h200_v5.conf: check_gpu_bw 48 335).
-P2P_NVLINK_FLOOR = {"H200 SXM": (335.0, "conf/nd96isr_h200_v5.conf")}

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from .. import output, timing
+from .. import expectations, output, timing
 from .torch_checks import tf32_flags
 
 CROSSCHECK_MODEL = "resnet50"
@@ -38,40 +38,25 @@ def _autocast(torch, device, enabled):
 # its source, not retrieved here); we apply it to the robust spread.
 UNSTABLE_IQR_REL = 0.10
 
-# Per-SKU floors for this suite, from public PyTorch measurements of the same
-# network (torchvision's resnet50 is ResNet-50 v1.5).  Only batch-N fp32
-# throughput is judged: it is GPU-bound.  Batch-1 latency of an eager model
-# is bound by the host CPU's kernel launches (~160 per ResNet-50 forward), so
-# a slow host, not a sick GPU, moves it; AMP runs of other harnesses differ
-# in memory format and are not comparable to our NCHW autocast.
-#
-# Source D = github.com/NVIDIA/DeepLearningExamples, PyTorch/Classification/
-# ConvNets/resnet50v1.5/README.md, "Inference performance results" (NGC
-# pytorch-21.03 container, 100 iterations, FP32 = no TF32), "Throughput Avg"
-# at batch 64.  Conditions differ from ours (their harness and data path,
-# an older cuDNN), so these are loose floors, not expectations: a healthy
-# GPU is judged against BENCH_LOOSE_FRACTION of them.  H100, A100, L4, A10G:
-# no public PyTorch figure at our protocol was found (NVIDIA's data-centre
-# pages and MLPerf give TensorRT INT8/FP16 figures, ceilings for an eager
-# fp32 run, not floors): "no reference".
-BENCH_EXPECTED = {
-    ("V100 SXM2", "resnet50"): {"fp32_ips": {"ips": 1200.0, "batch": 64,
-                                             "source": "D, NVIDIA DGX-1 (1x V100 16GB), FP32, batch 64"}},
-    ("T4", "resnet50"): {"fp32_ips": {"ips": 428.0, "batch": 64, "source": "D, NVIDIA T4, FP32, batch 64"}},
-}
-# Half of a published figure: loose because the conditions differ (above);
-# still fails a GPU at 30-45 % speed.  The fraction is our judgement: unsourced.
-BENCH_LOOSE_FRACTION = 0.5
+# Per-SKU floors for this suite are cells "<model>_fp32_ips" of
+# validate/expectations.py (public PyTorch measurements of the same network,
+# NVIDIA DeepLearningExamples, at half: loose, the conditions differ).  Only
+# batch-N fp32 throughput is judged: it is GPU-bound.  Batch-1 latency of an
+# eager model is bound by the host CPU's kernel launches (~160 per ResNet-50
+# forward), so a slow host, not a sick GPU, moves it; AMP runs of other
+# harnesses differ in memory format and are not comparable to our NCHW
+# autocast.  H100, A100, L4, A10G: no public PyTorch figure at our protocol
+# was found (NVIDIA's data-centre pages and MLPerf give TensorRT INT8/FP16
+# figures, ceilings for an eager fp32 run, not floors): "no reference".
 
 
-def judge_model(rec, expected=None):
+def judge_model(rec, sku=None, model=None):
     """{"trust", "verdict", ...} for one model's record.
 
     trust: "untrusted" when batch-1 latency or a throughput has IQR/median
-    above UNSTABLE_IQR_REL.  verdict: each throughput in ``expected``
-    ({"fp32_ips": {"ips", "batch", "source"}}, a BENCH_EXPECTED entry) that
-    was measured at the same batch is judged against BENCH_LOOSE_FRACTION of
-    it; "no reference" when none could be."""
+    above UNSTABLE_IQR_REL.  verdict: each throughput the table has a cell
+    for (expectations.TABLE[sku]["<model>_<fp32|amp>_ips"]) that was measured
+    at the cell's batch is judged against it; "no reference" when none could be."""
     spreads = {"latency": (rec.get("latency_ms") or {}).get("iqr_rel")}
     thr = rec.get("throughput_ips") or {}
     for k in ("fp32", "amp"):
@@ -81,14 +66,13 @@ def judge_model(rec, expected=None):
     out = {"trust": "untrusted" if wide else "ok", "unstable": wide}
     slow, judged = [], []
     for k in ("fp32", "amp"):
-        e = (expected or {}).get(k + "_ips")
+        e = expectations.cell(sku, "%s_%s_ips" % (model, k)) if sku and model else None
         if not e or thr.get(k) is None or thr.get("batch") != e["batch"]:
             continue
-        floor = BENCH_LOOSE_FRACTION * e["ips"]
-        judged.append("%s b%d >= %.0f img/s (%s)" % (k, e["batch"], floor, e["source"]))
-        if thr[k] < floor:
-            slow.append("%s b%d %.0f img/s < %.0f (%.0f%% of %.0f, %s)" % (
-                k, e["batch"], thr[k], floor, 100 * BENCH_LOOSE_FRACTION, e["ips"], e["source"]))
+        judged.append("%s b%d >= %.0f img/s (%s)" % (k, e["batch"], e["floor"], e["source"]))
+        if expectations.verdict(e, thr[k])["verdict"] == "fail":
+            slow.append("%s b%d %.0f img/s < %.0f (%s, %s)" % (
+                k, e["batch"], thr[k], e["floor"], e["rule"], e["source"]))
     if not judged:
         out["verdict"] = "no reference"
         return out
@@ -200,9 +184,7 @@ def _suite_figures(ctx, torch, device, f):
         prev_bench = torch.backends.cudnn.benchmark
         torch.backends.cudnn.benchmark = True
     f["gpu_name"] = gpu_name
-    from ..specs import lookup
-
-    f["sku"] = lookup(gpu_name)[0] if gpu_name else None
+    f["sku"] = expectations.identify(gpu_name)[0] if gpu_name else None
     f["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark) if device == "cuda" else None
     f["tf32"] = tf32_flags(torch)
     f["label"] = "PyTorch %s %s%s" % (torch.__version__, device, (" " + gpu_name) if gpu_name else "")
@@ -223,7 +205,7 @@ def _model_line(res, f, name, rec):
     elif thr.get("error"):
         msg += " (throughput: %s)" % thr["error"]
         res.problem("%s: batch-%d throughput failed: %s" % (name, thr["batch"], thr["error"]))
-    judged = judge_model(rec, BENCH_EXPECTED.get((f.get("sku"), name)))
+    judged = judge_model(rec, f.get("sku"), name)
     rec["judgement"] = judged
     if judged["trust"] == "untrusted":
         msg = "UNTRUSTED (IQR/median above %d%% for %s, not a result): %s" % (

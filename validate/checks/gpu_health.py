@@ -3,19 +3,20 @@
 matmul: square GEMM TFLOPS (2*n^3 / median time) in fp32 with TF32 off, with
 TF32 on, and in bf16, on every GPU.  The result of the timed runs is verified
 (validate/verify.py: Freivalds' check of the whole n x n product), not a side
-product.  Each figure is judged against the SKU's public measurement
-(specs.MATMUL_EXPECTED, scaled by a MIG slice's share); without one it is
+product.  Each figure is judged against the model's cell in
+validate/expectations.py (scaled by a MIG slice's share); without one it is
 "no reference": measured, reported and raised as a warning on top of
 validate.log, never a silent pass.  The check then passes on what it could
 check (the products are right), as issue 12 item 2 asks: a T4 or an RTX
 A6000 nobody published torch.mm figures for is not "not validated" for that.
 
 bandwidth: device-to-device copy (read + write bytes), pinned host-to-device
-and device-to-host GB/s on every GPU.  Host copies are judged against the
-PCIe link actually negotiated (read from nvidia-smi while the copies run),
-with the floors Azure's node health checks use; a link below its maximum
-generation or width is its own finding.  Device copies are judged against
-the datasheet HBM figure x ``--floor`` (0.5 by default; unsourced).
+and device-to-host GB/s on every GPU, each judged against the model's cell in
+validate/expectations.py.  A host copy of a model without one is judged
+against the PCIe link actually negotiated (read from nvidia-smi while the
+copies run), with the floors Azure's node health checks use; a link below
+its maximum generation or width is its own finding.  A device copy without
+a cell is "no reference".
 GPU 0's figures are the top-level ones (other GPUs: ``per_gpu``).  On the CPU
 the same measurements run for reference, with no judgement.
 """
@@ -26,7 +27,7 @@ import threading
 import warnings
 from typing import Any
 
-from .. import actions, gpusample, host, specs, timing, verify
+from .. import actions, expectations, gpusample, host, specs, timing, verify
 
 MATMUL_KEYS = ("fp32_tflops", "tf32_tflops", "bf16_tflops")
 BANDWIDTH_KEYS = ("d2d_gbs", "h2d_gbs", "d2h_gbs")
@@ -57,22 +58,27 @@ def gpu_targets(torch, device):
     return [("cpu", "cpu", None)]
 
 
-def sku_of(name, props):
-    """(sku key, datasheet figures, MIG share or None) of one GPU."""
-    key, figures = specs.lookup(name)
+def sku_of(name, props, ids=None):
+    """(model key, datasheet figures, MIG share or None) of one GPU; ``ids``:
+    its (pci.device_id, pci.sub_device_id) as nvidia-smi prints them."""
+    try:
+        key = expectations.identify(name, *(ids or (None, None)))[0]
+    except ValueError:  # nvidia-smi printed something else: the name decides
+        key = expectations.identify(name)[0]
+    figures = specs.datasheet(key)
     share = specs.mig_share(name, getattr(props, "multi_processor_count", None), figures) if props else None
     return key, figures, share
 
 
 def judge_matmul(measured, sku, share):
-    """{figure: specs.judge(...) + source} for one GPU's TFLOPS."""
-    expected = specs.matmul_expectation(sku, share) if sku else {}
+    """{figure: expectations.judge(...)} for one GPU's TFLOPS; "not measured"
+    for a figure it could not measure."""
     out = {}
     for k in MATMUL_KEYS:
-        e = expected.get(k)
-        v = specs.judge(measured.get(k), e["tflops"] if e else None)
-        v["source"] = e["source"] if e else None
-        out[k] = v
+        if measured.get(k) is None:
+            out[k] = {"verdict": "not measured", "floor": None, "source": None}
+        else:
+            out[k] = expectations.judge(sku, k, measured[k], share)
     return out
 
 
@@ -93,6 +99,7 @@ def run_matmul(ctx, res):
     gen = torch.Generator().manual_seed(0)
     a_cpu = torch.randn(n, n, generator=gen)
     b_cpu = torch.randn(n, n, generator=gen)
+    ids = gpusample.pci_ids(host.find_nvidia_smi()) if device == "cuda" else {}
     try:
         for dev, name, props in gpu_targets(torch, device):
             a = a_cpu.to(dev)
@@ -123,7 +130,8 @@ def run_matmul(ctx, res):
                     res.problem("%s %s: the timed product is wrong (error %.3g x its rounding tolerance)"
                                 % (name, mode, err))
                 del x, y, c
-            key, figures, share = sku_of(name, props) if device == "cuda" else (None, {}, None)
+            key, figures, share = sku_of(name, props, ids.get(gpusample.torch_bus_key(props))) \
+                if device == "cuda" else (None, {}, None)
             out["sku"] = key
             out["mig_share"] = share
             out["spec"] = dict((k, figures.get(k)) for k in MATMUL_KEYS) if figures else {}
@@ -143,16 +151,15 @@ def _report_matmul(ctx, res, device, n, per_gpu):
         f[k] = first.get(k)
     f.update({"device": device, "gpu_name": first["name"] if device == "cuda" else None, "n": n,
               "spec_gpu": first["sku"], "spec": first["spec"], "ratio": first["ratio"],
-              "expected": dict((k, v["expected"]) for k, v in first["verdict"].items()),
+              "floor": dict((k, v["floor"]) for k, v in first["verdict"].items()),
               "verdict": dict((k, v["verdict"]) for k, v in first["verdict"].items()),
               "per_gpu": per_gpu})
     for g in per_gpu:
         label = "%s (%s)" % (g["name"], g["device"])
         for k, v in sorted(g["verdict"].items()):
             if v["verdict"] == "fail":
-                res.problem("%s %s %.1f TFLOPS < %.1f (%.0f%% of %.1f measured on healthy %s: %s)" % (
-                    label, k.split("_")[0], g[k], v["floor"], 100 * specs.EXPECTED_FRACTION, v["expected"],
-                    g["sku"], v["source"]))
+                res.problem("%s %s %.1f TFLOPS < %.1f (%s, healthy %s: %s)" % (
+                    label, k.split("_")[0], g[k], v["floor"], v["rule"], g["sku"], v["source"]))
         res.note("%s: fp32 %s, tf32 %s, bf16 %s TFLOPS; %s%s" % (
             label, _fmt(g.get("fp32_tflops")), _fmt(g.get("tf32_tflops")), _fmt(g.get("bf16_tflops")),
             ", ".join("%s %s%s" % (k.split("_")[0], v["verdict"],
@@ -175,7 +182,7 @@ def _report_matmul(ctx, res, device, n, per_gpu):
 
 
 def judge_host_copy(gbs, link):
-    """specs.judge of a pinned host copy against the negotiated ``link``
+    """The verdict of a pinned host copy against the negotiated ``link``
     ({"gen_current", "width_current", ...}), with the floor and the link."""
     floor = specs.pinned_copy_floor((link or {}).get("gen_current"), (link or {}).get("width_current"))
     if gbs is None:
@@ -218,6 +225,7 @@ def run_bandwidth(ctx, res):
     nbytes = (256 << 20) if device == "cuda" else (64 << 20)
     numel = nbytes // 4
     smi = host.find_nvidia_smi() if device == "cuda" else None
+    ids = gpusample.pci_ids(smi)
     per_gpu = []
     for dev, name, props in gpu_targets(torch, device):
         out = {"device": dev, "name": name, "bytes": nbytes, "iters": iters}
@@ -251,14 +259,24 @@ def run_bandwidth(ctx, res):
             out["d2h_gbs"] = None
         if not bool(dst.eq(1).all()):
             res.problem("%s: device copy came back wrong" % name)
-        key, figures, share = sku_of(name, props) if device == "cuda" else (None, {}, None)
-        out.update(_judge_bandwidth(res, out, key, figures, share, ctx.opts.floor))
+        key, figures, share = sku_of(name, props, ids.get(gpusample.torch_bus_key(props))) \
+            if device == "cuda" else (None, {}, None)
+        out.update(_judge_bandwidth(res, out, key, figures, share))
         per_gpu.append(out)
         del src, dst
-    _report_bandwidth(res, device, nbytes, per_gpu, ctx.opts.floor)
+    _report_bandwidth(res, device, nbytes, per_gpu)
 
 
-def _judge_bandwidth(res, g, key, figures, share, floor):
+def _judged_by_table(key, figure, gbs):
+    """expectations.judge of one copy, with the reason the line shows."""
+    if gbs is None:
+        return {"verdict": "not measured", "floor": None, "why": "not measured"}
+    v = expectations.judge(key, figure, gbs)
+    v["why"] = "%s: %s" % (v["rule"], v["source"]) if v["floor"] is not None else v["why"]
+    return v
+
+
+def _judge_bandwidth(res, g, key, figures, share):
     """Verdicts for one GPU's copies; problems recorded on ``res``."""
     label = "%s (%s)" % (g["name"], g["device"])
     spec = {"d2d_gbs": figures["mem_gbs"], "h2d_gbs": figures.get("pcie_gbs"),
@@ -271,21 +289,20 @@ def _judge_bandwidth(res, g, key, figures, share, floor):
             verdict[k] = {"verdict": "no reference", "why": "MIG slice (share %.3f): copy engines and "
                           "memory are partitioned, no public figure for a slice" % share}
     else:
-        d2d = specs.judge(g.get("d2d_gbs"), figures.get("mem_gbs") if figures else None, floor)
-        d2d["why"] = "datasheet %s GB/s x --floor %.2f (unsourced fraction)" % (
-            figures.get("mem_gbs") if figures else "-", floor)
-        verdict["d2d_gbs"] = d2d
+        verdict["d2d_gbs"] = _judged_by_table(key, "d2d_gbs", g.get("d2d_gbs"))
         link = g.get("pcie")
-        if figures and figures.get("host_link") != "pcie":
-            for k in ("h2d_gbs", "d2h_gbs"):
+        for k in ("h2d_gbs", "d2h_gbs"):
+            if expectations.cell(key, k) or g.get(k) is None:
+                verdict[k] = _judged_by_table(key, k, g.get(k))
+            elif figures and figures.get("host_link") != "pcie":
                 verdict[k] = {"verdict": "no reference", "why": "host link is %s, not PCIe" % figures["host_link"]}
-        else:
-            for k in ("h2d_gbs", "d2h_gbs"):
+            else:  # no figure for the model: the negotiated link's floor
                 v = judge_host_copy(g.get(k), link)
                 v["why"] = ("negotiated link gen %s x%s: floor %s GB/s (Azure HPC health checks)"
                             % ((link or {}).get("gen_current"), (link or {}).get("width_current"),
                                _fmt(v.get("floor"))) if link else "link not read (no nvidia-smi)")
                 verdict[k] = v
+        if link:
             finding = specs.link_downtrained(link)
             if finding:
                 # a link trained below its maximum under load is the slot, riser or
@@ -298,13 +315,14 @@ def _judge_bandwidth(res, g, key, figures, share, floor):
             "mig_share": share}
 
 
-def _report_bandwidth(res, device, nbytes, per_gpu, floor):
+def _report_bandwidth(res, device, nbytes, per_gpu):
     first = per_gpu[0]
     f = res.figures
     for k in BANDWIDTH_KEYS:
         f[k] = first.get(k)
     f.update({"device": device, "gpu_name": first["name"] if device == "cuda" else None, "bytes": nbytes,
-              "spec_gpu": first["sku"], "spec": first["spec"], "ratio": first["ratio"], "floor": floor,
+              "spec_gpu": first["sku"], "spec": first["spec"], "ratio": first["ratio"],
+              "floor": dict((k, v.get("floor")) for k, v in first["verdict"].items()),
               "pcie": first.get("pcie"),
               "verdict": dict((k, v["verdict"]) for k, v in first["verdict"].items()), "per_gpu": per_gpu})
     unjudged = sorted(set("%s %s" % (g["name"], k.split("_")[0]) for g in per_gpu

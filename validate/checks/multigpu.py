@@ -2,10 +2,10 @@
 
 p2p: a bandwidth matrix of copies between every pair of GPUs (256 MiB,
 CUDA events), each pair's link read from ``nvidia-smi topo -m``; NVLink
-pairs are judged where a public floor exists (validate/topology.py).
+pairs are judged where a public floor exists (validate/expectations.py).
 nccl: an all-reduce over all GPUs with torch.distributed, one process per
 GPU (validate/dist_worker.py), bus bandwidth by nccl-tests' formula, judged
-against Azure's per-node floors at their message size.  The same
+against the model's floor (validate/expectations.py) at its message size.  The same
 orchestration runs on the CPU with the gloo backend and two processes, so it
 is tested for real without a GPU.  On one GPU (a MIG slice included:
 CUDA shows a process one slice) both are waived, with the reason: they do
@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 
-from .. import host, specs, timing, topology
+from .. import expectations, host, timing, topology
 
 CPU_RANKS = 2
 CPU_BYTES = 4 << 20
@@ -45,7 +45,7 @@ def _topo():
 def node_sku(names):
     """The SKU key of a node whose GPUs are all the same model, else None
     (a floor for 8 H100s says nothing about an H100 next to an A100)."""
-    keys = set(specs.lookup(n)[0] for n in names)
+    keys = set(expectations.identify(n)[0] for n in names)
     return keys.pop() if len(keys) == 1 else None
 
 
@@ -61,7 +61,7 @@ def run_p2p(ctx, res):
         return
     links = _topo()
     sku = node_sku([torch.cuda.get_device_name(i) for i in range(count)])
-    floor = topology.P2P_NVLINK_FLOOR.get(sku)
+    floor = expectations.cell(sku, "p2p_gbs")
     nbytes = 256 << 20
     matrix = {}
     for i in range(count):
@@ -78,15 +78,15 @@ def run_p2p(ctx, res):
             if not bool(dst.eq(1).all()):
                 res.problem("GPU %d -> GPU %d: copy came back wrong" % (i, j))
             if topology.link_class(link) == "nvlink" and floor:
-                cell["floor"] = floor[0]
-                if gbs < floor[0]:
-                    res.problem("GPU %d -> GPU %d over %s: %.1f GB/s below %.0f (Azure %s)"
-                                % (i, j, link, gbs, floor[0], floor[1]))
+                cell["floor"] = floor["floor"]
+                if expectations.verdict(floor, gbs)["verdict"] == "fail":
+                    res.problem("GPU %d -> GPU %d over %s: %.1f GB/s below %.0f (%s)"
+                                % (i, j, link, gbs, floor["floor"], floor["source"]))
             matrix["%d-%d" % (i, j)] = cell
             del dst
         del src
     res.figures.update({"gpus": count, "bytes": nbytes, "matrix": matrix, "sku": sku,
-                        "nvlink_floor": floor[0] if floor else None})
+                        "nvlink_floor": floor["floor"] if floor else None})
     if not floor:
         res.warn("no public P2P floor for %s: matrix measured, not judged" % (sku or "a mixed or unknown node"))
     for key, cell in sorted(matrix.items()):
@@ -134,8 +134,9 @@ def run_nccl(ctx, res):
             res.waive("not applicable: one GPU, no all-reduce to measure", warning=False)
             return
         sku = node_sku([torch.cuda.get_device_name(i) for i in range(ranks)])
-        floor = topology.ALLREDUCE_FLOOR.get((sku, ranks))
-        nbytes = floor[1] if floor else GPU_BYTES
+        floor = expectations.cell(sku, "nccl_busbw_gbs")
+        floor = floor if floor and floor["gpus"] == ranks else None
+        nbytes = floor["bytes"] if floor else GPU_BYTES
         free = min(torch.cuda.mem_get_info(i)[0] for i in range(ranks))
         if nbytes > free // 2:  # keep room for NCCL's own buffers
             nbytes, floor = GPU_BYTES, None
@@ -145,14 +146,15 @@ def run_nccl(ctx, res):
     ctx.progress("all-reduce %d MiB, %s, %d processes" % (nbytes >> 20, backend, ranks))
     got = run_collective(ctx, backend, ranks, nbytes)
     algbw, busbw = topology.busbw_allreduce(got["bytes"], got["median_s"], ranks)
+    judged = expectations.judge_allreduce(sku, busbw, got["bytes"], ranks) if floor else None
     got.update({"algbw_gbs": algbw, "busbw_gbs": busbw, "sku": sku,
-                "floor_gbs": floor[0] if floor else None, "floor_source": floor[2] if floor else None})
+                "floor_gbs": floor["floor"] if floor else None, "floor_source": floor["source"] if floor else None})
     res.figures.update(got)
     if got["wrong_elements"]:
         res.problem("all-reduce result wrong in %d elements" % got["wrong_elements"])
-    if floor and busbw < floor[0]:
-        res.problem("all-reduce busbw %.1f GB/s below %.0f (Azure %s, %d GiB)"
-                    % (busbw, floor[0], floor[2], nbytes >> 30))
+    if judged and judged["verdict"] == "fail":
+        res.problem("all-reduce busbw %.1f GB/s below %.0f (%s, %d GiB)"
+                    % (busbw, floor["floor"], floor["source"], nbytes >> 30))
     if backend == "nccl" and not floor:
         res.warn("no public all-reduce floor for %s x%d at %d MiB: busbw measured, not judged"
                  % (sku or "a mixed or unknown node", ranks, nbytes >> 20))
