@@ -7,7 +7,8 @@ fails now and then, so there are histories, flapping and quarantines to report.
     python3 -m bench.report_history [--hosts N] [--runs N] [--keep DIR]
 
 Runs `python3 -m invoke report` in a child process, as a user would, and prints its wall
-time and peak RSS (the child's ru_maxrss), with the command that reproduces them.
+time, CPU time (user + sys: the figure a busy shared machine inflates least) and peak RSS
+(the child's ru_maxrss), with the command that reproduces them.
 
 May import: the standard library.
 """
@@ -78,13 +79,15 @@ def main(argv: list[str]) -> int:
         proc = subprocess.run(command, cwd=root, capture_output=True, text=True,
                               env=dict(os.environ, PYTHONPATH=str(REPO)))
         took = time.perf_counter() - started
-        peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        peak_mib, cpu_s = usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
         if proc.returncode not in (0, 1):
             print(proc.stdout[-2000:] + proc.stderr[-2000:], file=sys.stderr)
             return 1
         history = json.loads((out / "flags.json").read_text())["history"]
         print(f"gpuprov report over {sum(h['runs'] for h in history)} runs of {len(history)} "
-              f"hosts: {took:.2f} s wall, peak RSS {peak_mib:.0f} MiB (targets: 5 s, 500 MB); "
+              f"hosts: {took:.2f} s wall, {cpu_s:.2f} s CPU (user+sys), peak RSS "
+              f"{peak_mib:.0f} MiB (targets: 5 s, 500 MB); "
               f"{sum(h['quarantined'] for h in history)} quarantined; load average "
               + " ".join(f"{x:.2f}" for x in os.getloadavg()) + f", {os.cpu_count()} CPUs")
         print("command: python3 -m bench.report_history "
