@@ -10,7 +10,7 @@ Runs `python3 -m invoke report` in a child process, as a user would, and prints 
 time, CPU time (user + sys: the figure a busy shared machine inflates least) and peak RSS
 (the child's ru_maxrss), with the command that reproduces them.
 
-May import: the standard library.
+May import: the standard library, `remote.runfolder` (the run folder's names).
 """
 from __future__ import annotations
 
@@ -25,7 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from remote.runfolder import RESULTS, STACK_MANIFEST, run_dir
+
 REPO = Path(__file__).resolve().parent.parent
+FLAGS = "flags.json"  # the report's own output (remote/report/__init__.py), not a run's file
 MODELS = {"alexnet": 1.2, "resnet18": 2.1, "resnet50": 5.0}
 
 
@@ -55,12 +58,12 @@ def make_tree(logs: Path, hosts: int, runs: int) -> None:
     per_host = max(1, runs // hosts)
     for h in range(hosts):
         for r in range(per_host):
-            run = logs / f"gpu{h:03d}" / f"20261126T{r // 60:02d}{r % 60:02d}00.000Z-{h:04x}"
+            run = run_dir(logs, f"gpu{h:03d}", f"20261126T{r // 60:02d}{r % 60:02d}00.000Z-{h:04x}")
             run.mkdir(parents=True)
             ok = not (h % 7 == 0 and r % 3 != 0)
-            (run / "results.json").write_text(results(ok, 1.0 + (h % 5) * 0.01))
+            (run / RESULTS).write_text(results(ok, 1.0 + (h % 5) * 0.01))
             driver = "590.44.01" if h % 10 == 0 and r >= per_host // 2 else "580.95.05"
-            (run / "stack.json").write_text(stack(driver))
+            (run / STACK_MANIFEST).write_text(stack(driver))
 
 
 def main(argv: list[str]) -> int:
@@ -84,7 +87,7 @@ def main(argv: list[str]) -> int:
         if proc.returncode not in (0, 1):
             print(proc.stdout[-2000:] + proc.stderr[-2000:], file=sys.stderr)
             return 1
-        history = json.loads((out / "flags.json").read_text())["history"]
+        history = json.loads((out / FLAGS).read_text())["history"]
         print(f"gpuprov report over {sum(h['runs'] for h in history)} runs of {len(history)} "
               f"hosts: {took:.2f} s wall, {cpu_s:.2f} s CPU (user+sys), peak RSS "
               f"{peak_mib:.0f} MiB (targets: 5 s, 500 MB); "
