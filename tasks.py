@@ -188,15 +188,20 @@ def logs(c, host=None, limit=None, inventory=None, list_hosts=False):
             "fail-on-outlier": "exit 1 when a slow host or a regression is flagged",
             "prometheus": "also write each host's latest verdicts and bench figures in the "
                           "Prometheus text format to this file (node_exporter's textfile "
-                          "collector)"})
+                          "collector)",
+            "quarantine": "K/N: flag a host for quarantine when it failed K of its last N "
+                          "runs (default 2/3)",
+            "json": "also write flags.json's document (history included) to this file; '-' "
+                    "writes it on stdout and the printed report on stderr"})
 def report(c, logs=LOGS_DIR, out=None, baseline=None, threshold=None, fail_on_outlier=False,
-           prometheus=None):
+           prometheus=None, quarantine=None, json=None):
     """Compare benchmark logs across hosts and runs: merged table, slow hosts, regressions, HTML."""
     from remote import cli
 
     _refuse_invoke_options(c)
     _exit(cli.report(logs=logs, out=out, baseline=baseline, threshold=threshold,
-                     fail_on_outlier=fail_on_outlier, prometheus=prometheus))
+                     fail_on_outlier=fail_on_outlier, prometheus=prometheus,
+                     quarantine=quarantine, json_path=json))
 
 
 @task(help={"cuda": "only this row of playbooks/stack.yaml (default: every row)",

@@ -273,9 +273,11 @@ def logs(host: Optional[str], inventory: str, logs_dir: str = LOGS_DIR,
 
 def report(logs: str = LOGS_DIR, out: Optional[str] = None, baseline: Optional[str] = None,
            threshold: Union[str, float, None] = None, fail_on_outlier: bool = False,
-           prometheus: Optional[str] = None) -> int:
-    """`gpuprov report`: merged table, slow hosts, regressions, pictures, HTML."""
+           prometheus: Optional[str] = None, quarantine: Optional[str] = None,
+           json_path: Optional[str] = None) -> int:
+    """`gpuprov report`: merged table, slow hosts, regressions, history, pictures, HTML."""
     from .report import run_report
+    from .report.history import parse_quarantine
 
     kwargs: dict[str, Any] = {}  # only the percentages given; run_report has the defaults
     if threshold is not None:
@@ -290,6 +292,15 @@ def report(logs: str = LOGS_DIR, out: Optional[str] = None, baseline: Optional[s
         if not prometheus or Path(prometheus).is_dir():
             return fail_input(InputError(f"--prometheus needs a file name, not {prometheus!r}"))
         kwargs["prometheus_path"] = Path(prometheus)
+    if quarantine is not None:
+        try:
+            kwargs["quarantine"] = parse_quarantine(str(quarantine))
+        except InputError as exc:
+            return fail_input(exc)
+    if json_path is not None:
+        if not json_path or Path(json_path).is_dir():
+            return fail_input(InputError(f"--json needs a file name or '-', not {json_path!r}"))
+        kwargs["json_path"] = json_path
     return run_report(logs_dir=Path(logs), out_dir=Path(out) if out else None, baseline=baseline,
                       fail_on_outlier=fail_on_outlier, **kwargs)
 

@@ -5,14 +5,18 @@ Entry point (what ``invoke report`` calls)::
     run_report(logs_dir: Path = Path("logs"), out_dir: Path | None = None,
                baseline: str | None = None, outlier_pct: float = 15.0,
                regression_pct: float = 10.0, fail_on_outlier: bool = False,
-               terminal: remote.output.term.Terminal | None = None) -> int
+               terminal: remote.output.term.Terminal | None = None,
+               prometheus_path: Path | None = None, quarantine: tuple[int, int] = (2, 3),
+               json_path: str | None = None) -> int
 
 ``invoke report [--logs DIR] [--out DIR] [--baseline RUN-OR-HOST] [--threshold PCT]
-[--fail-on-outlier]`` maps to it; ``--threshold PCT`` sets both ``outlier_pct`` and
-``regression_pct`` (their defaults differ: 15 and 10).
+[--fail-on-outlier] [--prometheus FILE] [--quarantine K/N] [--json PATH]`` maps to it;
+``--threshold PCT`` sets both ``outlier_pct`` and ``regression_pct`` (their defaults differ:
+15 and 10); ``--json PATH`` writes flags.json's document there too ('-': on stdout, and the
+printed report on stderr).
 
 Returns the exit status: 0 normally; 1 when ``fail_on_outlier`` is set and something was
-flagged (a slow host *or* a regression); 2 on bad input (logs folder missing, ``baseline``
+flagged (a slow host, a regression, drift or a host to quarantine); 2 on bad input (logs folder missing, ``baseline``
 names no host or run), with a one-line message on stderr. Bad or unreadable log files are
 never an error: each is reported by file (and line) and skipped.
 
@@ -39,8 +43,9 @@ directory), files:
 
 - ``merged.csv``     row per model, column per ``host/run`` (``host/run/label`` when a run
                      has several head labels); ``;``-separated, header row, ``-`` = missing.
-- ``flags.json``     machine-readable: outliers, regressions, drift (up to 100 items per
-                     host), health, problems, thresholds.
+- ``flags.json``     machine-readable: quarantine (kind ``quarantine``), outliers,
+                     regressions, drift (up to 100 items per host), health, history (per
+                     host: counts, streak, flapping, timeline), problems, thresholds.
 - ``drift.csv``      every stack item that differs from the host's GPU group, row per host and
                      item (``;``-separated, header row); the printed report and report.html
                      give a host with more than 5 one line.
@@ -63,12 +68,16 @@ Definitions:
   run id (each host's run of that id), a host name (that host's latest run, for every other
   host) or ``HOST/RUN`` (that one run, for every host); a host name wins over a run id
   spelt the same.
+- History: every run folder of a host, oldest first; verdicts, streak, flapping, quarantine
+  and stack changes are defined in ``history``.
 - Columns are matched between runs by head label; two runs with one column each are compared
   whatever their labels are (a label may carry a version string).
 
 Modules, imports pointing down only (``collect`` <- ``analyse`` <- the outputs):
 
 - ``collect``  reads the log folders into runs and problems.
+- ``drift``    each host's stack manifest against its GPU group's.
+- ``history``  each host's runs over time: verdicts, streak, flapping, quarantine, stack changes.
 - ``analyse``  merges and compares them into one ``Report`` (``build_report``).
 - ``text``     the printed report (terminal and report.txt), through ``remote.output.term``.
 - ``export``   merged.csv and flags.json.
@@ -84,6 +93,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -93,6 +103,7 @@ from .analyse import BadInput, Report, build_report
 from .collect import parse_bench_log
 from .drift import DRIFT_CSV
 from .export import drift_csv, flags_json, table_csv
+from .history import QUARANTINE
 from .text import paint, render
 
 TEXT_WIDTH = 120  # report.txt's width: a wide terminal's, so its tables need few parts
@@ -109,13 +120,15 @@ def run_report(
     fail_on_outlier: bool = False,
     terminal: Terminal | None = None,
     prometheus_path: Path | None = None,
+    quarantine: tuple[int, int] = QUARANTINE,
+    json_path: str | None = None,
 ) -> int:
     """Build, print and write the report; return the exit status (see module docstring)."""
-    terminal = terminal or Terminal()
+    terminal = terminal or Terminal(sys.stderr if json_path == "-" else None)
     try:
         if outlier_pct < 0 or regression_pct < 0:
             raise BadInput("--threshold must be a percentage >= 0")
-        report = build_report(Path(logs_dir), baseline, outlier_pct, regression_pct)
+        report = build_report(Path(logs_dir), baseline, outlier_pct, regression_pct, quarantine)
     except BadInput as exc:
         print(f"report: {exc}", file=sys.stderr)
         return 2
@@ -127,12 +140,20 @@ def run_report(
         from .prometheus import write_prometheus  # prometheus_client only when asked
 
         try:
-            write_prometheus(prometheus_path, report.runs)
+            write_prometheus(prometheus_path, report.runs, report.history)
         except OSError as exc:
             print(f"report: cannot write {prometheus_path}: {exc.strerror or exc}",
                   file=sys.stderr)
             return 2
         paths["prometheus"] = prometheus_path
+    if json_path == "-":
+        sys.stdout.write(paths["json"].read_text(encoding="utf-8"))
+    elif json_path is not None:
+        try:
+            shutil.copyfile(paths["json"], json_path)
+        except OSError as exc:
+            print(f"report: cannot write {json_path}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     terminal.write(paint(render(report, terminal.width) + [
         [], [(f"Wrote {out_dir}/: " + ", ".join(p.name for p in paths.values()), "")]],
         terminal.color))

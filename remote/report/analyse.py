@@ -2,7 +2,7 @@
 peers), regressions (a run against the previous one or a baseline) and the health summary,
 gathered in one `Report`. Returns data, never prints.
 
-May import: `remote.errors`, `remote.runfolder`, `collect`, `drift`.
+May import: `remote.errors`, `remote.runfolder`, `collect`, `drift`, `history`.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from ..errors import InputError
 from ..runfolder import PROVISION_LOG
 from .collect import NO_RESULTS, Problem, Results, Run, check, collect, fmt_ms, get, num
 from .drift import Drift, find_drift
+from .history import QUARANTINE, HostHistory, find_history
 
 UNKNOWN_GPU = "unknown GPU"
 MAX_REGRESSION_LINES = 5  # more regressions than this on one host: one line for the host
@@ -168,6 +169,12 @@ class Report:
     health: list[HostHealth]
     notes: list[str]
     drift: Drift = field(default_factory=Drift)  # hosts whose stack differs from their group's
+    history: list[HostHistory] = field(default_factory=list)  # every host's runs, oldest first
+    quarantine: tuple[int, int] = QUARANTINE  # (K, N): failed K of its last N runs
+
+    @property
+    def quarantined(self) -> list[HostHistory]:
+        return [h for h in self.history if h.quarantined]
 
     @property
     def outliers(self) -> list[HostComparison]:
@@ -179,11 +186,12 @@ class Report:
 
     @property
     def flagged(self) -> bool:
-        return bool(self.outliers or self.regressions or self.drift.flags)
+        return bool(self.outliers or self.regressions or self.drift.flags or self.quarantined)
 
     def flag_lines(self) -> list[str]:
-        """One line per flag, slow hosts first: what an operator reads first."""
-        lines = [f"SLOW HOST {h.describe()}; {self.drift.note(h.host)}" for h in self.outliers]
+        """One line per flag, hosts to take out of service first: what an operator reads first."""
+        lines = [h.quarantine_line() for h in self.quarantined]
+        lines += [f"SLOW HOST {h.describe()}; {self.drift.note(h.host)}" for h in self.outliers]
         for comp in self.comparisons:
             regs = comp.regressions
             if len(regs) > MAX_REGRESSION_LINES:  # one line for the host, worst first
@@ -412,6 +420,7 @@ def build_report(
     baseline: str | None = None,
     outlier_pct: float = 15.0,
     regression_pct: float = 10.0,
+    quarantine: tuple[int, int] = QUARANTINE,
 ) -> Report:
     """Read, merge and compare; no output. Raises BadInput for a missing logs folder or
     a baseline that names nothing."""
@@ -428,6 +437,10 @@ def build_report(
     gpus = host_gpus(runs)
     drift = find_drift(logs_dir, {h: gpus.get(h, UNKNOWN_GPU) for h in os.listdir(logs_dir)})
     problems += drift.problems
+    hosts = [name for name in os.listdir(logs_dir) if not name.startswith(".")]
+    history, history_problems = find_history(logs_dir, runs, hosts, quarantine)
+    known = {str(p) for p in problems}  # drift reported the newest bad manifests already
+    problems += [p for p in history_problems if str(p) not in known]
     comparisons = find_regressions(runs, regression_pct, baseline)
     notes = []
     if unvalidated:
@@ -453,6 +466,6 @@ def build_report(
         outlier_pct=outlier_pct, regression_pct=regression_pct, baseline=baseline,
         runs=runs, problems=problems, table=merge_table(runs), groups=groups,
         fleet=fleet, comparisons=comparisons, health=health_summary(runs), notes=notes,
-        drift=drift,
+        drift=drift, history=history, quarantine=quarantine,
     )
 

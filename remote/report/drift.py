@@ -94,8 +94,7 @@ class Drift:
             if len(mine) <= MAX_DRIFT_LINES:
                 out += [f.describe() for f in mine]
                 continue
-            first = sorted(mine, key=lambda f: (_WHAT_ORDER.get(f.what, len(_WHAT_ORDER)),
-                                                f.name))[:EXAMPLES]
+            first = sorted(mine, key=lambda f: item_order((f.what, f.name)))[:EXAMPLES]
             out.append(f"DRIFT {host}: {len(mine)} stack items differ from its GPU group's "
                        f"({mine[0].hosts} hosts), run {mine[0].run_id}: "
                        + "; ".join(f.example() for f in first)
@@ -141,6 +140,20 @@ def _folders(path: Path, problems: list[Problem]) -> list[Path]:
         return []
 
 
+def item_order(key: tuple[str, str]) -> tuple[int, str]:
+    """The order a host's items are named in: components first, then packages, then apt."""
+    what, name = key
+    return _WHAT_ORDER.get(what, len(_WHAT_ORDER)), name
+
+
+def read_stack(path: Path) -> tuple[dict[tuple[str, str], str] | None, Problem | None]:
+    """A stack.json's items; None and the problem when it is not a readable manifest."""
+    try:
+        return items(parse(_read(path))), None
+    except (ManifestError, OSError) as exc:
+        return None, Problem(str(path), f"stack manifest skipped: {exc}")
+
+
 def latest_stacks(logs_dir: Path) -> tuple[dict[str, HostStack], list[Problem]]:
     """Each host's latest run with a readable manifest."""
     stacks: dict[str, HostStack] = {}
@@ -150,12 +163,11 @@ def latest_stacks(logs_dir: Path) -> tuple[dict[str, HostStack], list[Problem]]:
             path = run_dir / STACK_MANIFEST
             if not path.exists() and not path.is_symlink():
                 continue
-            try:
-                manifest = parse(_read(path))
-            except (ManifestError, OSError) as exc:
-                problems.append(Problem(str(path), f"stack manifest skipped: {exc}"))
+            stack, problem = read_stack(path)
+            if stack is None:
+                problems += [problem] if problem else []
                 continue
-            stacks[host_dir.name] = HostStack(host_dir.name, run_dir.name, items(manifest))
+            stacks[host_dir.name] = HostStack(host_dir.name, run_dir.name, stack)
             break
     return stacks, problems
 

@@ -1,9 +1,9 @@
 """The machine-readable outputs: ``merged.csv`` (row per model, column per host/run),
 ``drift.csv`` (every stack item flagged, row per host and item) and ``flags.json`` (what was
 flagged, and everything it was decided from; of each host's drift, the first
-`DRIFT_DETAIL` items).
+`DRIFT_DETAIL` items; each host's history, and the hosts to quarantine).
 
-May import: `analyse`, `collect`, `drift`.
+May import: `analyse`, `collect`, `drift`, `history`.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any
 from .analyse import ModelRatio, Report, Table
 from .collect import MISSING
 from .drift import DRIFT_CSV, Drift
+from .history import FLAP_CHANGES, FLAP_WINDOW, HostHistory
 
 # Drift items per host in flags.json: every item of an ordinary drift (a torch upgrade by hand
 # changes a few dozen wheels) and a bound on a host whose whole stack differs (5,000 packages
@@ -73,6 +74,19 @@ def _drift_json(drift: Drift) -> dict[str, Any]:
     return {"drift": listed, "drift_hosts": hosts}
 
 
+def history_json(history: HostHistory) -> dict[str, Any]:
+    """One host's history: its counts, streak, flapping, quarantine and timeline."""
+    verdict, count = history.streak
+    return {"host": history.host, "runs": history.runs, "passes": history.passes,
+            "failures": len(history.failures), "first_failure": history.first_failure,
+            "last_failure": history.last_failure,
+            "streak": {"verdict": verdict, "runs": count},
+            "flapping": history.flapping, "flap_changes": history.flap_changes,
+            "quarantined": history.quarantined,
+            "timeline": [{"run": m.run_id, "verdict": m.verdict,
+                          "stack_change": m.stack_change or None} for m in history.timeline]}
+
+
 def flags_json(report: Report) -> dict[str, Any]:
     def ratio(r: ModelRatio, ref_name: str) -> dict[str, Any]:
         return {"model": r.model, "label": r.label, "ms": r.value, ref_name: r.reference,
@@ -84,9 +98,17 @@ def flags_json(report: Report) -> dict[str, Any]:
         "logs_dir": str(report.logs_dir),
         "thresholds": {"outlier_pct": report.outlier_pct,
                        "regression_pct": report.regression_pct},
+        "history_rules": {"quarantine": {"failed": report.quarantine[0],
+                                         "of_last_runs": report.quarantine[1]},
+                          "flapping": {"changes": FLAP_CHANGES, "of_last_runs": FLAP_WINDOW}},
         "baseline": report.baseline,
         "flagged": report.flagged,
         "flags": report.flag_lines(),
+        "quarantine": [
+            {"kind": "quarantine", "host": h.host, "failed": h.recent_failures,
+             "of_last_runs": min(report.quarantine[1], h.runs), "last_failure": h.last_failure}
+            for h in report.quarantined
+        ],
         "outliers": [
             {"host": h.host, "run": h.run_id, "gpu": h.gpu, "peers": h.peers,
              "typical_pct": round(h.typical_pct or 0.0, 3), "models": len(h.ratios),
@@ -120,6 +142,7 @@ def flags_json(report: Report) -> dict[str, Any]:
         "stacks": {h: s.run_id for h, s in report.drift.stacks.items()},
         "problems": [asdict(p) for p in report.problems],
         "notes": report.notes,
+        "history": [history_json(h) for h in report.history],
         "runs": [{"host": r.host, "run": r.run_id, "source": r.source,
                   "gpu": r.gpu_name} for r in report.runs],
     }

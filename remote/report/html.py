@@ -1,11 +1,13 @@
 """The HTML page: ``write_html(report, path, images)`` writes one self-contained page (inline
 CSS, the PNGs as base64 data: URIs, no script, no external reference) with the flags first,
-then bad logs, the merged table, the pictures, the fleet comparison and the health summary.
+then bad logs, each host's history (a timeline of its runs: a cell per run, coloured by its
+verdict, the run id and any stack change on hover), the merged table, the pictures, the fleet
+comparison and the health summary.
 Every value is escaped by Jinja2's autoescape, and what would not show as itself (control
 characters, bidirectional overrides and marks, lone surrogates) is shown as its escape
 (``\\u202e``), so a version from a host cannot display as another.
 
-May import: `remote.output.term`, `analyse`, `collect`.
+May import: `remote.output.term`, `analyse`, `collect`, `history`.
 """
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ from jinja2 import Environment, Undefined
 from ..output.term import escaped
 from .analyse import Report, SpecFigure, has_label
 from .collect import MISSING, fmt_ms
+from .history import FLAP_CHANGES, FLAP_WINDOW
+
+TIMELINE_CELLS = 200  # a host's latest runs drawn; the earlier ones counted
 
 
 def data_uri(path: Path) -> str:
@@ -52,6 +57,9 @@ td.slow { background: #fdecea; }
 table.merged th { font-size: 12px; white-space: nowrap; }
 table.merged th .small { font-size: 11px; font-weight: normal; }
 td { vertical-align: top; } .nowrap { white-space: nowrap; }
+.tl { display: inline-block; width: 9px; height: 16px; margin-right: 1px; vertical-align: middle; }
+.tl.pass { background: #2ca02c; } .tl.fail { background: #d62728; } .tl.none { background: #ccc; }
+.tl.stack { border-left: 3px solid #1f4fd6; }
 img { max-width: 100%; border: 1px solid #ddd; margin: 6px 0; }
 </style></head><body>
 <h1>gpuprov benchmark report</h1>
@@ -70,6 +78,24 @@ vs GPU-group peers &middot; regression: &gt; {{ '%g' % r.regression_pct }}% vs
 <div class="problems"><ul>
 {% for p in r.problems %}<li>{{ p }}</li>
 {% endfor %}</ul></div>{% endif %}
+
+{% if r.history %}<h2 id="history">History</h2>
+<div class="scroll"><table class="history"><thead><tr><th>host</th><th>runs</th><th>passed</th><th>failed</th>
+<th>streak</th><th>first / last failure</th><th>state</th><th>timeline (oldest first)</th></tr></thead><tbody>
+{% for h in r.history %}{% set streak = h.streak %}<tr><td class="nowrap">{{ h.host }}</td>
+<td class="num">{{ h.runs }}</td><td class="num">{{ h.passes }}</td>
+<td class="num{{ ' bad' if h.failures else '' }}">{{ h.failures|length }}</td>
+<td class="nowrap">{% if streak[1] %}{{ streak[1] }} {{ streak[0] }}{% else %}-{% endif %}</td>
+<td class="small nowrap">{% if h.failures %}{{ h.first_failure }}<br>{{ h.last_failure }}{% else %}-{% endif %}</td>
+<td class="nowrap">{% if h.quarantined %}<span class="tag">QUARANTINE</span> {% endif %}{% if h.flapping %}<span class="tag">FLAPPING</span>{% endif %}{% if not h.quarantined and not h.flapping %}-{% endif %}</td>
+<td class="nowrap">{% set shown = h.timeline[-cells:] %}{% if h.timeline|length > shown|length %}<span class="small">{{ h.timeline|length - shown|length }} earlier &hellip; </span>{% endif %}
+{% for m in shown %}<span class="tl {{ m.verdict }}{{ ' stack' if m.stack_change else '' }}" title="{{ m.run_id }}: {{ m.verdict }}{% if m.stack_change %}; stack changed: {{ m.stack_change }}{% endif %}"></span>{% endfor %}
+{% for m in shown if m.stack_change %}<div class="small">stack changed in {{ m.run_id }}: {{ m.stack_change }}</div>{% endfor %}</td></tr>
+{% endfor %}</tbody></table></div>
+<p class="small">A cell per run: green passed, red failed, grey no verdict (no readable
+results.json); a blue left edge: the host's stack changed since its previous manifest.
+Flapping: at least {{ flap[0] }} changes between pass and fail in its last {{ flap[1] }} runs;
+quarantine: failed {{ r.quarantine[0] }} of its last {{ r.quarantine[1] }} runs.</p>{% endif %}
 
 <h2 id="table">Batch-1 latency, ms</h2>
 {% if t.columns %}<div class="scroll"><table class="merged"><thead><tr><th>model</th>
@@ -154,7 +180,8 @@ def write_html(report: Report, path: Path, images: dict[str, Path]) -> Path:
         r=report, t=report.table, flags=report.flag_lines(),
         hosts=len({run.host for run in report.runs}),
         slow={h.host: h.run_id for h in report.outliers},
-        regressed=regressed, missing=MISSING, ms=fmt_ms, spec=_spec, labelled=has_label,
+        regressed=regressed, missing=MISSING, cells=TIMELINE_CELLS,
+        flap=(FLAP_CHANGES, FLAP_WINDOW), ms=fmt_ms, spec=_spec, labelled=has_label,
         images=[(name, data_uri(p)) for name, p in images.items()],
     )
     Path(path).write_text(html, encoding="utf-8")

@@ -1,23 +1,26 @@
 """`gpuprov report --prometheus PATH`: each host's latest verdicts and bench figures in the
 Prometheus text format that node_exporter's textfile collector reads
 (https://github.com/prometheus/node_exporter#textfile-collector): point PATH at a `*.prom`
-file in its `--collector.textfile.directory`. Written with prometheus_client's
+file in its `--collector.textfile.directory`. Each host with a history also gets
+`gpuprov_host_quarantined` (1 when it failed K of its last N runs; `history`) and its run
+and failure counts, so an alert can take it out of service. Written with prometheus_client's
 CollectorRegistry and write_to_textfile, which writes a temporary file and renames it, so the
 collector never reads half a file. Metric names follow https://prometheus.io/docs/practices/naming/
 (base units: seconds). What a log says is untrusted: label values are whatever the text is
 (prometheus_client escapes them), numbers that are not finite are left out.
 
-May import: `remote.report.collect`, prometheus_client.
+May import: `remote.report.collect`, `remote.report.history`, prometheus_client.
 """
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
 from .collect import Run, num
+from .history import HostHistory
 
 STATUSES = ("pass", "fail", "skip")  # validate/core.py: PASS, FAIL, SKIP
 
@@ -36,9 +39,21 @@ def _finite(value: Any) -> Optional[float]:
     return number if number is not None and math.isfinite(number) else None
 
 
-def registry_for(runs: list[Run]) -> CollectorRegistry:
-    """The metrics of `runs` (collect's runs) in a registry of their own."""
+def registry_for(runs: list[Run], history: Iterable[HostHistory] = ()) -> CollectorRegistry:
+    """The metrics of `runs` (collect's runs) and of each host's `history`, in a registry of
+    their own."""
     registry = CollectorRegistry()
+    quarantined = Gauge("gpuprov_host_quarantined", "1 when the host failed K of its last N "
+                        "runs (gpuprov report --quarantine K/N, default 2/3), else 0",
+                        ["host"], registry=registry)
+    run_count = Gauge("gpuprov_host_runs", "the host's runs with a verdict under logs/",
+                      ["host"], registry=registry)
+    failure_count = Gauge("gpuprov_host_failed_runs", "the host's failed runs under logs/",
+                          ["host"], registry=registry)
+    for record in history:
+        quarantined.labels(record.host).set(1 if record.quarantined else 0)
+        run_count.labels(record.host).set(record.runs)
+        failure_count.labels(record.host).set(len(record.failures))
     valid = Gauge("gpuprov_validation_ok", "1 when the host's latest validation passed, else 0",
                   ["host", "run"], registry=registry)
     passed = Gauge("gpuprov_check_passed", "1 when the check passed in the host's latest "
@@ -83,6 +98,6 @@ def registry_for(runs: list[Run]) -> CollectorRegistry:
     return registry
 
 
-def write_prometheus(path: Path, runs: list[Run]) -> None:
-    """Write the metrics of `runs` to `path` (atomically, by prometheus_client)."""
-    write_to_textfile(str(path), registry_for(runs))
+def write_prometheus(path: Path, runs: list[Run], history: Iterable[HostHistory] = ()) -> None:
+    """Write the metrics of `runs` and `history` to `path` (atomically, by prometheus_client)."""
+    write_to_textfile(str(path), registry_for(runs, history))

@@ -5,7 +5,7 @@ fleet, health, and the merged table split into parts that fit the width.
 asked for (a terminal), and every string made printable on the way, so a name or a message
 from a host's log can never drive the terminal or forge lines of the report.
 
-May import: `remote.output.term`, `analyse`, `collect`.
+May import: `remote.output.term`, `analyse`, `collect`, `history`.
 """
 from __future__ import annotations
 
@@ -15,11 +15,14 @@ from ..output.term import cells, printable_line
 from ..output.term import paint as paint_text
 from .analyse import SPEC_KEYS, CheckRow, Column, HostHealth, Report, SpecFigure, has_label
 from .collect import MISSING, fmt_ms
+from .history import FAIL, PASS, HostHistory
 
 Segment = Tuple[str, str]  # (text, style); style "" or a style of remote.output.term
 Line = List[Segment]
 
 LATENCY_TITLE = "Batch-1 latency, ms (row per model, column per host/run)"
+TIMELINE_RUNS = 30  # a failing host's latest runs drawn on its detail line
+TIMELINE_SIGNS = {PASS: "P", FAIL: "F"}  # any other verdict: "." (no verdict)
 
 
 def paint(lines: list[Line], color: bool) -> str:
@@ -51,6 +54,9 @@ def render(report: Report, width: int) -> list[Line]:
     if report.fleet:
         lines += [[], [("Fleet: latest run vs GPU-group peers", "")]]
         lines += _fleet_table(report)
+    if report.history:
+        lines += [[], [("History (every run per host; hosts with failures in detail)", "")]]
+        lines += _history_table(report.history)
     if report.health:
         lines += [[], [("Health (latest results.json per host)", "")]]
         lines += _health_table(report)
@@ -159,6 +165,30 @@ def _health_table(report: Report) -> list[Line]:
             what = " (required: not validated)" if required else " (optional)"
             lines.append([(f"  {h.host}: SKIPPED {', '.join(names)}{what}"
                            + (f": {reason}" if reason else ""), "yellow" if required else "")])
+    return lines
+
+
+def _history_table(history: list[HostHistory]) -> list[Line]:
+    rows: list[list[Line]] = []
+    for h in history:
+        verdict, count = h.streak
+        state = ("QUARANTINE " if h.quarantined else "") + ("FLAPPING" if h.flapping else "")
+        rows.append([[(h.host, "")], [(str(h.runs), "")], [(str(h.passes), "")],
+                     [(str(len(h.failures)), "bold red" if h.failures else "")],
+                     [(f"{count} {verdict}" if count else MISSING, "")],
+                     [(state.strip() or "-", "bold red" if state else "")]])
+    lines = plain_table(["host", "runs", "passed", "failed", "streak", "state"], rows,
+                        right={1, 2, 3})
+    for h in (h for h in history if h.failures):
+        shown = h.timeline[-TIMELINE_RUNS:]
+        signs = "".join(("|" if m.stack_change else "") + TIMELINE_SIGNS.get(m.verdict, ".")
+                        for m in shown)
+        earlier = len(h.timeline) - len(shown)
+        lines.append([(f"  {h.host}: {h.summary()}", "red" if h.quarantined else "")])
+        lines.append([(f"    timeline (oldest first{f', {earlier} earlier runs not shown' if earlier else ''};"
+                       f" P pass, F fail, . no verdict, | stack changed): {signs}", "")])
+        lines += [[(f"    stack changed in {m.run_id}: {m.stack_change}", "dim")]
+                  for m in shown if m.stack_change]
     return lines
 
 

@@ -1,0 +1,199 @@
+"""Each host's history: every run of it under ``logs/<host>/``, oldest first, with its verdict
+and whether its stack changed since the run before.
+
+Definitions (what the report, flags.json and the Prometheus file say):
+
+- A run's verdict comes from its results.json (read by `collect`): ``pass`` when ``ok`` is
+  true and at least one check ran, ``fail`` otherwise. A run without a readable results.json
+  has no verdict (``none``: provisioning only, benchmark logs only, or a hostile file, which
+  `collect` reports as a problem of that host): it is on the timeline and counts in nothing
+  else. A host with neither a verdict nor a stack manifest has no history.
+- runs, passes, failures: over the runs with a verdict; first and last failure: run ids.
+- The current streak: how many of the latest runs with a verdict had the latest one's.
+- Flapping: at least `FLAP_CHANGES` changes between pass and fail among the host's last
+  `FLAP_WINDOW` runs with a verdict (pass, fail, pass, fail is flapping).
+- Quarantine: at least K of the host's last N runs with a verdict failed (default 2 of 3,
+  NVSentinel#127; ``--quarantine K/N``). A host with fewer than N runs is judged on those.
+- A stack change: the run's stack.json (remote/stack/manifest.py) differs from the one of the
+  host's latest earlier run that has one; the timeline names the items, components first.
+  A bad manifest is a problem of that host and skipped.
+
+May import: `remote.errors`, `remote.runfolder`, `collect`, `drift`.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import InputError
+from ..runfolder import STACK_MANIFEST
+from .collect import Problem, Run
+from .drift import NOT_INSTALLED, item_order, read_stack
+
+PASS, FAIL, NONE = "pass", "fail", "none"
+FLAP_WINDOW = 6   # runs with a verdict looked at for flapping
+FLAP_CHANGES = 3  # pass<->fail changes among them that make a host flapping
+QUARANTINE = (2, 3)  # (K, N): failed K of its last N runs (NVSentinel#127, issue 34)
+MAX_QUARANTINE_RUNS = 1000  # N above this is no policy but a typo
+CHANGES_NAMED = 3  # stack items named on a timeline cell; the rest counted
+
+
+@dataclass
+class Mark:
+    """One run on a host's timeline."""
+
+    run_id: str
+    verdict: str  # PASS, FAIL or NONE
+    stack_change: str = ""  # what changed since the previous manifest ("" when nothing)
+
+
+@dataclass
+class HostHistory:
+    host: str
+    timeline: list[Mark] = field(default_factory=list)
+    quarantine: tuple[int, int] = QUARANTINE
+
+    @property
+    def judged(self) -> list[Mark]:
+        return [m for m in self.timeline if m.verdict != NONE]
+
+    @property
+    def runs(self) -> int:
+        return len(self.judged)
+
+    @property
+    def passes(self) -> int:
+        return sum(m.verdict == PASS for m in self.judged)
+
+    @property
+    def failures(self) -> list[str]:
+        return [m.run_id for m in self.judged if m.verdict == FAIL]
+
+    @property
+    def first_failure(self) -> str | None:
+        return self.failures[0] if self.failures else None
+
+    @property
+    def last_failure(self) -> str | None:
+        return self.failures[-1] if self.failures else None
+
+    @property
+    def streak(self) -> tuple[str, int]:
+        """(verdict, how many of the latest runs had it); (NONE, 0) without a verdict."""
+        judged = self.judged
+        if not judged:
+            return NONE, 0
+        last, count = judged[-1].verdict, 0
+        for mark in reversed(judged):
+            if mark.verdict != last:
+                break
+            count += 1
+        return last, count
+
+    @property
+    def flap_changes(self) -> int:
+        window = [m.verdict for m in self.judged[-FLAP_WINDOW:]]
+        return sum(a != b for a, b in zip(window, window[1:]))
+
+    @property
+    def flapping(self) -> bool:
+        return self.flap_changes >= FLAP_CHANGES
+
+    @property
+    def recent_failures(self) -> list[str]:
+        """The failed runs among the last N with a verdict."""
+        return [m.run_id for m in self.judged[-self.quarantine[1]:] if m.verdict == FAIL]
+
+    @property
+    def quarantined(self) -> bool:
+        return len(self.recent_failures) >= self.quarantine[0]
+
+    @property
+    def stack_changes(self) -> list[Mark]:
+        return [m for m in self.timeline if m.stack_change]
+
+    def quarantine_line(self) -> str:
+        k, n = self.quarantine
+        recent = min(n, self.runs)
+        return (f"QUARANTINE {self.host}: failed {len(self.recent_failures)} of its last "
+                f"{recent} run{'s' if recent != 1 else ''} (limit {k} of {n}): "
+                + ", ".join(self.recent_failures))
+
+    def summary(self) -> str:
+        """The host's history in one line."""
+        verdict, count = self.streak
+        text = (f"{self.runs} run{'s' if self.runs != 1 else ''}, {self.passes} passed, "
+                f"{len(self.failures)} failed; "
+                + (f"streak {count} {verdict}" if count else "no verdict yet"))
+        if self.failures:
+            text += f"; first failure {self.first_failure}, last {self.last_failure}"
+        if self.flapping:
+            text += f"; FLAPPING ({self.flap_changes} changes in its last {FLAP_WINDOW} runs)"
+        if self.quarantined:
+            text += "; QUARANTINE"
+        return text
+
+
+def parse_quarantine(text: str) -> tuple[int, int]:
+    """``K/N`` as (K, N), 1 <= K <= N <= MAX_QUARANTINE_RUNS; InputError otherwise."""
+    match = re.fullmatch(r"\s*(\d{1,4})\s*/\s*(\d{1,4})\s*", text)
+    if match:
+        k, n = int(match.group(1)), int(match.group(2))
+        if 1 <= k <= n <= MAX_QUARANTINE_RUNS:
+            return k, n
+    raise InputError(f"--quarantine must be K/N (failed K of the last N runs, "
+                     f"1 <= K <= N <= {MAX_QUARANTINE_RUNS}), not {text!r}")
+
+
+def verdict(run: Run) -> str:
+    if run.results is None:
+        return NONE
+    ok, checks = run.results.get("ok"), run.results.get("checks")
+    return PASS if ok is True and checks else FAIL
+
+
+def describe_change(before: dict[tuple[str, str], str], after: dict[tuple[str, str], str]) -> str:
+    """What differs between two manifests' items, components first: 'driver 580 -> 590; ...'."""
+    changed = sorted((key for key in set(before) | set(after) if before.get(key) != after.get(key)),
+                     key=item_order)
+    named = [f"{what} {name} ".lstrip() if name else f"{what} " for what, name in changed]
+    parts = [f"{label}{before.get(key, NOT_INSTALLED)} -> {after.get(key, NOT_INSTALLED)}"
+             for label, key in zip(named, changed)][:CHANGES_NAMED]
+    more = len(changed) - len(parts)
+    return "; ".join(parts) + (f"; {more} more" if more > 0 else "")
+
+
+def find_history(logs_dir: Path, runs: list[Run], hosts: list[str],
+                 quarantine: tuple[int, int] = QUARANTINE) -> tuple[list[HostHistory], list[Problem]]:
+    """The history of each of `hosts` (folders under `logs_dir`): its run folders in run-id
+    order, each with a verdict (from `runs`, collect's) and a stack change."""
+    by_key = {(r.host, r.run_id): r for r in runs}
+    problems: list[Problem] = []
+    out: list[HostHistory] = []
+    for host in sorted(hosts):
+        history = HostHistory(host, quarantine=quarantine)
+        try:
+            run_ids = sorted(p.name for p in (Path(logs_dir) / host).iterdir()
+                             if p.is_dir() and not p.name.startswith("."))
+        except OSError:
+            continue  # collect reports a folder it cannot list
+        previous: dict[tuple[str, str], str] | None = None
+        manifests = 0
+        for run_id in run_ids:
+            run = by_key.get((host, run_id))
+            mark = Mark(run_id, verdict(run) if run else NONE)
+            path = Path(logs_dir) / host / run_id / STACK_MANIFEST
+            if path.exists() or path.is_symlink():
+                manifests += 1
+                stack, problem = read_stack(path)
+                if problem is not None:
+                    problems.append(problem)
+                elif stack is not None:
+                    if previous is not None and stack != previous:
+                        mark.stack_change = describe_change(previous, stack)
+                    previous = stack
+            history.timeline.append(mark)
+        if history.runs or manifests:  # a folder of benchmark logs alone has no history
+            out.append(history)
+    return out, problems
