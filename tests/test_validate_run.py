@@ -21,7 +21,8 @@ from validate.core import CHECK_NAMES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = ["resnet18", "mobilenet_v3_small"]
-RESULT_KEYS = {"schema", "tool", "version", "started", "elapsed_s", "ok", "action", "deferred_action", "options", "host", "checks"}
+RESULT_KEYS = {"schema", "tool", "version", "started", "elapsed_s", "ok", "action", "deferred_action", "options",
+               "host", "checks"}
 HOST_KEYS = {"hostname", "os", "kernel", "arch", "python", "cpu", "cpus", "memory_gib", "gpu_name",
              "gpu_count", "driver", "torch", "torchvision", "cuda", "device"}
 CHECK_KEYS = {"name", "status", "required", "reason", "elapsed_s", "figures", "artefacts", "action", "findings",
