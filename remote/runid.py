@@ -11,7 +11,8 @@ from datetime import datetime, timezone
 
 # e.g. 20261122T055742.123Z-14af: sorts by time to the millisecond (runs can be that quick),
 # plus a short random suffix so two controllers never collide.
-RUN_ID = re.compile(r"\A[0-9]{8}T[0-9]{6}\.[0-9]{3}Z-[0-9a-f]{4}\Z")
+RUN_ID_TEXT = r"[0-9]{8}T[0-9]{6}\.[0-9]{3}Z-[0-9a-f]{4}"
+RUN_ID = re.compile(rf"\A{RUN_ID_TEXT}\Z")
 
 
 def new_run_id() -> str:

@@ -327,3 +327,42 @@ def test_logs_of_a_cluster_says_where_its_nodes_logs_are(tmp_path):
     assert result.out.strip() == (
         "hpc1: a Slurm cluster: each `gpuprov validate --host hpc1` brings its nodes' results "
         "home (logs/<node>/<run>/); nothing to pull from the login node")
+
+
+# Issue 30/31 (an admin's drain is never undone): a drain is gpuprov's own only when its
+# reason has the shape gpuprov writes, not when it merely starts with the word.
+OWN_REASONS = [
+    ("gpuprov 20261125T092000.000Z-ab12: system: nvidia-smi not found", True),
+    ("gpuprov health: sick [action: reboot the node]: Xid 79", True),
+    ("gpuprov found fan 3 bad, do not resume", False),
+    ("gpuprov: maintenance", False),
+    ("gpuprov 2026: old", False),
+    ("admin: gpuprov 20261125T092000.000Z-ab12: system", False),
+]
+
+
+@pytest.mark.parametrize("reason, ours", OWN_REASONS)
+def test_only_a_reason_of_gpuprovs_own_shape_makes_the_drain_its_own(reason, ours):
+    listing = {"nodes": [{"name": "n1", "state": "IDLE", "state_flags": ["DRAIN"],
+                          "reason": reason, "partitions": ["debug"]}]}
+    node = parse_nodes(json.dumps(listing))["n1"]
+    assert node.drained and node.drained_by_gpuprov is ours
+    plan = plan_nodes({"n1": node}, "debug", None, resume_passed=True)
+    assert [n.name for n in plan.resume] == (["n1"] if ours else [])
+
+
+@pytest.mark.parametrize("reason, ours", OWN_REASONS + [("", True)])
+def test_the_drain_command_overwrites_only_gpuprovs_own_reasons(tmp_path, reason, ours):
+    """The drain command's shell rule agrees with the Python one: run by a real sh, with
+    `scontrol` a function that shows the held reason as 22.05 does and records an update."""
+    record = tmp_path / "updated"
+    stub = (f"scontrol() {{ if [ \"$1\" = show ]; then printf '   Reason=%s [root@2026-11-27T00:00:00]\\n' "
+            f"'{reason}'; else echo \"$@\" > {record}; fi; }}\n")
+    if not reason:
+        stub = f"scontrol() {{ if [ \"$1\" = show ]; then :; else echo \"$@\" > {record}; fi; }}\n"
+    done = subprocess.run(["sh", "-c", stub + gate.drain_command("n1", "gpuprov 20261127T000000.000Z-0000: x")],
+                          capture_output=True, text=True)
+    assert (done.returncode == 0) is ours, done.stdout + done.stderr
+    assert record.exists() is ours
+    if not ours:
+        assert done.stdout.startswith("left alone, drained by someone else meanwhile: ")

@@ -3,8 +3,8 @@ and hold nodes in a reservation while they are validated.
 
 A reason reads `gpuprov <run>: <check>: <finding and action>`, e.g.
 `gpuprov 20261125T093000.123Z-ab12: system: nvidia-smi not found (no NVIDIA driver installed?)`.
-The `gpuprov ` prefix is how a later run knows the drain as its own (nodes.GPUPROV_PREFIX);
-a node drained with any other reason is never touched.
+That shape is how a later run knows the drain as its own (nodes.GPUPROV_REASON); a node
+drained with any other reason is never touched, one whose reason merely starts "gpuprov" included.
 
 Taking a drained node back without letting users' jobs onto it first: Slurm starts no job on a
 drained node, not even root's (srun: "Required node not available (down, drained or
@@ -100,6 +100,11 @@ def parse_each_node(out: str) -> dict[str, tuple[int, str]]:
     return result
 
 
+# nodes.GPUPROV_REASON as a `case` pattern: the health check's reasons, and a run's (a run id
+# starts with its 8-digit date and a T).
+_OURS_GLOB = "'gpuprov health: '*|'gpuprov '" + "[0-9]" * 8 + "T*"
+
+
 def drain_command(node: str, reason: str) -> str:
     """Drain `node` with `reason`, unless someone else drained it meanwhile (an admin during
     the run): a reason that is not gpuprov's is never overwritten, as LBNL NHC does not
@@ -108,7 +113,7 @@ def drain_command(node: str, reason: str) -> str:
     gpuprov's. Such a node is left alone: the command says so and fails."""
     node_q = shlex.quote(node)
     return (f"held=$(scontrol show node {node_q} | sed -n 's/^ *Reason=//p'); "
-            f"case \"$held\" in ''|{shlex.quote(GPUPROV_PREFIX)}*) "
+            f"case \"$held\" in ''|{_OURS_GLOB}) "
             f"scontrol update nodename={node_q} state=drain reason={shlex.quote(reason)};; "
             f"*) echo \"left alone, drained by someone else meanwhile: $held\"; false;; esac")
 
