@@ -192,6 +192,26 @@ def test_malformed_lines_and_empty_file_are_skipped_with_a_message(tmp_path):
     assert not any(h.startswith("broken/") for h in header)
 
 
+def test_a_log_of_twenty_thousand_bad_lines_shows_five_and_a_count(tmp_path):
+    """One host's bench_torch.log of 20,000 bad lines printed 20,000 problem lines on the
+    terminal, in report.txt and in report.html, burying the other hosts' problems. Each file
+    now shows its first five and how many more; flags.json keeps every one."""
+    logs = tmp_path / "logs"
+    write_run(logs, "good", "r1", seed_log(BASE), results_json(A100))
+    write_run(logs, "flood", "r1", seed_log(BASE) + "#resnet18;fast\n" * 20_000, results_json(A100))
+    (write_run(logs, "other", "r1", results_json(A100)) / "bench_torch.log").write_text("")
+    rc, text, out = report_of(logs, tmp_path)
+    problems = text.split("SKIPPED / BAD LOGS (20001)", 1)[1].split("\n\n", 1)[0]
+    flood = "flood/r1/bench_torch.log"
+    assert problems.count(f"{flood}:") == 6, problems[:2000]
+    assert f"{flood}: 19995 more problems in this file (every one in flags.json)" in problems
+    assert "other/r1/bench_torch.log: empty file: skipped" in problems
+    page = (out / "report.html").read_text()
+    assert page.count(f"{flood}:") == 6
+    assert (out / "report.txt").read_text().count(f"{flood}:") == 6
+    assert len(json.loads((out / "flags.json").read_text())["problems"]) == 20_001
+
+
 def test_unreadable_and_odd_files_never_crash(tmp_path):
     logs = tmp_path / "logs"
     write_run(logs, "good", "r1", seed_log(BASE))

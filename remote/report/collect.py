@@ -45,6 +45,30 @@ class Problem:
         return f"{where}: {self.message}"
 
 
+# A reader sees each file's first few problems; flags.json keeps every one. A bench_torch.log of
+# 20,000 bad lines printed 20,000 problem lines, burying every other host's (issue 31, item 8's
+# rule for DRIFT, applied to bad logs).
+PROBLEMS_SHOWN_PER_FILE = 5
+
+
+def problems_shown(problems: list[Problem], per_file: int = PROBLEMS_SHOWN_PER_FILE) -> list[str]:
+    """The problems as a reader's lines: each file's first `per_file`, then one line with how
+    many more that file had."""
+    total: dict[str, int] = {}
+    for p in problems:
+        total[p.path] = total.get(p.path, 0) + 1
+    seen: dict[str, int] = {}
+    out = []
+    for p in problems:
+        seen[p.path] = n = seen.get(p.path, 0) + 1
+        if n <= per_file:
+            out.append(str(p))
+        elif n == per_file + 1:
+            out.append(f"{p.path}: {total[p.path] - per_file} more problems in this file "
+                       "(every one in flags.json)")
+    return out
+
+
 @dataclass
 class Run:
     host: str

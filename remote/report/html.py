@@ -19,7 +19,7 @@ from jinja2 import Environment, Undefined
 
 from ..output.term import escaped
 from .analyse import Report, SpecFigure, has_label
-from .collect import MISSING, fmt_ms
+from .collect import MISSING, fmt_ms, problems_shown
 from .history import FLAP_CHANGES, FLAP_WINDOW
 
 TIMELINE_CELLS = 200  # a host's latest runs drawn; the earlier ones counted
@@ -76,7 +76,7 @@ vs GPU-group peers &middot; regression: &gt; {{ '%g' % r.regression_pct }}% vs
 
 {% if r.problems %}<h2 id="problems">Skipped / bad logs ({{ r.problems|length }})</h2>
 <div class="problems"><ul>
-{% for p in r.problems %}<li>{{ p }}</li>
+{% for p in problems %}<li>{{ p }}</li>
 {% endfor %}</ul></div>{% endif %}
 
 {% if r.history %}<h2 id="history">History</h2>
@@ -177,7 +177,7 @@ def write_html(report: Report, path: Path, images: dict[str, Path]) -> Path:
         for c, r in report.regressions
     }
     html = env.from_string(_TEMPLATE).render(
-        r=report, t=report.table, flags=report.flag_lines(),
+        r=report, t=report.table, flags=report.flag_lines(), problems=problems_shown(report.problems),
         hosts=len({run.host for run in report.runs}),
         slow={h.host: h.run_id for h in report.outliers},
         regressed=regressed, missing=MISSING, cells=TIMELINE_CELLS,

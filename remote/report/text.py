@@ -14,7 +14,7 @@ from typing import List, Tuple
 from ..output.term import cells, printable_line
 from ..output.term import paint as paint_text
 from .analyse import SPEC_KEYS, CheckRow, Column, HostHealth, Report, SpecFigure, has_label
-from .collect import MISSING, fmt_ms
+from .collect import MISSING, fmt_ms, problems_shown
 from .history import FAIL, PASS, HostHistory
 
 Segment = Tuple[str, str]  # (text, style); style "" or a style of remote.output.term
@@ -47,7 +47,7 @@ def render(report: Report, width: int) -> list[Line]:
         lines.append([("FLAGS: none (no slow host, no regression)", "bold green")])
     if report.problems:
         lines += [[], [(f"SKIPPED / BAD LOGS ({len(report.problems)})", "bold yellow")]]
-        lines += [[(f"  {p}", "yellow")] for p in report.problems]
+        lines += [[(f"  {p}", "yellow")] for p in problems_shown(report.problems)]
     if report.notes:
         lines.append([])
         lines += [[(f"note: {note}", "dim")] for note in report.notes]
