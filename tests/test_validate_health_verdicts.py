@@ -190,6 +190,9 @@ def test_xid_63_passes_with_the_action_reset_the_gpu_and_validate_log_says_so(tm
         results.append(r)
     log = output.render_log(doc, results)
     assert "operator's action, when the GPUs are idle (new work may start meanwhile): reset the GPU" in log
+    # and the control side's recap of such a run names it too
+    from remote.engine.jobs.logs import summarize
+    assert summarize(out / "results.json", 0) == ("passed (3 checks) [action: reset the GPU, deferred]", True)
 
 
 @pytest.mark.skipif(not NO_DRIVER_HERE, reason="asserts the behaviour of a machine without an NVIDIA driver")

@@ -25,6 +25,13 @@ def _write(tmp_path, content) -> object:
     ("{not json", "not validated: no readable results.json (validate exit 0)"),
     ({"checks": [PASS], "ok": "yes"}, "failed (validate exit 0)"),
     ({"checks": [PASS], "ok": True}, "passed (1 checks)"),
+    # a pending row remap (issue 30): passes, and the recap names the action owed
+    ({"checks": [PASS], "ok": True, "deferred_action": "reset the GPU"},
+     "passed (1 checks) [action: reset the GPU, deferred]"),
+    ({"checks": [PASS], "ok": True, "deferred_action": None}, "passed (1 checks)"),
+    ({"checks": [PASS], "ok": True, "deferred_action": ["reset"]}, "passed (1 checks)"),
+    ({"checks": [PASS], "ok": True, "deferred_action": "x\nsandbox2 passed" + "y" * 200},
+     "passed (1 checks) [action: x?sandbox2 passed" + "y" * 63 + ", deferred]"),
 ])
 def test_what_the_host_wrote_decides_only_when_it_is_well_formed(tmp_path, content, expected):
     text, ok = summarize(_write(tmp_path, content), 0)

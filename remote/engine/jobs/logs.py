@@ -55,6 +55,9 @@ def pull_run(session: HostSession, run_id: str, rc: Optional[int], dest: Path) -
 MAX_RESULTS_BYTES = MAX_FILE_BYTES
 
 
+DEFERRED_MAX = 80  # the longest action of validate/actions.py is 22 characters
+
+
 def summarize(results_path: Path, rc: Optional[int]) -> tuple[str, bool]:
     """(text for the recap, ok) from a pulled results.json: what the host wrote is untrusted, so
     anything but a list of checks with names is 'not validated', and so are zero checks."""
@@ -85,7 +88,14 @@ def summarize(results_path: Path, rc: Optional[int]) -> tuple[str, bool]:
         return "not validated: " + names("skip") + " skipped", False
     ok = data.get("ok") is True and rc == 0
     passed = sum(1 for c in checks if c.get("status") == "pass")
-    return (f"passed ({passed} checks)" if ok else f"failed (validate exit {rc})"), ok
+    if not ok:
+        return f"failed (validate exit {rc})", False
+    # A passing node may still owe an action once idle (a pending row remap: "reset the GPU",
+    # issue 30): the recap says so, as the health line does. One printable line, cut.
+    deferred = data.get("deferred_action")
+    later = (f" [action: {printable_line(deferred)[:DEFERRED_MAX]}, deferred]"
+             if isinstance(deferred, str) and deferred else "")
+    return f"passed ({passed} checks){later}", True
 
 
 def latest_run_id(session: HostSession) -> Optional[str]:
