@@ -2,13 +2,11 @@
 time one fetch may take in all, the size an apt index may reach once decompressed, and the
 memory uv may use for one resolution. The environment variables below change them.
 
-May import: `remote.errors`.
+May import: `remote.envvars`.
 """
 from __future__ import annotations
 
-import os
-
-from ..errors import InputError
+from ..envvars import env_number
 
 DEADLINE_VARIABLE = "GPUPROV_LOCK_DEADLINE"
 # Seconds for one apt index or one `uv pip compile` (one lock's resolution), from its start:
@@ -30,32 +28,19 @@ MAX_MEMORY_VARIABLE = "GPUPROV_LOCK_MAX_MEMORY_BYTES"
 DEFAULT_MAX_MEMORY_BYTES = 2 << 30
 
 
-def _number(variable: str, default: float, least: float) -> float:
-    text = os.environ.get(variable)
-    if text is None:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise InputError(f"{variable} must be a number, not {text!r}") from None
-    if not value >= least:       # NaN too
-        raise InputError(f"{variable} must be at least {least:g}, not {text!r}")
-    return value
-
-
 def fetch_deadline() -> float:
     """Seconds one fetch may take from its start to its last byte (GPUPROV_LOCK_DEADLINE)."""
-    return _number(DEADLINE_VARIABLE, DEFAULT_DEADLINE, 0.1)
+    return env_number(DEADLINE_VARIABLE, DEFAULT_DEADLINE, 0.1)
 
 
 def max_index_bytes() -> int:
     """The most bytes an apt index may decompress to (GPUPROV_LOCK_MAX_INDEX_BYTES)."""
-    return int(_number(MAX_INDEX_VARIABLE, DEFAULT_MAX_INDEX_BYTES, 1))
+    return int(env_number(MAX_INDEX_VARIABLE, DEFAULT_MAX_INDEX_BYTES, 1))
 
 
 def max_memory_bytes() -> int:
     """The most data memory uv may take for one resolution (GPUPROV_LOCK_MAX_MEMORY_BYTES)."""
-    return int(_number(MAX_MEMORY_VARIABLE, DEFAULT_MAX_MEMORY_BYTES, 64 << 20))
+    return int(env_number(MAX_MEMORY_VARIABLE, DEFAULT_MAX_MEMORY_BYTES, 64 << 20))
 
 
 def size_text(size: int) -> str:

@@ -7,6 +7,6 @@
 - `hostkeys`   host-key trust; `transfer` tarball push/pull.
 - `forward`    ports on a host's loopback carried over SSH to another host (the fleet cache).
 
-May import: `remote.errors`, `remote.fileio`, `remote.runfolder`, `remote.config` (hosts and timeouts). Never the
-engine or output.
+May import: `remote.errors`, `remote.envvars`, `remote.fileio`, `remote.runfolder`, `remote.config`
+(hosts and timeouts). Never the engine or output.
 """

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import abc
 import functools
-import os
 import secrets
 import select
 import shlex
@@ -38,7 +37,8 @@ from dataclasses import dataclass
 from typing import BinaryIO, Callable, Literal, Optional, TypeVar
 
 from ..config.inventory import Host, Timeouts
-from ..errors import BecomeError, CommandTimeout, HostError, InputError, Interrupted, OutputTooLarge
+from ..envvars import env_number
+from ..errors import BecomeError, CommandTimeout, HostError, Interrupted, OutputTooLarge
 
 OutputCallback = Callable[[str, str], None]  # (stream name "stdout"|"stderr", text)
 Stream = Literal["stdout", "stderr"]
@@ -71,16 +71,7 @@ def wait_readable(fds: list[int], wait: float) -> list[int]:
 
 def output_max_bytes() -> int:
     """`OUTPUT_MAX_BYTES`, or the whole number in GPUPROV_OUTPUT_MAX_BYTES (at least 2)."""
-    text = os.environ.get(OUTPUT_MAX_VARIABLE)
-    if text is None:
-        return OUTPUT_MAX_BYTES
-    try:
-        value = int(text)
-    except ValueError:
-        raise InputError(f"{OUTPUT_MAX_VARIABLE} must be a whole number, not {text!r}") from None
-    if value < 2:
-        raise InputError(f"{OUTPUT_MAX_VARIABLE} must be at least 2, not {text!r}")
-    return value
+    return int(env_number(OUTPUT_MAX_VARIABLE, OUTPUT_MAX_BYTES, 2, whole=True))
 
 
 @dataclass
