@@ -213,18 +213,23 @@ exec "$@"
 """
 
 
-def test_the_job_script_runs_one_step_per_node_each_labelled_with_the_package(tmp_path):
-    """The login-node script for real, with salloc and srun stubs that log their arguments
-    and run the command they were given: every value arrives as one argument, each node's
-    step reads the whole package from a 0600 file that was removed before the job started."""
+def stubbed_slurm(tmp_path: Path, slurm: str):
+    """(bin folder of salloc and srun stubs, their calls' log, the settings of `slurm:`)."""
     bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
     bin_dir.mkdir()
     for name in ("salloc", "srun"):
         (bin_dir / name).write_text(STUB.format(log=log))
         (bin_dir / name).chmod(0o755)
     inventory = tmp_path / "inventory.yaml"
-    inventory.write_text("hosts:\n  hpc1:\n    slurm: {partition: gpu, gpus_per_node: 2}\n")
-    settings = load_inventory(inventory, SCHEDULERS).hosts["hpc1"].scheduler.settings
+    inventory.write_text(f"hosts:\n  hpc1:\n    slurm: {slurm}\n")
+    return bin_dir, log, load_inventory(inventory, SCHEDULERS).hosts["hpc1"].scheduler.settings
+
+
+def test_the_job_script_runs_one_step_per_node_each_labelled_with_the_package(tmp_path):
+    """The login-node script for real, with salloc and srun stubs that log their arguments
+    and run the command they were given: every value arrives as one argument, each node's
+    step reads the whole package from a 0600 file that was removed before the job started."""
+    bin_dir, log, settings = stubbed_slurm(tmp_path, "{partition: gpu, gpus_per_node: 2}")
     script = "printf '%s\\n' \"it's $SLURM_CONF\"; cat"
     res = subprocess.run(["sh", "-c", job_command(settings, ["g1", "g 2"], script, "job", "t0k")],
                          input=b"PKG\n", capture_output=True, check=True, env={
@@ -249,14 +254,7 @@ def test_the_job_script_runs_at_most_fanout_steps_at_once(tmp_path):
     """`fanout: 2` over five nodes: every node's step runs and says its exit status, never
     more than two at once (each step logs when it starts and ends), so the login node holds
     two srun clients, not five."""
-    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
-    bin_dir.mkdir()
-    for name in ("salloc", "srun"):
-        (bin_dir / name).write_text(STUB.format(log=log))
-        (bin_dir / name).chmod(0o755)
-    inventory = tmp_path / "inventory.yaml"
-    inventory.write_text("hosts:\n  hpc1:\n    slurm: {partition: gpu, fanout: 2}\n")
-    settings = load_inventory(inventory, SCHEDULERS).hosts["hpc1"].scheduler.settings
+    bin_dir, log, settings = stubbed_slurm(tmp_path, "{partition: gpu, fanout: 2}")
     steps = tmp_path / "steps.log"
     script = f"echo start >> {steps}; sleep 0.3; echo end >> {steps}"
     nodes = [f"g{i}" for i in range(5)]
