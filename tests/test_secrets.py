@@ -10,6 +10,7 @@ script is the only thing not real here; SSH, sshd and the commands are.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -273,6 +274,28 @@ print(json.dumps({"uid": os.getuid(), "samples": samples, "seen": seen, "leaks":
 """
 
 
+@contextlib.contextmanager
+def watching_cmdlines(work: Path, secrets: str, *markers: str):
+    """While the block runs, the user nobody reads every /proc/*/cmdline (CMDLINE_WATCHER)
+    for `secrets` (space-separated) and counts the processes carrying each marker; yields a
+    dict that holds what it saw (uid, seen, leak_count...) once the block ends."""
+    stop = work / "stop-watching"
+    watcher = subprocess.Popen(
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3",
+         "-c", CMDLINE_WATCHER, str(stop), *markers],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    watched: dict = {}
+    try:
+        watcher.stdin.write(secrets + "\n")
+        watcher.stdin.close()
+        yield watched
+    finally:
+        stop.touch()
+        output = watcher.stdout.read()
+        watcher.wait(30)
+        watched.update(json.loads(output))
+
+
 def test_secrets_never_reach_a_command_line_that_another_user_reads(farm, inventory, provision,
                                                                      work):
     """While a step with a secret `env:`, one with a token written into its `cmd`, and a pip
@@ -317,21 +340,11 @@ def test_secrets_never_reach_a_command_line_that_another_user_reads(farm, invent
             "index_url": f"http://ci:{{{{ index_password }}}}@127.0.0.1:{port}/main/",
             "extra_index_url": [f"http://{{{{ extra_token }}}}@127.0.0.1:{port}/extra/"]}},
     ]})
-    stop = work / "stop-watching"
-    watcher = subprocess.Popen(
-        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3",
-         "-c", CMDLINE_WATCHER, str(stop), "gpuprov-watch-shell", "gpuprov-watch-cmd",
-         "gpuprov-watch-pip"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        watcher.stdin.write(f"{hf_token} {index_password} {extra_token}\n")
-        watcher.stdin.close()
-        result = provision(recipe=rec, inventory=inv)
+        with watching_cmdlines(work, f"{hf_token} {index_password} {extra_token}", "gpuprov-watch-shell",
+                               "gpuprov-watch-cmd", "gpuprov-watch-pip") as watched:
+            result = provision(recipe=rec, inventory=inv)
     finally:
-        stop.touch()
-        output = watcher.stdout.read()
-        watcher.wait(30)
-        watched = json.loads(output)
         server.shutdown()
         server.server_close()
     # the steps ran, with the values: the command's environment, pip's requests
@@ -407,21 +420,11 @@ def test_lock_index_and_download_urls_never_reach_a_command_line(farm, inventory
     ]})
     markers = {"uv": "gpuprov-watch-uv/bin/python", "fetcher": "gpuprov-watch-auto-uv",
                "pip": "gpuprov-watch-auto/bin/python -m pip", "curl": "curl -fsSL --retry 3 -o /"}
-    stop = work / "stop-watching"
-    watcher = subprocess.Popen(
-        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3",
-         "-c", CMDLINE_WATCHER, str(stop), *markers.values()],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        watcher.stdin.write(f"{index_password} {deb_token}\n")
-        watcher.stdin.close()
-        plan = provision(recipe=rec, inventory=inv, check=True)
-        result = provision(recipe=rec, inventory=inv)
+        with watching_cmdlines(work, f"{index_password} {deb_token}", *markers.values()) as watched:
+            plan = provision(recipe=rec, inventory=inv, check=True)
+            result = provision(recipe=rec, inventory=inv)
     finally:
-        stop.touch()
-        output = watcher.stdout.read()
-        watcher.wait(30)
-        watched = json.loads(output)
         server.shutdown()
         server.server_close()
     steps = result.json["hosts"]["h1"]["steps"]
@@ -503,21 +506,11 @@ def test_lock_keeps_an_index_password_off_this_machines_command_lines(work):
     authorizations: list = []
     server, digest = _one_wheel_index(authorizations, delay=1.0)
     index = f"http://ci:{password}@127.0.0.1:{server.server_address[1]}/simple"
-    stop = work / "stop-watching"
-    watcher = subprocess.Popen(
-        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3",
-         "-c", CMDLINE_WATCHER, str(stop), "pip compile"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        watcher.stdin.write(password + "\n")
-        watcher.stdin.close()
-        spec = LockSpec("torch-demo.txt", ["gpuprovdemo"], index_url=index)
-        lock = compile_lock(spec, work / "locks").read_text()
+        with watching_cmdlines(work, password, "pip compile") as watched:
+            spec = LockSpec("torch-demo.txt", ["gpuprovdemo"], index_url=index)
+            lock = compile_lock(spec, work / "locks").read_text()
     finally:
-        stop.touch()
-        output = watcher.stdout.read()
-        watcher.wait(30)
-        watched = json.loads(output)
         server.shutdown()
         server.server_close()
     assert watched["uid"] == 65534 and watched["seen"]["pip compile"] > 0, watched
@@ -589,21 +582,9 @@ def test_an_apt_proxy_password_never_reaches_a_command_line(farm, inventory, pro
                 "cache_valid_time": 0}},
         ]})
         markers = ["install gpuprov-watch-apt", "update -q -o"]
-        stop = work / "stop-watching"
-        watcher = subprocess.Popen(
-            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-             "/usr/bin/python3", "-c", CMDLINE_WATCHER, str(stop), *markers],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        try:
-            watcher.stdin.write(password + "\n")
-            watcher.stdin.close()
+        with watching_cmdlines(work, password, *markers) as watched:
             plan = provision(recipe=rec, inventory=inv, check=True)
             result = provision(recipe=rec, inventory=inv)
-        finally:
-            stop.touch()
-            output = watcher.stdout.read()
-            watcher.wait(30)
-            watched = json.loads(output)
         proxies = (tools / "proxies").read_text() if (tools / "proxies").exists() else ""
     assert watched["uid"] == 65534 and all(watched["seen"].values()), watched
     assert watched["leak_count"] == 0, watched
