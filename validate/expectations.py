@@ -298,6 +298,10 @@ TABLE = {
                                             batch=64)},
     "T4": {"resnet50_fp32_ips": dict(_of(0.5, 428.0, "D, NVIDIA T4, FP32, batch 64"), batch=64)},
 }
+# H200: no public PyTorch figure at our protocol (see above); our own run on a
+# lent H200 VM is the measurement, at the same 0.5 (the fixture holds it).
+TABLE["H200 SXM"]["resnet50_fp32_ips"] = dict(
+    _of(0.5, 6774.0, "gpuprov run, 1x H200 VM, 2026-11-27: tests/fixtures/validate/h200/classic"), batch=64)
 
 # The stress check's sustained bf16 GEMM: half of the same measurement, since
 # that is a short burst and this load runs at the power cap with every product
