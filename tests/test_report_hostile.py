@@ -18,7 +18,7 @@ import pytest
 
 from remote.output.term import Terminal
 from remote.report import build_report, run_report
-from remote.report.plot import MAX_MODEL_LABELS, latency_figure
+from remote.report.plot import MAX_LEGEND_HOSTS, MAX_MODEL_LABELS, latency_figure
 from tests.test_report_common import REPO, printed, recording_terminal, results_json, seed_log, write_run
 
 A100 = "NVIDIA A100-SXM4-40GB"
@@ -279,3 +279,40 @@ def test_a_hosts_unreadable_stack_or_results_is_its_problem_and_every_output_is_
     metrics = prom.read_text(encoding="utf-8")
     assert 'gpuprov_check_passed{check="nccl\ufffd",host="odd"} 1.0' in metrics
     assert 'gpuprov_validation_ok{host="gpu-a",run="r1"} 1.0' in metrics
+
+
+def test_a_fleet_too_wide_for_the_terminal_says_where_its_table_is(tmp_path):
+    # 30 hosts x 2 runs at 80 columns: 20 parts of table; the terminal names the files instead,
+    # and report.txt (120 columns) keeps every column.
+    logs = tmp_path / "logs"
+    for h in range(30):
+        for run in ("r1", "r2"):
+            write_run(logs, f"gpu{h:02d}", run, "#resnet50;5.0\n#alexnet;1.2\n")
+    term = recording_terminal(width=80)
+    assert run_report(logs, tmp_path / "out", terminal=term) == 0
+    text = printed(term)
+    assert "60 columns x 2 models" in text and "whole table is in report.txt, merged.csv" in text
+    assert "part 1 of" not in text
+    whole = (tmp_path / "out" / "report.txt").read_text()
+    assert all(f"gpu{h:02d}" in whole.split("Batch-1 latency", 1)[1] for h in range(30))
+    # a small fleet still gets its table on the terminal
+    small = recording_terminal(width=80)
+    two = tmp_path / "two"
+    for h in ("gpu-a", "gpu-b"):
+        write_run(two, h, "r1", "#resnet50;5.0\n")
+    assert run_report(two, tmp_path / "out2", terminal=small) == 0
+    assert "Batch-1 latency, ms" in printed(small) and "whole table" not in printed(small)
+
+
+@pytest.mark.parametrize("hosts", [MAX_LEGEND_HOSTS, 100])
+def test_a_large_fleet_legend_names_the_slow_hosts_and_counts_the_rest(tmp_path, hosts):
+    logs = tmp_path / "logs"
+    for h in range(hosts):
+        slow = h == 3
+        write_run(logs, f"gpu{h:03d}", "r1", f"#resnet50;{8.0 if slow else 5.0}\n#alexnet;{2.0 if slow else 1.2}\n")
+    labels = latency_figure(build_report(logs)).axes[0].get_legend_handles_labels()[1]
+    assert sum("gpu003: SLOW" in label for label in labels) == 1
+    if hosts <= MAX_LEGEND_HOSTS:
+        assert len(labels) == hosts
+    else:
+        assert len(labels) == 2 and "99 hosts within their peers" in labels

@@ -104,7 +104,7 @@ from .collect import parse_bench_log
 from .drift import DRIFT_CSV
 from .export import drift_csv, flags_json, table_csv
 from .history import QUARANTINE
-from .text import paint, render
+from .text import TERMINAL_TABLE_PARTS, paint, render
 
 TEXT_WIDTH = 120  # report.txt's width: a wide terminal's, so its tables need few parts
 
@@ -154,7 +154,7 @@ def run_report(
         except OSError as exc:
             print(f"report: cannot write {json_path}: {exc.strerror or exc}", file=sys.stderr)
             return 2
-    terminal.write(paint(render(report, terminal.width) + [
+    terminal.write(paint(render(report, terminal.width, TERMINAL_TABLE_PARTS) + [
         [], [(f"Wrote {out_dir}/: " + ", ".join(p.name for p in paths.values()), "")]],
         terminal.color))
     return 1 if fail_on_outlier and report.flagged else 0

@@ -1,7 +1,8 @@
 """The charts of a report (headless: matplotlib's Agg canvas).
 
 - ``latency_png(report, path)``: batch-1 latency per model, one series per host (its latest
-  run; per head label when a run has several), log scale; slow hosts drawn in red.
+  run; per head label when a run has several), log scale; slow hosts drawn in red; beyond
+  ``MAX_LEGEND_HOSTS`` hosts the healthy ones are one grey, unlabelled crowd.
 - ``regressions_png(report, path)``: latency change of each host's latest run vs its previous
   run (or the baseline), per model; beyond the threshold in red.
 
@@ -33,6 +34,10 @@ _PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#
 _MARKERS = "osD^v<>ph*"
 MAX_BARS = 40
 MAX_MODEL_LABELS = 60  # more models than this: numbered ticks instead of a name each
+# More hosts than this: the healthy ones are one grey crowd with one legend entry, the slow ones
+# keep theirs. 100 named series drew a two-column legend nobody can match to 14 colours, and laying
+# it out was most of the chart's time (bench.report_history, 100 hosts).
+MAX_LEGEND_HOSTS = 20
 
 
 Series = Tuple[str, str, Optional[str], Dict[str, float]]  # name, host, label, {model: ms}
@@ -80,6 +85,8 @@ def latency_figure(report: Report) -> Figure:
     n = len(series)
     spread = min(0.6, 0.12 * n)
     normal = 0
+    crowd = n > MAX_LEGEND_HOSTS
+    healthy = sum(1 for _, host, *_ in series if host not in slow)
     for i, (name, host, _label, values) in enumerate(series):
         offset = (i - (n - 1) / 2) * (spread / max(1, n - 1)) if n > 1 else 0.0
         pts = sorted((xs[m] + offset, v) for m, v in values.items())
@@ -90,6 +97,10 @@ def latency_figure(report: Report) -> Figure:
                 ax.plot(px, py, color=SLOW, lw=1.2, alpha=0.5, zorder=3)
             ax.scatter(px, py, s=90, marker="X", color=SLOW, edgecolor="black",
                        linewidth=0.6, zorder=4, label=label)
+        elif crowd:
+            ax.scatter(px, py, s=16, marker="o", color=NEUTRAL, alpha=0.6, zorder=2,
+                       label=f"{healthy} hosts within their peers" if normal == 0 else None)
+            normal += 1
         else:
             color = _PALETTE[normal % len(_PALETTE)]
             marker = _MARKERS[normal % len(_MARKERS)]
@@ -113,7 +124,7 @@ def latency_figure(report: Report) -> Figure:
     ax.set_title("Latency per model, latest run per host (lower is better)")
     ax.grid(True, which="both", axis="y", alpha=0.3)
     legend = ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False,
-                       ncols=1 if n <= 18 else 2)
+                       ncols=1 if len(ax.get_legend_handles_labels()[1]) <= 18 else 2)
     for text in legend.get_texts():
         text.set_parse_math(False)
     return fig

@@ -31,8 +31,14 @@ def paint(lines: list[Line], color: bool) -> str:
                    .rstrip(" ") + "\n" for line in lines)
 
 
-def render(report: Report, width: int) -> list[Line]:
-    """The report as lines: flags first, then bad logs, fleet, health, the merged table."""
+# The terminal's merged table in at most this many parts; a wider one (1,000 runs made 500
+# parts, 4,500 lines) is named with where to read it: report.txt, merged.csv, report.html.
+TERMINAL_TABLE_PARTS = 4
+
+
+def render(report: Report, width: int, max_table_parts: int | None = None) -> list[Line]:
+    """The report as lines: flags first, then bad logs, fleet, health, the merged table (in at
+    most ``max_table_parts`` parts, else a line that says where the whole table is)."""
     n_hosts = len({r.host for r in report.runs})
     lines: list[Line] = [_rule(f"gpuprov report: {report.logs_dir}", width), [(
         f"{_plural(len(report.runs), 'run')} on {_plural(n_hosts, 'host')}; "
@@ -61,7 +67,13 @@ def render(report: Report, width: int) -> list[Line]:
         lines += [[], [("Health (latest results.json per host)", "")]]
         lines += _health_table(report)
     lines.append([])
-    for title, table in latency_tables(report, width):
+    chunks = _column_chunks(report, width)
+    if max_table_parts is not None and len(chunks) > max_table_parts:
+        lines.append([(f"{LATENCY_TITLE}: {_plural(len(report.table.columns), 'column')} x "
+                       f"{_plural(len(report.table.models), 'model')}, {len(chunks)} parts at this "
+                       "width: the whole table is in report.txt, merged.csv and report.html", "")])
+        return lines
+    for title, table in latency_tables(report, width, chunks):
         lines.append([(title, "")])
         lines += table
     lines.append([("red column: slow host; red value: regression", "dim")])
@@ -192,12 +204,9 @@ def _history_table(history: list[HostHistory]) -> list[Line]:
     return lines
 
 
-def latency_tables(report: Report, width: int) -> list[tuple[str, list[Line]]]:
-    """The merged table as (title, lines) parts, its columns split into chunks that fit
-    ``width`` (the model column repeated), like a wide data frame in a narrow terminal."""
+def _column_chunks(report: Report, width: int) -> list[list[Column]]:
+    """The merged table's columns split into chunks that fit ``width`` beside the model column."""
     table = report.table
-    slow_hosts = {h.host: h.run_id for h in report.outliers}
-    regressed = {(c.host, c.run_id, r.label, r.model) for c, r in report.regressions}
     model_w = max([len("model")] + [_width([(m, "")]) for m in table.models]) + 3
     chunks: list[list[Column]] = [[]]
     used = model_w + 1
@@ -208,6 +217,17 @@ def latency_tables(report: Report, width: int) -> list[tuple[str, list[Line]]]:
             used = model_w + 1
         chunks[-1].append(col)
         used += w
+    return chunks
+
+
+def latency_tables(report: Report, width: int,
+                   chunks: list[list[Column]] | None = None) -> list[tuple[str, list[Line]]]:
+    """The merged table as (title, lines) parts, its columns split into chunks that fit
+    ``width`` (the model column repeated), like a wide data frame in a narrow terminal."""
+    table = report.table
+    slow_hosts = {h.host: h.run_id for h in report.outliers}
+    regressed = {(c.host, c.run_id, r.label, r.model) for c, r in report.regressions}
+    chunks = chunks if chunks is not None else _column_chunks(report, width)
     out = []
     for i, cols in enumerate(chunks):
         title = LATENCY_TITLE + (f", part {i + 1} of {len(chunks)}" if len(chunks) > 1 else "")
