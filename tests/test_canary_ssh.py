@@ -87,3 +87,27 @@ def test_recipe_serial_and_a_limit_that_is_equaled_not_exceeded(farm, work, inve
     assert stopped.json["rollout"]["stopped_after_batch"] == 1, stopped.out
     assert stopped.host("h3")["not_started"].startswith("batch 1 of 2 failed: 1 of 2 hosts")
     assert not (work / "touched-h3").exists()
+
+
+def test_a_failed_validation_stops_the_rollout_before_the_next_batch(farm, work, inventory,
+                                                                     provision):
+    # The loopback hosts have no NVIDIA driver: the system check fails on h1, the first batch.
+    inv = inventory(vars={"validate_args": "--checks system"})
+    result = provision("all", canary_recipe(work), inv, serial="1", validate=True)
+    assert result.rc == 3, result.out  # validation failed (its steps succeeded)
+    assert result.host("h1")["validation"].startswith("failed"), result.host("h1")
+    assert list((work / "logs" / "h1").glob("*/results.json")), "h1 was validated"
+    assert (work / "order").read_text() == "start h1\nend h1\n"  # h2 never started
+    for name in ("h2", "h3", "h4"):
+        assert result.host(name)["not_started"].startswith("batch 1 of 4 failed: 1 of 1 host (h1)")
+        assert not (work / f"touched-{name}").exists()
+
+
+def test_an_unreachable_host_counts_as_failed(farm, work, inventory, provision):
+    hosts = {"h1": farm.host_entry(farm.addresses[0]), "h2": {"address": "127.0.0.99", "port": 1},
+             "h3": farm.host_entry(farm.addresses[2])}
+    result = provision("all", canary_recipe(work, serial=1), inventory(hosts=hosts))
+    assert result.rc == 4, result.out  # unreachable, and no step failed (remote/exitcodes.py)
+    assert result.host("h2")["unreachable"] is True
+    assert result.host("h3")["not_started"].startswith("batch 2 of 3 failed: 1 of 1 host (h2)")
+    assert not (work / "touched-h3").exists()
