@@ -3,9 +3,12 @@ fails on the second host, `--serial 1`: the third and fourth hosts are never tou
 recap, --json, JUnit and their run logs say they were not started, and why."""
 from __future__ import annotations
 
+import json
+import signal
 import xml.etree.ElementTree as ET
 
 from tests.conftest import write_yaml
+from tests.procs import wait_for_file
 
 
 def canary_recipe(work, **top):
@@ -111,3 +114,31 @@ def test_an_unreachable_host_counts_as_failed(farm, work, inventory, provision):
     assert result.host("h2")["unreachable"] is True
     assert result.host("h3")["not_started"].startswith("batch 2 of 3 failed: 1 of 1 host (h2)")
     assert not (work / "touched-h3").exists()
+
+
+def test_an_interrupted_rollout_lists_the_batches_not_begun(farm, work, inventory):
+    """SIGTERM while the first batch runs: exit 130, and the later batches' hosts are listed
+    as not started (never contacted), in --json and in the recap."""
+    from tests.test_faults import _start_invoke, _stop_run
+
+    rec = write_yaml(work / "slow.yaml", {"steps": [
+        {"name": "touch", "file": {"path": f"{work}/touched-{{{{ host }}}}", "content": "x\n"}},
+        {"name": "long", "shell": f"echo $$ > {work}/{{{{ host }}}}.pid; exec sleep 60"}]})
+    out_json = work / "out.json"
+    proc = _start_invoke("provision", "--host", "all", "--inventory", str(inventory()),
+                         "--recipe", str(rec), "--no-validate", "--serial", "2", "--json",
+                         str(out_json), cwd=work)
+    try:
+        assert wait_for_file(work / "h1.pid", 30) and wait_for_file(work / "h2.pid", 30)
+        out, err, _ = _stop_run(proc, signal.SIGTERM)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, (out, err)
+    hosts = json.loads(out_json.read_text())["hosts"]
+    assert hosts["h1"]["interrupted"] is True and hosts["h2"]["interrupted"] is True
+    for name in ("h3", "h4"):
+        assert hosts[name]["not_started"] == "the run was interrupted in batch 1 of 2"
+        assert not (work / f"touched-{name}").exists()
+        assert f"{name}: the run was interrupted in batch 1 of 2" in out.split("NOT STARTED")[1]

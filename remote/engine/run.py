@@ -9,7 +9,7 @@ import functools
 import gc
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Optional
+from typing import Iterable, Optional
 
 from ..config.inventory import Host, Inventory
 from ..errors import GpuprovError, Interrupted
@@ -91,42 +91,49 @@ class Run:
         """Run `job` batch after batch (`rollout`): each batch's hosts end their job (the
         recipe, then the validation) before the next batch starts; the first batch whose
         failures exceed the limit stops the run, and the hosts after it are never contacted:
-        their results say `not_started` and why (`self.progress` has the batches)."""
+        their results say `not_started` and why (`self.progress` has the batches). Ctrl-C
+        leaves the hosts of the batches not begun `not_started` too."""
         by_name = {h.name: h for h in self.hosts}
         batches = rollout.batches(list(by_name))
         self.progress = progress = Progress(batches)
         results: dict[str, HostResult] = {}
-        for number, batch in enumerate(batches, 1):
-            shown = ", ".join(batch[:3]) + (f", ... ({len(batch)} hosts)" if len(batch) > 3 else "")
-            self.reporter.note(f"batch {number} of {len(batches)}: {shown}")
-            try:
+        number = 0
+        try:
+            for number, batch in enumerate(batches, 1):
+                shown = ", ".join(batch[:3]) + (f", ... ({len(batch)} hosts)" if len(batch) > 3 else "")
+                self.reporter.note(f"batch {number} of {len(batches)}: {shown}")
                 results.update(self.execute(job, [by_name[name] for name in batch]))
-            except RunInterrupted as exc:
+                failed = [name for name in batch if not results[name].ok]
+                reason = rollout.stop_reason(batch, failed, number, len(batches))
+                if reason and number < len(batches):
+                    progress.stopped_after, progress.reason = number, reason
+                    self.reporter.note(f"rollout stopped: {reason}")
+                    self._not_started(results, by_name, reason)
+                    break
+        except (RunInterrupted, KeyboardInterrupt) as exc:  # in a batch, or between two
+            if isinstance(exc, RunInterrupted):
                 results.update(exc.results)
-                self._not_started(results, batches[number:], "the run was interrupted before "
-                                  f"batch {number + 1} of {len(batches)}")
-                raise RunInterrupted(results) from None
-            failed = [name for name in batch if not results[name].ok]
-            reason = rollout.stop_reason(batch, failed, number, len(batches))
-            if reason and number < len(batches):
-                progress.stopped_after, progress.reason = number, reason
-                self.reporter.note(f"rollout stopped: {reason}")
-                self._not_started(results, batches[number:], reason)
-                break
+            else:
+                self.stop()
+            self._not_started(results, by_name, "the run was interrupted in batch "
+                              f"{number} of {len(batches)}")
+            raise RunInterrupted({name: results[name] for name in by_name}) from None
         return {name: results[name] for name in by_name}
 
-    def _not_started(self, results: dict[str, HostResult], batches: list[list[str]],
+    def _not_started(self, results: dict[str, HostResult], names: Iterable[str],
                      reason: str) -> None:
-        """The hosts of `batches` were never started: a result and a run log say why."""
-        for batch in batches:
-            for name in batch:
-                results[name] = HostResult(name, not_started=reason)
-                if self.options.logs_dir is not None:
-                    log = RunLog(run_dir(self.options.logs_dir, name, self.options.run_id)
-                                 / PROVISION_LOG, self.redact)
-                    log.event(f"run {self.options.run_id} on {name}: not started, never contacted: "
-                              f"{reason}")
-                    log.close()
+        """The hosts of `names` without a result were never started: a result and a run log
+        say why."""
+        for name in names:
+            if name in results:
+                continue
+            results[name] = HostResult(name, not_started=reason)
+            if self.options.logs_dir is not None:
+                log = RunLog(run_dir(self.options.logs_dir, name, self.options.run_id)
+                             / PROVISION_LOG, self.redact)
+                log.event(f"run {self.options.run_id} on {name}: not started, never contacted: "
+                          f"{reason}")
+                log.close()
 
     def session(self, host: Host) -> HostSession:
         return HostSession(host, self.inventory, self.options, self.reporter, self.redact,
