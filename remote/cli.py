@@ -459,12 +459,12 @@ def _execute(inv: Inventory, hosts: list[Host], title: str, job: Job, extra_vars
         shown = ", ".join(str(run_dir(Path(logs_dir), h.name, options.run_id)) for h in hosts[:3])
         reporter.note(f"logs: {run_dir(Path(logs_dir), '<host>', options.run_id)}/ "
                       f"({shown}{', ...' if len(hosts) > 3 else ''})")
-    progress = run.progress.to_json() if run.progress is not None else None
+    rollout_json = run.rollout.to_json() if run.rollout is not None else None
     if outputs.json_path == "-":
-        sys.stdout.write(json_document(results, redact, progress))
+        sys.stdout.write(json_document(results, redact, rollout_json))
         sys.stdout.flush()
     elif outputs.json_path:
-        write_json(Path(outputs.json_path), results, redact, progress)
+        write_json(Path(outputs.json_path), results, redact, rollout_json)
     if outputs.junit_path:
         write_junit(Path(outputs.junit_path), title, results, redact,
                     Path(logs_dir) if write_logs else None, options.run_id)

@@ -138,7 +138,7 @@ class Rollout:
 
 
 @dataclass
-class Progress:
+class RolloutState:
     """A rollout as it goes: the batches, and where and why it stopped."""
 
     batches: list[list[str]]

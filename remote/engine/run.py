@@ -20,7 +20,7 @@ from ..transport.connection import BaseConnection, KnownHosts, connection_for
 from .cache import CacheLink
 from .options import RunOptions as RunOptions  # re-exported: the command line builds it
 from .results import HostResult
-from .rollout import Progress, Rollout
+from .rollout import Rollout, RolloutState
 from .session import HostSession, Job
 from .varlayers import facts_read_by_vars
 
@@ -58,7 +58,7 @@ class Run:
         self.var_facts = facts_read_by_vars(layers)
         # The hosts that reach the fleet cache through a forward share one connection to it.
         self.cache_link = CacheLink(self.connect)
-        self.progress: Optional[Progress] = None  # a rollout's batches, once `roll_out` ran
+        self.rollout: Optional[RolloutState] = None  # a rollout's batches, once `roll_out` ran
 
     def execute(self, job: Job, hosts: Optional[list[Host]] = None) -> dict[str, HostResult]:
         """Run `job` on every host (or on `hosts`); return {name: HostResult} in inventory
@@ -91,11 +91,11 @@ class Run:
         """Run `job` batch after batch (`rollout`): each batch's hosts end their job (the
         recipe, then the validation) before the next batch starts; the first batch whose
         failures exceed the limit stops the run, and the hosts after it are never contacted:
-        their results say `not_started` and why (`self.progress` has the batches). Ctrl-C
+        their results say `not_started` and why (`self.rollout` has the batches). Ctrl-C
         leaves the hosts of the batches not begun `not_started` too."""
         by_name = {h.name: h for h in self.hosts}
         batches = rollout.batches(list(by_name))
-        self.progress = progress = Progress(batches)
+        self.rollout = state = RolloutState(batches)
         results: dict[str, HostResult] = {}
         number = 0
         try:
@@ -106,7 +106,7 @@ class Run:
                 failed = [name for name in batch if not results[name].ok]
                 reason = rollout.stop_reason(batch, failed, number, len(batches))
                 if reason and number < len(batches):
-                    progress.stopped_after, progress.reason = number, reason
+                    state.stopped_after, state.reason = number, reason
                     self.reporter.note(f"rollout stopped: {reason}")
                     self._not_started(results, by_name, reason)
                     break
