@@ -233,7 +233,7 @@ def rollout_for(serial: Optional[str], max_fail: Union[str, float, None],
         sizes = parse_serial(keys["serial"][0], "serial", keys["serial"][1])
     limit = 0.0
     if max_fail is not None:
-        limit = parse_max_fail(max_fail if isinstance(max_fail, str) else str(max_fail))
+        limit = parse_max_fail(max_fail)
     elif "max_fail_percentage" in keys:
         value, where = keys["max_fail_percentage"]
         limit = parse_max_fail(value, "max_fail_percentage", where)
