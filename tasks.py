@@ -52,6 +52,10 @@ VERBOSE = ("show each step's output live, line by line with the host name; -vv: 
            "commands each step ran, under its line (secrets masked)")
 JSON = "also write per-host results as JSON to this file; '-' writes only the JSON to stdout"
 JUNIT = "also write JUnit XML to this file (a testsuite per host, a testcase per step and check)"
+SERIAL = ("canary rollout: hosts in batches of N, N% of them, or a list (1,10,50%), in "
+          "inventory order; each batch done before the next starts (Ansible's serial)")
+MAX_FAIL = ("with --serial: stop at the first batch where more than P% of its hosts failed "
+            "(default 0: the first failure stops; a batch that failed whole always stops)")
 
 
 def _refuse_invoke_options(c) -> None:
@@ -104,11 +108,14 @@ def _need_host(host, limit, task_name: str) -> None:
         "ask-become-pass": "prompt for the sudo password (else $GPUPROV_BECOME_PASSWORD)",
         "validate": "after the recipe, push validate/ and run it (default; --no-validate skips)",
         "suite": "validation suite: quick (default) or full",
+        "serial": SERIAL + "; overrides the recipe's serial:",
+        "max-fail-percentage": MAX_FAIL + "; overrides the recipe's max_fail_percentage:",
     },
 )
 def provision(c, host=None, limit=None, recipe=None, inventory=None, check=False, diff=False,
               tags="", skip_tags="", var=None, forks=None, verbose=0, list_hosts=False,
-              json=None, junit=None, ask_become_pass=False, validate=True, suite="quick"):
+              json=None, junit=None, ask_become_pass=False, validate=True, suite="quick",
+              serial=None, max_fail_percentage=None):
     """Apply a recipe to hosts over SSH, idempotently and in parallel, then validate them."""
     from remote import cli, paths
 
@@ -119,7 +126,8 @@ def provision(c, host=None, limit=None, recipe=None, inventory=None, check=False
                         inventory=inventory, check=check, diff=diff, tags=tags,
                         skip_tags=skip_tags, var=var, forks=forks, verbose=verbose,
                         list_hosts=list_hosts, json_path=json, junit_path=junit,
-                        ask_become_pass=ask_become_pass, validate=validate, suite=suite))
+                        ask_become_pass=ask_become_pass, validate=validate, suite=suite,
+                        serial=serial, max_fail_percentage=max_fail_percentage))
 
 
 @task(short=SHORT, help={"host": HOST, "limit": LIMIT,
@@ -149,11 +157,12 @@ def facts(c, host=None, limit=None, inventory=None, list_hosts=False, json=None)
           "forks": FORKS, "verbose": VERBOSE, "list-hosts": LIST_HOSTS,
           "drain-failed": "Slurm clusters: drain the nodes that did not pass, with the reason",
           "resume-passed": "Slurm clusters: validate again the nodes gpuprov drained, resume "
-                           "those that pass"},
+                           "those that pass",
+          "serial": SERIAL, "max-fail-percentage": MAX_FAIL},
 )
 def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None, junit=None,
              var=None, forks=None, verbose=0, list_hosts=False, drain_failed=False,
-             resume_passed=False):
+             resume_passed=False, serial=None, max_fail_percentage=None):
     """Push validate/ to hosts, run it there, pull the results into logs/<host>/<run>/.
     A host with slurm: validates its partition's nodes through Slurm instead."""
     from remote import cli
@@ -164,7 +173,8 @@ def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None,
     _exit(cli.validate(host=host, limit=limit, inventory=inventory, suite=suite, json_path=json,
                        junit_path=junit, var=var, forks=forks, verbose=verbose,
                        list_hosts=list_hosts, drain_failed=drain_failed,
-                       resume_passed=resume_passed))
+                       resume_passed=resume_passed, serial=serial,
+                       max_fail_percentage=max_fail_percentage))
 
 
 @task(short=SHORT, help={"host": "hosts to fetch from (patterns as in provision --help)",

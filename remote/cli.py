@@ -28,16 +28,17 @@ from .engine.jobs.gather import GatherFacts
 from .engine.jobs.logs import PullLogs
 from .engine.jobs.manifest import RecordStack
 from .engine.jobs.validate import SUITES, Validate
-from .engine.results import HostResult, StepStatus, write_json
+from .engine.results import HostResult, StepStatus, json_document, write_json
+from .engine.rollout import Rollout, parse_max_fail, parse_serial
 from .engine.run import Run, RunInterrupted, RunOptions
 from .engine.varlayers import layered_vars
-from .errors import InputError, Unreachable
+from .errors import InputError, Unreachable, Where
 from .exitcodes import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_STEP_FAILED, EXIT_UNREACHABLE, EXIT_VALIDATION_FAILED
 from .fileio import write_atomic
 from .kinds import KINDS, Kind
 from .options import check_forks, parse_extra_vars, select_hosts
 from .output.junit import write_junit
-from .output.recap import Failure, Reporter
+from .output.recap import Failure, NotStarted, Reporter
 from .output.runlog import Redactor
 from .runfolder import LOGS_DIR, PROVISION_LOG, run_dir
 from .runid import new_run_id
@@ -191,15 +192,18 @@ def provision(host: Optional[str], recipe: str, inventory: str, check: bool = Fa
               ask_become_pass: bool = False, logs_dir: str = LOGS_DIR, validate: bool = True,
               suite: str = "quick", limit: Optional[str] = None, skip_tags: str = "",
               diff: bool = False, verbose: int = 0, list_hosts: bool = False,
-              junit_path: Optional[str] = None) -> int:
-    """`gpuprov provision`: run a recipe on the selected hosts, then validate them."""
+              junit_path: Optional[str] = None, serial: Optional[str] = None,
+              max_fail_percentage: Union[str, float, None] = None) -> int:
+    """`gpuprov provision`: run a recipe on the selected hosts, then validate them; with
+    `--serial` (or the recipe's `serial:`), batch after batch (a canary rollout)."""
     outputs = Outputs(json_path, junit_path, verbose, diff, list_hosts)
     try:
         extra_vars, forks_n, suite, (inv, hosts, rec) = _run_inputs(
             inventory, host, limit, recipe, var, forks, suite, outputs)
+        assert rec is not None  # a recipe path was given, so it was loaded
+        rollout = rollout_for(serial, max_fail_percentage, rec.rollout)
     except InputError as exc:
         return fail_input(exc)
-    assert rec is not None  # a recipe path was given, so it was loaded
     if list_hosts:
         return print_hosts(hosts, outputs.stream)
     rec = _steps(rec, parse_tags(tags), parse_tags(skip_tags), sys.stderr)
@@ -212,7 +216,28 @@ def provision(host: Optional[str], recipe: str, inventory: str, check: bool = Fa
         expand = cluster_job.with_nodes
     job = RecordStack(ApplyRecipe(rec, None, then), Path(logs_dir))
     return _execute(inv, hosts, rec.name, job, extra_vars, forks_n,
-                    outputs, ask_become_pass, logs_dir, check=check, expand=expand)
+                    outputs, ask_become_pass, logs_dir, check=check, expand=expand,
+                    rollout=rollout)
+
+
+def rollout_for(serial: Optional[str], max_fail: Union[str, float, None],
+                keys: dict[str, tuple[Any, Where]]) -> Optional[Rollout]:
+    """The rollout `--serial` and `--max-fail-percentage` ask for, else the recipe's `serial:`
+    and `max_fail_percentage:` (`keys`, with their positions); None: every host at once."""
+    if serial is None and max_fail is None and not keys:
+        return None
+    sizes: tuple[Any, ...] = ()
+    if serial is not None:
+        sizes = parse_serial(str(serial))
+    elif "serial" in keys:
+        sizes = parse_serial(keys["serial"][0], "serial", keys["serial"][1])
+    limit = 0.0
+    if max_fail is not None:
+        limit = parse_max_fail(max_fail)
+    elif "max_fail_percentage" in keys:
+        value, where = keys["max_fail_percentage"]
+        limit = parse_max_fail(value, "max_fail_percentage", where)
+    return Rollout(sizes, limit)
 
 
 def validate(host: Optional[str], inventory: str, suite: str = "quick",
@@ -220,7 +245,8 @@ def validate(host: Optional[str], inventory: str, suite: str = "quick",
              forks: Union[int, str, None] = 16, logs_dir: str = LOGS_DIR,
              limit: Optional[str] = None, verbose: int = 0, list_hosts: bool = False,
              junit_path: Optional[str] = None, drain_failed: bool = False,
-             resume_passed: bool = False) -> int:
+             resume_passed: bool = False, serial: Optional[str] = None,
+             max_fail_percentage: Union[str, float, None] = None) -> int:
     """`gpuprov validate`: push validate/, run it on the selected hosts, pull the results;
     a cluster's login node (a host with a scheduler's key) validates its nodes
     through the scheduler (remote/scheduler/)."""
@@ -232,6 +258,7 @@ def validate(host: Optional[str], inventory: str, suite: str = "quick",
             keys = " or ".join(f"{key}:" for key in SCHEDULERS)
             raise InputError(f"--drain-failed and --resume-passed act on a cluster's nodes: "
                              f"select a host with {keys} in the inventory", inv.path)
+        rollout = rollout_for(serial, max_fail_percentage, {})
     except InputError as exc:
         return fail_input(exc)
     if list_hosts:
@@ -243,7 +270,7 @@ def validate(host: Optional[str], inventory: str, suite: str = "quick",
         job = cluster_job = ClusterValidate(ssh_route, SCHEDULERS, drain_failed, resume_passed)
         expand = cluster_job.with_nodes
     return _execute(inv, hosts, "validate", job, extra_vars, forks_n, outputs, False, logs_dir,
-                    expand=expand)
+                    expand=expand, rollout=rollout)
 
 
 def logs(host: Optional[str], inventory: str, logs_dir: str = LOGS_DIR,
@@ -351,7 +378,8 @@ def check_suite(suite: str) -> str:
 def exit_status(results: dict[str, HostResult]) -> int:
     """The run's exit status from its hosts (`remote.exitcodes`): a failed step first, then
     an unreachable host, then a failed validation."""
-    failed = [r for r in results.values() if not r.ok]
+    # a host a rollout never started did not fail: the host that stopped the rollout did
+    failed = [r for r in results.values() if not r.ok and not r.not_started]
     if any(r.interrupted for r in failed):
         return EXIT_INTERRUPTED
     if any(s.status is StepStatus.FAILED for r in failed for s in r.steps):
@@ -369,7 +397,7 @@ def failures(results: dict[str, HostResult], logs_dir: Optional[Path],
     verdict) and its provision.log, for the block under the recap."""
     out = []
     for name, result in results.items():
-        if result.ok:
+        if result.ok or result.not_started:
             continue
         step = next((s for s in result.steps if s.status is StepStatus.FAILED), None)
         if result.unreachable:
@@ -390,10 +418,11 @@ def failures(results: dict[str, HostResult], logs_dir: Optional[Path],
 def _execute(inv: Inventory, hosts: list[Host], title: str, job: Job, extra_vars: dict[str, Any],
              forks: int, outputs: Outputs, ask_become_pass: bool, logs_dir: str,
              check: bool = False, write_logs: bool = True,
-             expand: Optional[Callable[[dict[str, HostResult]], dict[str, HostResult]]] = None
-             ) -> int:
-    """Run `job` on `hosts`; `expand` turns the hosts' results into the rows shown (a
-    cluster's login node gains a row per node) and may raise `InputError` (exit status 2)."""
+             expand: Optional[Callable[[dict[str, HostResult]], dict[str, HostResult]]] = None,
+             rollout: Optional[Rollout] = None) -> int:
+    """Run `job` on `hosts` (batch after batch with `rollout`); `expand` turns the hosts'
+    results into the rows shown (a cluster's login node gains a row per node) and may raise
+    `InputError` (exit status 2)."""
     password = become_password(ask_become_pass)
     redact = Redactor([password] if password else [])
     for name in inv.secrets:
@@ -411,7 +440,7 @@ def _execute(inv: Inventory, hosts: list[Host], title: str, job: Job, extra_vars
     status = EXIT_OK
     with _sigterm_as_interrupt():
         try:
-            results = run.execute(job)
+            results = run.execute(job) if rollout is None else run.roll_out(job, rollout)
         except RunInterrupted as exc:
             results, status = exc.results, EXIT_INTERRUPTED
             reporter.note("interrupted: stopped the hosts; what they did so far is kept")
@@ -424,16 +453,18 @@ def _execute(inv: Inventory, hosts: list[Host], title: str, job: Job, extra_vars
             return fail_input(exc)
     reporter.recap(results, extra_column=job.outcome)
     reporter.failures(failures(results, options.logs_dir, options.run_id))
+    reporter.not_started([NotStarted(name, r.not_started) for name, r in results.items()
+                          if r.not_started])
     if write_logs:
         shown = ", ".join(str(run_dir(Path(logs_dir), h.name, options.run_id)) for h in hosts[:3])
         reporter.note(f"logs: {run_dir(Path(logs_dir), '<host>', options.run_id)}/ "
                       f"({shown}{', ...' if len(hosts) > 3 else ''})")
+    rollout_json = run.rollout.to_json() if run.rollout is not None else None
     if outputs.json_path == "-":
-        sys.stdout.write(json.dumps({"hosts": {n: r.to_json(redact) for n, r in results.items()}},
-                                    indent=2) + "\n")
+        sys.stdout.write(json_document(results, redact, rollout_json))
         sys.stdout.flush()
     elif outputs.json_path:
-        write_json(Path(outputs.json_path), results, redact)
+        write_json(Path(outputs.json_path), results, redact, rollout_json)
     if outputs.junit_path:
         write_junit(Path(outputs.junit_path), title, results, redact,
                     Path(logs_dir) if write_logs else None, options.run_id)

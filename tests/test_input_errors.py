@@ -47,6 +47,12 @@ RECIPE_CASES = [
     ("binary", "\x00\x01\x02", None, "binary file"),
     ("deep nesting", "steps: " + "[" * 200 + "]" * 200 + "\n", 1, "nesting deeper than"),
     ("var cycle", "vars: {a: '{{ b }}', b: '{{ a }}'}\nsteps:\n  - shell: echo {{ a }}\n", 1, "cycle"),
+    ("bad serial", "name: x\nserial: fast\nsteps:\n  - shell: echo\n", 2,
+     "serial must be a whole number of hosts (0: all), a percentage such as 25%"),
+    ("bad serial item", "serial: [1, -2]\nsteps:\n  - shell: echo\n", 1, "not -2"),
+    ("serial over 100%", "serial: 150%\nsteps:\n  - shell: echo\n", 1, "more than every host"),
+    ("bad max fail", "steps:\n  - shell: echo\nmax_fail_percentage: 150\n", 3,
+     "max_fail_percentage must be a percentage from 0 to 100, not 150"),
 ]
 
 
@@ -85,6 +91,24 @@ def test_error_inside_include_names_the_included_file(work):
     (work / "inner.yaml").write_text("steps:\n  - name: ok\n    shell: a\n  - shel: b\n")
     result, _, _ = _run(work, GOOD_INVENTORY, "steps:\n  - include: inner.yaml\n")
     _assert_one_line(result, work / "inner.yaml", 4, "did you mean 'shell'")
+
+
+def test_serial_in_an_included_recipe_is_refused(work):
+    (work / "inner.yaml").write_text("steps:\n  - shell: a\nserial: 1\n")
+    result, _, _ = _run(work, GOOD_INVENTORY, "steps:\n  - include: inner.yaml\n")
+    _assert_one_line(result, work / "inner.yaml", 3, "'serial' belongs in the recipe that is run")
+
+
+@pytest.mark.parametrize("option,value,expected", [
+    ("--serial", "1,x", "--serial must be a whole number of hosts (0: all), a percentage"),
+    ("--serial", "-1", "not '-1'"),
+    ("--max-fail-percentage", "101", "--max-fail-percentage must be a percentage from 0 to 100"),
+])
+def test_bad_rollout_option(work, option, value, expected):
+    result, _, _ = _run(work, GOOD_INVENTORY, GOOD_RECIPE, f"{option}={value}")
+    assert result.rc == 2, (result.out, result.err)
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
 
 
 def test_selection_that_matches_nothing(work):

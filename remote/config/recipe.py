@@ -38,7 +38,11 @@ class StepKind(Protocol):
 
 K = TypeVar("K", bound=StepKind)
 
-TOP_KEYS = {"name", "description", "vars", "steps", "handlers", "validate"}
+TOP_KEYS = {"name", "description", "vars", "steps", "handlers", "validate", "serial",
+            "max_fail_percentage"}
+# Play keywords of a canary rollout (Ansible's `serial` and `max_fail_percentage`), read from the
+# top recipe only and checked by the engine's planner (engine/rollout.py) with their positions.
+ROLLOUT_KEYS = ("serial", "max_fail_percentage")
 MAX_INCLUDE_DEPTH = 20
 MAX_SECONDS = 10_000_000  # ~116 days: anything above is a typo (and .inf/.nan are refused)
 MAX_RETRIES = 1000
@@ -113,6 +117,7 @@ class Recipe(Generic[K]):
     handlers: dict[str, Step[K]]
     files: list[Path] = field(default_factory=list)
     validate: bool = True  # `validate: false` at the top: provision never validates after it
+    rollout: dict[str, tuple[Any, Where]] = field(default_factory=dict)  # ROLLOUT_KEYS given
 
     def select(self, tags: Optional[set[str]]) -> list[Step[K]]:
         """Steps to run for `--tags` (all when None); steps tagged `always` always run."""
@@ -134,7 +139,7 @@ def load_recipe(path: str | Path, kinds: Mapping[str, K]) -> Recipe[K]:
                                        f"{suggest(name, loader.handlers)}")
     return Recipe(path=root, name=loader.root_name or root.stem, vars=loader.vars,
                   vars_where=loader.vars_where, steps=steps, handlers=loader.handlers,
-                  files=loader.files, validate=loader.validate)
+                  files=loader.files, validate=loader.validate, rollout=loader.rollout)
 
 
 class _Loader(Generic[K]):
@@ -147,6 +152,7 @@ class _Loader(Generic[K]):
         self.included: set[tuple[Path, tuple[str, ...], frozenset[str], Optional[bool]]] = set()
         self.root_name: Optional[str] = None
         self.validate = True
+        self.rollout: dict[str, tuple[Any, Where]] = {}
 
     def load_file(self, path: Path, stack: list[Path], when: list[Any], tags: frozenset[str],
                   become: Optional[bool], included_at: Where) -> list[Step[K]]:
@@ -162,6 +168,11 @@ class _Loader(Generic[K]):
             if "validate" in data:
                 expect(data["validate"], bool, data.at("validate"), "'validate'")
                 self.validate = bool(data["validate"])
+            self.rollout = {key: (data[key], data.at(key)) for key in ROLLOUT_KEYS if key in data}
+        for key in ROLLOUT_KEYS if stack else ():
+            if key in data:
+                raise data.at(key).error(f"'{key}' belongs in the recipe that is run, not in "
+                                         f"an included one (it says how the run goes through hosts)")
         self._add_vars(data)
         steps_raw = data.get("steps")
         if steps_raw is None:

@@ -2,7 +2,8 @@
 session (`session`: connection, run log, facts, template context, result), the jobs that take
 a session (`jobs/`: apply a recipe, validate, pull logs, gather facts), a host's vars in their
 layers (`varlayers`), facts (command + parser), batched probes, the fleet cache as one host
-reaches it (`cache`), and the results the recap and `--json` report (`results`).
+reaches it (`cache`), the results the recap and `--json` report (`results`), and the batches
+of a canary rollout (`rollout`: `--serial`, `--max-fail-percentage`; `run` goes through them).
 
 May import: `remote.errors`, `config`, `kinds`, `transport`, `output`. Never `cli`.
 """

@@ -62,6 +62,7 @@ class HostResult:
     interrupted: bool = False
     warnings: list[str] = field(default_factory=list)  # shown, but the host did not fail
     cache: str = ""  # how the host reached the fleet cache ("" : no cache used)
+    not_started: str = ""  # why a rollout never started this host ("" : it was started)
 
     def counts(self) -> dict[str, int]:
         counts = {status.value: 0 for status in StepStatus}
@@ -71,7 +72,7 @@ class HostResult:
 
     @property
     def ok(self) -> bool:
-        return (not self.unreachable and not self.interrupted
+        return (not self.unreachable and not self.interrupted and not self.not_started
                 and not any(s.status is StepStatus.FAILED for s in self.steps)
                 and (self.outcome is None or self.outcome.ok))
 
@@ -89,11 +90,23 @@ class HostResult:
             data["warnings"] = [redact(w) for w in self.warnings]
         if self.cache:
             data["cache"] = self.cache
+        if self.not_started:
+            data["not_started"] = redact(self.not_started)
         return data
 
 
-def write_json(path: Path, results: dict[str, HostResult], redact: Redact) -> None:
-    """Write the `--json` result document (README: Commands) atomically."""
-    data = {"hosts": {name: r.to_json(redact) for name, r in results.items()}}
-    write_atomic(Path(path), json.dumps(data, indent=2) + "\n")
+def json_document(results: dict[str, HostResult], redact: Redact,
+                  rollout: Optional[dict[str, Any]] = None) -> str:
+    """The `--json` result document (README: Commands); `rollout`: the batches of a run
+    with `--serial`, and where and why it stopped."""
+    data: dict[str, Any] = {"hosts": {name: r.to_json(redact) for name, r in results.items()}}
+    if rollout is not None:
+        data["rollout"] = rollout
+    return json.dumps(data, indent=2) + "\n"
+
+
+def write_json(path: Path, results: dict[str, HostResult], redact: Redact,
+               rollout: Optional[dict[str, Any]] = None) -> None:
+    """Write the `--json` result document atomically."""
+    write_atomic(Path(path), json_document(results, redact, rollout))
 

@@ -9,15 +9,18 @@ import functools
 import gc
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Iterable, Optional
 
 from ..config.inventory import Host, Inventory
 from ..errors import GpuprovError, Interrupted
 from ..output.recap import Reporter
-from ..output.runlog import Redactor
+from ..output.runlog import Redactor, RunLog
+from ..runfolder import PROVISION_LOG, run_dir
 from ..transport.connection import BaseConnection, KnownHosts, connection_for
 from .cache import CacheLink
 from .options import RunOptions as RunOptions  # re-exported: the command line builds it
 from .results import HostResult
+from .rollout import Rollout, RolloutState
 from .session import HostSession, Job
 from .varlayers import facts_read_by_vars
 
@@ -55,15 +58,18 @@ class Run:
         self.var_facts = facts_read_by_vars(layers)
         # The hosts that reach the fleet cache through a forward share one connection to it.
         self.cache_link = CacheLink(self.connect)
+        self.rollout: Optional[RolloutState] = None  # a rollout's batches, once `roll_out` ran
 
-    def execute(self, job: Job) -> dict[str, HostResult]:
-        """Run `job` on every host; return {name: HostResult} in inventory order."""
+    def execute(self, job: Job, hosts: Optional[list[Host]] = None) -> dict[str, HostResult]:
+        """Run `job` on every host (or on `hosts`); return {name: HostResult} in inventory
+        order."""
+        hosts = self.hosts if hosts is None else hosts
         results: dict[str, HostResult] = {}
         _freeze_loaded_objects()
-        workers = max(1, min(self.options.forks, len(self.hosts)))
+        workers = max(1, min(self.options.forks, len(hosts)))
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="host")
         futures: dict[str, Future[HostResult]] = {
-            h.name: pool.submit(self.session(h).run_job, job) for h in self.hosts}
+            h.name: pool.submit(self.session(h).run_job, job) for h in hosts}
         try:
             for name, future in futures.items():
                 results[name] = future.result()
@@ -80,6 +86,54 @@ class Run:
             pool.shutdown(wait=True)
             self.cache_link.close()
         return results
+
+    def roll_out(self, job: Job, rollout: Rollout) -> dict[str, HostResult]:
+        """Run `job` batch after batch (`rollout`): each batch's hosts end their job (the
+        recipe, then the validation) before the next batch starts; the first batch whose
+        failures exceed the limit stops the run, and the hosts after it are never contacted:
+        their results say `not_started` and why (`self.rollout` has the batches). Ctrl-C
+        leaves the hosts of the batches not begun `not_started` too."""
+        by_name = {h.name: h for h in self.hosts}
+        batches = rollout.batches(list(by_name))
+        self.rollout = state = RolloutState(batches)
+        results: dict[str, HostResult] = {}
+        number = 0
+        try:
+            for number, batch in enumerate(batches, 1):
+                shown = ", ".join(batch[:3]) + (f", ... ({len(batch)} hosts)" if len(batch) > 3 else "")
+                self.reporter.note(f"batch {number} of {len(batches)}: {shown}")
+                results.update(self.execute(job, [by_name[name] for name in batch]))
+                failed = [name for name in batch if not results[name].ok]
+                reason = rollout.stop_reason(batch, failed, number, len(batches))
+                if reason and number < len(batches):
+                    state.stopped_after, state.reason = number, reason
+                    self.reporter.note(f"rollout stopped: {reason}")
+                    self._not_started(results, by_name, reason)
+                    break
+        except (RunInterrupted, KeyboardInterrupt) as exc:  # in a batch, or between two
+            if isinstance(exc, RunInterrupted):
+                results.update(exc.results)
+            else:
+                self.stop()
+            self._not_started(results, by_name, "the run was interrupted in batch "
+                              f"{number} of {len(batches)}")
+            raise RunInterrupted({name: results[name] for name in by_name}) from None
+        return {name: results[name] for name in by_name}
+
+    def _not_started(self, results: dict[str, HostResult], names: Iterable[str],
+                     reason: str) -> None:
+        """The hosts of `names` without a result were never started: a result and a run log
+        say why."""
+        for name in names:
+            if name in results:
+                continue
+            results[name] = HostResult(name, not_started=reason)
+            if self.options.logs_dir is not None:
+                log = RunLog(run_dir(self.options.logs_dir, name, self.options.run_id)
+                             / PROVISION_LOG, self.redact)
+                log.event(f"run {self.options.run_id} on {name}: not started, never contacted: "
+                          f"{reason}")
+                log.close()
 
     def session(self, host: Host) -> HostSession:
         return HostSession(host, self.inventory, self.options, self.reporter, self.redact,

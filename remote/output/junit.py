@@ -81,6 +81,8 @@ def build(title: str, results: Mapping[str, Any], redact: Callable[[str], str],
     elapsed = 0.0
     for host, result in results.items():
         suite = _Suite(root, host, title, redact)
+        if result.not_started:  # a canary rollout stopped before its batch
+            suite.case("not started", 0.0, "skipped", f"not started: {result.not_started}")
         if result.unreachable:
             suite.case("connect", result.elapsed_s, "error", result.message or "unreachable")
         for step in result.steps:

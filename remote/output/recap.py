@@ -18,7 +18,7 @@ from .term import paint, printable, printable_line, terminal_width, wants_color
 
 STYLE = {"ok": "green", "changed": "yellow", "skipped": "cyan", "failed": "bold red",
          "unreachable": "bold red", "running": "dim", "would change": "yellow",
-         "warning": "bold yellow"}
+         "warning": "bold yellow", "not started": "yellow"}
 RECAP_COLUMNS = ("host", "ok", "changed", "skipped", "failed", "unreachable", "elapsed")
 
 Cell = Union[str, tuple[str, str]]  # text, or (text, style)
@@ -32,6 +32,14 @@ class Failure:
     host: str
     reason: str
     log: str = ""
+
+
+@dataclass(frozen=True)
+class NotStarted:
+    """A host a canary rollout never started, under the recap: why."""
+
+    host: str
+    reason: str
 
 
 class StepLine(Protocol):
@@ -65,6 +73,8 @@ class RecapRow(Protocol):
     def elapsed_s(self) -> float: ...
     @property
     def outcome(self) -> Optional[Verdict]: ...
+    @property
+    def not_started(self) -> str: ...
     def counts(self) -> dict[str, int]: ...
 
 
@@ -200,6 +210,16 @@ class Reporter:
                 lines.append(f"{' ' * 2}log: {self._shown(item.log)}")
         self._print(lines)
 
+    def not_started(self, hosts: Sequence[NotStarted]) -> None:
+        """Under the recap: each host a canary rollout never started, and why."""
+        if not hosts:
+            return
+        lines = ["", "NOT STARTED"]
+        for item in hosts:
+            lines.append(f"{self._paint(self._shown(item.host), 'yellow')}: "
+                         f"{printable_line(self.redact(item.reason))}")
+        self._print(lines)
+
     def output(self, host: str, text: str) -> None:
         """A line of a long command's own output (validation progress)."""
         self._print([f"{self._shown(host):<{self.width}} {self._paint('| ' + self._shown(text), 'dim')}"])
@@ -219,6 +239,11 @@ class Reporter:
         header = list(RECAP_COLUMNS) + ([extra_column] if extra_column else [])
         rows: list[list[Cell]] = []
         for name, result in results.items():
+            if result.not_started:  # a rollout stopped before its batch: nothing to count
+                skipped: list[Cell] = [(name, ""), *[("-", "")] * (len(RECAP_COLUMNS) - 2),
+                                       ("not started", STYLE["not started"])]
+                rows.append(skipped + ([("-", "")] if extra_column else []))
+                continue
             counts = result.counts()
             row: list[Cell] = [
                 (name, ""), (str(counts["ok"]), "green"), (str(counts["changed"]), "yellow"),
