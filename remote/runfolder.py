@@ -10,6 +10,8 @@ ask here (tests/test_runfolder.py holds them to it).
         bench_torch.log     BENCH_LOG: the seed's benchmark log, pulled with it
         validate.log ...    the rest of what the validation wrote there (validate/output.py)
         stack.json          STACK_MANIFEST: the host's stack manifest (remote/stack/manifest.py)
+        not-started.txt     NOT_STARTED: a rollout stopped before this host (engine/run.py): the
+                            reason; the folder is no run of the host (the report skips it)
       <cluster>/<run id>/
         slurm.json          CLUSTER_RECORD: a Slurm run's record; its nodes' results are in their
                             own folders, <logs>/<node>/<run id>/ (remote/scheduler/route.py)
@@ -26,11 +28,17 @@ RESULTS = "results.json"
 BENCH_LOG = "bench_torch.log"
 STACK_MANIFEST = "stack.json"
 CLUSTER_RECORD = "slurm.json"
+NOT_STARTED = "not-started.txt"
 # The files a pull may not bring: the control side itself writes them into the run folder (its
 # run log, the stack manifest it gathered, a cluster run's record). What a host sends never takes
 # their place, nor stands in for one the control side did not write
 # (remote/transport/transfer.py refuses an archive holding one).
-CONTROL_FILES = frozenset({PROVISION_LOG, STACK_MANIFEST, CLUSTER_RECORD})
+CONTROL_FILES = frozenset({PROVISION_LOG, STACK_MANIFEST, CLUSTER_RECORD, NOT_STARTED})
+
+
+def never_started(folder: Path) -> bool:
+    """Whether the run folder `folder` is only the note of a host a rollout never started."""
+    return (Path(folder) / NOT_STARTED).is_file()
 
 
 def run_dir(logs_dir: Path, host: str, run_id: str) -> Path:

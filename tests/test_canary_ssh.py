@@ -7,6 +7,7 @@ import json
 import signal
 import xml.etree.ElementTree as ET
 
+from remote.report import build_report
 from tests.conftest import write_yaml
 from tests.procs import wait_for_file
 
@@ -68,6 +69,14 @@ def test_serial_1_stops_at_the_failing_host_and_never_touches_the_rest(farm, wor
     text = log.read_text()
     assert f"not started, never contacted: {why}" in text and "connected" not in text.replace(
         "never contacted", "")
+
+    # the report: the folders of h3 and h4 are no runs of theirs (no history, no "without
+    # validation results"), only a note that the rollout stopped before them
+    report = build_report(work / "logs")
+    assert "2 host run(s) not started: a rollout stopped before them (h3, h4)" in report.notes
+    assert "2 run(s) without validation results (provisioning only, e.g. --no-validate): " \
+        "nothing to compare" in report.notes  # h1 and h2: provisioned, not validated
+    assert {h.host: len(h.timeline) for h in report.history}.get("h3", 0) == 0
 
     # a re-run with the host fixed continues: the done host converges as ok, the rest run
     again = provision("all", rec, inv, serial="1", var=["bad_host=none"])

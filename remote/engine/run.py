@@ -15,7 +15,7 @@ from ..config.inventory import Host, Inventory
 from ..errors import GpuprovError, Interrupted
 from ..output.recap import Reporter
 from ..output.runlog import Redactor, RunLog
-from ..runfolder import PROVISION_LOG, run_dir
+from ..runfolder import NOT_STARTED, PROVISION_LOG, run_dir
 from ..transport.connection import BaseConnection, KnownHosts, connection_for
 from .cache import CacheLink
 from .options import RunOptions as RunOptions  # re-exported: the command line builds it
@@ -129,11 +129,12 @@ class Run:
                 continue
             results[name] = HostResult(name, not_started=reason)
             if self.options.logs_dir is not None:
-                log = RunLog(run_dir(self.options.logs_dir, name, self.options.run_id)
-                             / PROVISION_LOG, self.redact)
+                folder = run_dir(self.options.logs_dir, name, self.options.run_id)
+                log = RunLog(folder / PROVISION_LOG, self.redact)
                 log.event(f"run {self.options.run_id} on {name}: not started, never contacted: "
                           f"{reason}")
                 log.close()
+                (folder / NOT_STARTED).write_text(reason + "\n", encoding="utf-8")
 
     def session(self, host: Host) -> HostSession:
         return HostSession(host, self.inventory, self.options, self.reporter, self.redact,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..errors import InputError
-from ..runfolder import PROVISION_LOG
+from ..runfolder import PROVISION_LOG, never_started
 from .collect import NO_RESULTS, Problem, Results, Run, check, collect, fmt_ms, get, num
 from .drift import Drift, find_drift
 from .history import QUARANTINE, HostHistory, find_history
@@ -433,6 +433,9 @@ def build_report(
     unvalidated = [p for p in problems if p.message == NO_RESULTS
                    and (Path(p.path) / PROVISION_LOG).is_file()]
     problems = [p for p in problems if p not in unvalidated]
+    # a host a canary rollout stopped before: no run of it at all, said apart
+    skipped = [p for p in unvalidated if never_started(Path(p.path))]
+    unvalidated = [p for p in unvalidated if p not in skipped]
     groups, fleet = find_outliers(runs, outlier_pct)
     gpus = host_gpus(runs)
     drift = find_drift(logs_dir, {h: gpus.get(h, UNKNOWN_GPU) for h in os.listdir(logs_dir)})
@@ -446,6 +449,9 @@ def build_report(
     if unvalidated:
         notes.append(f"{len(unvalidated)} run(s) without validation results (provisioning "
                      "only, e.g. --no-validate): nothing to compare")
+    if skipped:
+        notes.append(f"{len(skipped)} host run(s) not started: a rollout stopped before them "
+                     f"({', '.join(sorted({Path(p.path).parent.name for p in skipped})[:10])})")
     if not runs:
         notes.append(f"no runs found under {logs_dir}/<host>/<run>/")
     for gpu, hosts in groups.items():

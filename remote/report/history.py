@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
-from ..runfolder import STACK_MANIFEST
+from ..runfolder import STACK_MANIFEST, never_started
 from .collect import Problem, Run
 from .drift import NOT_INSTALLED, item_order, read_stack
 
@@ -175,7 +175,7 @@ def find_history(logs_dir: Path, runs: list[Run], hosts: list[str],
         history = HostHistory(host, quarantine=quarantine)
         try:
             run_ids = sorted(p.name for p in (Path(logs_dir) / host).iterdir()
-                             if p.is_dir() and not p.name.startswith("."))
+                             if p.is_dir() and not p.name.startswith(".") and not never_started(p))
         except OSError:
             continue  # collect reports a folder it cannot list
         previous: dict[tuple[str, str], str] | None = None
