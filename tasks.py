@@ -52,6 +52,8 @@ VERBOSE = ("show each step's output live, line by line with the host name; -vv: 
            "commands each step ran, under its line (secrets masked)")
 JSON = "also write per-host results as JSON to this file; '-' writes only the JSON to stdout"
 JUNIT = "also write JUnit XML to this file (a testsuite per host, a testcase per step and check)"
+EVIDENCE = ("after a validation whose action is 'drain and replace (RMA)', gather the host's "
+            "evidence as gpuprov evidence does (default; --no-evidence leaves it out)")
 
 
 def _refuse_invoke_options(c) -> None:
@@ -104,11 +106,13 @@ def _need_host(host, limit, task_name: str) -> None:
         "ask-become-pass": "prompt for the sudo password (else $GPUPROV_BECOME_PASSWORD)",
         "validate": "after the recipe, push validate/ and run it (default; --no-validate skips)",
         "suite": "validation suite: quick (default) or full",
+        "evidence": EVIDENCE,
     },
 )
 def provision(c, host=None, limit=None, recipe=None, inventory=None, check=False, diff=False,
               tags="", skip_tags="", var=None, forks=None, verbose=0, list_hosts=False,
-              json=None, junit=None, ask_become_pass=False, validate=True, suite="quick"):
+              json=None, junit=None, ask_become_pass=False, validate=True, suite="quick",
+              evidence=True):
     """Apply a recipe to hosts over SSH, idempotently and in parallel, then validate them."""
     from remote import cli, paths
 
@@ -119,7 +123,8 @@ def provision(c, host=None, limit=None, recipe=None, inventory=None, check=False
                         inventory=inventory, check=check, diff=diff, tags=tags,
                         skip_tags=skip_tags, var=var, forks=forks, verbose=verbose,
                         list_hosts=list_hosts, json_path=json, junit_path=junit,
-                        ask_become_pass=ask_become_pass, validate=validate, suite=suite))
+                        ask_become_pass=ask_become_pass, validate=validate, suite=suite,
+                        evidence=evidence))
 
 
 @task(short=SHORT, help={"host": HOST, "limit": LIMIT,
@@ -149,11 +154,12 @@ def facts(c, host=None, limit=None, inventory=None, list_hosts=False, json=None)
           "forks": FORKS, "verbose": VERBOSE, "list-hosts": LIST_HOSTS,
           "drain-failed": "Slurm clusters: drain the nodes that did not pass, with the reason",
           "resume-passed": "Slurm clusters: validate again the nodes gpuprov drained, resume "
-                           "those that pass"},
+                           "those that pass",
+          "evidence": EVIDENCE},
 )
 def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None, junit=None,
              var=None, forks=None, verbose=0, list_hosts=False, drain_failed=False,
-             resume_passed=False):
+             resume_passed=False, evidence=True):
     """Push validate/ to hosts, run it there, pull the results into logs/<host>/<run>/.
     A host with slurm: validates its partition's nodes through Slurm instead."""
     from remote import cli
@@ -164,7 +170,7 @@ def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None,
     _exit(cli.validate(host=host, limit=limit, inventory=inventory, suite=suite, json_path=json,
                        junit_path=junit, var=var, forks=forks, verbose=verbose,
                        list_hosts=list_hosts, drain_failed=drain_failed,
-                       resume_passed=resume_passed))
+                       resume_passed=resume_passed, evidence=evidence))
 
 
 @task(short=SHORT, help={"host": "hosts to fetch from (patterns as in provision --help)",
@@ -178,6 +184,23 @@ def logs(c, host=None, limit=None, inventory=None, list_hosts=False):
     _need_host(host, limit, "logs")
     inventory = _inventory(inventory)
     _exit(cli.logs(host=host, limit=limit, inventory=inventory, list_hosts=list_hosts))
+
+
+@task(short=SHORT, help={"host": "hosts to gather from (patterns as in provision --help)",
+                         "limit": LIMIT, "inventory": f"inventory file (default {INVENTORY})",
+                         "list-hosts": LIST_HOSTS,
+                         "bug-report-timeout": "seconds for nvidia-bug-report.sh's full run, and "
+                                               "again for its --safe-mode run when the full one "
+                                               "hangs (default 300, then 180)"})
+def evidence(c, host=None, limit=None, inventory=None, list_hosts=False, bug_report_timeout=None):
+    """Gather evidence for a GPU replacement into logs/<host>/<run>/evidence-<host>-<serials>.tar.gz."""
+    from remote import cli
+
+    _refuse_invoke_options(c)
+    _need_host(host, limit, "evidence")
+    inventory = _inventory(inventory)
+    _exit(cli.evidence(host=host, limit=limit, inventory=inventory, list_hosts=list_hosts,
+                       bug_report_timeout=bug_report_timeout))
 
 
 @task(help={"logs": f"folder of {LOGS_DIR}/<host>/<run>/ to read (default {LOGS_DIR})",

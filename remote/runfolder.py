@@ -10,6 +10,10 @@ ask here (tests/test_runfolder.py holds them to it).
         bench_torch.log     BENCH_LOG: the seed's benchmark log, pulled with it
         validate.log ...    the rest of what the validation wrote there (validate/output.py)
         stack.json          STACK_MANIFEST: the host's stack manifest (remote/stack/manifest.py)
+        evidence-<host>-<serials>.tar.gz
+                            EVIDENCE_PREFIX, EVIDENCE_SUFFIX: the evidence for a replacement, its
+                            manifest inside (`gpuprov evidence`, and after an RMA verdict;
+                            remote/evidence/)
       <cluster>/<run id>/
         slurm.json          CLUSTER_RECORD: a Slurm run's record; its nodes' results are in their
                             own folders, <logs>/<node>/<run id>/ (remote/scheduler/route.py)
@@ -26,6 +30,8 @@ RESULTS = "results.json"
 BENCH_LOG = "bench_torch.log"
 STACK_MANIFEST = "stack.json"
 CLUSTER_RECORD = "slurm.json"
+EVIDENCE_PREFIX = "evidence-"
+EVIDENCE_SUFFIX = ".tar.gz"
 # The files a pull may not bring: the control side itself writes them into the run folder (its
 # run log, the stack manifest it gathered, a cluster run's record). What a host sends never takes
 # their place, nor stands in for one the control side did not write
