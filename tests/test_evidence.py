@@ -178,6 +178,7 @@ def test_evidence_gathers_the_bug_report_identities_xids_and_last_results(host, 
     assert manifest["missing"] == [] and manifest["bug_report"]["mode"] == "full"
     assert shape(manifest) == shape(json.loads(FIXTURE.read_text())), "the README shows the fixture"
     assert f"evidence in {archive}" in out, out
+    print(out)
     assert not list((work / "logs").rglob(".evidence")), "no hidden folder left"
     assert not list(gpuprov_folder(name).glob("evidence-*")), "the host's working folder is removed"
 

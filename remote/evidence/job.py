@@ -24,7 +24,7 @@ from ..output.term import printable_line
 from ..resultsfile import UnusableFile, read_capped, read_results
 from ..runfolder import RESULTS, STACK_MANIFEST, run_dir
 from ..runid import is_run_id
-from ..transport.connection import CommandResult, pack
+from ..transport.connection import pack
 from .archive import bring_home
 
 OUTCOME = "evidence"
@@ -87,13 +87,17 @@ class CollectEvidence:
         host = session.host
         session.reporter.running(host.name, "evidence")
         run_id = session.options.run_id
+        # the host's working folder as the login user names it; then its absolute path, which
+        # the collector (as root with `become`: nvidia-bug-report.sh refuses anyone else) and
+        # the clean-up use whatever sudo makes of $HOME
         stage = f"{remote_root(host.name)}/evidence-{shlex.quote(run_id)}"
         folder = run_dir(self.logs_dir, host.name, run_id)
         try:
             try:
-                given = self._send_inputs(session, stage)
+                stage, given = self._prepare(session, stage)
                 res = session.conn.run(self._command(session, stage, given), stdin=self.package,
-                                       timeout=self.full_timeout + self.safe_timeout + MARGIN_S)
+                                       timeout=self.full_timeout + self.safe_timeout + MARGIN_S,
+                                       become=host.become, become_user=host.become_user)
                 session.log.command("evidence", "python -m validate.evidence", res.rc, res.elapsed_s,
                                     res.out, res.err)
                 if res.rc == UNPACK_FAILED:
@@ -116,9 +120,10 @@ class CollectEvidence:
         session.log.event(text)
         return text, True
 
-    def _send_inputs(self, session: HostSession, stage: str) -> list[str]:
-        """Send the last results.json and stack.json held here for the host; the collector's
-        arguments naming those that went."""
+    def _prepare(self, session: HostSession, stage: str) -> tuple[str, list[str]]:
+        """Make the host's working folder `stage` afresh with the last results.json and
+        stack.json held here for the host: (its absolute path as a shell word, the collector's
+        arguments naming the files that went)."""
         found = {}
         for name in (RESULTS, STACK_MANIFEST):
             path = latest_file(self.logs_dir, session.host.name, name)
@@ -128,25 +133,28 @@ class CollectEvidence:
                 found[name] = read_capped(path)
             except UnusableFile:
                 continue
-        send = f"rm -rf {stage} && mkdir -p {stage}/in"
-        if not found:
-            _require_ok(session.conn.run(send, timeout=CLEANUP_TIMEOUT_S), "make its folder")
-            return []
-        with tempfile.TemporaryDirectory(prefix="gpuprov-evidence-") as tmp:
-            for name, data in found.items():
-                (Path(tmp) / name).write_bytes(data)
-            tarball = pack(Path(tmp), ".")
-        _require_ok(session.conn.run(f"{send} && tar -xzf - -C {stage}/in", stdin=tarball,
-                                     timeout=CLEANUP_TIMEOUT_S), "receive results.json")
+        command = f"rm -rf {stage} && mkdir -p {stage}/in && cd {stage} && pwd"
+        tarball = None
+        if found:
+            with tempfile.TemporaryDirectory(prefix="gpuprov-evidence-") as tmp:
+                for name, data in found.items():
+                    (Path(tmp) / name).write_bytes(data)
+                tarball = pack(Path(tmp), ".")
+            command = f"rm -rf {stage} && mkdir -p {stage}/in && tar -xzf - -C {stage}/in && cd {stage} && pwd"
+        res = session.conn.run(command, stdin=tarball, timeout=CLEANUP_TIMEOUT_S)
+        where = res.out.strip()
+        if res.rc != 0 or not where.startswith("/") or "\n" in where:
+            raise HostError(f"the host could not make {stage} (exit {res.rc}: {res.err.strip()[:200]})")
+        absolute = shlex.quote(where)
         flags = {RESULTS: "--results", STACK_MANIFEST: "--stack"}
-        return [f"{flags[name]} {stage}/in/{name}" for name in found]
+        return absolute, [f"{flags[name]} {shlex.quote(where + '/in/' + name)}" for name in found]
 
     def _command(self, session: HostSession, stage: str, given: list[str]) -> str:
         python = str(session.context.get("validate_python") or session.host.python)
         args = ["--host", session.host.name, "--bug-report-timeout", f"{self.full_timeout:g}",
                 "--safe-mode-timeout", f"{self.safe_timeout:g}"] + evidence_args(session.context)
         quoted = " ".join([shlex.quote(a) for a in args] + given)  # `given`: already shell words
-        return (f"mkdir -p {stage} && cd {stage} && rm -rf pkg out && mkdir pkg && "
+        return (f"cd {stage} && rm -rf pkg out && mkdir pkg && "
                 f"tar -xzf - -C pkg || exit {UNPACK_FAILED}\n"
                 f"{choose_python(session.host.name, python)}"
                 f'cd {stage}/pkg && "$PY" -m validate.evidence --out {stage}/out {quoted}\n'
@@ -155,14 +163,10 @@ class CollectEvidence:
     @staticmethod
     def _clean(session: HostSession, stage: str) -> None:
         try:
-            session.conn.run(f"rm -rf {stage}", timeout=CLEANUP_TIMEOUT_S)
+            session.conn.run(f"rm -rf {stage}", timeout=CLEANUP_TIMEOUT_S, become=session.host.become,
+                             become_user=session.host.become_user)
         except GpuprovError as exc:
             session.log.event(f"evidence: could not remove {stage} on the host: {exc}")
-
-
-def _require_ok(res: CommandResult, what: str) -> None:
-    if res.rc != 0:
-        raise HostError(f"the host could not {what} (exit {res.rc}: {res.err.strip()[:200]})")
 
 
 def summary(path: Path, manifest: dict[str, Any]) -> str:
