@@ -19,7 +19,7 @@ from ..engine.jobs.logs import PULL_TIMEOUT_S, remote_root
 from ..engine.jobs.validate import UNPACK_FAILED, choose_python, package_bytes, suite_args
 from ..engine.results import Outcome
 from ..engine.session import HostSession
-from ..errors import CommandTimeout, GpuprovError, HostError
+from ..errors import CommandTimeout, ConnectionLost, GpuprovError, HostError, Interrupted, Unreachable
 from ..output.term import printable_line
 from ..resultsfile import UnusableFile, read_capped, read_results
 from ..runfolder import RESULTS, STACK_MANIFEST, run_dir
@@ -110,6 +110,8 @@ class CollectEvidence:
                                             min(PULL_TIMEOUT_S, timeouts.command), timeouts.idle)
             finally:
                 self._clean(session, stage)
+        except (Interrupted, ConnectionLost, Unreachable):
+            raise  # the session's to handle, as for any job: the run stops, the host is unreachable
         except CommandTimeout as exc:
             session.log.event(f"evidence {exc}")
             return f"evidence not collected: {exc}", False
