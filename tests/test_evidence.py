@@ -325,3 +325,16 @@ def test_an_rma_verdict_brings_the_evidence_and_no_evidence_leaves_it(host, tool
     assert rc == 3, out
     assert archives(work, name) == [archive], "no second archive"
     assert "evidence" not in out.replace("--no-evidence", ""), out
+
+
+def test_provision_brings_the_evidence_after_its_validations_rma_verdict(host, tools, work, capsys):
+    """`provision` validates after its steps: the same RMA verdict brings the evidence into
+    that run's folder."""
+    name, inventory = host
+    recipe = write_yaml(work / "recipe.yaml", {"steps": [{"name": "nothing", "shell": "true"}]})
+    rc = cli.provision(host=name, recipe=str(recipe), inventory=str(inventory),
+                       logs_dir=str(work / "logs"))
+    out = capsys.readouterr().out
+    assert rc == 3, out
+    [archive] = archives(work, name)
+    assert (archive.parent / "results.json").is_file() and f"{RMA}: evidence in {archive}" in out, out
