@@ -104,3 +104,15 @@ def test_the_manifest_must_list_exactly_the_files_with_their_sha256(tmp_path, fi
         return
     with pytest.raises(PullError, match=reason.replace("[", r"\[").replace("]", r"\]")):
         check_manifest(where, "evidence-h-1")
+
+
+def test_a_script_that_refuses_is_not_run_again_and_its_words_are_kept(tmp_path, standins):
+    """NVIDIA's script exits 1 with "ERROR: Please run nvidia-bug-report.sh as root." for
+    anyone else (validate/evidence.py cites it); the stand-in says the same. Safe mode would
+    refuse alike, so it is not tried; the manifest keeps the script's words."""
+    (standins / "nvidia-bug-report.sh").write_text(
+        "#!/bin/sh\necho\necho \"ERROR: Please run $(basename $0) as root.\"\nexit 1\n")
+    manifest = collect(tmp_path, standins)
+    assert [r["mode"] for r in manifest["bug_report"]["runs"]] == ["full"]
+    [missing] = [m for m in manifest["missing"] if m["name"] == "nvidia-bug-report.log.gz"]
+    assert missing["why"] == "nvidia-bug-report.sh full run exit 1: ERROR: Please run nvidia-bug-report.sh as root."
