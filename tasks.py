@@ -56,6 +56,8 @@ SERIAL = ("canary rollout: hosts in batches of N, N% of them, or a list (1,10,50
           "inventory order; each batch done before the next starts (Ansible's serial)")
 MAX_FAIL = ("with --serial: stop at the first batch where more than P% of its hosts failed "
             "(default 0: the first failure stops; a batch that failed whole always stops)")
+EVIDENCE = ("after a validation whose action is 'drain and replace (RMA)', gather the host's "
+            "evidence as gpuprov evidence does (default; --no-evidence leaves it out)")
 
 
 def _refuse_invoke_options(c) -> None:
@@ -110,12 +112,14 @@ def _need_host(host, limit, task_name: str) -> None:
         "suite": "validation suite: quick (default) or full",
         "serial": SERIAL + "; overrides the recipe's serial:",
         "max-fail-percentage": MAX_FAIL + "; overrides the recipe's max_fail_percentage:",
+        "evidence": EVIDENCE,
     },
 )
 def provision(c, host=None, limit=None, recipe=None, inventory=None, check=False, diff=False,
               tags="", skip_tags="", var=None, forks=None, verbose=0, list_hosts=False,
               json=None, junit=None, ask_become_pass=False, validate=True, suite="quick",
-              serial=None, max_fail_percentage=None):
+              serial=None, max_fail_percentage=None,
+              evidence=True):
     """Apply a recipe to hosts over SSH, idempotently and in parallel, then validate them."""
     from remote import cli, paths
 
@@ -127,7 +131,8 @@ def provision(c, host=None, limit=None, recipe=None, inventory=None, check=False
                         skip_tags=skip_tags, var=var, forks=forks, verbose=verbose,
                         list_hosts=list_hosts, json_path=json, junit_path=junit,
                         ask_become_pass=ask_become_pass, validate=validate, suite=suite,
-                        serial=serial, max_fail_percentage=max_fail_percentage))
+                        serial=serial, max_fail_percentage=max_fail_percentage,
+                        evidence=evidence))
 
 
 @task(short=SHORT, help={"host": HOST, "limit": LIMIT,
@@ -158,11 +163,12 @@ def facts(c, host=None, limit=None, inventory=None, list_hosts=False, json=None)
           "drain-failed": "Slurm clusters: drain the nodes that did not pass, with the reason",
           "resume-passed": "Slurm clusters: validate again the nodes gpuprov drained, resume "
                            "those that pass",
-          "serial": SERIAL, "max-fail-percentage": MAX_FAIL},
+          "serial": SERIAL, "max-fail-percentage": MAX_FAIL,
+          "evidence": EVIDENCE},
 )
 def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None, junit=None,
              var=None, forks=None, verbose=0, list_hosts=False, drain_failed=False,
-             resume_passed=False, serial=None, max_fail_percentage=None):
+             resume_passed=False, serial=None, max_fail_percentage=None, evidence=True):
     """Push validate/ to hosts, run it there, pull the results into logs/<host>/<run>/.
     A host with slurm: validates its partition's nodes through Slurm instead."""
     from remote import cli
@@ -174,7 +180,7 @@ def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None,
                        junit_path=junit, var=var, forks=forks, verbose=verbose,
                        list_hosts=list_hosts, drain_failed=drain_failed,
                        resume_passed=resume_passed, serial=serial,
-                       max_fail_percentage=max_fail_percentage))
+                       max_fail_percentage=max_fail_percentage, evidence=evidence))
 
 
 @task(short=SHORT, help={"host": "hosts to fetch from (patterns as in provision --help)",
@@ -188,6 +194,23 @@ def logs(c, host=None, limit=None, inventory=None, list_hosts=False):
     _need_host(host, limit, "logs")
     inventory = _inventory(inventory)
     _exit(cli.logs(host=host, limit=limit, inventory=inventory, list_hosts=list_hosts))
+
+
+@task(short=SHORT, help={"host": "hosts to gather from (patterns as in provision --help)",
+                         "limit": LIMIT, "inventory": f"inventory file (default {INVENTORY})",
+                         "list-hosts": LIST_HOSTS,
+                         "bug-report-timeout": "seconds for nvidia-bug-report.sh's full run, and "
+                                               "again for its --safe-mode run when the full one "
+                                               "hangs (default 300, then 180)"})
+def evidence(c, host=None, limit=None, inventory=None, list_hosts=False, bug_report_timeout=None):
+    """Gather evidence for a GPU replacement into logs/<host>/<run>/evidence-<host>-<serials>.tar.gz."""
+    from remote import cli
+
+    _refuse_invoke_options(c)
+    _need_host(host, limit, "evidence")
+    inventory = _inventory(inventory)
+    _exit(cli.evidence(host=host, limit=limit, inventory=inventory, list_hosts=list_hosts,
+                       bug_report_timeout=bug_report_timeout))
 
 
 @task(help={"logs": f"folder of {LOGS_DIR}/<host>/<run>/ to read (default {LOGS_DIR})",

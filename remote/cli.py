@@ -33,6 +33,7 @@ from .engine.rollout import Rollout, parse_max_fail, parse_serial
 from .engine.run import Run, RunInterrupted, RunOptions
 from .engine.varlayers import layered_vars
 from .errors import InputError, Unreachable, Where
+from .evidence import AfterRMA, CollectEvidence
 from .exitcodes import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_STEP_FAILED, EXIT_UNREACHABLE, EXIT_VALIDATION_FAILED
 from .fileio import write_atomic
 from .kinds import KINDS, Kind
@@ -193,9 +194,10 @@ def provision(host: Optional[str], recipe: str, inventory: str, check: bool = Fa
               suite: str = "quick", limit: Optional[str] = None, skip_tags: str = "",
               diff: bool = False, verbose: int = 0, list_hosts: bool = False,
               junit_path: Optional[str] = None, serial: Optional[str] = None,
-              max_fail_percentage: Union[str, float, None] = None) -> int:
+              max_fail_percentage: Union[str, float, None] = None, evidence: bool = True) -> int:
     """`gpuprov provision`: run a recipe on the selected hosts, then validate them; with
-    `--serial` (or the recipe's `serial:`), batch after batch (a canary rollout)."""
+    `--serial` (or the recipe's `serial:`), batch after batch (a canary rollout); with
+    `evidence`, a host whose validation says "drain and replace (RMA)" gives its evidence."""
     outputs = Outputs(json_path, junit_path, verbose, diff, list_hosts)
     try:
         extra_vars, forks_n, suite, (inv, hosts, rec) = _run_inputs(
@@ -214,7 +216,9 @@ def provision(host: Optional[str], recipe: str, inventory: str, check: bool = Fa
         # a cluster's login node is provisioned, then its nodes validated through its scheduler
         then = cluster_job = ClusterValidate(then, SCHEDULERS)
         expand = cluster_job.with_nodes
-    job = RecordStack(ApplyRecipe(rec, None, then), Path(logs_dir))
+    job: Job = RecordStack(ApplyRecipe(rec, None, then), Path(logs_dir))
+    if evidence and then is not None:
+        job = AfterRMA(job, CollectEvidence(Path(logs_dir)))
     return _execute(inv, hosts, rec.name, job, extra_vars, forks_n,
                     outputs, ask_become_pass, logs_dir, check=check, expand=expand,
                     rollout=rollout)
@@ -246,7 +250,7 @@ def validate(host: Optional[str], inventory: str, suite: str = "quick",
              limit: Optional[str] = None, verbose: int = 0, list_hosts: bool = False,
              junit_path: Optional[str] = None, drain_failed: bool = False,
              resume_passed: bool = False, serial: Optional[str] = None,
-             max_fail_percentage: Union[str, float, None] = None) -> int:
+             max_fail_percentage: Union[str, float, None] = None, evidence: bool = True) -> int:
     """`gpuprov validate`: push validate/, run it on the selected hosts, pull the results;
     a cluster's login node (a host with a scheduler's key) validates its nodes
     through the scheduler (remote/scheduler/)."""
@@ -265,6 +269,8 @@ def validate(host: Optional[str], inventory: str, suite: str = "quick",
         return print_hosts(hosts, outputs.stream)
     ssh_route = Validate(suite, Path(logs_dir))
     job: Job = RecordStack(ssh_route, Path(logs_dir))
+    if evidence:  # after an RMA verdict (remote/evidence/)
+        job = AfterRMA(job, CollectEvidence(Path(logs_dir)))
     expand = None
     if any(h.scheduler for h in hosts):
         job = cluster_job = ClusterValidate(ssh_route, SCHEDULERS, drain_failed, resume_passed)
@@ -296,6 +302,42 @@ def logs(host: Optional[str], inventory: str, logs_dir: str = LOGS_DIR,
         return EXIT_OK
     return _execute(inv, hosts, "logs", PullLogs(Path(logs_dir)), {}, 16, Outputs(), False,
                     logs_dir, write_logs=False)
+
+
+def evidence(host: Optional[str], inventory: str, logs_dir: str = LOGS_DIR,
+             limit: Optional[str] = None, list_hosts: bool = False,
+             bug_report_timeout: Union[float, str, None] = None) -> int:
+    """`gpuprov evidence`: gather each selected host's evidence for a replacement into
+    `<logs>/<host>/<run>/evidence-<host>-<serials>.tar.gz` (remote/evidence/)."""
+    try:
+        inv, hosts, _ = load_for_run(inventory, host, None, {}, limit)
+        full = _seconds("--bug-report-timeout", bug_report_timeout)
+    except InputError as exc:
+        return fail_input(exc)
+    if list_hosts:
+        return print_hosts(hosts, sys.stdout)
+    for cluster in hosts:
+        if cluster.scheduler is not None:
+            print(f"{cluster.name}: a cluster's login node: select its nodes by name to gather "
+                  "their evidence; left out")
+    hosts = [h for h in hosts if not h.scheduler]
+    if not hosts:
+        return EXIT_OK
+    job = CollectEvidence(Path(logs_dir), *(() if full is None else (full, full)))
+    return _execute(inv, hosts, "evidence", job, {}, 16, Outputs(), False, logs_dir)
+
+
+def _seconds(flag: str, value: Union[float, str, None]) -> Optional[float]:
+    """A positive number of seconds given as `flag`, or None when not given."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise InputError(f"{flag} must be a number of seconds, not {value!r}") from None
+    if not seconds > 0:
+        raise InputError(f"{flag} must be more than 0, not {value!r}")
+    return seconds
 
 
 def report(logs: str = LOGS_DIR, out: Optional[str] = None, baseline: Optional[str] = None,

@@ -12,6 +12,10 @@ ask here (tests/test_runfolder.py holds them to it).
         stack.json          STACK_MANIFEST: the host's stack manifest (remote/stack/manifest.py)
         not-started.txt     NOT_STARTED: a rollout stopped before this host (engine/run.py): the
                             reason; the folder is no run of the host (the report skips it)
+        evidence-<host>-<serials>.tar.gz
+                            EVIDENCE_PREFIX, EVIDENCE_SUFFIX: the evidence for a replacement, its
+                            manifest inside (`gpuprov evidence`, and after an RMA verdict;
+                            remote/evidence/)
       <cluster>/<run id>/
         slurm.json          CLUSTER_RECORD: a Slurm run's record; its nodes' results are in their
                             own folders, <logs>/<node>/<run id>/ (remote/scheduler/route.py)
@@ -29,6 +33,8 @@ BENCH_LOG = "bench_torch.log"
 STACK_MANIFEST = "stack.json"
 CLUSTER_RECORD = "slurm.json"
 NOT_STARTED = "not-started.txt"
+EVIDENCE_PREFIX = "evidence-"
+EVIDENCE_SUFFIX = ".tar.gz"
 # The files a pull may not bring: the control side itself writes them into the run folder (its
 # run log, the stack manifest it gathered, a cluster run's record). What a host sends never takes
 # their place, nor stands in for one the control side did not write
@@ -39,6 +45,15 @@ CONTROL_FILES = frozenset({PROVISION_LOG, STACK_MANIFEST, CLUSTER_RECORD, NOT_ST
 def never_started(folder: Path) -> bool:
     """Whether the run folder `folder` is only the note of a host a rollout never started."""
     return (Path(folder) / NOT_STARTED).is_file()
+
+
+def holds_evidence(folder: Path) -> bool:
+    """Whether the run folder `folder` holds an evidence archive (`gpuprov evidence`)."""
+    try:
+        return any(p.name.startswith(EVIDENCE_PREFIX) and p.name.endswith(EVIDENCE_SUFFIX)
+                   for p in Path(folder).iterdir())
+    except OSError:
+        return False
 
 
 def run_dir(logs_dir: Path, host: str, run_id: str) -> Path:

@@ -13,7 +13,7 @@ from remote.program import load_tasks
 from tests.conftest import REPO, Result, invoke
 
 TASKS = sorted(load_tasks().task_names)
-HOST_TASKS = ["facts", "logs", "provision", "validate"]
+HOST_TASKS = ["evidence", "facts", "logs", "provision", "validate"]
 
 
 def gpuprov(*args, cwd=None, home=None, timeout=120) -> Result:

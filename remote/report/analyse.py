@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..errors import InputError
-from ..runfolder import PROVISION_LOG, never_started
+from ..runfolder import PROVISION_LOG, holds_evidence, never_started
 from .collect import NO_RESULTS, Problem, Results, Run, check, collect, fmt_ms, get, num
 from .drift import Drift, find_drift
 from .history import QUARANTINE, HostHistory, find_history
@@ -435,7 +435,8 @@ def build_report(
     problems = [p for p in problems if p not in unvalidated]
     # a host a canary rollout stopped before: no run of it at all, said apart
     skipped = [p for p in unvalidated if never_started(Path(p.path))]
-    unvalidated = [p for p in unvalidated if p not in skipped]
+    gathered = [p for p in unvalidated if p not in skipped and holds_evidence(Path(p.path))]
+    unvalidated = [p for p in unvalidated if p not in skipped and p not in gathered]
     groups, fleet = find_outliers(runs, outlier_pct)
     gpus = host_gpus(runs)
     drift = find_drift(logs_dir, {h: gpus.get(h, UNKNOWN_GPU) for h in os.listdir(logs_dir)})
@@ -449,6 +450,9 @@ def build_report(
     if unvalidated:
         notes.append(f"{len(unvalidated)} run(s) without validation results (provisioning "
                      "only, e.g. --no-validate): nothing to compare")
+    if gathered:
+        notes.append(f"{len(gathered)} evidence run(s) (gpuprov evidence): archives, no figures "
+                     f"({', '.join(sorted({Path(p.path).parent.name for p in gathered})[:10])})")
     if skipped:
         notes.append(f"{len(skipped)} host run(s) not started: a rollout stopped before them "
                      f"({', '.join(sorted({Path(p.path).parent.name for p in skipped})[:10])})")

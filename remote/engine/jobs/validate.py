@@ -42,18 +42,23 @@ def validate_command(host_name: str, python: str, run_id: str, args: list[str],
     out = f'{root}/runs/{shlex.quote(run_id)}'
     pkg = f'{root}/pkg-{shlex.quote(run_id)}'
     quoted = " ".join(shlex.quote(a) for a in args)
-    if remember:
-        choose = f'PY={shlex.quote(python)}; printf "%s\\n" "$PY" > {root}/python\n'
-    else:
-        # a remembered python that is gone (venv deleted) falls back to the default
-        choose = (f'PY=$(cat {root}/python 2>/dev/null); '
-                  f'command -v "$PY" >/dev/null 2>&1 || PY={shlex.quote(python)}\n')
     return (f"mkdir -p {root}/runs && {unpack_command(pkg)} || exit {UNPACK_FAILED}\n"
-            f"{choose}"
+            f"{choose_python(host_name, python, remember)}"
             f'echo "validate: python $PY"\n'
             f'cd {pkg} && PYTHONUNBUFFERED=1 "$PY" -m validate --out {out} {quoted}\n'
             f"rc=$?\ncd / && rm -rf {pkg}\n"
             f"ln -sfn {shlex.quote(run_id)} {root}/runs/latest\nexit $rc")
+
+
+def choose_python(host_name: str, python: str, remember: bool = False) -> str:
+    """Shell lines that set $PY: with `remember`, `python` (chosen explicitly, written to the
+    host's .gpuprov folder); without, the python remembered there, else `python`."""
+    root = remote_root(host_name)
+    if remember:
+        return f'PY={shlex.quote(python)}; printf "%s\\n" "$PY" > {root}/python\n'
+    # a remembered python that is gone (venv deleted) falls back to the default
+    return (f'PY=$(cat {root}/python 2>/dev/null); '
+            f'command -v "$PY" >/dev/null 2>&1 || PY={shlex.quote(python)}\n')
 
 
 def idle_bound(idle: float, args: list[str]) -> float:

@@ -1,0 +1,346 @@
+"""`gpuprov evidence` and the evidence after an RMA verdict (issue 34, item 3), over real OpenSSH.
+
+The host is an sshd on loopback whose login PATH starts with a folder of the test's own tools
+(sshd_config `SetEnv PATH=...`, tests/sshd.py server_with_tools):
+
+- `nvidia-bug-report.sh` is a STAND-IN written by this test: NVIDIA's real script needs a GPU,
+  its driver and root. It takes the real script's options (`--output-file FILE` writes
+  FILE.gz, `--safe-mode`; validate/evidence.py cites them), records each call, and hangs in its
+  full run while the test asks it to (`hang` in the tools folder).
+- `nvidia-smi` is a stand-in too; `-q` prints a real H100's `nvidia-smi -q`
+  (tests/fixtures/validate/h100_590_smi_q.txt, captured on a real machine: its SOURCES.md).
+- `tar` is the real one, except that packing answers with an archive the test crafted when one
+  is there (`pack`), as a compromised host's tar would.
+
+Everything else is real: the control side (remote/cli.py in this process), the validate package
+pushed and run with the host's python3 (validate/evidence.py, and `python -m validate` for the
+RMA verdict, which reads a kernel log the test wrote with a real Xid line's shape).
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import pwd
+import secrets
+import shutil
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from remote.report import build_report
+
+from remote import cli
+from remote.evidence import RMA
+from tests.conftest import REPO, write_yaml
+from tests.sshd import TEST_USER, server_with_tools
+
+pytestmark = [pytest.mark.slow, pytest.mark.root]  # real sshd, started as root
+
+ADDRESS = "127.0.0.94"
+SMI_Q = REPO / "tests" / "fixtures" / "validate" / "h100_590_smi_q.txt"
+FIXTURE = REPO / "tests" / "fixtures" / "evidence" / "manifest_standin.json"
+# The real capture's masked serial (SMI_Q line 26): the archive is named after it.
+SERIAL = "0000000000000"
+RUN0 = "20261101T000000.000Z-0e0e"  # an earlier run this side holds for the host
+# Xid 168's action is drain and replace (RMA) in validate/driver_errors.py; the line's shape is
+# the driver's ("NVRM: Xid (PCI:...): N, ...", tests/fixtures/validate/kernel_xid_lines.txt).
+RMA_LINE = "NVRM: Xid (PCI:0000:44:00): 168, reduced GPU memory capacity"
+
+# STAND-IN for NVIDIA's nvidia-bug-report.sh (see the module's doc).
+BUG_REPORT = """#!/bin/sh
+out=nvidia-bug-report.log; safe=0
+while [ $# -gt 0 ]; do
+  case "$1" in --output-file) out=$2; shift;; --safe-mode) safe=1;; esac; shift
+done
+echo "safe=$safe pid=$$" >> {tools}/calls
+if [ $safe = 0 ] && [ -e {tools}/hang ]; then sleep 600; fi
+printf 'stand-in nvidia-bug-report.log, safe mode %s\\n' $safe | gzip -n > "$out.gz"
+"""
+SMI = """#!/bin/sh
+[ "$1" = -q ] && exec cat {tools}/smi_q.txt
+exit 9
+"""
+TAR = """#!/bin/sh
+case "$1" in
+  -czf) [ -e {tools}/pack ] && exec cat {tools}/pack ;;
+esac
+exec /usr/bin/tar "$@"
+"""
+
+
+@pytest.fixture(scope="module")
+def tools(farm):
+    crafted = {"nvidia-bug-report.sh": BUG_REPORT, "nvidia-smi": SMI, "tar": TAR}
+    with server_with_tools(farm, ADDRESS, crafted, "gpuprov-evidence-") as folder:
+        shutil.copyfile(SMI_Q, folder / "smi_q.txt")
+        os.chmod(folder / "smi_q.txt", 0o644)
+        yield folder
+
+
+@pytest.fixture
+def host(farm, work, tools):
+    """(name, inventory): a host of its own name, whose validation reads a kernel log with an
+    Xid whose action is RMA; the tools reset after the test."""
+    name = f"gpu-{secrets.token_hex(3)}"
+    kernel_log = work / "kern.log"
+    kernel_log.write_text(f"[ 12.000000] {RMA_LINE}\n[ 13.000000] unrelated line\n")
+    os.chmod(kernel_log, 0o644)
+    entry = farm.host_entry(ADDRESS, vars={"validate_args": f"--checks xid --kernel-log {kernel_log}"})
+    inventory = write_yaml(work / "inventory.yaml", {
+        "known_hosts": [str(farm.known_hosts)], "hosts": {name: entry}})
+    yield name, inventory
+    for leftover in ("hang", "pack", "calls"):
+        (tools / leftover).unlink(missing_ok=True)
+    if (tools / "hidden-bug-report.sh").exists():
+        os.replace(tools / "hidden-bug-report.sh", tools / "nvidia-bug-report.sh")
+    shutil.rmtree(gpuprov_folder(name), ignore_errors=True)
+
+
+def gpuprov_folder(name: str) -> Path:
+    """The host's ~/.gpuprov/<name> (the farm's login user)."""
+    return Path(pwd.getpwnam(TEST_USER).pw_dir) / ".gpuprov" / name
+
+
+def earlier_run(work: Path, name: str) -> Path:
+    """An earlier run's folder this side holds for the host: results.json and stack.json."""
+    folder = work / "logs" / name / RUN0
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps({"ok": False, "action": RMA, "checks": []}))
+    (folder / "stack.json").write_text(json.dumps({"packages": {}, "apt": {}}))
+    return folder
+
+
+def evidence(work, inventory, name, capsys, **kwargs):
+    rc = cli.evidence(host=name, inventory=str(inventory), logs_dir=str(work / "logs"), **kwargs)
+    out = capsys.readouterr()
+    return rc, out.out + out.err
+
+
+def archives(work: Path, name: str) -> list[Path]:
+    return sorted((work / "logs" / name).glob("*/evidence-*.tar.gz"))
+
+
+def members(archive: Path) -> dict:
+    """name -> bytes (None for a folder), in the archive's order."""
+    with tarfile.open(archive) as tar:
+        return {m.name: (tar.extractfile(m).read() if m.isfile() else None) for m in tar}
+
+
+def manifest_of(archive: Path) -> dict:
+    stem = archive.name[:-len(".tar.gz")]
+    return json.loads(members(archive)[f"{stem}/manifest.json"])
+
+
+def tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def shape(manifest: dict) -> dict:
+    """The manifest without what changes from run to run (times, hashes, paths, the host)."""
+    return {"schema": manifest["schema"], "tool": manifest["tool"], "gpus": manifest["gpus"],
+            "bug_report_mode": manifest["bug_report"]["mode"],
+            "bug_report_runs": [r["mode"] for r in manifest["bug_report"]["runs"]],
+            "xid_lines": manifest["xid"]["lines"],
+            "files": [f["name"] for f in manifest["files"]],
+            "missing": [m["name"] for m in manifest["missing"]]}
+
+
+def test_evidence_gathers_the_bug_report_identities_xids_and_last_results(host, tools, work, capsys):
+    """`gpuprov evidence` on a host with the stand-in script: one archive named after the GPU's
+    serial, its manifest first, listing every file with its sha256; the identities are the
+    real capture's; the Xid line is the kernel log's; results.json and stack.json are the
+    last ones this side holds; nothing is left on the host or in hidden folders."""
+    name, inventory = host
+    earlier = earlier_run(work, name)
+    rc, out = evidence(work, inventory, name, capsys)
+    assert rc == 0, out
+    [archive] = archives(work, name)
+    assert archive.name == f"evidence-{name}-{SERIAL}.tar.gz"
+    assert archive.parent.name != RUN0, "the archive goes into this run's folder"
+    stem = archive.name[:-len(".tar.gz")]
+    files = members(archive)
+    assert list(files)[:2] == [stem, f"{stem}/manifest.json"], list(files)
+    manifest = json.loads(files[f"{stem}/manifest.json"])
+    gpu = manifest["gpus"][0]
+    assert (gpu["serial"], gpu["uuid"], gpu["board_part_number"], gpu["vbios"]) == (
+        SERIAL, "GPU-00000000-0000-0000-0000-000000000000", "692-2G520-0200-000", "96.00.A5.00.01")
+    assert gzip.decompress(files[f"{stem}/nvidia-bug-report.log.gz"]) == \
+        b"stand-in nvidia-bug-report.log, safe mode 0\n"
+    assert files[f"{stem}/xid.log"].decode() == f"[ 12.000000] {RMA_LINE}\n"
+    assert files[f"{stem}/results.json"] == (earlier / "results.json").read_bytes()
+    assert files[f"{stem}/stack.json"] == (earlier / "stack.json").read_bytes()
+    for entry in manifest["files"]:
+        data = files[f"{stem}/{entry['name']}"]
+        assert (entry["bytes"], entry["sha256"]) == (len(data), hashlib.sha256(data).hexdigest())
+    assert manifest["missing"] == [] and manifest["bug_report"]["mode"] == "full"
+    assert shape(manifest) == shape(json.loads(FIXTURE.read_text())), "the README shows the fixture"
+    assert f"evidence in {archive}" in out, out
+    print(out)
+    assert not list((work / "logs").rglob(".evidence")), "no hidden folder left"
+    assert not list(gpuprov_folder(name).glob("evidence-*")), "the host's working folder is removed"
+    # the report tells the evidence run apart: no "run without validation results"
+    notes = build_report(work / "logs").notes
+    assert f"1 evidence run(s) (gpuprov evidence): archives, no figures ({name})" in notes, notes
+    assert not any("without validation results" in n for n in notes), notes
+
+
+def test_a_hung_full_run_is_killed_and_safe_mode_gives_the_report(host, tools, work, capsys):
+    """The full run of nvidia-bug-report.sh hangs: after --bug-report-timeout it is killed,
+    its children too, and the --safe-mode run's report is the one kept; the manifest says so."""
+    name, inventory = host
+    (tools / "hang").touch()
+    start = time.monotonic()
+    rc, out = evidence(work, inventory, name, capsys, bug_report_timeout=3)
+    took = time.monotonic() - start
+    assert rc == 0, out
+    [archive] = archives(work, name)
+    stem = archive.name[:-len(".tar.gz")]
+    manifest = manifest_of(archive)
+    runs = manifest["bug_report"]["runs"]
+    assert [r["mode"] for r in runs] == ["full", "safe-mode"] and manifest["bug_report"]["mode"] == "safe-mode"
+    assert runs[0]["rc"] is None and runs[0]["why"] == "hung: killed after 3 s", runs
+    assert gzip.decompress(members(archive)[f"{stem}/nvidia-bug-report.log.gz"]) == \
+        b"stand-in nvidia-bug-report.log, safe mode 1\n"
+    calls = (tools / "calls").read_text().split()
+    assert [c for c in calls if c.startswith("safe=")] == ["safe=0", "safe=1"]
+    hung = int([c for c in calls if c.startswith("pid=")][0][4:])
+    assert not Path(f"/proc/{hung}").exists(), "the hung script was killed"
+    assert took < 30, f"bounded: {took:.1f} s"  # 3 s of hang, the rest is SSH and python starts
+    print(f"evidence with a hung full run: {took:.1f} s")
+
+
+def test_a_host_without_the_script_still_gives_the_rest(host, tools, work, capsys):
+    """No nvidia-bug-report.sh on the host (no driver): the archive holds everything else and
+    the manifest, and the recap, say what is missing and why."""
+    name, inventory = host
+    assert not Path("/usr/bin/nvidia-bug-report.sh").exists(), "the host must lack the script"
+    os.replace(tools / "nvidia-bug-report.sh", tools / "hidden-bug-report.sh")
+    earlier_run(work, name)
+    rc, out = evidence(work, inventory, name, capsys)
+    assert rc == 0, out
+    [archive] = archives(work, name)
+    manifest = manifest_of(archive)
+    assert manifest["missing"] == [{"name": "nvidia-bug-report.log.gz", "why": (
+        "nvidia-bug-report.sh not found (it ships with the NVIDIA driver: no driver installed?)")}]
+    assert [f["name"] for f in manifest["files"]] == ["nvidia-smi-q.txt", "results.json", "stack.json",
+                                                      "xid.log"]
+    assert manifest["gpus"][0]["serial"] == SERIAL
+    assert "missing: nvidia-bug-report.log.gz" in out, out
+
+
+def tarball(entries) -> bytes:
+    """A gzip tarball of (TarInfo, bytes or None) entries, as a hostile host would craft it."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for info, data in entries:
+            if data is not None:
+                info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buffer.getvalue()
+
+
+def file_info(name: str) -> tarfile.TarInfo:
+    return tarfile.TarInfo(name)
+
+
+def link_info(name: str, target: str, kind=tarfile.SYMTYPE) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, target
+    return info
+
+
+def inner(stem: str, extra) -> bytes:
+    """An evidence archive whose manifest lists its one file, plus the `extra` entries."""
+    data = b"log\n"
+    manifest = json.dumps({"files": [{"name": "xid.log", "bytes": len(data),
+                                      "sha256": hashlib.sha256(data).hexdigest()}]}).encode()
+    return tarball([(file_info(f"{stem}/manifest.json"), manifest),
+                    (file_info(f"{stem}/xid.log"), data)] + extra)
+
+
+STEM = f"evidence-h-{SERIAL}"
+HOSTILE = {
+    # the folder the host sends
+    "outer link": (lambda: tarball([(link_info(f"./{STEM}.tar.gz", "/etc/passwd"), None)]),
+                   "has a link or device"),
+    "outer ../": (lambda: tarball([(file_info(f"./../../escape/{STEM}.tar.gz"), b"x")]),
+                  "has an unsafe path"),
+    "outer hard link": (lambda: tarball([(link_info(f"./{STEM}.tar.gz", "/etc/shadow", tarfile.LNKTYPE), None)]),
+                        "has a link or device"),
+    "outer oversize": (lambda: tarball([(file_info(f"./{STEM}.tar.gz"), os.urandom(3 << 20))]),
+                       "over the 1 MiB allowed (GPUPROV_PULL_MAX_ARCHIVE_BYTES)"),
+    "not an archive's name": (lambda: tarball([(file_info("./results.json"), b"{}")]),
+                              "not one evidence-<host>-<serials>.tar.gz"),
+    # the evidence archive inside it
+    "inner link": (lambda: tarball([(file_info(f"./{STEM}.tar.gz"), inner(STEM, [
+        (link_info(f"{STEM}/stack.json", "/etc/passwd"), None)]))]), "has a link or device"),
+    "inner ../": (lambda: tarball([(file_info(f"./{STEM}.tar.gz"), inner(STEM, [
+        (file_info(f"{STEM}/../../../../escape"), b"x")]))]), "has an unsafe path"),
+    "inner unlisted file": (lambda: tarball([(file_info(f"./{STEM}.tar.gz"), inner(STEM, [
+        (file_info(f"{STEM}/planted.sh"), b"x")]))]), "does not match its files"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_a_hostile_archive_is_refused_with_nothing_written_outside(host, tools, work, capsys,
+                                                                   monkeypatch, case):
+    """The host answers the pull with a crafted archive: a link, `..` names, one over the cap,
+    a wrong name, or an evidence archive holding a link, `..` names or a file its manifest does
+    not list. Refused with the reason; the run folder holds only the run log, nothing is
+    written anywhere else, and no hidden folder is left."""
+    name, inventory = host
+    crafted, reason = HOSTILE[case]
+    (tools / "pack").write_bytes(crafted())
+    os.chmod(tools / "pack", 0o644)
+    monkeypatch.setenv("GPUPROV_PULL_MAX_ARCHIVE_BYTES", str(1 << 20))
+    before = tree(work)
+    rc, out = evidence(work, inventory, name, capsys)
+    assert rc == 3, out
+    assert reason in out, out
+    [run] = list((work / "logs" / name).iterdir())
+    assert tree(run) == ["provision.log"], tree(run)
+    assert [p for p in tree(work) if p not in before] == [
+        "logs", f"logs/{name}", f"logs/{name}/{run.name}", f"logs/{name}/{run.name}/provision.log"]
+    assert not (Path("/tmp") / "escape").exists() and not (work / "escape").exists()
+
+
+def test_an_rma_verdict_brings_the_evidence_and_no_evidence_leaves_it(host, tools, work, capsys):
+    """`validate` on a host whose kernel log has an Xid whose action is drain and replace
+    (RMA): the run's folder gains the evidence archive, holding that run's results.json and
+    stack.json, and the recap says where it is. With --no-evidence it does not."""
+    name, inventory = host
+    rc = cli.validate(host=name, inventory=str(inventory), logs_dir=str(work / "logs"))
+    out = capsys.readouterr().out
+    assert rc == 3, out
+    [archive] = archives(work, name)
+    run = archive.parent
+    assert json.loads((run / "results.json").read_text())["action"] == RMA
+    stem = archive.name[:-len(".tar.gz")]
+    files = members(archive)
+    assert files[f"{stem}/results.json"] == (run / "results.json").read_bytes()
+    assert files[f"{stem}/stack.json"] == (run / "stack.json").read_bytes()
+    assert f"{name}: {RMA}: evidence in {archive}" in out, out
+
+    rc = cli.validate(host=name, inventory=str(inventory), logs_dir=str(work / "logs"), evidence=False)
+    out = capsys.readouterr().out
+    assert rc == 3, out
+    assert archives(work, name) == [archive], "no second archive"
+    assert "evidence" not in out.replace("--no-evidence", ""), out
+
+
+def test_provision_brings_the_evidence_after_its_validations_rma_verdict(host, tools, work, capsys):
+    """`provision` validates after its steps: the same RMA verdict brings the evidence into
+    that run's folder."""
+    name, inventory = host
+    recipe = write_yaml(work / "recipe.yaml", {"steps": [{"name": "nothing", "shell": "true"}]})
+    rc = cli.provision(host=name, recipe=str(recipe), inventory=str(inventory),
+                       logs_dir=str(work / "logs"))
+    out = capsys.readouterr().out
+    assert rc == 3, out
+    [archive] = archives(work, name)
+    assert (archive.parent / "results.json").is_file() and f"{RMA}: evidence in {archive}" in out, out

@@ -1,0 +1,118 @@
+"""The evidence collector (validate/evidence.py) run on this machine as gpuprov runs it on a host,
+and the control side's check of an archive's manifest (remote/evidence/archive.py), without SSH.
+
+`nvidia-bug-report.sh` and `nvidia-smi` here are STAND-INS written by the test (first on PATH):
+NVIDIA's script needs a GPU, its driver and root; `nvidia-smi -q` prints a real H100's capture
+(tests/fixtures/validate/h100_590_smi_q.txt). tests/test_evidence.py runs the same over SSH.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from remote.errors import PullError
+from remote.evidence import RMA
+from remote.evidence.archive import check_manifest
+from tests.conftest import REPO
+from validate import actions
+from validate.evidence import archive_stem
+
+SMI_Q = REPO / "tests" / "fixtures" / "validate" / "h100_590_smi_q.txt"
+
+
+def test_the_control_side_knows_validates_worst_action():
+    """The evidence follows the verdict whose words validate/actions.py writes."""
+    assert RMA == actions.DRAIN_RMA == actions.ORDER[-1]
+
+
+@pytest.fixture
+def standins(tmp_path):
+    """A folder of stand-ins: nvidia-smi (-q prints the real capture) and a bug report script
+    that writes a report of `size` bytes of noise."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "nvidia-smi").write_text(f"#!/bin/sh\n[ \"$1\" = -q ] && exec cat {SMI_Q}\nexit 9\n")
+    (tools / "nvidia-bug-report.sh").write_text(
+        "#!/bin/sh\n# STAND-IN for NVIDIA's nvidia-bug-report.sh\n"
+        "[ \"$1\" = --output-file ] && head -c 65536 /dev/urandom > \"$2.gz\"\n")
+    for tool in tools.iterdir():
+        os.chmod(tool, 0o755)
+    return tools
+
+
+def collect(tmp_path: Path, tools: Path, *args: str) -> dict:
+    tmp_path.mkdir(exist_ok=True)
+    kernel_log = tmp_path / "kern.log"
+    kernel_log.write_text("NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus\n")
+    env = dict(os.environ, PATH=f"{tools}:{os.environ['PATH']}", PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "validate.evidence", "--out", str(tmp_path / "out"),
+                           "--host", "gpu1", "--kernel-log", str(kernel_log), *args],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    [archive] = (tmp_path / "out").glob("evidence-*.tar.gz")
+    with tarfile.open(archive) as tar:
+        return json.loads(tar.extractfile(f"{archive.name[:-7]}/manifest.json").read())
+
+
+def test_the_cap_leaves_the_largest_file_out_and_says_so(tmp_path, standins):
+    """Past --max-bytes the bug report (64 KiB here) is left out; the rest is kept and the
+    manifest names what is missing and why."""
+    manifest = collect(tmp_path, standins, "--max-bytes", "40000")
+    assert [f["name"] for f in manifest["files"]] == ["nvidia-smi-q.txt", "xid.log"]
+    [missing] = [m for m in manifest["missing"] if m["name"] == "nvidia-bug-report.log.gz"]
+    assert "over the archive's cap of 40000 bytes" in missing["why"]
+    assert collect(tmp_path / "2", standins)["files"][0]["name"] == "nvidia-bug-report.log.gz"
+
+
+def test_the_archives_name_carries_safe_serials_only():
+    """The serials come from the host: only letters, digits, '.' and '-' reach the file name,
+    and a long list is cut with the count left out."""
+    assert archive_stem("gpu1", [{"serial": "1320221012345"}, {"serial": "../../etc/x y"}]) == \
+        "evidence-gpu1-1320221012345_etc_x_y"
+    assert archive_stem("a/b", []) == "evidence-a_b-no-serial"
+    long = archive_stem("h", [{"serial": "%013d" % i} for i in range(16)])
+    assert len(long) < 160 and long.endswith("_+8"), long
+
+
+def opened(tmp_path: Path, files: dict, listed: dict) -> Path:
+    folder = tmp_path / "opened" / "evidence-h-1"
+    folder.mkdir(parents=True)
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    (folder / "manifest.json").write_text(json.dumps({"files": [
+        {"name": n, "bytes": len(d), "sha256": hashlib.sha256(d).hexdigest()} for n, d in listed.items()]}))
+    return folder.parent
+
+
+@pytest.mark.parametrize("files, listed, reason", [
+    ({"a": b"1"}, {"a": b"1"}, None),
+    ({"a": b"1"}, {"a": b"2"}, "size or sha256 differ"),
+    ({"a": b"1", "b": b"2"}, {"a": b"1"}, "not listed: ['b']"),
+    ({"a": b"1"}, {"a": b"1", "c": b"3"}, "listed, not there: ['c']"),
+], ids=["matches", "changed", "unlisted", "absent"])
+def test_the_manifest_must_list_exactly_the_files_with_their_sha256(tmp_path, files, listed, reason):
+    where = opened(tmp_path, files, listed)
+    if reason is None:
+        assert [f["name"] for f in check_manifest(where, "evidence-h-1")["files"]] == list(listed)
+        return
+    with pytest.raises(PullError, match=reason.replace("[", r"\[").replace("]", r"\]")):
+        check_manifest(where, "evidence-h-1")
+
+
+def test_a_script_that_refuses_is_not_run_again_and_its_words_are_kept(tmp_path, standins):
+    """NVIDIA's script exits 1 with "ERROR: Please run nvidia-bug-report.sh as root." for
+    anyone else (validate/evidence.py cites it); the stand-in says the same. Safe mode would
+    refuse alike, so it is not tried; the manifest keeps the script's words."""
+    (standins / "nvidia-bug-report.sh").write_text(
+        "#!/bin/sh\necho\necho \"ERROR: Please run $(basename $0) as root.\"\nexit 1\n")
+    manifest = collect(tmp_path, standins)
+    assert [r["mode"] for r in manifest["bug_report"]["runs"]] == ["full"]
+    [missing] = [m for m in manifest["missing"] if m["name"] == "nvidia-bug-report.log.gz"]
+    assert missing["why"] == "nvidia-bug-report.sh full run exit 1: ERROR: Please run nvidia-bug-report.sh as root."
