@@ -32,10 +32,9 @@ from pathlib import Path
 
 import pytest
 
-from remote.report import build_report
-
 from remote import cli
 from remote.evidence import RMA
+from remote.report import build_report
 from tests.conftest import REPO, write_yaml
 from tests.sshd import TEST_USER, server_with_tools
 
