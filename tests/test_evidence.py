@@ -225,7 +225,8 @@ def test_a_host_without_the_script_still_gives_the_rest(host, tools, work, capsy
     [archive] = archives(work, name)
     manifest = manifest_of(archive)
     assert manifest["missing"] == [{"name": "nvidia-bug-report.log.gz", "why": (
-        "nvidia-bug-report.sh not found (it ships with the NVIDIA driver: no driver installed?)")}]
+        "nvidia-bug-report.sh not installed with this driver (nvidia-smi is there; driver images "
+        "without the NVIDIA utilities lack it)")}]
     assert [f["name"] for f in manifest["files"]] == ["nvidia-smi-q.txt", "results.json", "stack.json",
                                                       "xid.log"]
     assert manifest["gpus"][0]["serial"] == SERIAL

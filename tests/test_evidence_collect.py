@@ -116,3 +116,24 @@ def test_a_script_that_refuses_is_not_run_again_and_its_words_are_kept(tmp_path,
     assert [r["mode"] for r in manifest["bug_report"]["runs"]] == ["full"]
     [missing] = [m for m in manifest["missing"] if m["name"] == "nvidia-bug-report.log.gz"]
     assert missing["why"] == "nvidia-bug-report.sh full run exit 1: ERROR: Please run nvidia-bug-report.sh as root."
+
+
+def test_the_real_h200_archive_opens_as_the_control_side_opens_it(tmp_path):
+    """The archive the collector made on a lent H200 VM (bench/gpu/evidence_local.sh,
+    2026-11-27; tests/fixtures/evidence/h200): pulled and checked as gpuprov checks a host's,
+    its identities those nvidia-smi printed there, the missing bug report said."""
+    from remote.transport.connection import publish_pull
+
+    fixture = Path(REPO) / "tests" / "fixtures" / "evidence" / "h200"
+    [archive] = fixture.glob("evidence-*.tar.gz")
+    dest = tmp_path / "20261127T041346.000Z-0000"
+    with archive.open("rb") as f:
+        publish_pull(f, dest)
+    manifest = check_manifest(dest, archive.name[:-len(".tar.gz")])
+    assert manifest == json.loads((fixture / "manifest.json").read_text())
+    [gpu] = manifest["gpus"]
+    smi = (fixture / "machine.txt").read_text()
+    assert f"0, {gpu['serial']}, {gpu['uuid']}, {gpu['vbios']}, NVIDIA H200" in smi
+    assert archive.name == f"evidence-vm-{gpu['serial']}.tar.gz"
+    assert [m["name"] for m in manifest["missing"]] == ["nvidia-bug-report.log.gz", "results.json",
+                                                        "stack.json"]

@@ -157,8 +157,12 @@ def collect_bug_report(stage: str, missing: list[dict[str, str]], full_timeout: 
     script = find_bug_report()
     record: dict[str, Any] = {"script": script, "mode": None, "runs": []}
     if script is None:
-        missing.append({"name": BUG_REPORT + ".gz", "why": "nvidia-bug-report.sh not found (it ships with "
-                        "the NVIDIA driver: no driver installed?)"})
+        # seen on a lent H200 VM (2026-11-27): a driver with nvidia-smi but without the script,
+        # as container-style driver images ship it; no driver at all is the other case
+        why = ("not installed with this driver (nvidia-smi is there; driver images without the "
+               "NVIDIA utilities lack it)" if host.find_nvidia_smi() else
+               "not found, nor nvidia-smi: it ships with the NVIDIA driver (no driver installed?)")
+        missing.append({"name": BUG_REPORT + ".gz", "why": "nvidia-bug-report.sh " + why})
         return record
     output = os.path.join(stage, BUG_REPORT)
     log = os.path.join(stage, ".bug-report.out")
