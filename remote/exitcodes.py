@@ -1,4 +1,4 @@
-"""Exit statuses of every gpuprov command, in one place (README: Commands, and `--help`).
+"""Exit statuses of every gpuprov command, in one place (docs/reference/exit-codes.md, and `--help`).
 
 Ansible's ansible-playbook exits 2 when a host failed and 4 when one was unreachable
 (lib/ansible/executor/task_queue_manager.py, RUN_FAILED_HOSTS = 2, RUN_UNREACHABLE_HOSTS = 4; see

@@ -1,5 +1,5 @@
 """What a run produced per host: the steps' statuses, the job's outcome, and the `--json`
-document (README: Commands) built from them.
+document (docs/how-to/own-gpu-host.md, "What a run leaves") built from them.
 """
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ class HostResult:
 
 
 def write_json(path: Path, results: dict[str, HostResult], redact: Redact) -> None:
-    """Write the `--json` result document (README: Commands) atomically."""
+    """Write the `--json` result document (docs/how-to/own-gpu-host.md) atomically."""
     data = {"hosts": {name: r.to_json(redact) for name, r in results.items()}}
     write_atomic(Path(path), json.dumps(data, indent=2) + "\n")
 

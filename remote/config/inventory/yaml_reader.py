@@ -1,4 +1,4 @@
-"""gpuprov's own inventory format, YAML (the README's Inventory section): top-level `vars`,
+"""gpuprov's own inventory format, YAML (docs/reference/inventory.md): top-level `vars`,
 `hosts`, `groups` (with `hosts`, `children`, `vars`), `host_key_policy` (strict | accept-new),
 `known_hosts` (extra files of trusted keys), `timeouts`, `secrets` (names of vars whose values
 are never shown), `cache` (the fleet cache host) and `include_if_exists`.

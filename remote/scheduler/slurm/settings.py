@@ -43,7 +43,7 @@ SLURM_KEYS = {
 # its labelling awks) on a machine every user of the cluster shares, so 1,000 nodes must not
 # mean 1,000 clients. 32 is pdsh's default sliding window ("a 'sliding window' (or fanout) of
 # threads to conserve resources on the initiating host", pdsh(1); "default is 32",
-# github.com/chaos/pdsh README); measured cost: README "Clusters (Slurm)".
+# github.com/chaos/pdsh README); measured cost: docs/how-to/slurm.md.
 DEFAULT_FANOUT = 32
 # The window's free turns wait as bytes in a pipe, which never holds more than one byte per
 # turn: a pipe holds at least one page ("the pipe capacity is limited to one page" when a user
