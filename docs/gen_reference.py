@@ -165,11 +165,12 @@ def kinds_page() -> str:
 
 def inventory_page() -> str:
     from remote.config.inventory import model, yaml_reader
+    from remote.scheduler import SCHEDULERS
     from remote.scheduler.slurm.settings import SLURM_KEYS
 
     timeouts = {f.name: f.default for f in fields(model.Timeouts)}
     out = _header("Inventory keys", "the reader's key tables "
-                  "(`remote/config/inventory/yaml_reader.py`, `remote/scheduler/slurm/settings.py`) "
+                  "(`remote/config/inventory/yaml_reader.py`, `remote/scheduler/`) "
                   "and the model's defaults (`remote/config/inventory/model.py`)")
     out += ["The keys of gpuprov's own inventory format (`inventory.yaml`). An Ansible inventory "
             "is read with Ansible's keys instead: see [Use an Ansible inventory]"
@@ -182,9 +183,9 @@ def inventory_page() -> str:
                       [(f"`{k}`", v + extra(k)) for k, v in table.items()])
 
     section("Top level", yaml_reader.TOP_KEYS)
-    section("A host (`hosts: NAME:`)", {**yaml_reader.HOST_KEYS,
-                                        "slurm": "makes the host a Slurm cluster's login node "
-                                                 "(keys below)"})
+    section("A host (`hosts: NAME:`)", {**yaml_reader.HOST_KEYS, **{
+        key: f"makes the host the login node of a cluster behind this scheduler (`{key}:` below)"
+        for key in SCHEDULERS}})
     section("A group (`groups: NAME:`)", yaml_reader.GROUP_KEYS)
     section("`timeouts:` (seconds)", yaml_reader.TIMEOUT_KEYS,
             lambda k: f" (default {timeouts[k]:g})")
