@@ -1,4 +1,4 @@
-"""Exit statuses of every gpuprov command, in one place (README: Commands, and `--help`).
+"""Exit statuses of every gpuprov command, in one place (docs/reference/exit-codes.md, and `--help`).
 
 Ansible's ansible-playbook exits 2 when a host failed and 4 when one was unreachable
 (lib/ansible/executor/task_queue_manager.py, RUN_FAILED_HOSTS = 2, RUN_UNREACHABLE_HOSTS = 4; see
@@ -14,7 +14,17 @@ EXIT_UNREACHABLE = 4          # a host could not be reached (and no step failed 
 EXIT_INTERRUPTED = 130        # Ctrl-C or SIGTERM
 EXIT_BROKEN_PIPE = 141        # the reader went away (`| head`): 128 + SIGPIPE, as a shell reports
 
-HELP = ("Exit status: 0 every selected host succeeded; 1 a step failed on a host; 2 bad input "
-        "(one line on stderr, no host contacted); 3 validation failed on a host (its steps "
-        "succeeded); 4 a host was unreachable; 130 interrupted. When several apply, 1 "
-        "comes before 4, and 4 before 3.")
+# What each status means, as `gpuprov --help` says it (HELP) and docs/reference/exit-codes.md
+# lists it (docs/gen_reference.py).
+MEANINGS = {
+    EXIT_OK: "every selected host succeeded",
+    EXIT_STEP_FAILED: "a step failed on a host",
+    EXIT_INPUT: "bad input (one line on stderr, no host contacted)",
+    EXIT_VALIDATION_FAILED: "validation failed on a host (its steps succeeded)",
+    EXIT_UNREACHABLE: "a host was unreachable",
+    EXIT_INTERRUPTED: "interrupted",
+    EXIT_BROKEN_PIPE: "the reader went away (`gpuprov provision -h | head -3`): ended quietly",
+}
+ORDER = "When several apply, 1 comes before 4, and 4 before 3."
+HELP = ("Exit status: " + "; ".join(f"{code} {text}" for code, text in MEANINGS.items()
+                                    if code != EXIT_BROKEN_PIPE) + ". " + ORDER)

@@ -51,4 +51,4 @@ def inventory_path(given: Optional[str]) -> str:
     start = (f"mkdir -p {USER_INVENTORY.parent} && cp {example} {USER_INVENTORY}, then edit it"
              if example.is_file() else f"write {USER_INVENTORY}")
     raise InputError(f"no inventory: neither ./{INVENTORY_NAME} nor {USER_INVENTORY} exists; "
-                     f"{start} (format: README.md, 'Inventory'), or pass --inventory PATH")
+                     f"{start} (format: docs/reference/inventory.md), or pass --inventory PATH")

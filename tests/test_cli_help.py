@@ -68,7 +68,7 @@ def test_without_any_inventory_the_error_says_how_to_make_one(work):
     assert result.err.strip() == (
         "error: no inventory: neither ./inventory.yaml nor ~/.config/gpuprov/inventory.yaml "
         f"exists; mkdir -p ~/.config/gpuprov && cp {REPO}/inventory.yaml "
-        "~/.config/gpuprov/inventory.yaml, then edit it (format: README.md, 'Inventory'), or "
+        "~/.config/gpuprov/inventory.yaml, then edit it (format: docs/reference/inventory.md), or "
         "pass --inventory PATH")
 
 

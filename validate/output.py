@@ -16,6 +16,48 @@ LOG = "validate.log"
 BENCH_LOG = "bench_torch.log"
 
 
+# The fields of results.json (schema SCHEMA), of each entry of its "checks" and of each
+# check's "findings", with what they mean: results_document and core.Result.to_json write
+# them, docs/gen_reference.py documents them (docs/reference/results-json.md), and
+# tests/test_docs.py checks a written document has exactly these keys.
+RESULTS_FIELDS = (
+    ("schema", "int", "the document's version: 2 (1 had no `action`, `findings`)"),
+    ("tool", "str", "`gpuprov-validate`"),
+    ("version", "str", "the validate package's version"),
+    ("started", "str", "when the run started, UTC, ISO 8601"),
+    ("elapsed_s", "number", "the run's duration in seconds"),
+    ("ok", "bool", "true when every required check passed"),
+    ("action", "str or null", "the worst action among the checks that failed (see the Xid actions)"),
+    ("deferred_action", "str or null",
+     "what a node that passes still needs once idle (a pending row remap: reset the GPU)"),
+    ("options", "object", "the options the run was given, defaults filled in"),
+    ("host", "object", "what the run saw: hostname, os, kernel, arch, python, cpu, cpus, memory_gib, "
+                       "gpu_name, gpu_count, driver, torch, torchvision, cuda, device"),
+    ("checks", "list", "one object per check, in the order they ran (below)"),
+)
+CHECK_FIELDS = (
+    ("name", "str", "the check's name (`system`, `cudnn_sample`, `bench`, `xid`...)"),
+    ("status", "str", "`pass`, `fail` or `skip`"),
+    ("required", "bool", "whether the verdict needs it to pass"),
+    ("reason", "str", "why it failed or was skipped (empty when it passed)"),
+    ("elapsed_s", "number", "the check's duration in seconds"),
+    ("summary", "str", "one line of what it found"),
+    ("figures", "object", "its measurements, by name (TFLOPS, GB/s, ms, images/s...)"),
+    ("artefacts", "list", "files it wrote into the output folder"),
+    ("warnings", "list", "warning lines"),
+    ("waived", "str or null", "for a check skipped without being required: why that is no failure"),
+    ("action", "str or null", "the worst action among its findings that fail it"),
+    ("deferred_action", "str or null", "the worst action among its findings that do not fail it"),
+    ("findings", "list", "health findings: objects of the fields below"),
+)
+FINDING_FIELDS = (
+    ("what", "str", "the finding, as the check's line says it"),
+    ("action", "str", "the operator's action: none, restart the job, reset the GPU, reboot the node, "
+                      "drain and replace (RMA)"),
+    ("fails", "bool", "whether it fails the check (false: a note, or a deferred action)"),
+)
+
+
 def _json_default(obj):
     # numpy / torch scalars and anything else odd end up as plain values
     for attr in ("item", "tolist"):

@@ -109,7 +109,7 @@ def read_lock_text(path: Path, what: str, max_bytes: int) -> str:
             raise InputError(f"the {what} is {size} bytes, over {max_bytes}", path)
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError(f"no such {what} file (`gpuprov lock` makes it; README, \"Locks\")",
+        raise InputError(f"no such {what} file (`gpuprov lock` makes it; docs/how-to/locks-and-drift.md)",
                          path) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read the {what}: {exc}", path) from None

@@ -1,5 +1,5 @@
 """What a run produced per host: the steps' statuses, the job's outcome, and the `--json`
-document (README: Commands) built from them.
+document (docs/how-to/own-gpu-host.md, "What a run leaves") built from them.
 """
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ class HostResult:
 
 def json_document(results: dict[str, HostResult], redact: Redact,
                   rollout: Optional[dict[str, Any]] = None) -> str:
-    """The `--json` result document (README: Commands); `rollout`: the batches of a run
+    """The `--json` result document (docs/how-to/own-gpu-host.md); `rollout`: the batches of a run
     with `--serial`, and where and why it stopped."""
     data: dict[str, Any] = {"hosts": {name: r.to_json(redact) for name, r in results.items()}}
     if rollout is not None:

@@ -16,7 +16,7 @@ from .. import runfolder
 from ..fileio import write_atomic
 from .term import printable
 
-RESULTS_MAX_BYTES = 16 * 1024 * 1024  # as the pull's own cap on results.json (README: Validation)
+RESULTS_MAX_BYTES = 16 * 1024 * 1024  # as the pull's own cap on results.json (docs/how-to/own-gpu-host.md)
 
 
 def _text(redact: Callable[[str], str], value: Any) -> str:

@@ -1,4 +1,4 @@
-"""gpuprov's own inventory format, YAML (the README's Inventory section): top-level `vars`,
+"""gpuprov's own inventory format, YAML (docs/reference/inventory.md): top-level `vars`,
 `hosts`, `groups` (with `hosts`, `children`, `vars`), `host_key_policy` (strict | accept-new),
 `known_hosts` (extra files of trusted keys), `timeouts`, `secrets` (names of vars whose values
 are never shown), `cache` (the fleet cache host) and `include_if_exists`.
@@ -33,13 +33,54 @@ from .model import (
     Timeouts,
 )
 
-HOST_KEYS = {"address", "user", "port", "identity_file", "ssh_agent", "python", "become",
-             "jump", "connection", "vars"}
-GROUP_KEYS = {"hosts", "children", "vars"}
-TOP_KEYS = {"vars", "hosts", "groups", "host_key_policy", "known_hosts", "timeouts", "secrets",
-            "include_if_exists", "cache"}
-CACHE_KEYS = {"host", "address", "reach", "apt_port", "pypi_port"}
-TIMEOUT_KEYS = {"connect", "banner", "auth", "keepalive", "command", "idle"}
+# Every key of gpuprov's inventory format with what it means: the reader checks keys against
+# these, and docs/gen_reference.py writes the reference page (docs/reference/inventory-keys.md)
+# from them.
+TOP_KEYS = {
+    "vars": "variables for every host (the lowest inventory level)",
+    "hosts": "the hosts, by name: a mapping of host keys (below), or empty for a name alone",
+    "groups": "named sets of hosts and of other groups (`children`), with their own `vars`",
+    "host_key_policy": "`strict` (default): refuse a host whose key is not known; "
+                       "`accept-new`: trust and record a new host's key (a changed key is always refused)",
+    "known_hosts": "extra known_hosts files (one path or a list); ~/.ssh/known_hosts is always read",
+    "timeouts": "seconds: `connect`, `banner`, `auth`, `keepalive`, `command`, `idle` (below)",
+    "secrets": "names of vars whose values are always shown as ***",
+    "include_if_exists": "inventory files (a list) whose hosts, groups, vars and known_hosts are "
+                         "merged in when they exist",
+    "cache": "the fleet cache: a host of the inventory, or a mapping of cache keys (below)",
+}
+HOST_KEYS = {
+    "address": "what to connect to (looked up in ~/.ssh/config; default: the host's name)",
+    "user": "the login user (default: ssh_config's, else your login name)",
+    "port": "the SSH port (default: ssh_config's, else 22)",
+    "identity_file": "the private key to log in with; only this key is offered",
+    "ssh_agent": "also offer the ssh-agent's keys (true), or none of them (false)",
+    "python": "the host's python3 for gpuprov's scripts",
+    "become": "run the steps with sudo",
+    "jump": "a host of the inventory to jump through (as ProxyJump)",
+    "connection": "`ssh` (default) or `local`: this machine",
+    "vars": "this host's variables (over group and inventory vars)",
+}
+GROUP_KEYS = {
+    "hosts": "the hosts in the group (a list of names)",
+    "children": "groups whose hosts are in this one too",
+    "vars": "the group's variables (child groups over parents)",
+}
+CACHE_KEYS = {
+    "host": "the inventory host that runs the cache (playbooks/cache.yaml installs it)",
+    "address": "where the fleet reaches it (default: the cache host's address)",
+    "reach": "`auto` (default: direct, else an SSH forward), `direct` or `forward`",
+    "apt_port": "apt-cacher-ng's port (default 3142, at most 32767)",
+    "pypi_port": "devpi-server's port (default 3141)",
+}
+TIMEOUT_KEYS = {
+    "connect": "the TCP connect alone",
+    "banner": "the wait for the server's SSH banner",
+    "auth": "the login",
+    "keepalive": "how long a silent link goes unchecked (dead after twice that, at least 10 s)",
+    "command": "a step without a `timeout` of its own, and the whole validation",
+    "idle": "how long validation (and a pull of its results) may go without an output line",
+}
 
 Parts = list[tuple[Path, YamlMap]]  # the file and those it includes, the including one first
 
@@ -211,7 +252,7 @@ def _load_host(name: str, spec: Any, where: Where, schedulers: SettingsReaders) 
         spec = YamlMap()
         spec.where, spec.key_where = where, {}
     expect(spec, dict, where, f"host '{name}'")
-    check_keys(spec, HOST_KEYS | set(schedulers), f"host '{name}'")
+    check_keys(spec, set(HOST_KEYS) | set(schedulers), f"host '{name}'")
     connection = spec.get("connection", "ssh")
     if connection not in ("ssh", "local"):
         raise spec.at("connection").error(f"connection must be 'ssh' or 'local', not {connection!r}")

@@ -26,13 +26,24 @@ from ...config.schema import check_keys, expect
 from ...config.yamlfile import YamlMap
 from ...errors import Where
 
-SLURM_KEYS = {"partition", "nodes", "account", "qos", "time", "gpus_per_node", "extra_args",
-              "conf", "fanout"}
+# The keys of a host's `slurm:` mapping and what each means (docs/gen_reference.py writes them
+# into docs/reference/inventory-keys.md).
+SLURM_KEYS = {
+    "partition": "the partition whose nodes are validated (required)",
+    "nodes": "a Slurm hostlist of its nodes (default: every node of the partition)",
+    "account": "salloc --account",
+    "qos": "salloc --qos",
+    "time": "salloc --time (`[days-]hours:minutes:seconds`)",
+    "gpus_per_node": "--gpus-per-node (`[type:]count`), for salloc and each step",
+    "extra_args": "more salloc options, one argument each",
+    "conf": "exported as SLURM_CONF for every Slurm command",
+    "fanout": "srun steps at once from the login node (default 32)",
+}
 # At most this many srun steps run at once from the login node: each is an srun client (and
 # its labelling awks) on a machine every user of the cluster shares, so 1,000 nodes must not
 # mean 1,000 clients. 32 is pdsh's default sliding window ("a 'sliding window' (or fanout) of
 # threads to conserve resources on the initiating host", pdsh(1); "default is 32",
-# github.com/chaos/pdsh README); measured cost: README "Clusters (Slurm)".
+# github.com/chaos/pdsh README); measured cost: docs/how-to/slurm.md.
 DEFAULT_FANOUT = 32
 # The window's free turns wait as bytes in a pipe, which never holds more than one byte per
 # turn: a pipe holds at least one page ("the pipe capacity is limited to one page" when a user
