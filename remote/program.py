@@ -163,3 +163,7 @@ def main() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         sys.exit(EXIT_BROKEN_PIPE)
+
+
+if __name__ == "__main__":  # python3 -m remote.program: the gpuprov command without its script
+    main()
