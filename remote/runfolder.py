@@ -10,6 +10,8 @@ ask here (tests/test_runfolder.py holds them to it).
         bench_torch.log     BENCH_LOG: the seed's benchmark log, pulled with it
         validate.log ...    the rest of what the validation wrote there (validate/output.py)
         stack.json          STACK_MANIFEST: the host's stack manifest (remote/stack/manifest.py)
+        fabric.json         FABRIC_RECORD: the node's pairs, figures and verdict of a fabric
+                            run (remote/fabric/output.py)
       <cluster>/<run id>/
         slurm.json          CLUSTER_RECORD: a Slurm run's record; its nodes' results are in their
                             own folders, <logs>/<node>/<run id>/ (remote/scheduler/route.py)
@@ -26,11 +28,12 @@ RESULTS = "results.json"
 BENCH_LOG = "bench_torch.log"
 STACK_MANIFEST = "stack.json"
 CLUSTER_RECORD = "slurm.json"
+FABRIC_RECORD = "fabric.json"
 # The files a pull may not bring: the control side itself writes them into the run folder (its
 # run log, the stack manifest it gathered, a cluster run's record). What a host sends never takes
 # their place, nor stands in for one the control side did not write
 # (remote/transport/transfer.py refuses an archive holding one).
-CONTROL_FILES = frozenset({PROVISION_LOG, STACK_MANIFEST, CLUSTER_RECORD})
+CONTROL_FILES = frozenset({PROVISION_LOG, STACK_MANIFEST, CLUSTER_RECORD, FABRIC_RECORD})
 
 
 def run_dir(logs_dir: Path, host: str, run_id: str) -> Path:
