@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.procs import wait_until
+from tests.procs import sigint_as_in_a_terminal, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 PORT = 2222
@@ -37,8 +37,13 @@ def address(i: int) -> str:
 
 class FabricNet:
     def __init__(self, count: int):
+        from tests.netns import _require_private_namespace
         from tests.sshd import SshdFarm
 
+        _require_private_namespace()
+        # `ip netns add` leaves a file per namespace under /run/netns: a tmpfs of this mount
+        # namespace's own takes them (and /run/sshd), gone with the scenario
+        _sh("mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", "/run")
         _sh("ip", "link", "set", "lo", "up")
         _sh("ip", "link", "add", "br0", "type", "bridge")
         _sh("ip", "addr", "add", "198.18.0.1/24", "dev", "br0")
@@ -104,7 +109,7 @@ def start_fabric(work: Path, inv: Path, *extra: str) -> subprocess.Popen:
          str(work / "junit.xml"), "--prometheus", str(work / "fabric.prom"), "--html",
          str(work / "fabric.html"), *extra],
         cwd=work, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True)
+        stderr=subprocess.STDOUT, text=True, preexec_fn=sigint_as_in_a_terminal)
 
 
 def finish(run: subprocess.Popen, work: Path, started: float) -> dict:
@@ -118,11 +123,25 @@ def finish(run: subprocess.Popen, work: Path, started: float) -> dict:
     logs = {}
     for path in sorted((work / "logs").glob("*/*/fabric.json")):
         logs[path.parent.parent.name] = json.loads(path.read_text())
-    left = subprocess.run(["pgrep", "-c", "iperf3"], capture_output=True, text=True).stdout
     return {"rc": run.returncode, "output": output, "took_s": round(time.monotonic() - started, 2),
             "json": json.loads((work / "out.json").read_text()) if (work / "out.json").exists()
             else None, "files": read, "fabric_json": logs,
-            "iperf3_left": int(left.strip() or 0)}
+            "iperf3_left": live_iperf3()}
+
+
+def live_iperf3() -> list[str]:
+    """The iperf3 processes still running in the scenario's PID namespace (not zombies: the
+    killed host's processes are PID 1's children now, and it does not reap them)."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name, state = text[text.find("(") + 1:text.rfind(")")], text[text.rfind(")") + 2]
+        if name == "iperf3" and state != "Z":
+            live.append(stat.parent.name)
+    return live
 
 
 def scenario_fabric_faults() -> dict:
@@ -168,6 +187,30 @@ def scenario_fabric_kill() -> dict:
         net.kill_host(4)
         result = finish(run, work, started)
         result["killed"] = killed
+        return result
+    finally:
+        net.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def scenario_fabric_interrupt() -> dict:
+    """4 hosts, 20 s tests; Ctrl-C once every server of round 1 listens: the run stops, and
+    every server it started is stopped by its PID."""
+    from tests.sshd import shared_tmp
+
+    net = FabricNet(4)
+    work = shared_tmp()
+    try:
+        inv = net.inventory(work, {"vars": {"fabric_seconds": 20}})
+        started = time.monotonic()
+        run = start_fabric(work, inv)
+        listening = wait_until(lambda: len(live_iperf3()) >= 8, 60)  # 4 servers, 4 clients
+        before = len(live_iperf3())
+        run.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        result = finish(run, work, started)
+        result.update(listening=listening, before=before,
+                      stopped_s=round(time.monotonic() - sent, 2))
         return result
     finally:
         net.close()

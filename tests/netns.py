@@ -190,7 +190,8 @@ def _fabric(name: str):
 
 
 SCENARIOS = {"linkcut": scenario_linkcut, "interrupt_connect": scenario_interrupt_connect,
-             "fabric_faults": _fabric("fabric_faults"), "fabric_kill": _fabric("fabric_kill")}
+             "fabric_faults": _fabric("fabric_faults"), "fabric_kill": _fabric("fabric_kill"),
+             "fabric_interrupt": _fabric("fabric_interrupt")}
 
 
 def main() -> None:
