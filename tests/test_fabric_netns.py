@@ -29,6 +29,7 @@ def test_bad_node_and_bad_link_are_named():
     assert doc["fabric"]["suspect_nodes"] == ["n2"], out
     assert doc["fabric"]["suspect_links"] == [["n0", "n1"]], out
     assert "SUSPECT NODE n2: slow or failed with every partner (n0, n1, n3, n4)" in out
+    assert "below 0.25 x" in out  # fabric_relative from the inventory, said
     assert "SUSPECT LINK n0 <-> n1" in out
     assert "fabric matrix (iperf3 in Gb/s)" in out
     assert {p["tool"] for p in doc["fabric"]["pairs"]} == {"iperf3"}

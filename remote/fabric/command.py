@@ -154,15 +154,15 @@ def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, An
               f"logs: {logs_dir}/<node>/{run_id}/fabric.json\n")
     if drain_failed and verdict.suspect_nodes:
         _drain(engine, logins, verdict.suspect_nodes, verdict.reasons, run_id, out)
-    _export(exports, verdict, results, names, run_id, redact, logs_dir)
+    _export(exports, verdict, results, names, run_id, redact, logs_dir, fabric.round_seconds)
     if any(n.error for n in nodes):
         return EXIT_UNREACHABLE
     return EXIT_VALIDATION_FAILED if verdict.suspect_nodes or verdict.suspect_links else EXIT_OK
 
 
 def _export(exports: Exports, verdict: Any, results: Any, names: list[str], run_id: str,
-            redact: Redactor, logs_dir: str) -> None:
-    document = json_document(verdict, results, run_id, redact)
+            redact: Redactor, logs_dir: str, round_seconds: list[float]) -> None:
+    document = json_document(verdict, results, run_id, redact, round_seconds)
     if exports.json_path == "-":
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
     elif exports.json_path:

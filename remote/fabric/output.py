@@ -174,9 +174,11 @@ def host_results(verdict: Verdict, nodes: list[str]) -> dict[str, HostResult]:
 
 
 def json_document(verdict: Verdict, results: dict[str, HostResult], run_id: str,
-                  redact: Any) -> dict[str, Any]:
+                  redact: Any, round_seconds: list[float]) -> dict[str, Any]:
+    rounds = [{"round": i, "pairs": sum(1 for p in verdict.pairs if p.round == i),
+               "seconds": round(took, 3)} for i, took in enumerate(round_seconds, 1)]
     return {"hosts": {n: r.to_json(redact) for n, r in results.items()},
-            "fabric": {"run": run_id, **verdict.to_json()}}
+            "fabric": {"run": run_id, "rounds": rounds, **verdict.to_json()}}
 
 
 def write_prometheus(path: Path, verdict: Verdict, run_id: str) -> None:

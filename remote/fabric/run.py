@@ -20,13 +20,14 @@ import shlex
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from ..config.inventory import Host
 from ..engine.run import Run
 from ..errors import GpuprovError, HostError
-from ..transport.connection import BaseConnection
+from ..transport.connection import BaseConnection, LineSplitter
 from .plan import Pair, plan_rounds
 from .tools import PROBE_SCRIPT, TOOLS, PairSpec, Probe, Tool, ToolOutputError, parse_probe, pick_tool
 from .verdict import PairResult
@@ -39,8 +40,7 @@ CLIENT_SLACK_S = 20.0
 SERVER_WAIT_S = 2.0  # after the client: how long the server gets to write its result and exit
 # Ports the servers listen on: the IANA dynamic range (RFC 6335, section 6: 49152-65535).
 PORTS = (49152, 65535 - 64)
-_SERVER_LINE = re.compile(r"^@@server ([0-9]{1,9}) (/tmp/gpuprov-fabric\.[A-Za-z0-9]{6,32})$",
-                          re.MULTILINE)
+_SERVER_LINE = re.compile(r"@@server ([0-9]{1,9}) (/tmp/gpuprov-fabric\.[A-Za-z0-9]{6,32})")
 
 
 @dataclass
@@ -114,38 +114,62 @@ class FabricRun:
         return PairSpec(client.address, server.address, random.randint(*PORTS),
                         self.settings.seconds, hcas, gpus)
 
-    def _start_server(self, node: Node, command: str, limit: float, port: int) -> Server:
-        script = (f"f=$(mktemp /tmp/gpuprov-fabric.XXXXXXXX) || exit 1\n"
-                  f"timeout -k 2 {limit:g} sh -c {shlex.quote(command)} >\"$f\" 2>&1 </dev/null &\n"
-                  f"echo \"@@server $! $f\"\n"
-                  # until the port listens (ss, iproute2), at most 3 s; without ss, a moment
-                  f"if command -v ss >/dev/null 2>&1; then i=0; while [ $i -lt 60 ] && "
-                  f"! ss -Hltn 'sport = :{port}' | grep -q .; do sleep 0.05; i=$((i+1)); done; "
-                  f"else sleep 0.5; fi\n")
-        assert node.conn is not None
-        out = node.conn.run(script, timeout=CONTROL_TIMEOUT_S)
-        match = _SERVER_LINE.search(out.out)
-        if match is None:
-            raise ToolOutputError("the server did not start (no PID line)")
-        server = Server(node, int(match.group(1)), match.group(2))
-        with self._lock:
-            self._servers.add((node.host.name, server.pid, server.path))
-        return server
+    def _server_script(self, command: str, limit: float, port: int) -> str:
+        """The server in the background (its output into a private file), its PID said, the
+        wait until its port listens (ss, iproute2; without ss, a moment) said, then the wait
+        for its end and its output (the first 256 KiB), the file removed."""
+        return (f"f=$(mktemp /tmp/gpuprov-fabric.XXXXXXXX) || exit 1\n"
+                f"timeout -k 2 {limit:g} sh -c {shlex.quote(command)} >\"$f\" 2>&1 </dev/null &\n"
+                f"p=$!\necho \"@@server $p $f\"\n"
+                f"if command -v ss >/dev/null 2>&1; then i=0; while [ $i -lt 100 ] && "
+                f"! ss -Hltn 'sport = :{port}' | grep -q .; do sleep 0.02; i=$((i+1)); done; "
+                f"else sleep 0.5; fi\n"
+                f"echo @@listening\nwait $p\nhead -c 262144 \"$f\"; rm -f \"$f\"\n")
 
-    def _stop_server(self, server: Server, wait: float) -> str:
-        """Wait up to `wait` s for the server to end, stop it by its PID, return its output
-        (the first OUTPUT bytes) and remove its file."""
-        steps = int(wait / 0.1)
-        script = (f"p={server.pid}; i=0; while [ $i -lt {steps} ] && kill -0 $p 2>/dev/null; do "
-                  f"sleep 0.1; i=$((i+1)); done; kill -TERM $p 2>/dev/null; "
-                  f"head -c 262144 {shlex.quote(server.path)}; rm -f {shlex.quote(server.path)}")
-        assert server.node.conn is not None
+    def _serve(self, node: Node, script: str, limit: float, server: Server,
+               listening: threading.Event) -> str:
+        """Run the server's script on `node` (in its own thread): note its PID as soon as it
+        is said, set `listening` when its port listens; return the server's output."""
+        def line(text: str) -> None:
+            match = _SERVER_LINE.fullmatch(text.strip())
+            if match is not None and server.pid == 0:
+                server.pid, server.path = int(match.group(1)), match.group(2)
+                with self._lock:
+                    self._servers.add((node.host.name, server.pid, server.path))
+            elif text.strip() == "@@listening" and server.pid:
+                listening.set()
+
+        splitter = LineSplitter(line)
+        assert node.conn is not None
         try:
-            out = server.node.conn.run(script, timeout=CONTROL_TIMEOUT_S + wait, cancellable=False)
+            out = node.conn.run(script, timeout=limit + CONTROL_TIMEOUT_S,
+                                on_output=lambda stream, text: splitter(stream, text)
+                                if stream == "stdout" else None)
+        except (GpuprovError, OSError):
+            if server.pid:  # its command was stopped (Ctrl-C, a time limit): the server too
+                try:
+                    self._stop_server(node, server.pid, server.path)
+                except (GpuprovError, OSError):
+                    pass  # the node is gone: its `timeout` ends the server
+            raise
+        finally:
+            listening.set()  # whatever happened, the client waits no longer
+        with self._lock:
+            self._servers.discard((node.host.name, server.pid, server.path))
+        text = out.out
+        cut = text.find("@@listening")
+        return text[cut + len("@@listening"):] if cut >= 0 else ""
+
+    def _stop_server(self, node: Node, pid: int, path: str) -> None:
+        """Stop a server by its PID (its `timeout`, which takes the server with it) and
+        remove its file: for a pair that failed before its server ended, and after Ctrl-C."""
+        script = (f"kill -TERM {pid} 2>/dev/null; sleep 0.2; rm -f {shlex.quote(path)}")
+        assert node.conn is not None
+        try:
+            node.conn.run(script, timeout=CONTROL_TIMEOUT_S, cancellable=False)
         finally:
             with self._lock:
-                self._servers.discard((server.node.host.name, server.pid, server.path))
-        return out.out
+                self._servers.discard((node.host.name, pid, path))
 
     def stop_servers(self) -> None:
         """Stop every server still running (a pair that failed midway, Ctrl-C), by its PID."""
@@ -155,7 +179,7 @@ class FabricRun:
             node = self.nodes[name]
             if node.conn is not None:
                 try:
-                    self._stop_server(Server(node, pid, path), 0.0)
+                    self._stop_server(node, pid, path)
                 except (GpuprovError, OSError):
                     pass  # the node is gone: its `timeout` ends the server
 
@@ -187,15 +211,37 @@ class FabricRun:
         spec = self._spec(client, server, tool)
         limit = spec.seconds * max(1, len(spec.hcas)) + CLIENT_SLACK_S
         command = tool.server(spec)
-        started = self._start_server(server, command, limit + SERVER_WAIT_S, spec.port) \
-            if command else None
-        try:
-            out = client.conn.run(f"exec 2>&1; {tool.client(spec)}", timeout=limit)
-            result.value, result.detail = tool.parse(out.out, spec)
-        finally:
-            server_out = self._stop_server(started, SERVER_WAIT_S) if started else ""
-        if started is not None:
-            tool.check_server(server_out, spec)
+        if command is None:
+            self._client(client, tool, spec, limit, result)
+            return
+        listening = threading.Event()
+        started = Server(server, 0, "")
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="server") as pool:
+            serving = pool.submit(self._serve, server, self._server_script(
+                command, limit + SERVER_WAIT_S, spec.port), limit + SERVER_WAIT_S, started,
+                listening)
+            try:
+                listening.wait(CONTROL_TIMEOUT_S)
+                if serving.done():
+                    serving.result()  # raises why the server could not start
+                    raise ToolOutputError("the server ended before the client started")
+                self._client(client, tool, spec, limit, result)
+            finally:
+                try:
+                    server_out = serving.result(timeout=SERVER_WAIT_S)
+                except FutureTimeout:
+                    if started.pid:
+                        self._stop_server(server, started.pid, started.path)
+                    server_out = serving.result()
+        tool.check_server(server_out, spec)
+
+    def _client(self, client: Node, tool: Tool, spec: PairSpec, limit: float,
+                result: PairResult) -> None:
+        assert client.conn is not None
+        began = time.monotonic()
+        out = client.conn.run(f"exec 2>&1; {tool.client(spec)}", timeout=limit)
+        result.test_s = time.monotonic() - began
+        result.value, result.detail = tool.parse(out.out, spec)
 
     # ---------------------------------------------------------------- the rounds
     def rounds(self) -> list[list[Pair]]:

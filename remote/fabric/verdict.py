@@ -40,7 +40,8 @@ class PairResult:
     unit: str = "Gb/s"
     error: str = ""
     round: int = 1
-    elapsed_s: float = 0.0
+    elapsed_s: float = 0.0  # the whole pair: server started, client run, server stopped
+    test_s: float = 0.0     # the client's command alone
     detail: dict[str, Any] = field(default_factory=dict)
     # set by `judge`
     slow: bool = False
@@ -57,7 +58,7 @@ class PairResult:
         return {"client": self.client, "server": self.server, "tool": self.tool,
                 "value": self.value, "unit": self.unit, "round": self.round,
                 "ok": not self.bad, "slow": self.slow, "error": self.error or None,
-                "judged_by": self.judged_by, "elapsed_s": round(self.elapsed_s, 3),
+                "judged_by": self.judged_by, "elapsed_s": round(self.elapsed_s, 3), "test_s": round(self.test_s, 3),
                 **({"detail": self.detail} if self.detail else {})}
 
 
