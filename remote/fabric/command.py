@@ -28,13 +28,14 @@ from ..output.recap import Reporter
 from ..output.runlog import Redactor
 from ..output.term import printable
 from ..runid import new_run_id
-from ..scheduler.slurm.gate import drain_command, drain_reason, each_node_command, parse_each_node
+from ..scheduler import SCHEDULERS
 from .output import host_results, json_document, matrix_html, matrix_text, write_node_records, write_prometheus
 from .run import FabricRun, Settings, node_for
 from .tools import TOOLS
 from .verdict import PairResult, judge
 
 MAX_SECONDS = 600.0
+DRAIN_TIMEOUT_S = 120.0  # as the Slurm route's gate commands (slurm/cluster.py GATE_TIMEOUT_S)
 
 
 @dataclass
@@ -177,22 +178,25 @@ def _export(exports: Exports, verdict: Any, results: Any, names: list[str], run_
 
 def _drain(engine: Run, logins: list[Host], suspects: list[str], reasons: dict[str, str],
            run_id: str, out: TextIO) -> None:
-    """Drain each suspect through the cluster's login node (Slurm's scontrol, the gate's own
-    command: a node drained by someone else is left alone), with the reason."""
-    commands = {node: drain_command(node, drain_reason(run_id, None,
-                                                       f"fabric: {reasons.get(node, 'suspect')}"))
-                for node in suspects}
+    """Drain each suspect through each selected cluster's login node, with the reason
+    (`gpuprov <run>: fabric: <why>`), by the scheduler's own command: a node drained by
+    someone else is left alone, and the line says so."""
+    wanted = {node: f"fabric: {reasons.get(node, 'suspect')}" for node in suspects}
     for login in logins:
+        assert login.scheduler is not None
+        scheduler = SCHEDULERS[login.scheduler.key]
         try:
             conn = engine.connect(login)
             try:
-                result = conn.run(each_node_command(commands), become=login.become, timeout=60)
+                result = conn.run(scheduler.drain_script(login.scheduler.settings, wanted, run_id),
+                                  become=login.become, timeout=DRAIN_TIMEOUT_S,
+                                  cancellable=False)
             finally:
                 conn.close()
         except GpuprovError as exc:
             out.write(printable(f"drain through {login.name} failed: {exc}") + "\n")
             continue
-        for node, (rc, said) in parse_each_node(result.out).items():
-            if node in commands:
+        for node, (rc, said) in scheduler.drained(result.out).items():
+            if node in wanted:
                 state = "drained" if rc == 0 else f"not drained: {said[:200]}"
-                out.write(printable(f"{node}: {state} (through {login.name})") + "\n")
+                out.write(printable(f"{node}: {state}, through {login.name}") + "\n")

@@ -168,3 +168,12 @@ class Scheduler(Protocol):
 
     def open(self, settings: Any, context: RunContext) -> Cluster:
         """The cluster behind the login node of `context.session`, for one run."""
+
+    def drain_script(self, settings: Any, findings: dict[str, str], run_id: str) -> str:
+        """A script for the login node that drains each node of `findings` with a reason of
+        the scheduler's made of the run and the finding (never a node drained by someone
+        else), outside a validation run (`gpuprov fabric --drain-failed`); run with the
+        host's `become`, its output read by `drained`."""
+
+    def drained(self, out: str) -> dict[str, tuple[int, str]]:
+        """Node -> (exit status, what it said) from `drain_script`'s output."""

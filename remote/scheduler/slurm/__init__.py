@@ -27,6 +27,8 @@ from ...errors import Where
 from ...runfolder import CLUSTER_RECORD
 from ..base import RunContext
 from .cluster import SlurmCluster
+from .gate import drain_command, drain_reason, each_node_command, parse_each_node
+from .job import with_conf
 from .settings import SlurmSettings, load_slurm
 
 
@@ -43,6 +45,15 @@ class Slurm:
     def open(self, settings: Any, context: RunContext) -> SlurmCluster:
         assert isinstance(settings, SlurmSettings)  # read by read_settings above
         return SlurmCluster(settings, context)
+
+    def drain_script(self, settings: Any, findings: dict[str, str], run_id: str) -> str:
+        assert isinstance(settings, SlurmSettings)
+        return with_conf(settings, each_node_command(
+            {node: drain_command(node, drain_reason(run_id, None, finding))
+             for node, finding in findings.items()}))
+
+    def drained(self, out: str) -> dict[str, tuple[int, str]]:
+        return parse_each_node(out)
 
 
 __all__ = ["Slurm", "SlurmCluster", "SlurmSettings"]
