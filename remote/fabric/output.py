@@ -11,7 +11,6 @@ May import: `remote.engine.results`, `remote.output`, `remote.fileio`, `remote.r
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 from typing import Any, Optional
 
@@ -74,8 +73,9 @@ td.fail { background: #b00; color: #fff; font-weight: bold; text-align: center; 
 .suspect { color: #b00; font-weight: bold; } .small { font-size: 12px; color: #555; }
 </style></head><body>
 <h1>gpuprov fabric, run {{ run_id }}</h1>
-<p class="small">Row sends, column receives. Colour: the pair's figure against its tool's
-reference (green at or above, red far below); a slow pair is marked *.</p>
+<p class="small">Row sends, column receives. Colour: the pair's figure against the bound below
+which its tool's pairs are slow (red below it, yellow at it, green at twice it or more); a slow
+pair is marked *.</p>
 {% if suspects or links %}<ul>
 {% for node, why in suspects %}<li class="suspect">suspect node {{ node }}: {{ why }}</li>{% endfor %}
 {% for a, b in links %}<li class="suspect">suspect link {{ a }} &harr; {{ b }}</li>{% endfor %}
@@ -103,11 +103,6 @@ def _colour(ratio: float) -> str:
 
 def matrix_html(verdict: Verdict, nodes: list[str], run_id: str) -> str:
     cells = _matrix(verdict)
-    best: dict[str, float] = {}
-    for tool in {p.tool for p in verdict.pairs}:
-        values = [p.value for p in verdict.pairs if p.tool == tool and p.value is not None]
-        if values:
-            best[tool] = statistics.median(values)
     rows = []
     for row in nodes:
         out: list[dict[str, Any]] = []
@@ -118,7 +113,8 @@ def matrix_html(verdict: Verdict, nodes: list[str], run_id: str) -> str:
             elif pair.value is None:
                 out.append({"kind": "fail", "title": escaped(pair.error)})
             else:
-                ratio = pair.value / best[pair.tool] if best.get(pair.tool) else 1.0
+                cut = verdict.cuts.get(pair.tool)
+                ratio = pair.value / cut / 2 if cut else 1.0  # 0.5 at the cut, 1 at twice it
                 out.append({"kind": "value", "text": _cell(pair), "colour": _colour(ratio),
                             "title": f"{pair.tool}: {pair.value:.4g} {pair.unit}, round "
                                      f"{pair.round}"})

@@ -70,6 +70,7 @@ class Verdict:
     suspect_nodes: list[str]
     suspect_links: list[tuple[str, str]]  # sorted names in each
     references: dict[str, str]            # tool -> how its pairs were judged
+    cuts: dict[str, float] = field(default_factory=dict)  # tool -> below this, slow
 
     def to_json(self) -> dict[str, Any]:
         return {"suspect_nodes": self.suspect_nodes,
@@ -89,9 +90,11 @@ def _reference(pairs: list[PairResult]) -> Optional[float]:
 
 
 def judge_pairs(pairs: list[PairResult], floors: dict[str, float],
-                relative: float = RELATIVE) -> dict[str, str]:
-    """Set each pair's `slow` and `judged_by`; return tool -> how it was judged."""
+                relative: float = RELATIVE) -> tuple[dict[str, str], dict[str, float]]:
+    """Set each pair's `slow` and `judged_by`; return (tool -> how it was judged, tool -> the
+    figure below which its pairs are slow)."""
     how: dict[str, str] = {}
+    cuts: dict[str, float] = {}
     for tool in sorted({p.tool for p in pairs}):
         mine = [p for p in pairs if p.tool == tool]
         unit = mine[0].unit
@@ -107,16 +110,18 @@ def judge_pairs(pairs: list[PairResult], floors: dict[str, float],
                 cut = reference * relative
                 how[tool] = (f"below {relative:g} x {reference:.3g} {unit}, the median of the "
                              "nodes' best pairs")
+        if cut is not None:
+            cuts[tool] = cut
         for pair in mine:
             pair.slow = cut is not None and pair.value is not None and pair.value < cut
             pair.judged_by = how[tool]
-    return how
+    return how, cuts
 
 
 def judge(pairs: list[PairResult], nodes: list[str], floors: Optional[dict[str, float]] = None,
           relative: float = RELATIVE) -> Verdict:
     """Judge every pair, then name the suspect nodes and links (see the module's text)."""
-    references = judge_pairs(pairs, floors or {}, relative)
+    references, cuts = judge_pairs(pairs, floors or {}, relative)
     mine: dict[str, list[PairResult]] = {n: [] for n in nodes}
     for pair in pairs:
         for node in pair.nodes():
@@ -147,4 +152,4 @@ def judge(pairs: list[PairResult], nodes: list[str], floors: Optional[dict[str, 
         else:
             verdicts[node] = "ok"
     return Verdict(pairs, verdicts, reasons, suspects,
-                   [(a, b) for a, b in links], references)
+                   [(a, b) for a, b in links], references, cuts)
