@@ -171,12 +171,15 @@ def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None,
     iterable=["var"], short=SHORT,
     help={"host": HOST + "; at least 2 nodes", "limit": LIMIT,
           "inventory": f"inventory file (default {INVENTORY})",
-          "json": JSON, "junit": JUNIT + " (a testcase per pair)",
+          "json": JSON,
+          "junit": "also write JUnit XML to this file (a testsuite per node, a testcase per "
+                   "pair it sent)",
           "prometheus": "also write each pair's figure and each node's verdict in the "
                         "Prometheus text format to this file",
           "html": "also write the matrix of pairs as an HTML heat map to this file",
           "var": "set variables: fabric_seconds=N (each test, default 3), fabric_tool=iperf3, "
-                 "fabric_floor='{\"iperf3\": 20}' (floor per tool, in its unit)",
+                 "fabric_floor='{\"iperf3\": 20}' (floor per tool, in its unit), "
+                 "fabric_relative=0.5 (slow below this share of the median)",
           "list-hosts": LIST_HOSTS,
           "ask-become-pass": "prompt for the sudo password (else $GPUPROV_BECOME_PASSWORD)",
           "drain-failed": "Slurm clusters: drain the suspect nodes, with the reason, through "

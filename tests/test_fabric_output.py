@@ -69,3 +69,19 @@ def test_one_node_or_drain_without_a_cluster_is_refused(tmp_path, capsys):
     assert "at least 2 nodes" in capsys.readouterr().err
     assert cli.fabric(host="all", inventory=str(inv), drain_failed=True) == 2
     assert "--drain-failed drains a cluster's nodes" in capsys.readouterr().err
+
+
+def test_settings_given_with_var_are_read_as_numbers(tmp_path, capsys):
+    from remote import cli
+
+    inv = write_inventory(tmp_path, {})
+    assert cli.fabric(host="all", inventory=str(inv), var=["fabric_seconds=soon"]) == 2
+    assert "fabric_seconds must be a number of seconds, 0 to 600, not 'soon'" in \
+        capsys.readouterr().err
+    from remote.config.inventory import load_inventory
+    from remote.fabric.command import read_settings
+
+    settings = read_settings(load_inventory(str(inv)), {"fabric_seconds": "2",
+                                                        "fabric_relative": "0.25",
+                                                        "fabric_floor": '{"iperf3": 20}'})
+    assert (settings.seconds, settings.relative, settings.floors) == (2.0, 0.25, {"iperf3": 20.0})

@@ -58,12 +58,7 @@ def read_settings(inventory: Inventory, extra_vars: dict[str, Any]) -> Settings:
     raw.update(extra_vars)
     where = inventory.path
     settings = Settings()
-    seconds = raw.get("fabric_seconds", settings.seconds)
-    if isinstance(seconds, str):
-        try:
-            seconds = float(seconds)
-        except ValueError:
-            pass
+    seconds = _number(raw.get("fabric_seconds", settings.seconds))
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (
             0 < seconds <= MAX_SECONDS):
         raise InputError(f"fabric_seconds must be a number of seconds, 0 to {MAX_SECONDS:g}, "
@@ -88,12 +83,22 @@ def read_settings(inventory: Inventory, extra_vars: dict[str, Any]) -> Settings:
             raise InputError(f"fabric_floor: {name!r}: {value!r} is not a tool of "
                              f"{', '.join(TOOLS)} with a positive figure", where)
     settings.floors = {k: float(v) for k, v in floors.items()}
-    relative = raw.get("fabric_relative", settings.relative)
+    relative = _number(raw.get("fabric_relative", settings.relative))
     if isinstance(relative, bool) or not isinstance(relative, (int, float)) or not (
             0 < relative < 1):
         raise InputError(f"fabric_relative must be between 0 and 1, not {relative!r}", where)
     settings.relative = float(relative)
     return settings
+
+
+def _number(value: Any) -> Any:
+    """A number given through `--var NAME=VALUE` arrives as text."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, Any],
