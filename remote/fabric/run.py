@@ -132,7 +132,8 @@ class FabricRun:
         is said, set `listening` when its port listens; return the server's output."""
         def line(text: str) -> None:
             match = _SERVER_LINE.fullmatch(text.strip())
-            if match is not None and server.pid == 0:
+            # the PID is used on this node only, never PID 1 whatever the node says
+            if match is not None and server.pid == 0 and int(match.group(1)) > 1:
                 server.pid, server.path = int(match.group(1)), match.group(2)
                 with self._lock:
                     self._servers.add((node.host.name, server.pid, server.path))
