@@ -36,7 +36,8 @@ def test_every_plan_bounded_and_each_node_meets_two_partners(count):
 
 @pytest.mark.parametrize("case", VERDICTS, ids=lambda c: c["name"])
 def test_verdict(case):
-    pairs = [PairResult(a, b, tool, value) for a, b, tool, value in case["pairs"]]
+    pairs = [PairResult(a, b, tool, value, round=r[0] if r else 1)
+             for a, b, tool, value, *r in case["pairs"]]
     verdict = judge(pairs, case["nodes"], case.get("floors"))
     assert verdict.suspect_nodes == case["suspect_nodes"]
     assert [list(link) for link in verdict.suspect_links] == case["suspect_links"]

@@ -40,7 +40,7 @@ def matrix_text(verdict: Verdict, nodes: list[str]) -> str:
     """Rows send, columns receive; `*` a slow pair, FAIL a failed one, `.` not paired."""
     cells = _matrix(verdict)
     units = sorted({f"{p.tool} in {p.unit}" for p in verdict.pairs if p.tool != "-"})
-    width = max([len(n) for n in nodes] + [6])
+    width = max([len(n) for n in nodes] + [7])  # "0.0901*"
     lines = [f"fabric matrix ({'; '.join(units) or 'no tool'}): row sends, column receives; "
              "* slow, FAIL failed, . not paired",
              " " * width + " " + " ".join(n.rjust(width) for n in nodes)]
@@ -113,7 +113,7 @@ def matrix_html(verdict: Verdict, nodes: list[str], run_id: str) -> str:
             elif pair.value is None:
                 out.append({"kind": "fail", "title": escaped(pair.error)})
             else:
-                cut = verdict.cuts.get(pair.tool)
+                cut = verdict.cuts.get((pair.tool, pair.round))
                 ratio = pair.value / cut / 2 if cut else 1.0  # 0.5 at the cut, 1 at twice it
                 out.append({"kind": "value", "text": _cell(pair), "colour": _colour(ratio),
                             "title": f"{pair.tool}: {pair.value:.4g} {pair.unit}, round "

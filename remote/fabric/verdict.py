@@ -2,11 +2,14 @@
 
 Each pair is judged first: slow when its figure is below the floor given for its tool
 (`fabric_floor` in the inventory: a site's or SKU's number, e.g. AzNHC's ib_write_bw floors),
-else below `relative` (default 0.5) times the reference for its tool: the median, over the
-nodes measured with that tool, of each node's best figure. The best figure of a node is what
-its fastest partner got, so one bad node or one bad link moves the reference little (a plain
-median of the pairs moves with them: a bad node of 4 spoils 3 of the 6 pairs). A failed pair
-(a tool error, a node that died, a time limit) counts as bad.
+else below `relative` (default 0.5) times the reference of its tool and round: the median,
+over the nodes measured in that round with that tool, of each node's best figure there. The
+best figure of a node is what its fastest partner got, so one bad node or one bad link moves
+the reference little (a plain median of the pairs moves with them: a bad node of 4 spoils 3
+of the 6 pairs). Per round, because rounds differ in how many pairs run at once (N, then N/2):
+where the nodes share something (a switch's uplink, or here the test machine's cores) a round
+of fewer pairs runs faster, and its pairs are not the others' yardstick. A failed pair (a tool
+error, a node that died, a time limit) counts as bad.
 
 Then the nodes: a node whose every pair is bad is a suspect ("slow with every partner"). A bad
 pair whose two nodes each have a good pair elsewhere points at the link between them: a
@@ -70,7 +73,7 @@ class Verdict:
     suspect_nodes: list[str]
     suspect_links: list[tuple[str, str]]  # sorted names in each
     references: dict[str, str]            # tool -> how its pairs were judged
-    cuts: dict[str, float] = field(default_factory=dict)  # tool -> below this, slow
+    cuts: dict[tuple[str, int], float] = field(default_factory=dict)  # (tool, round) -> slow below
 
     def to_json(self) -> dict[str, Any]:
         return {"suspect_nodes": self.suspect_nodes,
@@ -90,29 +93,30 @@ def _reference(pairs: list[PairResult]) -> Optional[float]:
 
 
 def judge_pairs(pairs: list[PairResult], floors: dict[str, float],
-                relative: float = RELATIVE) -> tuple[dict[str, str], dict[str, float]]:
-    """Set each pair's `slow` and `judged_by`; return (tool -> how it was judged, tool -> the
-    figure below which its pairs are slow)."""
+                relative: float = RELATIVE) -> tuple[dict[str, str], dict[tuple[str, int], float]]:
+    """Set each pair's `slow` and `judged_by`; return (tool -> how it was judged,
+    (tool, round) -> the figure below which its pairs are slow)."""
     how: dict[str, str] = {}
-    cuts: dict[str, float] = {}
+    cuts: dict[tuple[str, int], float] = {}
     for tool in sorted({p.tool for p in pairs}):
         mine = [p for p in pairs if p.tool == tool]
         unit = mine[0].unit
         floor = floors.get(tool)
+        rounds = sorted({p.round for p in mine})
         if floor is not None:
-            cut, how[tool] = floor, f"floor {floor:g} {unit} (inventory fabric_floor)"
+            how[tool] = f"below the floor {floor:g} {unit} (inventory fabric_floor)"
+            cuts.update({(tool, r): floor for r in rounds})
         else:
-            reference = _reference(mine)
-            if reference is None:
-                how[tool] = "no figure: every pair failed"
-                cut = None
-            else:
-                cut = reference * relative
-                how[tool] = (f"below {relative:g} x {reference:.3g} {unit}, the median of the "
-                             "nodes' best pairs")
-        if cut is not None:
-            cuts[tool] = cut
+            said = []
+            for r in rounds:
+                reference = _reference([p for p in mine if p.round == r])
+                if reference is not None:
+                    cuts[(tool, r)] = reference * relative
+                    said.append(f"round {r}: {reference:.3g}")
+            how[tool] = (f"below {relative:g} x the round's median of the nodes' best pairs "
+                         f"({', '.join(said)} {unit})" if said else "no figure: every pair failed")
         for pair in mine:
+            cut = cuts.get((tool, pair.round))
             pair.slow = cut is not None and pair.value is not None and pair.value < cut
             pair.judged_by = how[tool]
     return how, cuts
