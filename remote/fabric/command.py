@@ -146,6 +146,8 @@ def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, An
         reporter.close()
     if status == EXIT_INTERRUPTED:
         return status
+    for pair in pairs:  # what a node said may echo a secret of the run: masked everywhere
+        pair.error = redact(pair.error)
     verdict = judge(pairs, names, settings.floors, settings.relative)
     results = host_results(verdict, names)
     for node in nodes:
