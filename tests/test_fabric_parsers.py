@@ -109,3 +109,19 @@ def test_best_tool_both_nodes_have():
     assert pick_tool(ib, gpu).name == "iperf3"
     assert pick_tool(ib, ib, "iperf3").name == "iperf3"
     assert pick_tool(Probe(), plain) is None
+
+
+def test_usable_slurm_nodes_from_scontrol_one_liners():
+    """`scontrol show nodes -o` of the test cluster (tests/slurm_cluster.py, Slurm 22.05.8 of
+    Debian 12), n2 drained by an admin: only n1 and n3 can run the pairs."""
+    from remote.scheduler.slurm.nodes import usable_nodes
+
+    text = (FIXTURES / "scontrol_show_nodes_o.txt").read_text()
+    assert usable_nodes(text, "debug") == [("n1", "127.0.0.1"), ("n3", "127.0.0.1")]
+    assert usable_nodes(text, "other") == []
+    hostile = (text.replace("NodeName=n1 ", "NodeName=n1;reboot ")
+               .replace("NodeAddr=127.0.0.1 NodeHostName=localhost Port=29110",
+                        "NodeAddr=$(id) NodeHostName=localhost Port=29110")
+               + "NodeName=n4 NodeAddr=10.0.0.4 State=IDLE* Partitions=debug\n"
+               + "NodeName=n5 NodeAddr=10.0.0.5 State=MIXED Partitions=debug Reason=a Partitions=x\n")
+    assert usable_nodes(hostile, "debug") == [("n5", "10.0.0.5")]

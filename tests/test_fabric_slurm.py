@@ -87,3 +87,34 @@ def test_an_admins_drain_is_left_alone(slurm, farm, work, capsys):
     assert info["n1"]["reason"] == "admin: cable swap"
     assert "n1: not drained: left alone, drained by someone else meanwhile: admin: cable swap" in out
     assert info["n3"]["state_flags"] == ["DRAIN"]
+
+
+def test_the_nodes_of_a_cluster_are_paired_through_slurm(slurm, work, capsys):
+    """`gpuprov fabric --host hpc1`: the partition's usable nodes, each command a job on its
+    node (`srun -w`), the servers and clients real iperf3 (the test cluster's nodes all share
+    127.0.0.1); a node an admin drained is not paired."""
+    from remote import cli
+
+    slurm.drain("n2", "admin: cable swap")
+    try:
+        inventory = work / "inventory.yaml"
+        inventory.write_text(yaml.safe_dump({
+            "vars": {"fabric_seconds": 1},
+            "hosts": {"hpc1": {"connection": "local",
+                               "slurm": {"partition": "debug", "conf": str(slurm.conf)}}}},
+            sort_keys=False))
+        rc = cli.fabric(host="hpc1", inventory=str(inventory), logs_dir=str(work / "logs"),
+                        json_path=str(work / "out.json"))
+        out = capsys.readouterr().out
+    finally:
+        slurm.resume_all()
+    assert rc == 0, out
+    import json
+
+    doc = json.loads((work / "out.json").read_text())["fabric"]
+    assert [(p["client"], p["server"], p["tool"]) for p in doc["pairs"]] == [
+        ("n1", "n3", "iperf3")], out
+    assert doc["pairs"][0]["value"] > 0 and doc["suspect_nodes"] == []
+    run_id = next((work / "logs" / "n1").iterdir()).name
+    assert (work / "logs" / "n3" / run_id / "fabric.json").exists()
+    assert not (work / "logs" / "n2").exists()

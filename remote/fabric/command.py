@@ -9,6 +9,7 @@ May import: `remote.engine`, `remote.output`, `remote.scheduler` (draining throu
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -29,8 +30,9 @@ from ..output.runlog import Redactor
 from ..output.term import printable
 from ..runid import new_run_id
 from ..scheduler import SCHEDULERS
+from ..transport.connection import BaseConnection
 from .output import host_results, json_document, matrix_html, matrix_text, write_node_records, write_prometheus
-from .run import FabricRun, Settings, node_for
+from .run import ClusterLink, FabricRun, Node, Settings, node_for
 from .tools import TOOLS
 from .verdict import PairResult, judge
 
@@ -101,6 +103,27 @@ def _number(value: Any) -> Any:
     return value
 
 
+def cluster_nodes(engine: Run, login: Host, vars_: dict[str, Any], run_id: str,
+                  opened: list[BaseConnection]) -> list[Node]:
+    """The usable nodes of `login`'s cluster (its partition, none drained or down), each
+    reached through the login node's connection (appended to `opened`)."""
+    assert login.scheduler is not None
+    scheduler, settings = SCHEDULERS[login.scheduler.key], login.scheduler.settings
+    conn = engine.connect(login)
+    opened.append(conn)
+    listed = conn.run(scheduler.nodes_script(settings), timeout=DRAIN_TIMEOUT_S)
+    found = scheduler.usable_nodes(settings, listed.out)
+    if len(found) < 2:
+        raise InputError(f"{scheduler.noun} lists {len(found)} usable node(s) in the "
+                         "partition: fabric needs 2 to pair")
+    job = "gpuprov-fabric-" + "".join(c if c.isalnum() else "_" for c in run_id)
+    hcas = [str(h) for h in vars_.get("fabric_hcas") or []]
+    return [Node(Host(name, address, login.where), address, hcas,
+                 ClusterLink(conn, functools.partial(scheduler.on_node, settings, name,
+                                                     job_name=job)))
+            for name, address in found]
+
+
 def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, Any],
                exports: Exports, logs_dir: str, drain_failed: bool = False,
                become_password: Optional[str] = None) -> int:
@@ -110,18 +133,27 @@ def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, An
     settings = read_settings(inventory, extra_vars)
     logins = [h for h in hosts if h.scheduler is not None]
     members = [h for h in hosts if h.scheduler is None]
-    if len(members) < 2:
-        raise InputError("fabric needs at least 2 nodes (hosts without a scheduler key) to pair",
-                         inventory.path)
+    if len(members) < 2 and not logins:
+        raise InputError("fabric needs at least 2 nodes to pair (hosts, or a cluster's login "
+                         "node with a scheduler key)", inventory.path)
     redact = Redactor([become_password] if become_password else [])
     reporter = Reporter(redact, stream=exports.stream)
-    reporter.set_hosts([h.name for h in members])
     run_id = new_run_id()
     options = RunOptions(extra_vars=extra_vars, forks=len(hosts), logs_dir=Path(logs_dir),
                          run_id=run_id, become_password=become_password)
     engine = Run(inventory, hosts, options, reporter, redact)
-    nodes = [node_for(h, layered_vars(inventory, h, extra_vars)[0]) for h in members]
+    opened: list[BaseConnection] = []
+    if len(members) >= 2:
+        nodes = [node_for(h, layered_vars(inventory, h, extra_vars)[0]) for h in members]
+    else:  # the cluster's nodes, each command a job on its node through the login node
+        try:
+            nodes = cluster_nodes(engine, logins[0], layered_vars(inventory, logins[0],
+                                                                  extra_vars)[0], run_id, opened)
+        except GpuprovError as exc:
+            reporter.close()
+            raise InputError(f"{logins[0].name}: {exc}", inventory.path) from None
     names = [n.host.name for n in nodes]
+    reporter.set_hosts(names)
 
     def said(pair: PairResult) -> None:
         figure = f"{pair.value:.4g} {pair.unit}" if pair.value is not None else pair.error
@@ -143,6 +175,8 @@ def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, An
         reporter.note("interrupted: the servers started were stopped; nothing judged")
     finally:
         fabric.close_all()
+        for conn in opened:
+            conn.close()
         reporter.close()
     if status == EXIT_INTERRUPTED:
         return status

@@ -22,16 +22,17 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 from ..config.inventory import Host
 from ..engine.run import Run
 from ..errors import GpuprovError, HostError
-from ..transport.connection import BaseConnection, LineSplitter
+from ..transport.connection import BaseConnection, CommandResult, LineSplitter
 from .plan import Pair, plan_rounds
 from .tools import PROBE_SCRIPT, TOOLS, PairSpec, Probe, Tool, ToolOutputError, parse_probe, pick_tool
 from .verdict import PairResult
 
+OutputCallback = Callable[[str, str], None]  # (stream name, text): transport.base's
 PROBE_TIMEOUT_S = 20.0
 CONTROL_TIMEOUT_S = 15.0  # starting and stopping a server
 # The client's limit: the test's own seconds plus this much for connecting and the tool's own
@@ -51,12 +52,41 @@ class Settings:
     relative: float = 0.5
 
 
+class Link(Protocol):
+    """How the run reaches a node: its own connection (`BaseConnection`), or a cluster's
+    login node that runs each command as a job on it (`ClusterLink`)."""
+
+    def run(self, script: str, *, timeout: Optional[float] = None,
+            on_output: Optional[OutputCallback] = None,
+            cancellable: bool = True) -> CommandResult: ...
+
+    def close(self) -> None: ...
+
+
+class ClusterLink:
+    """A node of a cluster reached through its login node's connection: each command runs
+    there as a job of its own on the node (the scheduler's `on_node`, e.g. `srun -w NODE`).
+    Its time limit, output and cancel are the login node's command's."""
+
+    def __init__(self, login: BaseConnection, wrap: Callable[[str], str]):
+        self.login, self.wrap = login, wrap
+
+    def run(self, script: str, *, timeout: Optional[float] = None,
+            on_output: Optional[OutputCallback] = None,
+            cancellable: bool = True) -> CommandResult:
+        return self.login.run(self.wrap(script), timeout=timeout, on_output=on_output,
+                              cancellable=cancellable)
+
+    def close(self) -> None:
+        """The login node's connection is closed by whoever opened it."""
+
+
 @dataclass
 class Node:
     host: Host
     address: str
     hcas: list[str]
-    conn: Optional[BaseConnection] = None
+    conn: Optional[Link] = None
     probe: Optional[Probe] = None
     error: str = ""
 
@@ -90,7 +120,8 @@ class FabricRun:
     # ---------------------------------------------------------------- connecting
     def _open(self, node: Node) -> None:
         try:
-            node.conn = self.run.connect(node.host)
+            if node.conn is None:
+                node.conn = self.run.connect(node.host)
             out = node.conn.run(PROBE_SCRIPT, timeout=PROBE_TIMEOUT_S)
             node.probe = parse_probe(out.out)
         except (GpuprovError, OSError) as exc:

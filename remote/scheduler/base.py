@@ -177,3 +177,16 @@ class Scheduler(Protocol):
 
     def drained(self, out: str) -> dict[str, tuple[int, str]]:
         """Node -> (exit status, what it said) from `drain_script`'s output."""
+
+    def nodes_script(self, settings: Any) -> str:
+        """A script for the login node that lists the nodes of the inventory entry's
+        partition, read by `usable_nodes` (`gpuprov fabric` on a cluster)."""
+
+    def usable_nodes(self, settings: Any, out: str) -> list[tuple[str, str]]:
+        """(name, address) of each node `nodes_script` listed that can run a job now (not
+        drained, down or failing), in the scheduler's order; what the login node printed is
+        untrusted: names and addresses are checked."""
+
+    def on_node(self, settings: Any, node: str, script: str, job_name: str) -> str:
+        """A script for the login node that runs `script` on `node` as a job of its own
+        (one task, one core), its output passed through line by line."""

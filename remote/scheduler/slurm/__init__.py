@@ -21,6 +21,7 @@ and the validate job's helpers, and `..base`. Never `cli`, `..route` or another 
 """
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from ...errors import Where
@@ -29,6 +30,7 @@ from ..base import RunContext
 from .cluster import SlurmCluster
 from .gate import drain_command, drain_reason, each_node_command, parse_each_node
 from .job import with_conf
+from .nodes import usable_nodes
 from .settings import SlurmSettings, load_slurm
 
 
@@ -54,6 +56,21 @@ class Slurm:
 
     def drained(self, out: str) -> dict[str, tuple[int, str]]:
         return parse_each_node(out)
+
+    def nodes_script(self, settings: Any) -> str:
+        assert isinstance(settings, SlurmSettings)
+        return with_conf(settings, "scontrol show nodes -o")
+
+    def usable_nodes(self, settings: Any, out: str) -> list[tuple[str, str]]:
+        assert isinstance(settings, SlurmSettings)
+        return usable_nodes(out, settings.partition)
+
+    def on_node(self, settings: Any, node: str, script: str, job_name: str) -> str:
+        assert isinstance(settings, SlurmSettings)
+        return with_conf(settings, f"exec srun -N1 -n1 -c1 -w {shlex.quote(node)} "
+                                   f"-p {shlex.quote(settings.partition)} "
+                                   f"--job-name={shlex.quote(job_name)} -u /bin/sh -c "
+                                   f"{shlex.quote(script)}")
 
 
 __all__ = ["Slurm", "SlurmCluster", "SlurmSettings"]
