@@ -271,8 +271,10 @@ def fabric(host: Optional[str], inventory: str, json_path: Optional[str] = None,
     if list_hosts:
         return print_hosts(hosts, outputs.stream)
     try:
-        return run_fabric(inv, hosts, extra_vars, Exports(json_path, junit_path, prometheus, html),
-                          logs_dir, drain_failed, become_password(ask_become_pass))
+        with _sigterm_as_interrupt():  # SIGTERM stops the servers as Ctrl-C does
+            return run_fabric(inv, hosts, extra_vars,
+                              Exports(json_path, junit_path, prometheus, html), logs_dir,
+                              drain_failed, become_password(ask_become_pass))
     except InputError as exc:
         return fail_input(exc)
 

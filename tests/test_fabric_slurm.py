@@ -118,3 +118,48 @@ def test_the_nodes_of_a_cluster_are_paired_through_slurm(slurm, work, capsys):
     run_id = next((work / "logs" / "n1").iterdir()).name
     assert (work / "logs" / "n3" / run_id / "fabric.json").exists()
     assert not (work / "logs" / "n2").exists()
+
+
+def fabric_iperf3() -> list[int]:
+    """PIDs of iperf3 processes the test cluster's jobs run (bound to 127.0.0.1 by fabric)."""
+    import subprocess
+
+    out = subprocess.run(["pgrep", "-f", "^iperf3 .*-B 127.0.0.1"], capture_output=True,
+                         text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def test_ctrl_c_on_a_cluster_ends_every_job_and_server(slurm, work):
+    """SIGTERM (as Ctrl-C) while round 1's 30 s tests run as Slurm jobs: exit 130, and no
+    iperf3 and no job of the run is left."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    from tests.procs import wait_until
+
+    inventory = work / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({
+        "vars": {"fabric_seconds": 30},
+        "hosts": {"hpc1": {"connection": "local",
+                           "slurm": {"partition": "debug", "conf": str(slurm.conf)}}}}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "fabric", "--host", "hpc1",
+         "--inventory", str(inventory)], cwd=work, env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert wait_until(lambda: len(fabric_iperf3()) >= 6, 60), "the tests never started"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out
+    assert wait_until(lambda: not fabric_iperf3(), 20), out
+    jobs = subprocess.run(["squeue", "-h", "-o", "%j"], env=slurm.env, capture_output=True,
+                          text=True).stdout
+    assert wait_until(lambda: "gpuprov-fabric" not in subprocess.run(
+        ["squeue", "-h", "-o", "%j"], env=slurm.env, capture_output=True, text=True).stdout,
+        30), jobs

@@ -103,6 +103,21 @@ def _number(value: Any) -> Any:
     return value
 
 
+def job_name(run_id: str) -> str:
+    """The run's jobs' name in the scheduler: letters, digits, '-' and '_'."""
+    return "gpuprov-fabric-" + "".join(c if c.isalnum() else "_" for c in run_id)
+
+
+def _cancel_jobs(conn: BaseConnection, login: Host, run_id: str) -> None:
+    assert login.scheduler is not None
+    scheduler = SCHEDULERS[login.scheduler.key]
+    try:
+        conn.run(scheduler.cancel_script(login.scheduler.settings, job_name(run_id)),
+                 timeout=DRAIN_TIMEOUT_S, cancellable=False)
+    except GpuprovError:
+        pass  # the login node is gone: nothing more can be done from here
+
+
 def cluster_nodes(engine: Run, login: Host, vars_: dict[str, Any], run_id: str,
                   opened: list[BaseConnection]) -> list[Node]:
     """The usable nodes of `login`'s cluster (its partition, none drained or down), each
@@ -116,7 +131,7 @@ def cluster_nodes(engine: Run, login: Host, vars_: dict[str, Any], run_id: str,
     if len(found) < 2:
         raise InputError(f"{scheduler.noun} lists {len(found)} usable node(s) in the "
                          "partition: fabric needs 2 to pair")
-    job = "gpuprov-fabric-" + "".join(c if c.isalnum() else "_" for c in run_id)
+    job = job_name(run_id)
     hcas = [str(h) for h in vars_.get("fabric_hcas") or []]
     return [Node(Host(name, address, login.where), address, hcas,
                  ClusterLink(conn, functools.partial(scheduler.on_node, settings, name,
@@ -175,6 +190,8 @@ def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, An
         reporter.note("interrupted: the servers started were stopped; nothing judged")
     finally:
         fabric.close_all()
+        if opened:  # a cluster: its jobs go, whatever stopped their clients
+            _cancel_jobs(opened[0], logins[0], run_id)
         for conn in opened:
             conn.close()
         reporter.close()

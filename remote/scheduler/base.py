@@ -190,3 +190,7 @@ class Scheduler(Protocol):
     def on_node(self, settings: Any, node: str, script: str, job_name: str) -> str:
         """A script for the login node that runs `script` on `node` as a job of its own
         (one task, one core), its output passed through line by line."""
+
+    def cancel_script(self, settings: Any, job_name: str) -> str:
+        """A script for the login node that cancels the user's jobs named `job_name`: a job
+        whose client (srun) was stopped hard stays allocated otherwise."""

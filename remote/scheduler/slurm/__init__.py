@@ -72,5 +72,10 @@ class Slurm:
                                    f"--job-name={shlex.quote(job_name)} -u /bin/sh -c "
                                    f"{shlex.quote(script)}")
 
+    def cancel_script(self, settings: Any, job_name: str) -> str:
+        assert isinstance(settings, SlurmSettings)
+        return with_conf(settings, f"scancel --name={shlex.quote(job_name)} "
+                                   "--user=\"$(id -un)\"")
+
 
 __all__ = ["Slurm", "SlurmCluster", "SlurmSettings"]
