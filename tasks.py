@@ -183,6 +183,38 @@ def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None,
                        max_fail_percentage=max_fail_percentage, evidence=evidence))
 
 
+@task(
+    iterable=["var"], short=SHORT,
+    help={"host": HOST + "; at least 2 nodes", "limit": LIMIT,
+          "inventory": f"inventory file (default {INVENTORY})",
+          "json": JSON,
+          "junit": "also write JUnit XML to this file (a testsuite per node, a testcase per "
+                   "pair it sent)",
+          "prometheus": "also write each pair's figure and each node's verdict in the "
+                        "Prometheus text format to this file",
+          "html": "also write the matrix of pairs as an HTML heat map to this file",
+          "var": "set variables: fabric_seconds=N (each test, default 3), fabric_tool=iperf3, "
+                 "fabric_floor='{\"iperf3\": 20}' (floor per tool, in its unit), "
+                 "fabric_relative=0.5 (slow below this share of the median)",
+          "list-hosts": LIST_HOSTS,
+          "ask-become-pass": "prompt for the sudo password (else $GPUPROV_BECOME_PASSWORD)",
+          "drain-failed": "Slurm clusters: drain the suspect nodes, with the reason, through "
+                          "the login node selected with them"},
+)
+def fabric(c, host=None, limit=None, inventory=None, json=None, junit=None, prometheus=None,
+           html=None, var=None, list_hosts=False, drain_failed=False, ask_become_pass=False):
+    """Pairwise tests across nodes (ib_write_bw, all_reduce_perf or iperf3): name the bad node or link."""
+    from remote import cli
+
+    _refuse_invoke_options(c)
+    _need_host(host, limit, "fabric")
+    inventory = _inventory(inventory)
+    _exit(cli.fabric(host=host, limit=limit, inventory=inventory, json_path=json,
+                     junit_path=junit, prometheus=prometheus, html=html, var=var,
+                     list_hosts=list_hosts, drain_failed=drain_failed,
+                     ask_become_pass=ask_become_pass))
+
+
 @task(short=SHORT, help={"host": "hosts to fetch from (patterns as in provision --help)",
                          "limit": LIMIT, "inventory": f"inventory file (default {INVENTORY})",
                          "list-hosts": LIST_HOSTS})

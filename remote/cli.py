@@ -279,6 +279,39 @@ def validate(host: Optional[str], inventory: str, suite: str = "quick",
                     expand=expand, rollout=rollout)
 
 
+def fabric(host: Optional[str], inventory: str, json_path: Optional[str] = None,
+           junit_path: Optional[str] = None, prometheus: Optional[str] = None,
+           html: Optional[str] = None, var: Optional[list[str]] = None,
+           logs_dir: str = LOGS_DIR, limit: Optional[str] = None, list_hosts: bool = False,
+           drain_failed: bool = False, ask_become_pass: bool = False) -> int:
+    """`gpuprov fabric`: pair the selected nodes in rounds, measure each pair, name the
+    suspect node or link (remote/fabric/)."""
+    from .fabric.command import Exports, run_fabric
+
+    outputs = Outputs(json_path, junit_path, 0, False, list_hosts)
+    try:
+        extra_vars, _, _, (inv, hosts, _) = _run_inputs(inventory, host, limit, None, var, None,
+                                                        "quick", outputs)
+        for flag, path in (("--prometheus", prometheus), ("--html", html)):
+            if path is not None and (not path or path == "-" or Path(path).is_dir()):
+                raise InputError(f"{flag} needs a file name, not {path!r}")
+        if drain_failed and not any(h.scheduler for h in hosts):
+            keys = " or ".join(f"{key}:" for key in SCHEDULERS)
+            raise InputError(f"--drain-failed drains a cluster's nodes: select its login node "
+                             f"(a host with {keys}) with the nodes", inv.path)
+    except InputError as exc:
+        return fail_input(exc)
+    if list_hosts:
+        return print_hosts(hosts, outputs.stream)
+    try:
+        with _sigterm_as_interrupt():  # SIGTERM stops the servers as Ctrl-C does
+            return run_fabric(inv, hosts, extra_vars,
+                              Exports(json_path, junit_path, prometheus, html), logs_dir,
+                              drain_failed, become_password(ask_become_pass))
+    except InputError as exc:
+        return fail_input(exc)
+
+
 def logs(host: Optional[str], inventory: str, logs_dir: str = LOGS_DIR,
          limit: Optional[str] = None, list_hosts: bool = False) -> int:
     """`gpuprov logs`: pull what the last validation left on each selected host."""

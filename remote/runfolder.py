@@ -16,6 +16,8 @@ ask here (tests/test_runfolder.py holds them to it).
                             EVIDENCE_PREFIX, EVIDENCE_SUFFIX: the evidence for a replacement, its
                             manifest inside (`gpuprov evidence`, and after an RMA verdict;
                             remote/evidence/)
+        fabric.json         FABRIC_RECORD: the node's pairs, figures and verdict of a fabric
+                            run (remote/fabric/output.py)
       <cluster>/<run id>/
         slurm.json          CLUSTER_RECORD: a Slurm run's record; its nodes' results are in their
                             own folders, <logs>/<node>/<run id>/ (remote/scheduler/route.py)
@@ -35,11 +37,13 @@ CLUSTER_RECORD = "slurm.json"
 NOT_STARTED = "not-started.txt"
 EVIDENCE_PREFIX = "evidence-"
 EVIDENCE_SUFFIX = ".tar.gz"
+FABRIC_RECORD = "fabric.json"
 # The files a pull may not bring: the control side itself writes them into the run folder (its
 # run log, the stack manifest it gathered, a cluster run's record). What a host sends never takes
 # their place, nor stands in for one the control side did not write
 # (remote/transport/transfer.py refuses an archive holding one).
-CONTROL_FILES = frozenset({PROVISION_LOG, STACK_MANIFEST, CLUSTER_RECORD, NOT_STARTED})
+CONTROL_FILES = frozenset({PROVISION_LOG, STACK_MANIFEST, CLUSTER_RECORD, NOT_STARTED,
+                           FABRIC_RECORD})
 
 
 def never_started(folder: Path) -> bool:

@@ -181,7 +181,17 @@ def scenario_interrupt_connect() -> dict:
         shutil.rmtree(work, ignore_errors=True)
 
 
-SCENARIOS = {"linkcut": scenario_linkcut, "interrupt_connect": scenario_interrupt_connect}
+def _fabric(name: str):
+    def run() -> dict:
+        from tests import fabric_net
+
+        return getattr(fabric_net, f"scenario_{name}")()
+    return run
+
+
+SCENARIOS = {"linkcut": scenario_linkcut, "interrupt_connect": scenario_interrupt_connect,
+             "fabric_faults": _fabric("fabric_faults"), "fabric_kill": _fabric("fabric_kill"),
+             "fabric_interrupt": _fabric("fabric_interrupt")}
 
 
 def main() -> None:

@@ -60,7 +60,10 @@ def keygen(path: Path, kind: str = "ed25519") -> str:
 
 
 class SshdFarm:
-    def __init__(self, count: int, first: int = 2, max_startups: int = 100):
+    def __init__(self, count: int, first: int = 2, max_startups: int = 100,
+                 addresses=None, port=None, netns=None):
+        """`addresses`, `port` and `netns` (address -> network namespace its sshd runs in,
+        through `ip netns exec`) for servers in namespaces a test made (tests/fabric_net.py)."""
         self.dir = Path(tempfile.mkdtemp(prefix="gpuprov-sshd-"))
         os.chmod(self.dir, 0o755)
         ensure_user()
@@ -70,8 +73,9 @@ class SshdFarm:
         self.authorized = self.dir / "authorized_keys"
         self.authorized.write_text(f"{key_type} {key_b64}\n")
         os.chmod(self.authorized, 0o644)
-        self.addresses = [f"127.0.0.{n}" for n in range(first, first + count)]
-        self.port = free_port(self.addresses)
+        self.addresses = addresses or [f"127.0.0.{n}" for n in range(first, first + count)]
+        self.netns = netns or {}
+        self.port = port or free_port(self.addresses)
         self.known_hosts = self.dir / "known_hosts"
         self.procs: dict = {}
         self.host_keys: dict = {}
@@ -116,8 +120,9 @@ class SshdFarm:
         return path
 
     def start(self, address: str) -> None:
+        inside = ["ip", "netns", "exec", self.netns[address]] if address in self.netns else []
         proc = subprocess.Popen(
-            [SSHD, "-D", "-e", "-f", str(self.config_for(address)), "-p", str(self.port),
+            inside + [SSHD, "-D", "-e", "-f", str(self.config_for(address)), "-p", str(self.port),
              "-o", f"ListenAddress={address}"],
             stdout=subprocess.DEVNULL, stderr=open(self.dir / f"sshd_{address}.log", "ab"))
         self.procs[address] = proc

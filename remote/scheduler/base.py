@@ -168,3 +168,29 @@ class Scheduler(Protocol):
 
     def open(self, settings: Any, context: RunContext) -> Cluster:
         """The cluster behind the login node of `context.session`, for one run."""
+
+    def drain_script(self, settings: Any, findings: dict[str, str], run_id: str) -> str:
+        """A script for the login node that drains each node of `findings` with a reason of
+        the scheduler's made of the run and the finding (never a node drained by someone
+        else), outside a validation run (`gpuprov fabric --drain-failed`); run with the
+        host's `become`, its output read by `drained`."""
+
+    def drained(self, out: str) -> dict[str, tuple[int, str]]:
+        """Node -> (exit status, what it said) from `drain_script`'s output."""
+
+    def nodes_script(self, settings: Any) -> str:
+        """A script for the login node that lists the nodes of the inventory entry's
+        partition, read by `usable_nodes` (`gpuprov fabric` on a cluster)."""
+
+    def usable_nodes(self, settings: Any, out: str) -> list[tuple[str, str]]:
+        """(name, address) of each node `nodes_script` listed that can run a job now (not
+        drained, down or failing), in the scheduler's order; what the login node printed is
+        untrusted: names and addresses are checked."""
+
+    def on_node(self, settings: Any, node: str, script: str, job_name: str) -> str:
+        """A script for the login node that runs `script` on `node` as a job of its own
+        (one task, one core), its output passed through line by line."""
+
+    def cancel_script(self, settings: Any, job_name: str) -> str:
+        """A script for the login node that cancels the user's jobs named `job_name`: a job
+        whose client (srun) was stopped hard stays allocated otherwise."""

@@ -21,12 +21,16 @@ and the validate job's helpers, and `..base`. Never `cli`, `..route` or another 
 """
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from ...errors import Where
 from ...runfolder import CLUSTER_RECORD
 from ..base import RunContext
 from .cluster import SlurmCluster
+from .gate import drain_command, drain_reason, each_node_command, parse_each_node
+from .job import with_conf
+from .nodes import usable_nodes
 from .settings import SlurmSettings, load_slurm
 
 
@@ -43,6 +47,35 @@ class Slurm:
     def open(self, settings: Any, context: RunContext) -> SlurmCluster:
         assert isinstance(settings, SlurmSettings)  # read by read_settings above
         return SlurmCluster(settings, context)
+
+    def drain_script(self, settings: Any, findings: dict[str, str], run_id: str) -> str:
+        assert isinstance(settings, SlurmSettings)
+        return with_conf(settings, each_node_command(
+            {node: drain_command(node, drain_reason(run_id, None, finding))
+             for node, finding in findings.items()}))
+
+    def drained(self, out: str) -> dict[str, tuple[int, str]]:
+        return parse_each_node(out)
+
+    def nodes_script(self, settings: Any) -> str:
+        assert isinstance(settings, SlurmSettings)
+        return with_conf(settings, "scontrol show nodes -o")
+
+    def usable_nodes(self, settings: Any, out: str) -> list[tuple[str, str]]:
+        assert isinstance(settings, SlurmSettings)
+        return usable_nodes(out, settings.partition)
+
+    def on_node(self, settings: Any, node: str, script: str, job_name: str) -> str:
+        assert isinstance(settings, SlurmSettings)
+        return with_conf(settings, f"exec srun -N1 -n1 -c1 -w {shlex.quote(node)} "
+                                   f"-p {shlex.quote(settings.partition)} "
+                                   f"--job-name={shlex.quote(job_name)} -u /bin/sh -c "
+                                   f"{shlex.quote(script)}")
+
+    def cancel_script(self, settings: Any, job_name: str) -> str:
+        assert isinstance(settings, SlurmSettings)
+        return with_conf(settings, f"scancel --name={shlex.quote(job_name)} "
+                                   "--user=\"$(id -un)\"")
 
 
 __all__ = ["Slurm", "SlurmCluster", "SlurmSettings"]

@@ -186,3 +186,35 @@ def plan_nodes(nodes: dict[str, Node], partition: str, wanted: Optional[Iterable
         else:
             plan.validate.append(node)
     return plan
+
+
+_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_ADDRESS = re.compile(r"[A-Za-z0-9.:-]{1,253}")
+# Base states a node runs a new job in, and flags that keep jobs off it (scontrol(1), "NODE
+# STATE CODES"; sinfo(1)); a trailing '*' is "not responding".
+_RUNS = {"IDLE", "MIXED", "ALLOCATED", "COMPLETING"}
+_KEEPS_OFF = {"DRAIN", "FAIL", "NOT_RESPONDING", "MAINTENANCE", "POWERED_DOWN",
+              "POWERING_DOWN", "REBOOT_REQUESTED", "REBOOT_ISSUED", "RESERVED"}
+ONE_LINE_MAX_NODES = 100_000
+
+
+def usable_nodes(text: str, partition: str) -> list[tuple[str, str]]:
+    """(NodeName, NodeAddr) of each node of `scontrol show nodes -o` (one line per node) in
+    `partition` that can run a job now; a line whose name or address is not plain is left
+    out (what the login node printed is untrusted), as is everything after `Reason=` (free
+    text)."""
+    found: list[tuple[str, str]] = []
+    for line in text.splitlines()[:ONE_LINE_MAX_NODES]:
+        fields = dict(word.split("=", 1) for word in line.split(" Reason=")[0].split()
+                      if "=" in word)
+        name, address = fields.get("NodeName", ""), fields.get("NodeAddr", "")
+        state = fields.get("State", "")
+        words = state.rstrip("*").split("+")
+        if (not _NAME.fullmatch(name) or not _ADDRESS.fullmatch(address)
+                or partition not in fields.get("Partitions", "").split(",")
+                or state.endswith("*") or words[0] not in _RUNS
+                or _KEEPS_OFF & set(words[1:])):
+            continue
+        if name not in (n for n, _ in found):
+            found.append((name, address))
+    return found

@@ -1,0 +1,11 @@
+"""`gpuprov fabric`: find the bad node or link of a cluster with pairwise tests across nodes.
+
+- `plan`     the pairing rounds (a ring, then other partners; at most 2 rounds)
+- `tools`    the measuring tools, a row each: ib_write_bw, all_reduce_perf, iperf3; parsers
+- `run`      the rounds over SSH: servers started and stopped by PID, each test bounded
+- `verdict`  each pair judged (floor or median), the suspect node or link by elimination
+- `output`   fabric.json per node, the matrix as text and HTML, recap rows, Prometheus
+- `command`  the run from checked inputs to the exit status (`remote.cli.fabric` calls it)
+
+May import: `remote.engine`, `remote.output`, `remote.scheduler`, and what those may.
+"""

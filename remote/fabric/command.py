@@ -1,0 +1,260 @@
+"""`gpuprov fabric`: the run from checked inputs to the exit status. `remote.cli.fabric` checks
+the options and the inventory, then hands over here.
+
+Exit status (remote.exitcodes): 0 no suspect, 3 a suspect node or link was found (as a failed
+validation), 4 a node could not be reached (it is a suspect too, with why), 130 interrupted.
+
+May import: `remote.engine`, `remote.output`, `remote.scheduler` (draining through Slurm),
+`remote.errors`, `remote.runfolder`, `remote.runid`, and this package.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, TextIO
+
+from ..config.inventory import Host, Inventory
+from ..engine.options import RunOptions
+from ..engine.run import Run
+from ..engine.varlayers import layered_vars
+from ..errors import GpuprovError, InputError
+from ..exitcodes import EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_VALIDATION_FAILED
+from ..fileio import write_atomic
+from ..output.junit import write_junit
+from ..output.recap import Reporter
+from ..output.runlog import Redactor
+from ..output.term import printable
+from ..runid import new_run_id
+from ..scheduler import SCHEDULERS
+from ..transport.connection import BaseConnection
+from .output import host_results, json_document, matrix_html, matrix_text, write_node_records, write_prometheus
+from .run import ClusterLink, FabricRun, Node, Settings, node_for
+from .tools import TOOLS
+from .verdict import PairResult, judge
+
+MAX_SECONDS = 600.0
+DRAIN_TIMEOUT_S = 120.0  # as the Slurm route's gate commands (slurm/cluster.py GATE_TIMEOUT_S)
+
+
+@dataclass
+class Exports:
+    json_path: Optional[str] = None
+    junit_path: Optional[str] = None
+    prometheus: Optional[str] = None
+    html: Optional[str] = None
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr if self.json_path == "-" else sys.stdout
+
+
+def read_settings(inventory: Inventory, extra_vars: dict[str, Any]) -> Settings:
+    """The run's settings from the inventory's `vars:` and `--var`: `fabric_seconds`,
+    `fabric_tool`, `fabric_floor` ({tool: figure in its unit}), `fabric_relative`;
+    `InputError` naming the inventory at a bad one."""
+    raw = dict(inventory.vars)
+    raw.update(extra_vars)
+    where = inventory.path
+    settings = Settings()
+    seconds = _number(raw.get("fabric_seconds", settings.seconds))
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (
+            0 < seconds <= MAX_SECONDS):
+        raise InputError(f"fabric_seconds must be a number of seconds, 0 to {MAX_SECONDS:g}, "
+                         f"not {seconds!r}", where)
+    settings.seconds = float(seconds)
+    tool = raw.get("fabric_tool")
+    if tool is not None and tool not in TOOLS:
+        raise InputError(f"fabric_tool must be one of {', '.join(TOOLS)}, not {tool!r}", where)
+    settings.tool = tool
+    floors = raw.get("fabric_floor") or {}
+    if isinstance(floors, str):
+        try:
+            floors = json.loads(floors)
+        except ValueError:
+            pass
+    if not isinstance(floors, dict):
+        raise InputError("fabric_floor must map a tool to its floor, e.g. "
+                         "{\"iperf3\": 20}", where)
+    for name, value in floors.items():
+        if name not in TOOLS or isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value) or value <= 0:
+            raise InputError(f"fabric_floor: {name!r}: {value!r} is not a tool of "
+                             f"{', '.join(TOOLS)} with a positive figure", where)
+    settings.floors = {k: float(v) for k, v in floors.items()}
+    relative = _number(raw.get("fabric_relative", settings.relative))
+    if isinstance(relative, bool) or not isinstance(relative, (int, float)) or not (
+            0 < relative < 1):
+        raise InputError(f"fabric_relative must be between 0 and 1, not {relative!r}", where)
+    settings.relative = float(relative)
+    return settings
+
+
+def _number(value: Any) -> Any:
+    """A number given through `--var NAME=VALUE` arrives as text."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def job_name(run_id: str) -> str:
+    """The run's jobs' name in the scheduler: letters, digits, '-' and '_'."""
+    return "gpuprov-fabric-" + "".join(c if c.isalnum() else "_" for c in run_id)
+
+
+def _cancel_jobs(conn: BaseConnection, login: Host, run_id: str) -> None:
+    assert login.scheduler is not None
+    scheduler = SCHEDULERS[login.scheduler.key]
+    try:
+        conn.run(scheduler.cancel_script(login.scheduler.settings, job_name(run_id)),
+                 timeout=DRAIN_TIMEOUT_S, cancellable=False)
+    except GpuprovError:
+        pass  # the login node is gone: nothing more can be done from here
+
+
+def cluster_nodes(engine: Run, login: Host, vars_: dict[str, Any], run_id: str,
+                  opened: list[BaseConnection]) -> list[Node]:
+    """The usable nodes of `login`'s cluster (its partition, none drained or down), each
+    reached through the login node's connection (appended to `opened`)."""
+    assert login.scheduler is not None
+    scheduler, settings = SCHEDULERS[login.scheduler.key], login.scheduler.settings
+    conn = engine.connect(login)
+    opened.append(conn)
+    listed = conn.run(scheduler.nodes_script(settings), timeout=DRAIN_TIMEOUT_S)
+    found = scheduler.usable_nodes(settings, listed.out)
+    if len(found) < 2:
+        raise InputError(f"{scheduler.noun} lists {len(found)} usable node(s) in the "
+                         "partition: fabric needs 2 to pair")
+    job = job_name(run_id)
+    hcas = [str(h) for h in vars_.get("fabric_hcas") or []]
+    return [Node(Host(name, address, login.where), address, hcas,
+                 ClusterLink(conn, functools.partial(scheduler.on_node, settings, name,
+                                                     job_name=job)))
+            for name, address in found]
+
+
+def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, Any],
+               exports: Exports, logs_dir: str, drain_failed: bool = False,
+               become_password: Optional[str] = None) -> int:
+    """Measure the pairs of `hosts` (a scheduler host among them is the cluster whose nodes
+    the suspects are drained on, with --drain-failed), write the results, return the exit
+    status."""
+    settings = read_settings(inventory, extra_vars)
+    logins = [h for h in hosts if h.scheduler is not None]
+    members = [h for h in hosts if h.scheduler is None]
+    if len(members) < 2 and not logins:
+        raise InputError("fabric needs at least 2 nodes to pair (hosts, or a cluster's login "
+                         "node with a scheduler key)", inventory.path)
+    redact = Redactor([become_password] if become_password else [])
+    reporter = Reporter(redact, stream=exports.stream)
+    run_id = new_run_id()
+    options = RunOptions(extra_vars=extra_vars, forks=len(hosts), logs_dir=Path(logs_dir),
+                         run_id=run_id, become_password=become_password)
+    engine = Run(inventory, hosts, options, reporter, redact)
+    opened: list[BaseConnection] = []
+    if len(members) >= 2:
+        nodes = [node_for(h, layered_vars(inventory, h, extra_vars)[0]) for h in members]
+    else:  # the cluster's nodes, each command a job on its node through the login node
+        try:
+            nodes = cluster_nodes(engine, logins[0], layered_vars(inventory, logins[0],
+                                                                  extra_vars)[0], run_id, opened)
+        except GpuprovError as exc:
+            reporter.close()
+            raise InputError(f"{logins[0].name}: {exc}", inventory.path) from None
+    names = [n.host.name for n in nodes]
+    reporter.set_hosts(names)
+
+    def said(pair: PairResult) -> None:
+        figure = f"{pair.value:.4g} {pair.unit}" if pair.value is not None else pair.error
+        reporter.note(printable(f"round {pair.round}: {pair.client} -> {pair.server} "
+                                     f"({pair.tool}): {figure}"))
+
+    fabric = FabricRun(engine, nodes, settings, on_pair=said)
+    rounds = fabric.rounds()
+    reporter.note(f"fabric: {len(nodes)} node(s), {len(rounds)} round(s) of "
+                  f"{', '.join(str(len(r)) for r in rounds)} pair(s), {settings.seconds:g} s a "
+                  f"test, run {run_id}")
+    status = EXIT_OK
+    pairs: list[PairResult] = []
+    try:
+        fabric.open_all()
+        pairs = fabric.execute()
+    except KeyboardInterrupt:
+        status = EXIT_INTERRUPTED
+        reporter.note("interrupted: the servers started were stopped; nothing judged")
+    finally:
+        fabric.close_all()
+        if opened:  # a cluster: its jobs go, whatever stopped their clients
+            _cancel_jobs(opened[0], logins[0], run_id)
+        for conn in opened:
+            conn.close()
+        reporter.close()
+    if status == EXIT_INTERRUPTED:
+        return status
+    for pair in pairs:  # what a node said may echo a secret of the run: masked everywhere
+        pair.error = redact(pair.error)
+    verdict = judge(pairs, names, settings.floors, settings.relative)
+    results = host_results(verdict, names)
+    for node in nodes:
+        if node.error:
+            results[node.host.name].unreachable = True
+            results[node.host.name].message = node.error
+    write_node_records(verdict, names, Path(logs_dir), run_id)
+    reporter.recap(results, extra_column="fabric")
+    out = exports.stream
+    out.write(matrix_text(verdict, names))
+    out.write(f"rounds took {', '.join(f'{s:.2f} s' for s in fabric.round_seconds)}; "
+              f"logs: {logs_dir}/<node>/{run_id}/fabric.json\n")
+    if drain_failed and verdict.suspect_nodes:
+        _drain(engine, logins, verdict.suspect_nodes, verdict.reasons, run_id, out)
+    _export(exports, verdict, results, names, run_id, redact, logs_dir, fabric.round_seconds)
+    if any(n.error for n in nodes):
+        return EXIT_UNREACHABLE
+    return EXIT_VALIDATION_FAILED if verdict.suspect_nodes or verdict.suspect_links else EXIT_OK
+
+
+def _export(exports: Exports, verdict: Any, results: Any, names: list[str], run_id: str,
+            redact: Redactor, logs_dir: str, round_seconds: list[float]) -> None:
+    document = json_document(verdict, results, run_id, redact, round_seconds)
+    if exports.json_path == "-":
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    elif exports.json_path:
+        write_atomic(Path(exports.json_path), json.dumps(document, indent=2) + "\n")
+    if exports.junit_path:
+        write_junit(Path(exports.junit_path), "fabric", results, redact, Path(logs_dir), run_id)
+    if exports.prometheus:
+        write_prometheus(Path(exports.prometheus), verdict, run_id)
+    if exports.html:
+        write_atomic(Path(exports.html), matrix_html(verdict, names, run_id))
+
+
+def _drain(engine: Run, logins: list[Host], suspects: list[str], reasons: dict[str, str],
+           run_id: str, out: TextIO) -> None:
+    """Drain each suspect through each selected cluster's login node, with the reason
+    (`gpuprov <run>: fabric: <why>`), by the scheduler's own command: a node drained by
+    someone else is left alone, and the line says so."""
+    wanted = {node: f"fabric: {reasons.get(node, 'suspect')}" for node in suspects}
+    for login in logins:
+        assert login.scheduler is not None
+        scheduler = SCHEDULERS[login.scheduler.key]
+        try:
+            conn = engine.connect(login)
+            try:
+                result = conn.run(scheduler.drain_script(login.scheduler.settings, wanted, run_id),
+                                  become=login.become, timeout=DRAIN_TIMEOUT_S,
+                                  cancellable=False)
+            finally:
+                conn.close()
+        except GpuprovError as exc:
+            out.write(printable(f"drain through {login.name} failed: {exc}") + "\n")
+            continue
+        for node, (rc, said) in scheduler.drained(result.out).items():
+            if node in wanted:
+                state = "drained" if rc == 0 else f"not drained: {said[:200]}"
+                out.write(printable(f"{node}: {state}, through {login.name}") + "\n")

@@ -1,0 +1,309 @@
+"""Running the rounds: connect to every node, probe what it has, then each round's pairs all
+at once, each with its tool and its own time limit.
+
+A pair: the server command starts in the background on the receiving node (under `timeout`,
+its output into a private temporary file, its PID said back), the client runs on the sending
+node, then the server is waited for a moment, stopped by its PID and its output read back.
+Every server started is remembered until it is stopped, so a failing pair, a run past its
+limit or Ctrl-C still stops it (`stop_servers`, with commands that ignore the cancel). A node
+that cannot be reached, or dies mid-test, fails its own pairs only: each pair's error is
+caught and kept as its result, and the round goes on.
+
+May import: `remote.engine` (connections through the run's pool), `remote.errors`, `plan`,
+`tools`, `verdict`.
+"""
+from __future__ import annotations
+
+import random
+import re
+import shlex
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Protocol
+
+from ..config.inventory import Host
+from ..engine.run import Run
+from ..errors import GpuprovError, HostError
+from ..transport.connection import BaseConnection, CommandResult, LineSplitter
+from .plan import Pair, plan_rounds
+from .tools import PROBE_SCRIPT, TOOLS, PairSpec, Probe, Tool, ToolOutputError, parse_probe, pick_tool
+from .verdict import PairResult
+
+OutputCallback = Callable[[str, str], None]  # (stream name, text): transport.base's
+PROBE_TIMEOUT_S = 20.0
+CONTROL_TIMEOUT_S = 15.0  # starting and stopping a server
+# The client's limit: the test's own seconds plus this much for connecting and the tool's own
+# start (gpuprov's choice, unsourced; mpirun over ssh starts in a few seconds).
+CLIENT_SLACK_S = 20.0
+SERVER_WAIT_S = 2.0  # after the client: how long the server gets to write its result and exit
+# Ports the servers listen on: the IANA dynamic range (RFC 6335, section 6: 49152-65535).
+PORTS = (49152, 65535 - 64)
+_SERVER_LINE = re.compile(r"@@server ([0-9]{1,9}) (/tmp/gpuprov-fabric\.[A-Za-z0-9]{6,32})")
+
+
+@dataclass
+class Settings:
+    seconds: float = 3.0
+    tool: Optional[str] = None
+    floors: dict[str, float] = field(default_factory=dict)
+    relative: float = 0.5
+
+
+class Link(Protocol):
+    """How the run reaches a node: its own connection (`BaseConnection`), or a cluster's
+    login node that runs each command as a job on it (`ClusterLink`)."""
+
+    def run(self, script: str, *, timeout: Optional[float] = None,
+            on_output: Optional[OutputCallback] = None,
+            cancellable: bool = True) -> CommandResult: ...
+
+    def close(self) -> None: ...
+
+
+class ClusterLink:
+    """A node of a cluster reached through its login node's connection: each command runs
+    there as a job of its own on the node (the scheduler's `on_node`, e.g. `srun -w NODE`).
+    Its time limit, output and cancel are the login node's command's."""
+
+    def __init__(self, login: BaseConnection, wrap: Callable[[str], str]):
+        self.login, self.wrap = login, wrap
+
+    def run(self, script: str, *, timeout: Optional[float] = None,
+            on_output: Optional[OutputCallback] = None,
+            cancellable: bool = True) -> CommandResult:
+        return self.login.run(self.wrap(script), timeout=timeout, on_output=on_output,
+                              cancellable=cancellable)
+
+    def close(self) -> None:
+        """The login node's connection is closed by whoever opened it."""
+
+
+@dataclass
+class Node:
+    host: Host
+    address: str
+    hcas: list[str]
+    conn: Optional[Link] = None
+    probe: Optional[Probe] = None
+    error: str = ""
+
+
+@dataclass
+class Server:
+    node: Node
+    pid: int
+    path: str
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:300]
+
+
+class FabricRun:
+    """One run of the rounds over `nodes` (in the order given)."""
+
+    def __init__(self, run: Run, nodes: list[Node], settings: Settings,
+                 on_pair: Optional[Callable[[PairResult], None]] = None):
+        self.run = run
+        self.nodes = {n.host.name: n for n in nodes}
+        self.order = [n.host.name for n in nodes]
+        self.settings = settings
+        self.on_pair = on_pair
+        self._servers: set[tuple[str, int, str]] = set()
+        self._lock = threading.Lock()
+        self.round_seconds: list[float] = []
+
+    # ---------------------------------------------------------------- connecting
+    def _open(self, node: Node) -> None:
+        try:
+            if node.conn is None:
+                node.conn = self.run.connect(node.host)
+            out = node.conn.run(PROBE_SCRIPT, timeout=PROBE_TIMEOUT_S)
+            node.probe = parse_probe(out.out)
+        except (GpuprovError, OSError) as exc:
+            node.error = f"unreachable: {_short(exc)}"
+
+    def open_all(self) -> None:
+        with ThreadPoolExecutor(max_workers=max(1, len(self.nodes))) as pool:
+            list(pool.map(self._open, self.nodes.values()))
+
+    def close_all(self) -> None:
+        for node in self.nodes.values():
+            if node.conn is not None:
+                node.conn.close()
+
+    # ---------------------------------------------------------------- one pair
+    def _spec(self, client: Node, server: Node, tool: Tool) -> PairSpec:
+        hcas = [h for h in client.hcas if h in (server.probe.hcas if server.probe else [])]
+        if tool.name == "ib_write_bw" and not hcas:
+            hcas = (client.probe.hcas if client.probe else [])[:1]
+        gpus = min(client.probe.gpus if client.probe else 1, server.probe.gpus if server.probe else 1)
+        return PairSpec(client.address, server.address, random.randint(*PORTS),
+                        self.settings.seconds, hcas, gpus)
+
+    def _server_script(self, command: str, limit: float, port: int) -> str:
+        """The server in the background (its output into a private file), its PID said, the
+        wait until its port listens (ss, iproute2; without ss, a moment) said, then the wait
+        for its end and its output (the first 256 KiB), the file removed."""
+        return (f"f=$(mktemp /tmp/gpuprov-fabric.XXXXXXXX) || exit 1\n"
+                f"timeout -k 2 {limit:g} sh -c {shlex.quote(command)} >\"$f\" 2>&1 </dev/null &\n"
+                f"p=$!\necho \"@@server $p $f\"\n"
+                f"if command -v ss >/dev/null 2>&1; then i=0; while [ $i -lt 100 ] && "
+                f"! ss -Hltn 'sport = :{port}' | grep -q .; do sleep 0.02; i=$((i+1)); done; "
+                f"else sleep 0.5; fi\n"
+                f"echo @@listening\nwait $p\nhead -c 262144 \"$f\"; rm -f \"$f\"\n")
+
+    def _serve(self, node: Node, script: str, limit: float, server: Server,
+               listening: threading.Event) -> str:
+        """Run the server's script on `node` (in its own thread): note its PID as soon as it
+        is said, set `listening` when its port listens; return the server's output."""
+        def line(text: str) -> None:
+            match = _SERVER_LINE.fullmatch(text.strip())
+            # the PID is used on this node only, never PID 1 whatever the node says
+            if match is not None and server.pid == 0 and int(match.group(1)) > 1:
+                server.pid, server.path = int(match.group(1)), match.group(2)
+                with self._lock:
+                    self._servers.add((node.host.name, server.pid, server.path))
+            elif text.strip() == "@@listening" and server.pid:
+                listening.set()
+
+        splitter = LineSplitter(line)
+        assert node.conn is not None
+        try:
+            out = node.conn.run(script, timeout=limit + CONTROL_TIMEOUT_S,
+                                on_output=lambda stream, text: splitter(stream, text)
+                                if stream == "stdout" else None)
+        except (GpuprovError, OSError):
+            if server.pid:  # its command was stopped (Ctrl-C, a time limit): the server too
+                try:
+                    self._stop_server(node, server.pid, server.path)
+                except (GpuprovError, OSError):
+                    pass  # the node is gone: its `timeout` ends the server
+            raise
+        finally:
+            listening.set()  # whatever happened, the client waits no longer
+        with self._lock:
+            self._servers.discard((node.host.name, server.pid, server.path))
+        text = out.out
+        cut = text.find("@@listening")
+        return text[cut + len("@@listening"):] if cut >= 0 else ""
+
+    def _stop_server(self, node: Node, pid: int, path: str) -> None:
+        """Stop a server by its PID (its `timeout`, which takes the server with it) and
+        remove its file: for a pair that failed before its server ended, and after Ctrl-C."""
+        script = (f"kill -TERM {pid} 2>/dev/null; sleep 0.2; rm -f {shlex.quote(path)}")
+        assert node.conn is not None
+        try:
+            node.conn.run(script, timeout=CONTROL_TIMEOUT_S, cancellable=False)
+        finally:
+            with self._lock:
+                self._servers.discard((node.host.name, pid, path))
+
+    def stop_servers(self) -> None:
+        """Stop every server still running (a pair that failed midway, Ctrl-C), by its PID."""
+        with self._lock:
+            left = list(self._servers)
+        for name, pid, path in left:
+            node = self.nodes[name]
+            if node.conn is not None:
+                try:
+                    self._stop_server(node, pid, path)
+                except (GpuprovError, OSError):
+                    pass  # the node is gone: its `timeout` ends the server
+
+    def measure(self, pair: Pair, round_no: int) -> PairResult:
+        client, server = self.nodes[pair[0]], self.nodes[pair[1]]
+        started = time.monotonic()
+        result = PairResult(client.host.name, server.host.name, "-", None, round=round_no)
+        try:
+            self._measure(client, server, result)
+        except (GpuprovError, OSError) as exc:
+            result.value, result.error = None, _short(exc)
+        except ToolOutputError as exc:
+            result.value, result.error = None, f"{result.tool}: {_short(exc)}"
+        result.elapsed_s = time.monotonic() - started
+        if self.on_pair is not None:
+            self.on_pair(result)
+        return result
+
+    def _measure(self, client: Node, server: Node, result: PairResult) -> None:
+        for node in (client, server):
+            if node.error:
+                raise HostError(f"{node.host.name} {node.error}")
+        assert client.probe is not None and server.probe is not None and client.conn is not None
+        tool = pick_tool(client.probe, server.probe, self.settings.tool)
+        if tool is None:
+            wanted = self.settings.tool or " or ".join(TOOLS)
+            raise HostError(f"no tool on both nodes: install {wanted} (iperf3 works everywhere)")
+        result.tool, result.unit = tool.name, tool.unit
+        spec = self._spec(client, server, tool)
+        limit = spec.seconds * max(1, len(spec.hcas)) + CLIENT_SLACK_S
+        command = tool.server(spec)
+        if command is None:
+            self._client(client, tool, spec, limit, result)
+            return
+        listening = threading.Event()
+        started = Server(server, 0, "")
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="server") as pool:
+            serving = pool.submit(self._serve, server, self._server_script(
+                command, limit + SERVER_WAIT_S, spec.port), limit + SERVER_WAIT_S, started,
+                listening)
+            try:
+                listening.wait(CONTROL_TIMEOUT_S)
+                if serving.done():
+                    serving.result()  # raises why the server could not start
+                    raise ToolOutputError("the server ended before the client started")
+                self._client(client, tool, spec, limit, result)
+            finally:
+                try:
+                    server_out = serving.result(timeout=SERVER_WAIT_S)
+                except FutureTimeout:
+                    if started.pid:
+                        self._stop_server(server, started.pid, started.path)
+                    server_out = serving.result()
+        tool.check_server(server_out, spec)
+
+    def _client(self, client: Node, tool: Tool, spec: PairSpec, limit: float,
+                result: PairResult) -> None:
+        assert client.conn is not None
+        began = time.monotonic()
+        out = client.conn.run(f"exec 2>&1; {tool.client(spec)}", timeout=limit)
+        result.test_s = time.monotonic() - began
+        result.value, result.detail = tool.parse(out.out, spec)
+
+    # ---------------------------------------------------------------- the rounds
+    def rounds(self) -> list[list[Pair]]:
+        return plan_rounds(self.order)
+
+    def execute(self) -> list[PairResult]:
+        """Every round in turn, each round's pairs at once; the results in plan order."""
+        results: list[PairResult] = []
+        try:
+            for number, pairs in enumerate(self.rounds(), 1):
+                began = time.monotonic()
+                pool = ThreadPoolExecutor(max_workers=max(1, len(pairs)),
+                                          thread_name_prefix="pair")
+                futures: list[Future[PairResult]] = [pool.submit(self.measure, p, number)
+                                                     for p in pairs]
+                try:
+                    results += [f.result() for f in futures]
+                except KeyboardInterrupt:
+                    self.run.stop()  # the running commands are stopped on their nodes
+                    raise
+                finally:
+                    pool.shutdown(wait=True)
+                self.round_seconds.append(time.monotonic() - began)
+        finally:
+            self.stop_servers()
+        return results
+
+
+def node_for(host: Host, vars_: dict[str, Any]) -> Node:
+    """A node from its host and its layered vars (`fabric_address`, `fabric_hcas`)."""
+    address = vars_.get("fabric_address") or host.address
+    hcas = vars_.get("fabric_hcas") or []
+    return Node(host, str(address), [str(h) for h in hcas])

@@ -1,0 +1,159 @@
+"""Finding the suspect by elimination, from the figures of every pair.
+
+Each pair is judged first: slow when its figure is below the floor given for its tool
+(`fabric_floor` in the inventory: a site's or SKU's number, e.g. AzNHC's ib_write_bw floors),
+else below `relative` (default 0.5) times the reference of its tool and round: the median,
+over the nodes measured in that round with that tool, of each node's best figure there. The
+best figure of a node is what its fastest partner got, so one bad node or one bad link moves
+the reference little (a plain median of the pairs moves with them: a bad node of 4 spoils 3
+of the 6 pairs). Per round, because rounds differ in how many pairs run at once (N, then N/2):
+where the nodes share something (a switch's uplink, or here the test machine's cores) a round
+of fewer pairs runs faster, and its pairs are not the others' yardstick. A failed pair (a tool
+error, a node that died, a time limit) counts as bad.
+
+Then the nodes: a node whose every pair is bad is a suspect ("slow with every partner"). A bad
+pair whose two nodes each have a good pair elsewhere points at the link between them: a
+suspect link. A bad pair with a suspect node in it is explained by that node. With a single
+partner (2 nodes) a bad pair cannot be split: both nodes are suspects, and the verdict says so.
+
+The relative cut (half the reference) is gpuprov's own choice (unsourced): a healthy link
+measured twice varies by far less, and the faults this looks for cost half or more of the
+rate (a link that renegotiated from 4X to 1X width keeps a quarter; one speed grade down keeps
+about half).
+
+May import: the standard library.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+RELATIVE = 0.5  # unsourced: see above
+
+
+@dataclass
+class PairResult:
+    """One measured pair: `value` in its tool's unit, None when the pair failed (`error`)."""
+
+    client: str
+    server: str
+    tool: str
+    value: Optional[float]
+    unit: str = "Gb/s"
+    error: str = ""
+    round: int = 1
+    elapsed_s: float = 0.0  # the whole pair: server started, client run, server stopped
+    test_s: float = 0.0     # the client's command alone
+    detail: dict[str, Any] = field(default_factory=dict)
+    # set by `judge`
+    slow: bool = False
+    judged_by: str = ""
+
+    def nodes(self) -> tuple[str, str]:
+        return self.client, self.server
+
+    @property
+    def bad(self) -> bool:
+        return self.value is None or self.slow
+
+    def to_json(self) -> dict[str, Any]:
+        return {"client": self.client, "server": self.server, "tool": self.tool,
+                "value": self.value, "unit": self.unit, "round": self.round,
+                "ok": not self.bad, "slow": self.slow, "error": self.error or None,
+                "judged_by": self.judged_by, "elapsed_s": round(self.elapsed_s, 3), "test_s": round(self.test_s, 3),
+                **({"detail": self.detail} if self.detail else {})}
+
+
+@dataclass
+class Verdict:
+    pairs: list[PairResult]
+    nodes: dict[str, str]                 # node -> "ok", "suspect", "ok (bad link)"
+    reasons: dict[str, str]               # node -> why (for a suspect)
+    suspect_nodes: list[str]
+    suspect_links: list[tuple[str, str]]  # sorted names in each
+    references: dict[str, str]            # tool -> how its pairs were judged
+    cuts: dict[tuple[str, int], float] = field(default_factory=dict)  # (tool, round) -> slow below
+
+    def to_json(self) -> dict[str, Any]:
+        return {"suspect_nodes": self.suspect_nodes,
+                "suspect_links": [list(link) for link in self.suspect_links],
+                "nodes": self.nodes, "reasons": self.reasons, "references": self.references,
+                "pairs": [p.to_json() for p in self.pairs]}
+
+
+def _reference(pairs: list[PairResult]) -> Optional[float]:
+    best: dict[str, float] = {}
+    for pair in pairs:
+        if pair.value is None:
+            continue
+        for node in pair.nodes():
+            best[node] = max(best.get(node, pair.value), pair.value)
+    return statistics.median(best.values()) if best else None
+
+
+def judge_pairs(pairs: list[PairResult], floors: dict[str, float],
+                relative: float = RELATIVE) -> tuple[dict[str, str], dict[tuple[str, int], float]]:
+    """Set each pair's `slow` and `judged_by`; return (tool -> how it was judged,
+    (tool, round) -> the figure below which its pairs are slow)."""
+    how: dict[str, str] = {}
+    cuts: dict[tuple[str, int], float] = {}
+    for tool in sorted({p.tool for p in pairs}):
+        mine = [p for p in pairs if p.tool == tool]
+        unit = mine[0].unit
+        floor = floors.get(tool)
+        rounds = sorted({p.round for p in mine})
+        if floor is not None:
+            how[tool] = f"below the floor {floor:g} {unit} (inventory fabric_floor)"
+            cuts.update({(tool, r): floor for r in rounds})
+        else:
+            said = []
+            for r in rounds:
+                reference = _reference([p for p in mine if p.round == r])
+                if reference is not None:
+                    cuts[(tool, r)] = reference * relative
+                    said.append(f"round {r}: {reference:.3g}")
+            how[tool] = (f"below {relative:g} x the round's median of the nodes' best pairs "
+                         f"({', '.join(said)} {unit})" if said else "no figure: every pair failed")
+        for pair in mine:
+            cut = cuts.get((tool, pair.round))
+            pair.slow = cut is not None and pair.value is not None and pair.value < cut
+            pair.judged_by = how[tool]
+    return how, cuts
+
+
+def judge(pairs: list[PairResult], nodes: list[str], floors: Optional[dict[str, float]] = None,
+          relative: float = RELATIVE) -> Verdict:
+    """Judge every pair, then name the suspect nodes and links (see the module's text)."""
+    references, cuts = judge_pairs(pairs, floors or {}, relative)
+    mine: dict[str, list[PairResult]] = {n: [] for n in nodes}
+    for pair in pairs:
+        for node in pair.nodes():
+            mine.setdefault(node, []).append(pair)
+    suspects, reasons = [], {}
+    for node, theirs in mine.items():
+        if theirs and all(p.bad for p in theirs):
+            suspects.append(node)
+            partners = sorted({p.server if p.client == node else p.client for p in theirs})
+            failed = [p for p in theirs if p.value is None]
+            if len(failed) == len(theirs):
+                why = f"no pair completed ({failed[0].error or 'failed'})"
+            else:
+                why = f"slow or failed with every partner ({', '.join(partners)})"
+            if len(partners) < 2:
+                why += "; only one partner: the node and the link cannot be told apart"
+            reasons[node] = why
+    links = sorted({tuple(sorted(p.nodes())) for p in pairs
+                    if p.bad and p.client not in suspects and p.server not in suspects})
+    verdicts = {}
+    for node in mine:
+        if node in suspects:
+            verdicts[node] = "suspect"
+        elif any(node in link for link in links):
+            verdicts[node] = "ok (bad link)"
+            reasons[node] = "bad link with " + ", ".join(
+                a if b == node else b for a, b in links if node in (a, b))
+        else:
+            verdicts[node] = "ok"
+    return Verdict(pairs, verdicts, reasons, suspects,
+                   [(a, b) for a, b in links], references, cuts)

@@ -1,0 +1,127 @@
+"""The tools' parsers on real outputs: ib_write_bw and all_reduce_perf captured from public
+reports (each fixture's first line names its source), iperf3 3.12 from Debian run on this
+machine's loopback (tests/fixtures/fabric/iperf3_*.json); and what a hostile node could print
+instead."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from remote.fabric.tools import (
+    OUTPUT_MAX,
+    TOOLS,
+    PairSpec,
+    Probe,
+    ToolOutputError,
+    parse_all_reduce,
+    parse_probe,
+    pick_tool,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "fabric"
+SPEC = PairSpec("127.0.0.1", "127.0.0.1", 52011, 1.0)
+
+
+def text(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def test_ib_write_bw_average_column_in_gbits():
+    value, detail = TOOLS["ib_write_bw"].parse(text("ib_write_bw_gbits.txt"), SPEC)
+    assert value == 0.48
+    assert detail == {"per_hca_gbps": {"default": 0.48}}
+
+
+def test_ib_write_bw_in_megabytes_is_refused_not_misread():
+    with pytest.raises(ToolOutputError, match="0 result line"):
+        TOOLS["ib_write_bw"].parse(text("ib_write_bw_mbytes.txt"), SPEC)
+
+
+def test_ib_write_bw_one_figure_per_hca_the_slowest_counts():
+    two = text("ib_write_bw_gbits.txt") + text("ib_write_bw_gbits.txt").replace(" 0.48 ", " 0.97 ")
+    spec = PairSpec("a", "b", 50000, 1.0, hcas=["mlx5_0", "mlx5_1"])
+    value, detail = TOOLS["ib_write_bw"].parse(two, spec)
+    assert value == 0.48 and detail["per_hca_gbps"] == {"mlx5_0": 0.48, "mlx5_1": 0.97}
+
+
+def test_all_reduce_perf_avg_bus_bandwidth():
+    assert parse_all_reduce(text("all_reduce_perf_nvl72.txt")) == 745.53
+    value, _ = TOOLS["all_reduce_perf"].parse(text("all_reduce_perf_nvl72.txt"), SPEC)
+    assert value == 745.53
+
+
+def test_all_reduce_perf_wrong_values_are_not_a_figure():
+    bad = text("all_reduce_perf_nvl72.txt").replace("Out of bounds values : 0 OK",
+                                                    "Out of bounds values : 12 FAILED")
+    with pytest.raises(ToolOutputError, match="12 wrong values"):
+        parse_all_reduce(bad)
+
+
+def test_iperf3_receiver_figure_and_the_server_names_the_partner():
+    value, detail = TOOLS["iperf3"].parse(text("iperf3_client.json"), SPEC)
+    data = json.loads(text("iperf3_client.json"))
+    assert value == pytest.approx(data["end"]["sum_received"]["bits_per_second"] / 1e9)
+    assert "retransmits" in detail
+    TOOLS["iperf3"].check_server(text("iperf3_server.json"), SPEC)  # served 127.0.0.1
+    stranger = PairSpec("198.18.0.12", "198.18.0.11", 52011, 1.0)
+    with pytest.raises(ToolOutputError, match="not from the partner 198.18.0.12"):
+        TOOLS["iperf3"].check_server(text("iperf3_server.json"), stranger)
+
+
+@pytest.mark.parametrize("hostile", [
+    '{"end": {"sum_received": {"bits_per_second": 1e300}}}',
+    '{"end": {"sum_received": {"bits_per_second": NaN}}}',
+    '{"end": {"sum_received": {"bits_per_second": -5}}}',
+    '{"end": {"sum_received": {"bits_per_second": "fast"}}}',
+    '{"error": "unable to connect to server: Connection refused"}',
+    "[" * 100000,
+    "{" + " " * (OUTPUT_MAX + 1) + "}",
+    "not json at all",
+])
+def test_iperf3_untrusted_output_is_refused(hostile):
+    with pytest.raises(ToolOutputError):
+        TOOLS["iperf3"].parse(hostile, SPEC)
+
+
+def test_figures_out_of_range_are_refused():
+    lie = text("all_reduce_perf_nvl72.txt").replace("745.53", "99999999")
+    with pytest.raises(ToolOutputError, match="out of range"):
+        parse_all_reduce(lie)
+    lie = text("ib_write_bw_gbits.txt").replace(" 0.48 ", " inf ")
+    with pytest.raises(ToolOutputError):
+        TOOLS["ib_write_bw"].parse(lie, SPEC)
+
+
+def test_probe_keeps_only_known_words_and_checked_names():
+    probe = parse_probe("have iperf3\nhave rm\nhca mlx5_0\nhca ../../etc\nhca mlx5_0\n"
+                        "gpus 8\ngpus 99999\nnoise line here\n")
+    assert probe.tools == {"iperf3"} and probe.hcas == ["mlx5_0"] and probe.gpus == 8
+
+
+def test_best_tool_both_nodes_have():
+    ib = Probe({"ib_write_bw", "iperf3"}, ["mlx5_0"], 0)
+    gpu = Probe({"all_reduce_perf", "iperf3"}, [], 8)
+    plain = Probe({"iperf3"})
+    assert pick_tool(ib, ib).name == "ib_write_bw"
+    assert pick_tool(gpu, gpu).name == "all_reduce_perf"
+    assert pick_tool(ib, gpu).name == "iperf3"
+    assert pick_tool(ib, ib, "iperf3").name == "iperf3"
+    assert pick_tool(Probe(), plain) is None
+
+
+def test_usable_slurm_nodes_from_scontrol_one_liners():
+    """`scontrol show nodes -o` of the test cluster (tests/slurm_cluster.py, Slurm 22.05.8 of
+    Debian 12), n2 drained by an admin: only n1 and n3 can run the pairs."""
+    from remote.scheduler.slurm.nodes import usable_nodes
+
+    text = (FIXTURES / "scontrol_show_nodes_o.txt").read_text()
+    assert usable_nodes(text, "debug") == [("n1", "127.0.0.1"), ("n3", "127.0.0.1")]
+    assert usable_nodes(text, "other") == []
+    hostile = (text.replace("NodeName=n1 ", "NodeName=n1;reboot ")
+               .replace("NodeAddr=127.0.0.1 NodeHostName=localhost Port=29110",
+                        "NodeAddr=$(id) NodeHostName=localhost Port=29110")
+               + "NodeName=n4 NodeAddr=10.0.0.4 State=IDLE* Partitions=debug\n"
+               + "NodeName=n5 NodeAddr=10.0.0.5 State=MIXED Partitions=debug Reason=a Partitions=x\n")
+    assert usable_nodes(hostile, "debug") == [("n5", "10.0.0.5")]

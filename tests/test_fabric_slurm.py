@@ -1,0 +1,165 @@
+"""`gpuprov fabric --drain-failed` on a real Slurm cluster (tests/slurm_cluster.py: munged,
+slurmctld, three slurmd), with the nodes n1..n3 reached over SSH (the farm's sshd servers on
+127.0.0.2-4, real iperf3 between them on loopback) and the login node hpc1 local. n2's iperf3
+is a stand-in that fails (a node whose tool is broken): n2 fails with every partner and is
+drained with the reason; an admin's drain on another node is left alone."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import yaml
+
+from remote.exitcodes import EXIT_VALIDATION_FAILED
+from tests.slurm_cluster import SlurmCluster, missing_reason
+from tests.sshd import server_with_tools
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    why = missing_reason()
+    if why:
+        pytest.skip(why)
+    if not shutil.which("iperf3"):
+        pytest.fail("iperf3 is not installed (.ci/setup --dev installs it)")
+    cluster = SlurmCluster(3)
+    yield cluster
+    cluster.stop()
+
+
+BROKEN_IPERF3 = "#!/bin/sh\necho 'iperf3: error - the NIC is gone' >&2\nexit 1\n"
+
+
+def test_drain_failed_drains_the_suspect_with_the_reason(slurm, farm, work, capsys):
+    from remote import cli
+
+    with server_with_tools(farm, "127.0.0.40", {"iperf3": BROKEN_IPERF3}, "fabric-n2-"):
+        inventory = work / "inventory.yaml"
+        inventory.write_text(yaml.safe_dump({
+            "known_hosts": [str(farm.known_hosts)],
+            "vars": {"fabric_seconds": 1},
+            "hosts": {"hpc1": {"connection": "local",
+                               "slurm": {"partition": "debug", "conf": str(slurm.conf)}},
+                      "n1": farm.host_entry(farm.addresses[0]),
+                      "n2": farm.host_entry("127.0.0.40"),
+                      "n3": farm.host_entry(farm.addresses[1])}}, sort_keys=False))
+        try:
+            rc = cli.fabric(host="all", inventory=str(inventory), logs_dir=str(work / "logs"),
+                            drain_failed=True, json_path=str(work / "out.json"))
+            out = capsys.readouterr().out
+            info = slurm.node_info()
+        finally:
+            slurm.resume_all()
+    assert rc == EXIT_VALIDATION_FAILED, out
+    assert "SUSPECT NODE n2" in out
+    run_id = next((work / "logs" / "n2").iterdir()).name
+    assert info["n2"]["state_flags"] == ["DRAIN"], info["n2"]
+    assert info["n2"]["reason"].startswith(f"gpuprov {run_id}: fabric: no pair completed"), \
+        info["n2"]["reason"]
+    assert "n2: drained, through hpc1" in out
+    assert not info["n1"].get("state_flags") and not info["n3"].get("state_flags")
+
+
+def test_an_admins_drain_is_left_alone(slurm, farm, work, capsys):
+    from remote import cli
+
+    slurm.drain("n1", "admin: cable swap")
+    try:
+        inventory = work / "inventory.yaml"
+        inventory.write_text(yaml.safe_dump({
+            "known_hosts": [str(farm.known_hosts)],
+            "vars": {"fabric_seconds": 1, "fabric_floor": {"iperf3": 100000}},
+            "hosts": {"hpc1": {"connection": "local",
+                               "slurm": {"partition": "debug", "conf": str(slurm.conf)}},
+                      "n1": farm.host_entry(farm.addresses[0]),
+                      "n3": farm.host_entry(farm.addresses[1])}}, sort_keys=False))
+        rc = cli.fabric(host="all", inventory=str(inventory), logs_dir=str(work / "logs"),
+                        drain_failed=True)
+        out = capsys.readouterr().out
+        info = slurm.node_info()
+    finally:
+        slurm.resume_all()
+    # 2 nodes under a floor no link reaches: both suspects, node and link not told apart
+    assert rc == EXIT_VALIDATION_FAILED, out
+    assert "only one partner" in out
+    assert info["n1"]["reason"] == "admin: cable swap"
+    assert "n1: not drained: left alone, drained by someone else meanwhile: admin: cable swap" in out
+    assert info["n3"]["state_flags"] == ["DRAIN"]
+
+
+def test_the_nodes_of_a_cluster_are_paired_through_slurm(slurm, work, capsys):
+    """`gpuprov fabric --host hpc1`: the partition's usable nodes, each command a job on its
+    node (`srun -w`), the servers and clients real iperf3 (the test cluster's nodes all share
+    127.0.0.1); a node an admin drained is not paired."""
+    from remote import cli
+
+    slurm.drain("n2", "admin: cable swap")
+    try:
+        inventory = work / "inventory.yaml"
+        inventory.write_text(yaml.safe_dump({
+            "vars": {"fabric_seconds": 1},
+            "hosts": {"hpc1": {"connection": "local",
+                               "slurm": {"partition": "debug", "conf": str(slurm.conf)}}}},
+            sort_keys=False))
+        rc = cli.fabric(host="hpc1", inventory=str(inventory), logs_dir=str(work / "logs"),
+                        json_path=str(work / "out.json"))
+        out = capsys.readouterr().out
+    finally:
+        slurm.resume_all()
+    assert rc == 0, out
+    import json
+
+    doc = json.loads((work / "out.json").read_text())["fabric"]
+    assert [(p["client"], p["server"], p["tool"]) for p in doc["pairs"]] == [
+        ("n1", "n3", "iperf3")], out
+    assert doc["pairs"][0]["value"] > 0 and doc["suspect_nodes"] == []
+    run_id = next((work / "logs" / "n1").iterdir()).name
+    assert (work / "logs" / "n3" / run_id / "fabric.json").exists()
+    assert not (work / "logs" / "n2").exists()
+
+
+def fabric_iperf3() -> list[int]:
+    """PIDs of iperf3 processes the test cluster's jobs run (bound to 127.0.0.1 by fabric)."""
+    import subprocess
+
+    out = subprocess.run(["pgrep", "-f", "^iperf3 .*-B 127.0.0.1"], capture_output=True,
+                         text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def test_ctrl_c_on_a_cluster_ends_every_job_and_server(slurm, work):
+    """SIGTERM (as Ctrl-C) while round 1's 30 s tests run as Slurm jobs: exit 130, and no
+    iperf3 and no job of the run is left."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    from tests.procs import wait_until
+
+    inventory = work / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({
+        "vars": {"fabric_seconds": 30},
+        "hosts": {"hpc1": {"connection": "local",
+                           "slurm": {"partition": "debug", "conf": str(slurm.conf)}}}}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "fabric", "--host", "hpc1",
+         "--inventory", str(inventory)], cwd=work, env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert wait_until(lambda: len(fabric_iperf3()) >= 6, 60), "the tests never started"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out
+    assert wait_until(lambda: not fabric_iperf3(), 20), out
+    jobs = subprocess.run(["squeue", "-h", "-o", "%j"], env=slurm.env, capture_output=True,
+                          text=True).stdout
+    assert wait_until(lambda: "gpuprov-fabric" not in subprocess.run(
+        ["squeue", "-h", "-o", "%j"], env=slurm.env, capture_output=True, text=True).stdout,
+        30), jobs
