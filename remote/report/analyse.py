@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Iterable
 
 from ..errors import InputError
-from ..runfolder import PROVISION_LOG, holds_evidence, never_started
+from ..runfolder import FABRIC_RECORD, PROVISION_LOG, holds_evidence, never_started
 from .collect import NO_RESULTS, Problem, Results, Run, check, collect, fmt_ms, get, num
 from .drift import Drift, find_drift
+from .fabric import Fabric, find_fabric
 from .history import QUARANTINE, HostHistory, find_history
 
 UNKNOWN_GPU = "unknown GPU"
@@ -171,6 +172,7 @@ class Report:
     drift: Drift = field(default_factory=Drift)  # hosts whose stack differs from their group's
     history: list[HostHistory] = field(default_factory=list)  # every host's runs, oldest first
     quarantine: tuple[int, int] = QUARANTINE  # (K, N): failed K of its last N runs
+    fabric: Fabric = field(default_factory=Fabric)  # the newest `gpuprov fabric` run
 
     @property
     def quarantined(self) -> list[HostHistory]:
@@ -186,7 +188,8 @@ class Report:
 
     @property
     def flagged(self) -> bool:
-        return bool(self.outliers or self.regressions or self.drift.flags or self.quarantined)
+        return bool(self.outliers or self.regressions or self.drift.flags or self.quarantined
+                    or self.fabric.suspects or self.fabric.links)
 
     def flag_lines(self) -> list[str]:
         """One line per flag, hosts to take out of service first: what an operator reads first."""
@@ -208,6 +211,7 @@ class Report:
                     f"{fmt_ms(r.value)} ms ({r.pct:+.1f}%), run {comp.run_id} vs {comp.base_key}"
                 )
         lines += self.drift.lines()
+        lines += self.fabric.lines()
         return lines
 
 
@@ -428,6 +432,10 @@ def build_report(
     if not logs_dir.is_dir():
         raise BadInput(f"logs folder {logs_dir} does not exist")
     runs, problems = collect(logs_dir)
+    # a fabric run's folder holds fabric.json and no results: read below, said apart
+    measured = [p for p in problems if p.message == NO_RESULTS
+                and (Path(p.path) / FABRIC_RECORD).exists()]
+    problems = [p for p in problems if p not in measured]
     # A run that only provisioned (--no-validate, a cache host) left provision.log and no
     # results: that is no bad log, only a run with nothing to compare; counted, not listed.
     unvalidated = [p for p in problems if p.message == NO_RESULTS
@@ -446,7 +454,12 @@ def build_report(
     known = {str(p) for p in problems}  # drift reported the newest bad manifests already
     problems += [p for p in history_problems if str(p) not in known]
     comparisons = find_regressions(runs, regression_pct, baseline)
+    fabric, fabric_problems = find_fabric(logs_dir, hosts)
+    problems += fabric_problems
     notes = []
+    if measured:
+        notes.append(f"{len(measured)} fabric run folder(s) (gpuprov fabric): pairs, no "
+                     f"validation figures; the newest run, {fabric.run_id}, under Fabric")
     if unvalidated:
         notes.append(f"{len(unvalidated)} run(s) without validation results (provisioning "
                      "only, e.g. --no-validate): nothing to compare")
@@ -476,6 +489,6 @@ def build_report(
         outlier_pct=outlier_pct, regression_pct=regression_pct, baseline=baseline,
         runs=runs, problems=problems, table=merge_table(runs), groups=groups,
         fleet=fleet, comparisons=comparisons, health=health_summary(runs), notes=notes,
-        drift=drift, history=history, quarantine=quarantine,
+        drift=drift, history=history, quarantine=quarantine, fabric=fabric,
     )
 

@@ -104,6 +104,7 @@ def flags_json(report: Report) -> dict[str, Any]:
         "baseline": report.baseline,
         "flagged": report.flagged,
         "flags": report.flag_lines(),
+        "fabric": report.fabric.to_json(),
         "quarantine": [
             {"kind": "quarantine", "host": h.host, "failed": h.recent_failures,
              "of_last_runs": min(report.quarantine[1], h.runs), "last_failure": h.last_failure}

@@ -66,6 +66,11 @@ def render(report: Report, width: int, max_table_parts: int | None = None) -> li
     if report.health:
         lines += [[], [("Health (latest results.json per host)", "")]]
         lines += _health_table(report)
+    if report.fabric.nodes:
+        lines += [[], [(f"Fabric (newest gpuprov fabric run, {report.fabric.run_id})", "")]]
+        lines += plain_table(["node", "verdict", "why"], [
+            [[(n.host, "")], [(n.verdict, "bold red" if n.verdict == "suspect" else "")],
+             [(n.reason or "-", "")]] for n in report.fabric.nodes], right=set())
     lines.append([])
     chunks = _column_chunks(report, width)
     if max_table_parts is not None and len(chunks) > max_table_parts:
