@@ -83,6 +83,16 @@ def _requirement(r):
     return "waived" if r.waived and r.status == SKIP else "no"
 
 
+def _reference_and_waivers(doc):
+    """The models judged by no floor, and every waiver of the inventory used."""
+    lines = []
+    if doc.get("no_reference"):
+        lines.append("no reference (measured, not judged): %s" % ", ".join(doc["no_reference"]))
+    for w in doc.get("waivers") or []:
+        lines.append("waiver used: %s: %s" % (w["check"], w["what"]))
+    return lines
+
+
 def render_log(doc, results):
     host = doc["host"]
     lines = []
@@ -120,6 +130,7 @@ def render_log(doc, results):
     if doc.get("deferred_action"):
         lines.append("operator's action, when the GPUs are idle (new work may start meanwhile): %s"
                      % doc["deferred_action"])
+    lines.extend(_reference_and_waivers(doc))
     waived = [r for r in results if r.name in waived_names]
     if waived:
         lines.append("required checks waived (not applicable here): %s"
