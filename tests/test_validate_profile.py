@@ -373,3 +373,34 @@ def test_the_inventory_vars_make_one_profile_document():
     assert args[:2] == ["--expect-gpus", "8"] and args[2] == "--profile"
     assert profile.from_document(json.loads(args[3]), ["p2p"])["ignore_xids"] == [13, 31]
     assert profile_document({}) is None and "--profile" not in suite_args("quick", {})
+
+
+@pytest.mark.slow
+def test_a_group_profile_travels_to_validate_over_ssh_and_the_recap_names_the_waiver(farm, inventory, work):
+    """gpuprov validate over real sshd: a group's `node_profile` reaches each host's validate
+    (its ports judged against it: one of eight down), and a host's own `warn_only` turns the
+    failure into a pass whose waiver the recap and results.json name."""
+    from tests.test_cli import gpuprov
+
+    root = work / "sys"
+    shutil.copytree(IB_H100, root)
+    shutil.rmtree(root / "class" / "infiniband" / "mlx5_9")
+    shutil.copytree(os.path.join(IB_DOWN, "class", "infiniband", "mlx5_10"), root / "class" / "infiniband" / "mlx5_10")
+    for d, _, files in os.walk(work):
+        os.chmod(d, 0o755)
+        for f in files:
+            os.chmod(os.path.join(d, f), 0o644)
+    h2 = dict(farm.host_entry(farm.addresses[1]), vars={"warn_only": ["infiniband"]})
+    inv = inventory(hosts={"h1": farm.host_entry(farm.addresses[0]), "h2": h2},
+                    groups={"ib": {"hosts": ["h1", "h2"], "vars": {
+                        "node_profile": {"ib": [{"ports": 8, "rate_gbps": 400, "link_layer": "InfiniBand"}]},
+                        "validate_args": "--checks infiniband --sysfs-root %s" % root}}})
+    result = gpuprov("validate", "-i", str(inv), "--host", "all", cwd=work, home=work)
+    assert result.rc == 3, result.out + result.err
+    recap = result.out.split("RECAP")[1]
+    assert "failed: infiniband" in recap
+    assert "passed (0 checks) [waived: warn_only infiniband]" in recap, recap
+    runs = sorted((work / "logs" / "h2").glob("*/results.json"))
+    doc = json.loads(runs[-1].read_text())
+    assert doc["options"]["profile"]["warn_only"] == ["infiniband"]
+    assert "expected 8 InfiniBand port(s) at 400 Gb/s ACTIVE/LinkUp, found 7" in doc["waivers"][0]["what"]
