@@ -315,6 +315,16 @@ def test_warn_only_turns_a_failed_check_into_a_named_warning(tmp_path):
     assert "warn_only (inventory): node failed" in doc["waivers"][0]["what"]
     text, ok = summarize(tmp_path / "out" / "results.json", 0)
     assert ok and text == "passed (0 checks) [waived: warn_only node]"
+    # and gpuprov report names it under the host
+    from remote.report import run_report
+    from tests.test_report_common import printed, recording_terminal
+
+    logs = tmp_path / "logs"
+    shutil.copytree(tmp_path / "out", logs / "gpu1" / "20261127T040000Z")
+    terminal = recording_terminal(width=400)
+    run_report(logs, tmp_path / "reports", terminal=terminal)
+    assert "gpu1: WAIVED node: warn_only (inventory): node failed, reported as a warning: expected 8 x NVIDIA " \
+           "H100 80GB HBM3, found 7 [action: reboot the node]" in printed(terminal)
 
 
 def test_a_figure_below_its_floor_is_measured_again_and_the_best_counts():
