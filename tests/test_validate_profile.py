@@ -383,6 +383,7 @@ def test_the_inventory_vars_make_one_profile_document():
     assert args[:2] == ["--expect-gpus", "8"] and args[2] == "--profile"
     assert profile.from_document(json.loads(args[3]), ["p2p"])["ignore_xids"] == [13, 31]
     assert profile_document({}) is None and "--profile" not in suite_args("quick", {})
+    assert profile_document({"ignore_xids": ["13", 31]}) == {"ignore_xids": [13, 31]}
 
 
 @pytest.mark.slow

@@ -106,8 +106,9 @@ def profile_document(context: dict[str, Any]) -> Optional[dict[str, Any]]:
         if value in (None, "", []):
             continue
         if name in ("ignore_xids", "warn_only") and isinstance(value, (str, int)):
-            value = [v.strip() for v in str(value).split(",") if v.strip()]
-            value = [int(v) if name == "ignore_xids" and v.isdigit() else v for v in value]
+            value = [v.strip() for v in str(value).split(",") if v.strip()]  # `--var ignore_xids=13,31`
+        if name == "ignore_xids" and isinstance(value, list):
+            value = [int(v) if isinstance(v, str) and v.strip().isdigit() else v for v in value]
         doc[name] = value
     return doc or None
 
