@@ -376,9 +376,7 @@ def main(argv=None, stream=None):
         req = [r for r in results if r.required]
         ok = final and not interrupted and all(r.status == PASS for r in req)
         doc = output.results_document(started, time.perf_counter() - t0, ok,
-                                      options_document(opts), host_document(ctx), results)
-        doc["no_reference"] = unreferenced
-        doc["waivers"] = [dict(w, check=r.name) for r in results for w in r.waivers]
+                                      options_document(opts), host_document(ctx), results, unreferenced)
         output.write_json_atomic(os.path.join(ctx.out_dir, output.RESULTS), doc)
         if final:
             output.write_log(os.path.join(ctx.out_dir, output.LOG), doc, results)
