@@ -415,3 +415,25 @@ def test_a_group_profile_travels_to_validate_over_ssh_and_the_recap_names_the_wa
     doc = json.loads(runs[-1].read_text())
     assert doc["options"]["profile"]["warn_only"] == ["infiniband"]
     assert "expected 8 InfiniBand port(s) at 400 Gb/s ACTIVE/LinkUp, found 7" in doc["waivers"][0]["what"]
+
+
+def test_judge_takes_the_profile_floors_and_tolerance(tmp_path, capsys):
+    """--judge with the node's profile: the recorded figure of a model in no table (RTX A6000,
+    2230) is judged by the profile's floor, and an H100 near its floor by the tolerance."""
+    from validate import cli
+
+    figures = tmp_path / "figures.json"
+    figures.write_text(json.dumps({"gpus": [
+        {"name": "NVIDIA RTX A6000", "pci_device_id": "0x223010DE", "bf16_tflops": 120.0},
+        {"name": "NVIDIA H100 80GB HBM3", "pci_device_id": "0x233010DE", "bf16_tflops": 620.0}]}))
+    try:
+        assert cli.main(["--judge", str(figures)]) == 1  # the H100 below 639.9
+        capsys.readouterr()
+        assert cli.main(["--judge", str(figures), "--profile", '{"floors": {"bf16_tflops": 100}, '
+                         '"tolerance": 0.05}']) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert [(f["model"], f["floor"], f["verdict"]) for f in out["figures"]] == [
+            (None, 95.0, "pass"), ("H100 SXM", 95.0, "pass")]  # the profile floor: the whole node
+        assert cli.main(["--judge", str(figures), "--profile", '{"tolerance": 2}'], stream=open(os.devnull, "w")) == 2
+    finally:
+        expectations.use_profile({}, 0.0)

@@ -325,6 +325,22 @@ def _utc_now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _judge(args, stream):
+    """``--judge FILE.json [--profile FILE|JSON]``: its exit status."""
+    from . import judge
+    if args[0] != "--judge" or len(args) not in (2, 4) or (len(args) == 4 and args[2] != "--profile"):
+        stream.write("validate: error: usage: python3 -m validate --judge FILE.json [--profile FILE|JSON]\n")
+        return 2
+    if len(args) == 4:  # the profile's floors and tolerance, as a run on the node would use them
+        try:
+            prof = profile.load(args[3], CHECK_NAMES)
+        except profile.BadProfile as exc:
+            stream.write("validate: error: %s\n" % exc)
+            return 2
+        expectations.use_profile(prof["floors"], prof["tolerance"])
+    return judge.main(args[1], stderr=stream)
+
+
 def main(argv=None, stream=None):
     stream = stream if stream is not None else sys.stderr
     args = sys.argv[1:] if argv is None else list(argv)
@@ -332,11 +348,7 @@ def main(argv=None, stream=None):
         from . import health
         return health.main(args, stderr=stream)
     if "--judge" in args:  # recorded figures against the table (validate/judge.py); no torch
-        from . import judge
-        if len(args) != 2 or args[0] != "--judge":
-            stream.write("validate: error: usage: python3 -m validate --judge FILE.json\n")
-            return 2
-        return judge.main(args[1], stderr=stream)
+        return _judge(args, stream)
     # Kineto (torch.profiler) logs errors on machines without a GPU straight
     # to stderr; keep the progress stream readable.
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
