@@ -22,11 +22,11 @@ from validate.core import CHECK_NAMES
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = ["resnet18", "mobilenet_v3_small"]
 RESULT_KEYS = {"schema", "tool", "version", "started", "elapsed_s", "ok", "action", "deferred_action", "options",
-               "host", "checks"}
+               "host", "checks", "no_reference", "waivers"}
 HOST_KEYS = {"hostname", "os", "kernel", "arch", "python", "cpu", "cpus", "memory_gib", "gpu_name",
              "gpu_count", "driver", "torch", "torchvision", "cuda", "device"}
 CHECK_KEYS = {"name", "status", "required", "reason", "elapsed_s", "figures", "artefacts", "action", "findings",
-              "deferred_action"}
+              "deferred_action", "waivers"}
 GPU_PRESENT = shutil.which("nvidia-smi") is not None and os.path.exists("/dev/nvidia0")
 no_gpu_only = pytest.mark.skipif(GPU_PRESENT, reason="asserts the behaviour without a GPU")
 
@@ -149,6 +149,7 @@ def test_full_run_without_gpu_is_not_validated_with_reasons(full_run):
                         "torch_cuda": True, "inference": True, "bench": True, "matmul": True,
                         "bandwidth": True, "stress": True, "memory": True, "xid": True,
                         "fabric": False,  # waived: no NVSwitch here
+                        "node": False, "infiniband": False,  # waived: no profile, no HCA here
                         "p2p": True,
                         "nccl": True, "profile": False, "fusion": False, "precision": False,
                         "kernel": False}
@@ -203,8 +204,8 @@ def test_cpu_quick_run_passes_on_cpu(tmp_path):
     doc = load(out)
     assert_schema(doc)
     c = by_name(doc)
-    quick = ["system", "cudnn_compile", "cudnn_sample", "torch_import", "torch_cuda", "bench", "stress", "xid",
-             "fabric"]
+    quick = ["system", "node", "cudnn_compile", "cudnn_sample", "torch_import", "torch_cuda", "bench", "stress",
+             "xid", "fabric", "infiniband"]
     for name in CHECK_NAMES:
         if name not in quick:
             assert c[name]["status"] == "skip" and c[name]["reason"] == "not part of --quick"

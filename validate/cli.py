@@ -16,8 +16,8 @@ import sys
 import time
 from typing import Any
 
-from . import TOOL, __version__, host, output, torchenv
-from .core import CHECK_NAMES, CHECKS, PASS, SKIP, Context, Result, not_selected, run_check
+from . import TOOL, __version__, expectations, host, infiniband, output, profile, torchenv
+from .core import CHECK_NAMES, CHECKS, PASS, SKIP, Context, Result, apply_warn_only, not_selected, run_check
 from .specs import DEFAULT_FLOOR
 
 # `--models classic`: the 31 classic ImageNet classifiers of torchvision's first model zoo
@@ -86,6 +86,11 @@ def build_parser():
                    help="duration of the stress check (GPU: 60, 15 with --quick; CPU: 2)")
     p.add_argument("--kernel-log", metavar="PATH", dest="kernel_log",
                    help="kernel log to scan for Xid errors (default: journalctl -k -b, else dmesg)")
+    p.add_argument("--profile", metavar="FILE|JSON",
+                   help="the node's profile: expected GPUs, PCIe, IB ports, floors, tolerance, waivers "
+                        "(validate/profile.py; gpuprov passes the inventory's node_profile)")
+    p.add_argument("--sysfs-root", metavar="DIR", dest="sysfs_root",
+                   help="read InfiniBand ports from DIR/class/infiniband (a recorded tree; default /sys)")
     p.add_argument("--version", action="version", version="%s %s" % (TOOL, __version__))
     return p
 
@@ -132,6 +137,14 @@ def parse_args(argv):
         raise UsageError("--stress-seconds must be > 0")
     if opts.kernel_log is not None and not os.path.isfile(opts.kernel_log):
         raise UsageError("--kernel-log %s: no such file" % opts.kernel_log)
+    if opts.sysfs_root is not None and not os.path.isdir(opts.sysfs_root):
+        raise UsageError("--sysfs-root %s: not a folder" % opts.sysfs_root)
+    opts.profile_doc = None
+    if opts.profile is not None:
+        try:
+            opts.profile_doc = profile.load(opts.profile, CHECK_NAMES)
+        except profile.BadProfile as exc:
+            raise UsageError(str(exc)) from None
     if opts.weights is not None and not os.path.isdir(opts.weights):
         raise UsageError("--weights %s: not a folder" % opts.weights)
     if opts.image is not None and not os.path.isfile(opts.image):
@@ -232,6 +245,8 @@ def options_document(opts):
         "floor": opts.floor,
         "stress_seconds": opts.stress_seconds,
         "kernel_log": opts.kernel_log,
+        "profile": opts.profile_doc["document"] if opts.profile_doc else None,
+        "sysfs_root": opts.sysfs_root,
     }
 
 
@@ -260,6 +275,24 @@ def host_document(ctx):
     else:
         doc["device"] = "cuda" if state["available"] else "cpu"
     return doc
+
+
+def no_reference(opts, prof):
+    """The GPU models of this node that neither the table nor the profile's floors
+    judge (said once on top of the run); [] on the CPU."""
+    if opts.device == "cpu" or prof["floors"]:
+        return []
+    from .checks import node
+    out = []
+    for row in node.gpu_rows() or []:
+        name = row.get("name") or "?"
+        try:
+            model = expectations.identify(name, row.get("pci.device_id"), row.get("pci.sub_device_id"))[0]
+        except ValueError:
+            model = expectations.identify(name)[0]
+        if model not in expectations.TABLE and name not in out:
+            out.append(name)
+    return out
 
 
 def _terminate_as_interrupt():
@@ -292,6 +325,22 @@ def _utc_now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _judge(args, stream):
+    """``--judge FILE.json [--profile FILE|JSON]``: its exit status."""
+    from . import judge
+    if args[0] != "--judge" or len(args) not in (2, 4) or (len(args) == 4 and args[2] != "--profile"):
+        stream.write("validate: error: usage: python3 -m validate --judge FILE.json [--profile FILE|JSON]\n")
+        return 2
+    if len(args) == 4:  # the profile's floors and tolerance, as a run on the node would use them
+        try:
+            prof = profile.load(args[3], CHECK_NAMES)
+        except profile.BadProfile as exc:
+            stream.write("validate: error: %s\n" % exc)
+            return 2
+        expectations.use_profile(prof["floors"], prof["tolerance"])
+    return judge.main(args[1], stderr=stream)
+
+
 def main(argv=None, stream=None):
     stream = stream if stream is not None else sys.stderr
     args = sys.argv[1:] if argv is None else list(argv)
@@ -299,11 +348,7 @@ def main(argv=None, stream=None):
         from . import health
         return health.main(args, stderr=stream)
     if "--judge" in args:  # recorded figures against the table (validate/judge.py); no torch
-        from . import judge
-        if len(args) != 2 or args[0] != "--judge":
-            stream.write("validate: error: usage: python3 -m validate --judge FILE.json\n")
-            return 2
-        return judge.main(args[1], stderr=stream)
+        return _judge(args, stream)
     # Kineto (torch.profiler) logs errors on machines without a GPU straight
     # to stderr; keep the progress stream readable.
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
@@ -331,12 +376,19 @@ def main(argv=None, stream=None):
     resolve_defaults(opts)
     results: list[Any] = []
     interrupted = False
+    prof = opts.profile_doc or profile.empty()
+    expectations.use_profile(prof["floors"], prof["tolerance"])
+    ctx.shared["ib_before"] = infiniband.read_ports(opts.sysfs_root or "/sys")
+    unreferenced = no_reference(opts, prof)
+    if unreferenced:
+        ctx.progress("no reference: %s: in no table (validate/expectations.py) and no profile floor; its "
+                     "performance is measured and reported, not judged" % ", ".join(unreferenced), check="validate")
 
     def flush_outputs(final):
         req = [r for r in results if r.required]
         ok = final and not interrupted and all(r.status == PASS for r in req)
         doc = output.results_document(started, time.perf_counter() - t0, ok,
-                                      options_document(opts), host_document(ctx), results)
+                                      options_document(opts), host_document(ctx), results, unreferenced)
         output.write_json_atomic(os.path.join(ctx.out_dir, output.RESULTS), doc)
         if final:
             output.write_log(os.path.join(ctx.out_dir, output.LOG), doc, results)
@@ -354,6 +406,7 @@ def main(argv=None, stream=None):
             continue
         try:
             results.append(run_check(ctx, spec, required, named=spec.name in (opts.checks or [])))
+            apply_warn_only(results[-1], prof["warn_only"])
         except KeyboardInterrupt:
             interrupted = True
             _ignore_signals()  # let the results be written

@@ -6,6 +6,7 @@ Required checks ("required" in results.json) decide the exit status:
 check          --device auto / cuda    --device cpu
 =============  ======================  ==============
 system         required                required
+node           required                optional
 cudnn_compile  required                optional
 cudnn_sample   required                optional
 torch_import   required                required
@@ -20,6 +21,7 @@ xid            required                optional
 fabric         required                optional
 p2p            required                optional
 nccl           required                optional
+infiniband     required                optional
 profile        optional                optional
 fusion         optional                optional
 precision      optional                optional
@@ -92,6 +94,8 @@ class Spec(object):
 CHECKS = [
     Spec("system", "system:run", "always", True,
          "OS, CPU, memory, nvidia-smi (driver, GPUs, ECC, remapped rows, PCIe, clocks, throttling), nvcc"),
+    Spec("node", "node:run", "gpu", True,
+         "the node against its inventory profile (--profile): GPU count and model, PCIe generation and width"),
     Spec("cudnn_compile", "cudnn:run_compile", "gpu", True,
          "find cuDNN and the CUDA toolkit, build the C++ softmax sample"),
     Spec("cudnn_sample", "cudnn:run_sample", "gpu", True,
@@ -120,6 +124,8 @@ CHECKS = [
          "GPU-to-GPU copy bandwidth matrix vs the topology (nvidia-smi topo -m)"),
     Spec("nccl", "multigpu:run_nccl", "gpu", False,
          "all-reduce bus bandwidth over all GPUs (torch.distributed, one process per GPU)"),
+    Spec("infiniband", "ib:run", "gpu", True,
+         "InfiniBand/RoCE ports (sysfs): state, rate, link layer vs the profile; error counters grown during the run"),
     Spec("profile", "profiling:run", "never", False,
          "layer-wise time of ResNet20 (CIFAR-10) and ResNet50, CPU vs GPU; top ops; chrome traces"),
     Spec("fusion", "fusion:run", "never", False,
@@ -150,6 +156,7 @@ class Result(object):
         self.skip_reason = None
         self.waived = None
         self.findings = []
+        self.waivers = []
 
     # used by checks
     def problem(self, message, action=None):
@@ -214,6 +221,7 @@ class Result(object):
             "action": self.action(),
             "deferred_action": self.deferred_action(),
             "findings": list(self.findings),
+            "waivers": list(self.waivers),
         }
 
 
@@ -229,6 +237,8 @@ class Context(object):
         self.stream = stream if stream is not None else sys.stderr
         self.current = None
         self.device_used = None
+        # the node profile (validate/profile.py), or None
+        self.profile = getattr(opts, "profile_doc", None)
 
     # progress -----------------------------------------------------------
     def progress(self, message, check=None):
@@ -357,6 +367,17 @@ def _finish(res):
     else:
         res.status = PASS
         res.reason = ""
+
+
+def apply_warn_only(res, warn_only):
+    """A required check the inventory lets only warn (``warn_only``) that failed:
+    not required, and the waiver named on the check (results.json, validate.log)."""
+    if res.name not in (warn_only or ()) or res.status != FAIL or not res.required:
+        return
+    res.required = False
+    what = "warn_only (inventory): %s failed, reported as a warning: %s" % (res.name, res.reason)
+    res.waivers.append({"waiver": "warn_only", "what": what})
+    res.warn(what)
 
 
 def not_selected(spec, why):

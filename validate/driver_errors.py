@@ -37,7 +37,9 @@ word, else by NVIDIA's Fabric Manager user guide lists (SXID_CLASS).
 
 from __future__ import annotations
 
+import datetime
 import re
+import time
 from typing import Any, Iterable
 
 from . import actions
@@ -164,6 +166,80 @@ def dmesg_start(text: str | None) -> float | None:
         if line.strip():
             return None
     return None
+
+
+# When a kernel log line was written: `dmesg -T` / `--ctime` ("[Fri Aug 30 11:43:09 2024]",
+# local time), ISO 8601 at the start (`journalctl -o short-iso`, `dmesg --time-format iso`),
+# or seconds since boot ("[ 1234.567890]", plain dmesg: dated only when the boot time is known).
+_CTIME = re.compile(r"^\[\s*\w{3} (\w{3}\s+\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\]")
+_ISO = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:[.,]\d+)?(Z|[+-]\d{2}:?\d{2})?")
+
+
+def line_time(line: str, boot: float | None = None) -> datetime.datetime | None:
+    """The time a kernel log line carries, as an aware datetime, or None."""
+    m = _CTIME.match(line)
+    if m:
+        try:
+            t = time.mktime(time.strptime(" ".join(m.group(1).split()), "%b %d %H:%M:%S %Y"))
+        except (ValueError, OverflowError):
+            return None
+        return datetime.datetime.fromtimestamp(t, datetime.timezone.utc)
+    m = _ISO.match(line)
+    if m:
+        zone = m.group(2) or "+00:00"
+        zone = "+00:00" if zone == "Z" else zone if ":" in zone else zone[:3] + ":" + zone[3:]
+        try:
+            return datetime.datetime.fromisoformat(m.group(1) + zone)
+        except ValueError:
+            return None
+    m = _DMESG_TIME.match(line)
+    if m and boot is not None:
+        return datetime.datetime.fromtimestamp(boot + float(m.group(1)), datetime.timezone.utc)
+    return None
+
+
+def boot_time(stat: str = "/proc/stat") -> float | None:
+    """This machine's boot time (``btime`` of /proc/stat), for plain dmesg lines."""
+    try:
+        with open(stat) as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def waive(events: list[dict[str, Any]], key: str, ignore: Iterable[int] = (),
+          before: datetime.datetime | None = None,
+          boot: float | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    """(events still counted, [waiver], lines left counted for want of a date) after the
+    inventory's waivers: ``ignore`` (Xid or SXid numbers) and ``before`` (lines logged
+    earlier: they stay in the kernel log until a reboot, dcgm-exporter#190)."""
+    ignore = set(ignore)
+    kept, old, undated = [], [], 0
+    ignored: dict[int, int] = {}
+    for e in events:
+        if e[key] in ignore:
+            ignored[e[key]] = ignored.get(e[key], 0) + 1
+            continue
+        if before is not None:
+            t = line_time(e["line"], boot)
+            if t is None:
+                undated += 1
+            elif t < before:
+                old.append(e)
+                continue
+        kept.append(e)
+    word = "Xid" if key == "xid" else "SXid"
+    waivers = [{"waiver": "ignore_xids", "what": "ignore_xids (inventory): %s %d, %d line(s) not counted"
+                % (word, n, count)} for n, count in sorted(ignored.items())]
+    if old:
+        waivers.append({"waiver": "acknowledged_before", "what": "acknowledged_before %s (inventory): %d %s "
+                        "line(s) logged earlier not counted (%s)" % (
+                            before.isoformat() if before else "", len(old), word,
+                            ", ".join("%s %d" % (word, n) for n in sorted(set(e[key] for e in old))))})
+    return kept, waivers, undated
 
 
 def name_of(xid: int) -> str:

@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 
-from . import actions, host, output, slurm_node
+from . import actions, host, output, profile, slurm_node
 from .core import FAIL, SKIP, SPECS, Context, run_check
 
 HEALTHY, SICK, UNCHECKED = 0, 1, 3
@@ -64,6 +64,8 @@ def build_parser():
                    help="sick unless exactly N GPUs are visible (0: a node without GPUs is healthy)")
     p.add_argument("--kernel-log", metavar="PATH", dest="kernel_log",
                    help="kernel log to scan for Xid/SXid (default: journalctl -k -b, else dmesg)")
+    p.add_argument("--profile", metavar="FILE|JSON",
+                   help="the node's profile (validate/profile.py): its ignore_xids and acknowledged_before apply")
     p.add_argument("--slurm-drain", action="store_true", dest="slurm_drain",
                    help="under Slurm (SLURMD_NODENAME set), drain this node when sick or not checkable")
     return p
@@ -77,6 +79,12 @@ def parse_args(argv):
         raise UsageError("--kernel-log %s: no such file" % opts.kernel_log)
     if opts.out is not None and os.path.exists(opts.out) and not os.path.isdir(opts.out):
         raise UsageError("--out %s: exists and is not a folder" % opts.out)
+    opts.profile_doc = None
+    if opts.profile is not None:
+        try:
+            opts.profile_doc = profile.load(opts.profile)
+        except profile.BadProfile as exc:
+            raise UsageError(str(exc)) from None
     opts.device = "auto"
     opts.checks = list(HEALTH_CHECKS)
     return opts
@@ -140,6 +148,9 @@ def verdict(results, opts, driver_line):
         len(gpus), "/".join(names), gpus[0].get("driver_version") if gpus else "-",
         len(xid.get("events") or []), len(xid.get("sxids") or []),
         "; " + fab.summary if fab.status != SKIP else "")
+    waived = [w["waiver"] for r in results for w in r.waivers]
+    if waived:  # the inventory's waivers that made it healthy, named
+        summary += "; waived: " + ", ".join(sorted(set(waived)))
     later = actions.deferred(f for r in results for f in r.findings)
     if later is None:
         return HEALTHY, "healthy: " + summary, None

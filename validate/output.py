@@ -82,7 +82,8 @@ def _finite(obj):
     return obj
 
 
-def results_document(started, elapsed_s, ok, options, host, results):
+def results_document(started, elapsed_s, ok, options, host, results, no_reference=()):
+    """results.json; ``no_reference``: the GPU models no floor judges (said on top)."""
     return {
         "schema": SCHEMA,
         "tool": TOOL,
@@ -96,6 +97,9 @@ def results_document(started, elapsed_s, ok, options, host, results):
         "options": options,
         "host": host,
         "checks": [r.to_json() for r in results],
+        "no_reference": list(no_reference),
+        # every waiver of the inventory the run used (validate/profile.py), with its check
+        "waivers": [dict(w, check=r.name) for r in results for w in r.waivers],
     }
 
 
@@ -123,6 +127,16 @@ def _requirement(r):
     if r.required:
         return "yes"
     return "waived" if r.waived and r.status == SKIP else "no"
+
+
+def _reference_and_waivers(doc):
+    """The models judged by no floor, and every waiver of the inventory used."""
+    lines = []
+    if doc.get("no_reference"):
+        lines.append("no reference (measured, not judged): %s" % ", ".join(doc["no_reference"]))
+    for w in doc.get("waivers") or []:
+        lines.append("waiver used: %s: %s" % (w["check"], w["what"]))
+    return lines
 
 
 def render_log(doc, results):
@@ -162,6 +176,7 @@ def render_log(doc, results):
     if doc.get("deferred_action"):
         lines.append("operator's action, when the GPUs are idle (new work may start meanwhile): %s"
                      % doc["deferred_action"])
+    lines.extend(_reference_and_waivers(doc))
     waived = [r for r in results if r.name in waived_names]
     if waived:
         lines.append("required checks waived (not applicable here): %s"

@@ -195,3 +195,22 @@ def torch_benchmark(fn, min_run_time, label="", sub_label="", description=""):
         "threads": threads,
         "measurement": m,
     }
+
+
+# measured again before it fails ------------------------------------------------
+
+# A figure below its floor is measured again, up to TRIES times in all, and the best
+# counts: one dip must not fail a healthy GPU.  Azure's check_cuda_bw does the same,
+# passing at the first iteration above the threshold (Azure/azurehpc pull request #628,
+# "A single check_cuda_bw pass might fail and drain the node even if no actual issue is
+# present"); 3 tries is ours (their default is 1, set per site).
+TRIES = 3
+
+
+def best_of(measure, passes, tries=TRIES):
+    """(best value, values): ``measure()`` again while its best value does not
+    ``passes(value)``, at most ``tries`` times in all; higher is better."""
+    values = [measure()]
+    while len(values) < tries and not passes(max(values)):
+        values.append(measure())
+    return max(values), values

@@ -11,7 +11,7 @@ import os
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from ..errors import InputError
 from ..runfolder import FABRIC_RECORD, PROVISION_LOG, holds_evidence, never_started
@@ -131,6 +131,8 @@ class HostHealth:
     checks: list[CheckRow]
     matmul: list[SpecFigure]
     bandwidth: list[SpecFigure]
+    # the inventory's waivers the run used (results.json `waivers`: check, what)
+    waivers: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def failed(self) -> list[CheckRow]:
@@ -415,8 +417,16 @@ def health_summary(runs: list[Run]) -> list[HostHealth]:
             checks=checks,
             matmul=_spec_figures(res, "matmul"),
             bandwidth=_spec_figures(res, "bandwidth"),
+            waivers=_waivers(res),
         ))
     return out
+
+
+def _waivers(res: dict[str, Any]) -> list[tuple[str, str]]:
+    """(check, what) of each waiver a run used; what the host wrote is untrusted: strings only."""
+    used = res.get("waivers")
+    return [(w["check"], w["what"]) for w in used if isinstance(w, dict)
+            and isinstance(w.get("check"), str) and isinstance(w.get("what"), str)] if isinstance(used, list) else []
 
 
 def build_report(

@@ -178,6 +178,7 @@ def _health_table(report: Report) -> list[Line]:
                         rows, right=set())
     for h in report.health:
         lines += [[(f"  {h.host}: FAILED {_check_text(c)}", "red")] for c in h.failed]
+        lines += [[(f"  {h.host}: WAIVED {check}: {what}", "yellow")] for check, what in h.waivers]
         for required, reason, names in h.skipped_groups():
             what = " (required: not validated)" if required else " (optional)"
             lines.append([(f"  {h.host}: SKIPPED {', '.join(names)}{what}"

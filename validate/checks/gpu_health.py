@@ -27,7 +27,7 @@ import threading
 import warnings
 from typing import Any
 
-from .. import actions, expectations, gpusample, host, specs, timing, verify
+from .. import actions, expectations, gpusample, host, numa, specs, timing, verify
 
 MATMUL_KEYS = ("fp32_tflops", "tf32_tflops", "bf16_tflops")
 BANDWIDTH_KEYS = ("d2d_gbs", "h2d_gbs", "d2h_gbs")
@@ -105,9 +105,11 @@ def run_matmul(ctx, res):
             a = a_cpu.to(dev)
             b = b_cpu.to(dev)
             out = {"device": dev, "name": name, "n": n, "iters": iters}
-            for key, mode, tf32 in MODES:
+            key, figures, share = sku_of(name, props, ids.get(gpusample.torch_bus_key(props))) \
+                if device == "cuda" else (None, {}, None)
+            for figure, mode, tf32 in MODES:
                 if tf32 and device != "cuda":
-                    out[key] = None  # TF32 is a tensor-core mode
+                    out[figure] = None  # TF32 is a tensor-core mode
                     continue
                 _set_tf32(torch, tf32)
                 dtype = torch.bfloat16 if mode == "bf16" else torch.float32
@@ -115,14 +117,21 @@ def run_matmul(ctx, res):
                 y = b.to(dtype)
                 c = torch.empty(n, n, dtype=dtype, device=dev)
                 ctx.progress("%s %s n=%d" % (name, mode, n))
-                try:
-                    st = timing.measure(lambda: torch.mm(x, y, out=c), warm, iters, dev)
+                expected = expectations.cell(key, figure, share) if device == "cuda" else None
+                stats = []
+
+                def once():
+                    stats.append(timing.measure(lambda: torch.mm(x, y, out=c), warm, iters, dev))
+                    return 2.0 * n ** 3 / (stats[-1]["median"] / 1e3) / 1e12
+
+                try:  # below its floor: measured again, the best counts (timing.best_of)
+                    out[figure], tries = timing.best_of(once, lambda v: expected is None or v >= expected["floor"])
                 except RuntimeError as exc:  # e.g. bf16 unsupported on this GPU
-                    out[key] = None
+                    out[figure] = None
                     out[mode + "_error"] = str(exc).splitlines()[0]
                     continue
-                out[key] = 2.0 * n ** 3 / (st["median"] / 1e3) / 1e12
-                out[mode + "_iqr_rel"] = st["iqr_rel"]
+                out[mode + "_tries"] = tries
+                out[mode + "_iqr_rel"] = stats[-1]["iqr_rel"]
                 # c holds the product of the last timed run: verify that one
                 ok, err = verify.product_ok(torch, x, y, c, mode)
                 out[mode + "_check_error"] = err
@@ -130,8 +139,6 @@ def run_matmul(ctx, res):
                     res.problem("%s %s: the timed product is wrong (error %.3g x its rounding tolerance)"
                                 % (name, mode, err))
                 del x, y, c
-            key, figures, share = sku_of(name, props, ids.get(gpusample.torch_bus_key(props))) \
-                if device == "cuda" else (None, {}, None)
             out["sku"] = key
             out["mig_share"] = share
             out["spec"] = dict((k, figures.get(k)) for k in MATMUL_KEYS) if figures else {}
@@ -158,8 +165,10 @@ def _report_matmul(ctx, res, device, n, per_gpu):
         label = "%s (%s)" % (g["name"], g["device"])
         for k, v in sorted(g["verdict"].items()):
             if v["verdict"] == "fail":
-                res.problem("%s %s %.1f TFLOPS < %.1f (%s, healthy %s: %s)" % (
-                    label, k.split("_")[0], g[k], v["floor"], v["rule"], g["sku"], v["source"]))
+                mode = k.split("_")[0]
+                res.problem("%s %s %.1f TFLOPS < %.1f (best of %d tries; %s, healthy %s: %s)" % (
+                    label, mode, g[k], v["floor"], len(g.get(mode + "_tries") or [1]), v["rule"], g["sku"],
+                    v["source"]))
         res.note("%s: fp32 %s, tf32 %s, bf16 %s TFLOPS; %s%s" % (
             label, _fmt(g.get("fp32_tflops")), _fmt(g.get("tf32_tflops")), _fmt(g.get("bf16_tflops")),
             ", ".join("%s %s%s" % (k.split("_")[0], v["verdict"],
@@ -229,42 +238,56 @@ def run_bandwidth(ctx, res):
     per_gpu = []
     for dev, name, props in gpu_targets(torch, device):
         out = {"device": dev, "name": name, "bytes": nbytes, "iters": iters}
+        key, figures, share = sku_of(name, props, ids.get(gpusample.torch_bus_key(props))) \
+            if device == "cuda" else (None, {}, None)
         src = torch.ones(numel, device=dev)
         dst = torch.empty(numel, device=dev)
         ctx.progress("%s copy %d MiB" % (name, nbytes >> 20))
-        st = timing.measure(lambda: dst.copy_(src), warm, iters, dev)
-        out["d2d_gbs"] = 2.0 * nbytes / (st["median"] / 1e3) / 1e9  # read + write
-        out["d2d_iqr_rel"] = st["iqr_rel"]
+        _copy(out, "d2d", lambda: dst.copy_(src), 2.0 * nbytes, warm, iters, dev,
+              None if share else expectations.cell(key, "d2d_gbs"))  # read + write
         if device == "cuda":
-            hostbuf = torch.ones(numel, pin_memory=True)
-            back = torch.empty(numel, pin_memory=True)
-            st = timing.measure(lambda: src.copy_(hostbuf, non_blocking=True), warm, iters, dev)
-            out["h2d_gbs"] = nbytes / (st["median"] / 1e3) / 1e9
-            out["h2d_iqr_rel"] = st["iqr_rel"]
-            st = timing.measure(lambda: back.copy_(src, non_blocking=True), warm, iters, dev)
-            torch.cuda.synchronize(dev)
-            out["d2h_gbs"] = nbytes / (st["median"] / 1e3) / 1e9
-            out["d2h_iqr_rel"] = st["iqr_rel"]
-            if not bool(back.eq(1).all()):
-                res.problem("%s: host copy came back wrong" % name)
-
-            def copies():
-                src.copy_(hostbuf, non_blocking=True)
+            place = numa.placement(numa.bdf(props))
+            out["numa"] = dict(place, cpus=len(place["cpus"]) if place["cpus"] else None)
+            with numa.bound(place):  # the host buffers pinned from the GPU's own node
+                hostbuf = torch.ones(numel, pin_memory=True)
+                back = torch.empty(numel, pin_memory=True)
+                floor = None if share else expectations.cell(key, "h2d_gbs")
+                _copy(out, "h2d", lambda: src.copy_(hostbuf, non_blocking=True), nbytes, warm, iters, dev, floor)
+                floor = None if share else expectations.cell(key, "d2h_gbs")
+                _copy(out, "d2h", lambda: back.copy_(src, non_blocking=True), nbytes, warm, iters, dev, floor)
                 torch.cuda.synchronize(dev)
+                if not bool(back.eq(1).all()):
+                    res.problem("%s: host copy came back wrong" % name)
 
-            out["pcie"] = _link_under_load(smi, gpusample.torch_bus_key(props), copies)
+                def copies():
+                    src.copy_(hostbuf, non_blocking=True)
+                    torch.cuda.synchronize(dev)
+
+                out["pcie"] = _link_under_load(smi, gpusample.torch_bus_key(props), copies)
             del hostbuf, back
         else:
             out["h2d_gbs"] = None
             out["d2h_gbs"] = None
         if not bool(dst.eq(1).all()):
             res.problem("%s: device copy came back wrong" % name)
-        key, figures, share = sku_of(name, props, ids.get(gpusample.torch_bus_key(props))) \
-            if device == "cuda" else (None, {}, None)
         out.update(_judge_bandwidth(res, out, key, figures, share))
         per_gpu.append(out)
         del src, dst
     _report_bandwidth(res, device, nbytes, per_gpu)
+
+
+def _copy(out, name, work, nbytes, warm, iters, dev, expected):
+    """``out[name + "_gbs"]``: ``nbytes`` per ``work()``, measured again while below
+    ``expected``'s floor (timing.best_of), with its spread and tries."""
+    stats = []
+
+    def once():
+        stats.append(timing.measure(work, warm, iters, dev))
+        return nbytes / (stats[-1]["median"] / 1e3) / 1e9
+
+    out[name + "_gbs"], out[name + "_tries"] = timing.best_of(
+        once, lambda v: expected is None or v >= expected["floor"])
+    out[name + "_iqr_rel"] = stats[-1]["iqr_rel"]
 
 
 def _judged_by_table(key, figure, gbs):
@@ -310,7 +333,9 @@ def _judge_bandwidth(res, g, key, figures, share):
                 res.problem("%s: %s (read under load)" % (label, finding), actions.DRAIN_RMA)
     for k, v in sorted(verdict.items()):
         if v["verdict"] == "fail":
-            res.problem("%s %s %.1f GB/s below %.1f (%s)" % (label, k.split("_")[0], g[k], v["floor"], v["why"]))
+            mode = k.split("_")[0]
+            res.problem("%s %s %.1f GB/s below %.1f (best of %d tries; %s)" % (
+                label, mode, g[k], v["floor"], len(g.get(mode + "_tries") or [1]), v["why"]))
     return {"sku": key, "spec": spec, "ratio": specs.ratios(g, spec, BANDWIDTH_KEYS), "verdict": verdict,
             "mig_share": share}
 
@@ -330,8 +355,9 @@ def _report_bandwidth(res, device, nbytes, per_gpu):
     if unjudged:
         res.warn("bandwidth not judged, no reference (measured only): " + ", ".join(unjudged))
     for g in per_gpu:
-        res.note("%s (%s): d2d %s, h2d %s, d2h %s GB/s; link %s; %s" % (
+        res.note("%s (%s): d2d %s, h2d %s, d2h %s GB/s; host memory %s; link %s; %s" % (
             g["name"], g["device"], _fmt(g.get("d2d_gbs")), _fmt(g.get("h2d_gbs")), _fmt(g.get("d2h_gbs")),
+            (g.get("numa") or {}).get("note") or "-",
             "gen %s/%s x%s/x%s" % tuple((g.get("pcie") or {}).get(k) for k in
                                         ("gen_current", "gen_max", "width_current", "width_max"))
             if g.get("pcie") else "-",

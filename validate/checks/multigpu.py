@@ -24,6 +24,7 @@ from .. import expectations, host, timing, topology
 CPU_RANKS = 2
 CPU_BYTES = 4 << 20
 GPU_BYTES = 1 << 30
+BIG_BYTES = 8 << 30
 
 
 def _free_port():
@@ -70,18 +71,24 @@ def run_p2p(ctx, res):
             if i == j:
                 continue
             dst = torch.empty(nbytes // 4, device="cuda:%d" % j)
-            st = timing.measure(lambda: dst.copy_(src, non_blocking=True), 2, 10, "cuda:%d" % i)
-            torch.cuda.synchronize("cuda:%d" % j)
-            gbs = nbytes / (st["median"] / 1e3) / 1e9
             link = links.get((i, j))
-            cell = {"gbs": gbs, "link": link, "can_access_peer": torch.cuda.can_device_access_peer(i, j)}
+            judged = floor if topology.link_class(link) == "nvlink" else None
+
+            def once():
+                st = timing.measure(lambda: dst.copy_(src, non_blocking=True), 2, 10, "cuda:%d" % i)
+                torch.cuda.synchronize("cuda:%d" % j)
+                return nbytes / (st["median"] / 1e3) / 1e9
+
+            gbs, tries = timing.best_of(once, lambda v: judged is None or v >= judged["floor"])
+            cell = {"gbs": gbs, "link": link, "can_access_peer": torch.cuda.can_device_access_peer(i, j),
+                    "tries": tries}
             if not bool(dst.eq(1).all()):
                 res.problem("GPU %d -> GPU %d: copy came back wrong" % (i, j))
             if topology.link_class(link) == "nvlink" and floor:
                 cell["floor"] = floor["floor"]
                 if expectations.verdict(floor, gbs)["verdict"] == "fail":
-                    res.problem("GPU %d -> GPU %d over %s: %.1f GB/s below %.0f (%s)"
-                                % (i, j, link, gbs, floor["floor"], floor["source"]))
+                    res.problem("GPU %d -> GPU %d over %s: %.1f GB/s below %.0f (best of %d tries; %s)"
+                                % (i, j, link, gbs, floor["floor"], len(tries), floor["source"]))
             matrix["%d-%d" % (i, j)] = cell
             del dst
         del src
@@ -135,8 +142,10 @@ def run_nccl(ctx, res):
             return
         sku = node_sku([torch.cuda.get_device_name(i) for i in range(ranks)])
         floor = expectations.cell(sku, "nccl_busbw_gbs")
-        floor = floor if floor and floor["gpus"] == ranks else None
-        nbytes = floor["bytes"] if floor else GPU_BYTES
+        floor = floor if floor and floor.get("gpus") in (None, ranks) else None
+        # NCCL reaches its peak only at several GiB (nccl-tests#212); the sources measure
+        # 8 GPUs at 8-16 GiB (AzNHC 16G, AzBench 8G): so does a node without a floor
+        nbytes = floor["bytes"] if floor else BIG_BYTES if ranks >= 8 else GPU_BYTES
         free = min(torch.cuda.mem_get_info(i)[0] for i in range(ranks))
         if nbytes > free // 2:  # keep room for NCCL's own buffers
             nbytes, floor = GPU_BYTES, None
@@ -144,7 +153,15 @@ def run_nccl(ctx, res):
     else:
         ranks, nbytes, backend, sku, floor = CPU_RANKS, CPU_BYTES, "gloo", None, None
     ctx.progress("all-reduce %d MiB, %s, %d processes" % (nbytes >> 20, backend, ranks))
-    got = run_collective(ctx, backend, ranks, nbytes)
+    runs = []
+
+    def once():
+        runs.append(run_collective(ctx, backend, ranks, nbytes))
+        return topology.busbw_allreduce(runs[-1]["bytes"], runs[-1]["median_s"], ranks)[1]
+
+    best, tries = timing.best_of(once, lambda v: floor is None or v >= floor["floor"])
+    got = runs[tries.index(best)]
+    got["tries"] = tries
     algbw, busbw = topology.busbw_allreduce(got["bytes"], got["median_s"], ranks)
     judged = expectations.judge_allreduce(sku, busbw, got["bytes"], ranks) if floor else None
     got.update({"algbw_gbs": algbw, "busbw_gbs": busbw, "sku": sku,
@@ -153,8 +170,8 @@ def run_nccl(ctx, res):
     if got["wrong_elements"]:
         res.problem("all-reduce result wrong in %d elements" % got["wrong_elements"])
     if judged and judged["verdict"] == "fail":
-        res.problem("all-reduce busbw %.1f GB/s below %.0f (%s, %d GiB)"
-                    % (busbw, floor["floor"], floor["source"], nbytes >> 30))
+        res.problem("all-reduce busbw %.1f GB/s below %.0f (best of %d tries; %s, %d GiB)"
+                    % (busbw, floor["floor"], len(tries), floor["source"], nbytes >> 30))
     if backend == "nccl" and not floor:
         res.warn("no public all-reduce floor for %s x%d at %d MiB: busbw measured, not judged"
                  % (sku or "a mixed or unknown node", ranks, nbytes >> 20))

@@ -37,7 +37,7 @@ def read_kernel_log(path=None):
         except OSError as exc:
             return None, None, ["%s: %s" % (path, exc.strerror or exc)]
     reasons = []
-    for argv in (["journalctl", "-k", "-b", "--no-pager", "-q"], ["dmesg"]):
+    for argv in (["journalctl", "-k", "-b", "--no-pager", "-q", "-o", "short-iso"], ["dmesg"]):
         out = host.run_tool(argv, timeout=60)
         if out["error"]:
             reasons.append(out["error"])
@@ -80,6 +80,25 @@ def _identity():
     return os.geteuid(), names, restrict
 
 
+def _waivers(ctx, res, source, events, sxids):
+    """The Xid and SXid events left after the inventory's waivers (``ignore_xids``,
+    ``acknowledged_before``: validate/profile.py), each waiver used named on ``res``."""
+    prof = ctx.profile or {}
+    ignore, before = prof.get("ignore_xids") or [], prof.get("acknowledged_before")
+    if not ignore and before is None:
+        return events, sxids
+    boot = driver_errors.boot_time() if source == "dmesg" else None
+    events, w1, n1 = driver_errors.waive(events, "xid", ignore, before, boot)
+    sxids, w2, n2 = driver_errors.waive(sxids, "sxid", ignore, before, boot)
+    for w in w1 + w2:
+        res.waivers.append(w)
+        res.note("waiver used: " + w["what"])
+    if n1 + n2:
+        res.warn("acknowledged_before: %d Xid/SXid line(s) carry no date (%s), so they count; "
+                 "journalctl -k -o short-iso or dmesg -T lines do" % (n1 + n2, source))
+    return events, sxids
+
+
 def run(ctx, res):
     path = getattr(ctx.opts, "kernel_log", None)
     text, source, reasons = read_kernel_log(path)
@@ -98,6 +117,7 @@ def run(ctx, res):
         return
     events = driver_errors.parse(text)
     sxids = driver_errors.parse_sxid(text)
+    events, sxids = _waivers(ctx, res, source, events, sxids)
     findings = driver_errors.judge(events) + driver_errors.judge_sxid(sxids)
     f["events"] = [dict((k, e[k]) for k in ("xid", "pci", "pid", "process", "detail")) for e in events]
     f["xids"] = sorted(set(e["xid"] for e in events))

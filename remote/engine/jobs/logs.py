@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from ...errors import CommandTimeout, PullError
 from ...output.term import printable_line
@@ -82,8 +82,9 @@ def summarize(results_path: Path, rc: Optional[int]) -> tuple[str, bool]:
         return ", ".join(printable_line(c["name"]) for c in checks
                          if c.get("required") and c.get("status") == status)
 
+    waived = waivers_used(data)
     if names("fail"):
-        return "failed: " + names("fail"), False
+        return "failed: " + names("fail") + waived, False
     if names("skip"):
         return "not validated: " + names("skip") + " skipped", False
     ok = data.get("ok") is True and rc == 0
@@ -95,7 +96,24 @@ def summarize(results_path: Path, rc: Optional[int]) -> tuple[str, bool]:
     deferred = data.get("deferred_action")
     later = (f" [action: {printable_line(deferred)[:DEFERRED_MAX]}, deferred]"
              if isinstance(deferred, str) and deferred else "")
-    return f"passed ({passed} checks){later}", True
+    return f"passed ({passed} checks){later}{waived}", True
+
+
+def waivers_used(data: dict[str, Any]) -> str:
+    """' [waived: warn_only p2p, ignore_xids]': the inventory's waivers a run used (results.json
+    `waivers`, validate/profile.py), named in the recap; '' for none. Untrusted: printable, cut."""
+    used = data.get("waivers")
+    if not isinstance(used, list):
+        return ""
+    words = []
+    for w in used:
+        if isinstance(w, dict) and isinstance(w.get("waiver"), str):
+            word = printable_line(w["waiver"])[:40]
+            if isinstance(w.get("check"), str) and w["waiver"] == "warn_only":
+                word += " " + printable_line(w["check"])[:40]
+            if word not in words:
+                words.append(word)
+    return f" [waived: {', '.join(words[:8])}]" if words else ""
 
 
 def latest_run_id(session: HostSession) -> Optional[str]:

@@ -9,11 +9,12 @@ the reason, and the others' recap does not wait for it.
 """
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 from typing import Any, Optional
 
-from ...errors import CommandTimeout, GpuprovError
+from ...errors import CommandTimeout, GpuprovError, InputError
 from ...paths import VALIDATE_DIR
 from ...runfolder import run_dir
 from ...transport.connection import LineSplitter, pack, unpack_command
@@ -90,12 +91,43 @@ def remember_python(session: HostSession) -> None:
         session.log.event(f"could not record validate_python: {exc}")
 
 
+# The host's vars that make its node profile (validate/profile.py): `node_profile`, a mapping
+# (gpus, pcie, ib, floors, tolerance), and the operator's waivers beside it.
+WAIVER_VARS = ("ignore_xids", "acknowledged_before", "warn_only")
+
+
+def profile_document(context: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The JSON document validate's `--profile` takes, from the host's vars (a group's or the
+    host's: the innermost layer's `node_profile` wins whole); None when there is none. The
+    host's validate checks every key and names a bad one (exit 2)."""
+    doc = context.get("node_profile")
+    if doc in (None, ""):
+        doc = {}
+    if not isinstance(doc, dict):
+        raise InputError(f"node_profile: not a mapping (got {type(doc).__name__})")
+    doc = dict(doc)
+    for name in WAIVER_VARS:
+        value = context.get(name)
+        if value in (None, "", []):
+            continue
+        if name in ("ignore_xids", "warn_only") and isinstance(value, (str, int)):
+            value = [v.strip() for v in str(value).split(",") if v.strip()]  # `--var ignore_xids=13,31`
+        if name == "ignore_xids" and isinstance(value, list):
+            value = [int(v) if isinstance(v, str) and v.strip().isdigit() else v for v in value]
+        doc[name] = value
+    return doc or None
+
+
 def suite_args(suite: str, context: dict[str, Any]) -> list[str]:
-    """validate's arguments for `suite` and the host's vars (`gpu_expected`, `validate_args`)."""
+    """validate's arguments for `suite` and the host's vars (`gpu_expected`, `node_profile` and
+    the waivers, `validate_args`)."""
     args = ["--quick"] if suite == "quick" else []
     expected = context.get("gpu_expected")
     if expected not in (None, ""):
         args += ["--expect-gpus", str(expected)]
+    profile = profile_document(context)
+    if profile:
+        args += ["--profile", json.dumps(profile, sort_keys=True, separators=(",", ":"), default=str)]
     extra = context.get("validate_args") or []
     args += shlex.split(extra) if isinstance(extra, str) else [str(a) for a in extra]
     return args

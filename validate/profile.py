@@ -1,0 +1,202 @@
+"""A node profile: what the inventory says one node must be, and what it waives.
+
+``python3 -m validate --profile FILE|JSON`` (gpuprov passes the host's
+``node_profile`` var and its waiver vars as one JSON document; see README.md
+"Node profiles").  The profile follows AzNHC's per-VM-size conf files and
+AWS's per-instance-type defaults (shared/research/sku-expectations.md 1.):
+expected hardware, and floors that override the table::
+
+    {"gpus": {"count": 8, "model": "NVIDIA H100 80GB HBM3"},
+     "pcie": {"gen": 5, "width": 16},
+     "ib": [{"ports": 8, "rate_gbps": 400, "link_layer": "InfiniBand"}],
+     "floors": {"bf16_tflops": 600, "nccl_busbw_gbs": 440},
+     "tolerance": 0.05,
+     "ignore_xids": [13], "acknowledged_before": "2026-11-20T00:00:00Z",
+     "warn_only": ["p2p"]}
+
+Every key is optional.  ``tolerance`` lowers every floor (the table's and
+the profile's) by that fraction.  A bad document is one line naming the key
+and what is wrong (``BadProfile``); validate exits 2 on it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from typing import Any
+
+from . import expectations
+
+FLOOR_FIGURES = expectations.GPU_FIGURES + ("p2p_gbs", "nccl_busbw_gbs")
+LINK_LAYERS = ("InfiniBand", "Ethernet")
+KEYS = ("gpus", "pcie", "ib", "floors", "tolerance", "ignore_xids", "acknowledged_before", "warn_only")
+
+
+class BadProfile(ValueError):
+    pass
+
+
+def _int(where, value, low=0):
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise BadProfile("%s: not an integer >= %d: %r" % (where, low, value))
+    return value
+
+
+def _num(where, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+        raise BadProfile("%s: not a non-negative number: %r" % (where, value))
+    return float(value)
+
+
+def _mapping(where, value, keys):
+    if not isinstance(value, dict):
+        raise BadProfile("%s: not a mapping" % where)
+    unknown = sorted(set(value) - set(keys))
+    if unknown:
+        raise BadProfile("%s: unknown key %r (known: %s)" % (where, unknown[0], ", ".join(keys)))
+    return value
+
+
+def parse_time(where, text):
+    """An ISO 8601 time ("2026-11-20", "2026-11-20T10:00:00Z", "...+02:00") as an aware
+    datetime; a time without a zone is UTC."""
+    if not isinstance(text, str):
+        raise BadProfile("%s: not an ISO 8601 time: %r" % (where, text))
+    s = text.strip()
+    s = s[:-1] + "+00:00" if s.endswith(("Z", "z")) else s
+    try:
+        t = datetime.datetime.fromisoformat(s)
+    except ValueError:
+        raise BadProfile("%s: not an ISO 8601 time: %r" % (where, text)) from None
+    return t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)
+
+
+def _ports(where, spec):
+    spec = _mapping(where, spec, ("ports", "rate_gbps", "link_layer"))
+    out = {"ports": _int(where + ".ports", spec.get("ports", 0)),
+           "rate_gbps": _num(where + ".rate_gbps", spec["rate_gbps"]) if spec.get("rate_gbps") is not None
+           else None, "link_layer": spec.get("link_layer")}
+    if out["link_layer"] is not None and out["link_layer"] not in LINK_LAYERS:
+        raise BadProfile("%s.link_layer: %r is not one of %s" % (where, out["link_layer"], ", ".join(LINK_LAYERS)))
+    return out
+
+
+def from_document(doc: Any, check_names=()) -> dict[str, Any]:
+    """The checked profile of a parsed document (BadProfile naming the key)."""
+    doc = _mapping("profile", doc, KEYS)
+    gpus = _mapping("gpus", doc.get("gpus") or {}, ("count", "model"))
+    pcie = _mapping("pcie", doc.get("pcie") or {}, ("gen", "width"))
+    ib = doc.get("ib") or []
+    ib = [ib] if isinstance(ib, dict) else ib
+    if not isinstance(ib, list):
+        raise BadProfile("ib: not a mapping or a list of mappings")
+    floors = _mapping("floors", doc.get("floors") or {}, FLOOR_FIGURES)
+    tolerance = _num("tolerance", doc.get("tolerance", 0.0))
+    if tolerance >= 1:
+        raise BadProfile("tolerance: %r is not below 1 (a fraction: 0.05 = 5 %%)" % tolerance)
+    ignore = doc.get("ignore_xids") or []
+    if not isinstance(ignore, list):
+        raise BadProfile("ignore_xids: not a list of Xid numbers")
+    warn_only = doc.get("warn_only") or []
+    if not isinstance(warn_only, list) or not all(isinstance(c, str) for c in warn_only):
+        raise BadProfile("warn_only: not a list of check names")
+    for name in warn_only:
+        if check_names and name not in check_names:
+            raise BadProfile("warn_only: unknown check %r" % name)
+    model = gpus.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadProfile("gpus.model: not a string")
+    return {
+        "gpus": {"count": _int("gpus.count", gpus["count"], 1) if gpus.get("count") is not None else None,
+                 "model": model},
+        "pcie": {"gen": _int("pcie.gen", pcie["gen"], 1) if pcie.get("gen") is not None else None,
+                 "width": _int("pcie.width", pcie["width"], 1) if pcie.get("width") is not None else None},
+        "ib": [_ports("ib[%d]" % i, p) for i, p in enumerate(ib)],
+        "floors": dict((k, _num("floors." + k, v)) for k, v in floors.items()),
+        "tolerance": tolerance,
+        "ignore_xids": [_int("ignore_xids[%d]" % i, x, 1) for i, x in enumerate(ignore)],
+        "acknowledged_before": parse_time("acknowledged_before", doc["acknowledged_before"])
+        if doc.get("acknowledged_before") is not None else None,
+        "warn_only": list(warn_only),
+        "document": doc,
+    }
+
+
+def load(text_or_path: str, check_names=()) -> dict[str, Any]:
+    """``--profile``'s value: inline JSON (starts with '{') or a JSON file."""
+    where = "--profile"
+    if text_or_path.lstrip().startswith("{"):
+        text = text_or_path
+    else:
+        where = "--profile %s" % text_or_path
+        if not os.path.isfile(text_or_path):
+            raise BadProfile("%s: no such file" % where)
+        try:
+            with open(text_or_path) as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BadProfile("%s: %s" % (where, getattr(exc, "strerror", None) or exc)) from None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise BadProfile("%s: not JSON: %s" % (where, exc)) from None
+    try:
+        return from_document(doc, check_names)
+    except BadProfile as exc:
+        raise BadProfile("%s: %s" % (where, exc)) from None
+
+
+def empty() -> dict[str, Any]:
+    return from_document({})
+
+
+# ---------------------------------------------------------------------------
+# the node against it
+
+
+def describe_gpus(count, model):
+    return "%s x %s" % (count if count is not None else "any number of", model or "any GPU")
+
+
+def gpu_gaps(profile, gpus):
+    """[(gap, action key)] of nvidia-smi's GPU rows ({"name", "pci.device_id", ...})
+    against the profile's count and model; action key: "missing" (fewer GPUs) or "model"."""
+    want = profile["gpus"]
+    gaps = []
+    if want["count"] is not None and len(gpus) != want["count"]:
+        gaps.append(("expected %s, found %d" % (describe_gpus(want["count"], want["model"]), len(gpus)),
+                     "missing" if len(gpus) < want["count"] else "model"))
+    if want["model"]:
+        target = expectations.identify(want["model"])[0]
+        wrong: dict[str, int] = {}
+        for g in gpus:
+            name = g.get("name") or "?"
+            try:
+                key = expectations.identify(name, g.get("pci.device_id"), g.get("pci.sub_device_id"))[0]
+            except ValueError:
+                key = expectations.identify(name)[0]
+            if name.lower() != want["model"].lower() and (target is None or key != target):
+                wrong[name] = wrong.get(name, 0) + 1
+        for name, n in sorted(wrong.items()):
+            gaps.append(("expected %s, found %d x %s" % (describe_gpus(want["count"], want["model"]), n, name),
+                         "model"))
+    return gaps
+
+
+def pcie_gaps(profile, gpus):
+    """[gap] of each GPU's maximum PCIe link (the most the GPU and its slot can
+    train: nvidia-smi pcie.link.gen.max / width.max) below the profile's."""
+    want = profile["pcie"]
+    gaps = []
+    for g in gpus:
+        gen, width = g.get("pcie.link.gen.max"), g.get("pcie.link.width.max")
+        short = []
+        if want["gen"] is not None and gen is not None and gen < want["gen"]:
+            short.append("gen %s" % gen)
+        if want["width"] is not None and width is not None and width < want["width"]:
+            short.append("x%s" % width)
+        if short:
+            gaps.append("GPU %s: PCIe link at most %s, expected gen %s x%s" % (
+                g.get("pci.bus_id"), " ".join(short), want["gen"] or "any", want["width"] or "any"))
+    return gaps
