@@ -34,6 +34,9 @@ RESULTS_FIELDS = (
     ("host", "object", "what the run saw: hostname, os, kernel, arch, python, cpu, cpus, memory_gib, "
                        "gpu_name, gpu_count, driver, torch, torchvision, cuda, device"),
     ("checks", "list", "one object per check, in the order they ran (below)"),
+    ("no_reference", "list", "the GPU models no floor judges (table or profile): measured, said "
+                             "on top of validate.log, never a pass or a failure"),
+    ("waivers", "list", "every waiver the run used: each check's `waivers`, with its `check`"),
 )
 CHECK_FIELDS = (
     ("name", "str", "the check's name (`system`, `cudnn_sample`, `bench`, `xid`...)"),
@@ -49,6 +52,8 @@ CHECK_FIELDS = (
     ("action", "str or null", "the worst action among its findings that fail it"),
     ("deferred_action", "str or null", "the worst action among its findings that do not fail it"),
     ("findings", "list", "health findings: objects of the fields below"),
+    ("waivers", "list", "the operator's waivers this check used: `waiver` (`ignore_xids`, "
+                        "`acknowledged_before`, `warn_only`) and `what` it waived"),
 )
 FINDING_FIELDS = (
     ("what", "str", "the finding, as the check's line says it"),
