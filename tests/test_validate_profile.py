@@ -459,3 +459,15 @@ def test_health_applies_the_profile_waivers_and_names_them(tmp_path):
             out.text.rstrip().endswith("; waived: acknowledged_before"), out.text
     finally:
         os.environ["PATH"] = saved
+
+
+def test_a_wrong_model_and_count_is_one_gap_naming_what_was_found():
+    # seen on the lent H200 VM (2026-11-27) with an 8 x H100 profile: the count and the model
+    # were two gaps, the first saying only "found 1"
+    prof = profile.load('{"gpus": {"count": 8, "model": "NVIDIA H100 80GB HBM3"}}')
+    rows = [{"name": "NVIDIA H200", "pci.device_id": "0x233510DE"}]
+    assert profile.gpu_gaps(prof, rows) == [
+        ("expected 8 x NVIDIA H100 80GB HBM3, found 1 x NVIDIA H200", "model")]
+    mixed = [{"name": "NVIDIA H100 80GB HBM3", "pci.device_id": "0x233010DE"}] * 7 + rows
+    assert profile.gpu_gaps(prof, mixed) == [
+        ("expected 8 x NVIDIA H100 80GB HBM3, found 7 x NVIDIA H100 80GB HBM3, 1 x NVIDIA H200", "model")]

@@ -163,25 +163,26 @@ def gpu_gaps(profile, gpus):
     """[(gap, action key)] of nvidia-smi's GPU rows ({"name", "pci.device_id", ...})
     against the profile's count and model; action key: "missing" (fewer GPUs) or "model"."""
     want = profile["gpus"]
-    gaps = []
-    if want["count"] is not None and len(gpus) != want["count"]:
-        gaps.append(("expected %s, found %d" % (describe_gpus(want["count"], want["model"]), len(gpus)),
-                     "missing" if len(gpus) < want["count"] else "model"))
-    if want["model"]:
-        target = expectations.identify(want["model"])[0]
-        wrong: dict[str, int] = {}
-        for g in gpus:
-            name = g.get("name") or "?"
+    expected = describe_gpus(want["count"], want["model"])
+    found: dict[str, int] = {}
+    wrong = False
+    target = expectations.identify(want["model"])[0] if want["model"] else None
+    for g in gpus:
+        name = g.get("name") or "?"
+        found[name] = found.get(name, 0) + 1
+        if want["model"]:
             try:
                 key = expectations.identify(name, g.get("pci.device_id"), g.get("pci.sub_device_id"))[0]
             except ValueError:
                 key = expectations.identify(name)[0]
-            if name.lower() != want["model"].lower() and (target is None or key != target):
-                wrong[name] = wrong.get(name, 0) + 1
-        for name, n in sorted(wrong.items()):
-            gaps.append(("expected %s, found %d x %s" % (describe_gpus(want["count"], want["model"]), n, name),
-                         "model"))
-    return gaps
+            wrong = wrong or (name.lower() != want["model"].lower() and (target is None or key != target))
+    if wrong:  # one gap that names every GPU found (a wrong count beside it says nothing more)
+        return [("expected %s, found %s" % (expected, ", ".join(
+            "%d x %s" % (n, name) for name, n in sorted(found.items()))), "model")]
+    if want["count"] is not None and len(gpus) != want["count"]:
+        return [("expected %s, found %d" % (expected, len(gpus)),
+                 "missing" if len(gpus) < want["count"] else "model")]
+    return []
 
 
 def pcie_gaps(profile, gpus):
