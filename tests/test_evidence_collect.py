@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -137,3 +139,53 @@ def test_the_real_h200_archive_opens_as_the_control_side_opens_it(tmp_path):
     assert archive.name == f"evidence-vm-{gpu['serial']}.tar.gz"
     assert [m["name"] for m in manifest["missing"]] == ["nvidia-bug-report.log.gz", "results.json",
                                                         "stack.json"]
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie waiting for its reaper is not running)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_stopped_collector_takes_the_running_bug_report_with_it(tmp_path, standins):
+    """Ctrl-C or the control side's time limit stops the collector as the transport stops any
+    command: SIGTERM to the command's process group (remote/transport/base.py). The bug report
+    script runs in a session of its own (so that its own time limit can kill its children), out
+    of that group: the collector must take it down as it goes, or a hung script (the case the
+    time limit is for) keeps running as root on the host after the run has stopped."""
+    pid_file = tmp_path / "script.pid"
+    (standins / "nvidia-bug-report.sh").write_text(
+        f"#!/bin/sh\n# STAND-IN for NVIDIA's nvidia-bug-report.sh: a full run that hangs\n"
+        f"sleep 600 &\necho \"$$ $!\" > {pid_file}.part && mv {pid_file}.part {pid_file}\nwait\n")
+    kernel_log = tmp_path / "kern.log"
+    kernel_log.write_text("")
+    env = dict(os.environ, PATH=f"{standins}:{os.environ['PATH']}", PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "validate.evidence", "--out", str(tmp_path / "out"),
+                             "--host", "gpu1", "--kernel-log", str(kernel_log)],
+                            env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        for _ in range(300):
+            if pid_file.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert pid_file.exists(), proc.stderr.read() if proc.poll() is not None else "no script"
+        script, sleeper = (int(p) for p in pid_file.read_text().split())
+        os.killpg(proc.pid, signal.SIGTERM)  # as `kill -TERM -- -PGID` does
+        proc.wait(timeout=30)
+        for _ in range(100):
+            if not _alive(script) and not _alive(sleeper):
+                break
+            time.sleep(0.1)
+        left = [pid for pid in (script, sleeper) if _alive(pid)]
+        for pid in left:  # the test's own processes: never leave them behind
+            os.kill(pid, signal.SIGKILL)
+        assert not left, "the bug report script outlived the collector"
+        assert proc.returncode == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
