@@ -312,12 +312,14 @@ def test_a_hostile_archive_is_refused_with_nothing_written_outside(host, tools, 
 def test_an_rma_verdict_brings_the_evidence_and_no_evidence_leaves_it(host, tools, work, capsys):
     """`validate` on a host whose kernel log has an Xid whose action is drain and replace
     (RMA): the run's folder gains the evidence archive, holding that run's results.json and
-    stack.json, and the recap says where it is. With --no-evidence it does not."""
+    stack.json, and the recap and `--json` say where it is. With --no-evidence it does not."""
     name, inventory = host
-    rc = cli.validate(host=name, inventory=str(inventory), logs_dir=str(work / "logs"))
+    rc = cli.validate(host=name, inventory=str(inventory), logs_dir=str(work / "logs"),
+                      json_path=str(work / "result.json"))
     out = capsys.readouterr().out
     assert rc == 3, out
     [archive] = archives(work, name)
+    assert json.loads((work / "result.json").read_text())["hosts"][name]["evidence"] == str(archive)
     run = archive.parent
     assert json.loads((run / "results.json").read_text())["action"] == RMA
     stem = archive.name[:-len(".tar.gz")]
@@ -326,10 +328,12 @@ def test_an_rma_verdict_brings_the_evidence_and_no_evidence_leaves_it(host, tool
     assert files[f"{stem}/stack.json"] == (run / "stack.json").read_bytes()
     assert f"{name}: {RMA}: evidence in {archive}" in out, out
 
-    rc = cli.validate(host=name, inventory=str(inventory), logs_dir=str(work / "logs"), evidence=False)
+    rc = cli.validate(host=name, inventory=str(inventory), logs_dir=str(work / "logs"), evidence=False,
+                      json_path=str(work / "result.json"))
     out = capsys.readouterr().out
     assert rc == 3, out
     assert archives(work, name) == [archive], "no second archive"
+    assert "evidence" not in json.loads((work / "result.json").read_text())["hosts"][name]
     assert "evidence" not in out.replace("--no-evidence", ""), out
 
 
