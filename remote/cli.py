@@ -269,12 +269,12 @@ def validate(host: Optional[str], inventory: str, suite: str = "quick",
         return print_hosts(hosts, outputs.stream)
     ssh_route = Validate(suite, Path(logs_dir))
     job: Job = RecordStack(ssh_route, Path(logs_dir))
-    if evidence:  # after an RMA verdict (remote/evidence/)
-        job = AfterRMA(job, CollectEvidence(Path(logs_dir)))
     expand = None
     if any(h.scheduler for h in hosts):
         job = cluster_job = ClusterValidate(ssh_route, SCHEDULERS, drain_failed, resume_passed)
         expand = cluster_job.with_nodes
+    if evidence:  # after an RMA verdict (remote/evidence/); a login node has no results.json
+        job = AfterRMA(job, CollectEvidence(Path(logs_dir)))
     return _execute(inv, hosts, "validate", job, extra_vars, forks_n, outputs, False, logs_dir,
                     expand=expand, rollout=rollout)
 

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from remote import cli
 from remote.evidence import RMA
@@ -348,3 +349,21 @@ def test_provision_brings_the_evidence_after_its_validations_rma_verdict(host, t
     assert rc == 3, out
     [archive] = archives(work, name)
     assert (archive.parent / "results.json").is_file() and f"{RMA}: evidence in {archive}" in out, out
+
+
+def test_a_selection_with_a_cluster_still_brings_the_evidence(host, tools, work, capsys):
+    """`validate` on a selection that holds a cluster's login node sends its other hosts down
+    the SSH route: an RMA verdict there brings the evidence as it does alone. The login node
+    here is unreachable (a closed port on loopback): only its row is affected."""
+    name, inventory = host
+    data = yaml.safe_load(Path(inventory).read_text())
+    data["hosts"]["login1"] = {"address": "127.0.0.1", "port": 9, "user": TEST_USER,
+                               "slurm": {"partition": "debug"}}
+    write_yaml(Path(inventory), data)
+    rc = cli.validate(host=f"{name},login1", inventory=str(inventory), logs_dir=str(work / "logs"),
+                      json_path=str(work / "result.json"))
+    out = capsys.readouterr().out
+    assert rc == 4, out  # the unreachable login node (4 before 3, remote/exitcodes.py)
+    [archive] = archives(work, name)
+    assert f"{name}: {RMA}: evidence in {archive}" in out, out
+    assert json.loads((work / "result.json").read_text())["hosts"][name]["evidence"] == str(archive)
