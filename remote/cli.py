@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import getpass
 import json
+import math
 import os
 import signal
 import sys
@@ -328,7 +329,7 @@ def evidence(host: Optional[str], inventory: str, logs_dir: str = LOGS_DIR,
 
 
 def _seconds(flag: str, value: Union[float, str, None]) -> Optional[float]:
-    """A positive number of seconds given as `flag`, or None when not given."""
+    """A positive, finite number of seconds given as `flag`, or None when not given."""
     if value is None:
         return None
     try:
@@ -337,6 +338,8 @@ def _seconds(flag: str, value: Union[float, str, None]) -> Optional[float]:
         raise InputError(f"{flag} must be a number of seconds, not {value!r}") from None
     if not seconds > 0:
         raise InputError(f"{flag} must be more than 0, not {value!r}")
+    if math.isinf(seconds):  # no bound at all (1e400 is one too)
+        raise InputError(f"{flag} must be a finite number of seconds, not {value!r}")
     return seconds
 
 

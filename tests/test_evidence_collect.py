@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from remote import cli
 from remote.errors import PullError
 from remote.evidence import RMA
 from remote.evidence.archive import check_manifest
-from tests.conftest import REPO
+from tests.conftest import REPO, write_yaml
 from validate import actions
 from validate.evidence import archive_stem
 
@@ -189,3 +190,19 @@ def test_a_stopped_collector_takes_the_running_bug_report_with_it(tmp_path, stan
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+@pytest.mark.parametrize("value", ["inf", "1e400", "nan", "0", "-5", "soon"])
+def test_a_bug_report_timeout_that_bounds_nothing_is_bad_input(tmp_path, capsys, value):
+    """`--bug-report-timeout` is a bound: infinity (or a number that overflows to it) is no
+    bound, and the host command's own limit is twice it plus a margin, so it must be a finite
+    number of seconds. Exit 2, one line, no host contacted (the inventory's host is a closed
+    port on loopback, never dialled)."""
+    inventory = write_yaml(tmp_path / "inventory.yaml", {
+        "hosts": {"gpu1": {"address": "127.0.0.1", "port": 9, "user": "nobody"}}})
+    rc = cli.evidence(host="gpu1", inventory=str(inventory), logs_dir=str(tmp_path / "logs"),
+                      bug_report_timeout=value)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "--bug-report-timeout" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "logs").exists()
