@@ -206,3 +206,18 @@ def test_a_bug_report_timeout_that_bounds_nothing_is_bad_input(tmp_path, capsys,
     assert rc == 2, err
     assert "--bug-report-timeout" in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "logs").exists()
+
+
+def test_the_control_sides_limit_outlasts_the_collectors_own_bounds():
+    """The host command's limit (remote/evidence/job.py) is the bug report's two runs plus a
+    margin; the collector also waits up to SMI_TIMEOUT_S for `nvidia-smi -q` and, without
+    --kernel-log, up to KERNEL_LOG_TIMEOUT_S for each kernel log command in turn. The margin
+    must hold all of them and a minute to pack (ours, unsourced), or a host whose journalctl
+    hangs loses its whole archive, bug report included, to the control side's limit."""
+    from remote.evidence import job
+    from validate import evidence
+    from validate.checks import xid
+
+    assert (job.FULL_TIMEOUT_S, job.SAFE_TIMEOUT_S) == (evidence.FULL_TIMEOUT_S, evidence.SAFE_TIMEOUT_S)
+    host_side = evidence.SMI_TIMEOUT_S + len(xid.KERNEL_LOG_COMMANDS) * xid.KERNEL_LOG_TIMEOUT_S
+    assert job.MARGIN_S >= host_side + 60, (job.MARGIN_S, host_side)
