@@ -264,25 +264,27 @@ def inner(stem: str, extra) -> bytes:
                     (file_info(f"{stem}/xid.log"), data)] + extra)
 
 
-STEM = f"evidence-h-{SERIAL}"
+OTHER = f"evidence-gpu-other-{SERIAL}"  # another host's name
 HOSTILE = {
     # the folder the host sends
-    "outer link": (lambda: tarball([(link_info(f"./{STEM}.tar.gz", "/etc/passwd"), None)]),
+    "outer link": (lambda STEM: tarball([(link_info(f"./{STEM}.tar.gz", "/etc/passwd"), None)]),
                    "has a link or device"),
-    "outer ../": (lambda: tarball([(file_info(f"./../../escape/{STEM}.tar.gz"), b"x")]),
+    "outer ../": (lambda STEM: tarball([(file_info(f"./../../escape/{STEM}.tar.gz"), b"x")]),
                   "has an unsafe path"),
-    "outer hard link": (lambda: tarball([(link_info(f"./{STEM}.tar.gz", "/etc/shadow", tarfile.LNKTYPE), None)]),
+    "outer hard link": (lambda STEM: tarball([(link_info(f"./{STEM}.tar.gz", "/etc/shadow", tarfile.LNKTYPE), None)]),
                         "has a link or device"),
-    "outer oversize": (lambda: tarball([(file_info(f"./{STEM}.tar.gz"), os.urandom(3 << 20))]),
+    "outer oversize": (lambda STEM: tarball([(file_info(f"./{STEM}.tar.gz"), os.urandom(3 << 20))]),
                        "over the 1 MiB allowed (GPUPROV_PULL_MAX_ARCHIVE_BYTES)"),
-    "not an archive's name": (lambda: tarball([(file_info("./results.json"), b"{}")]),
+    "not an archive's name": (lambda STEM: tarball([(file_info("./results.json"), b"{}")]),
                               "not one evidence-<host>-<serials>.tar.gz"),
+    "another host's archive": (lambda STEM: tarball([(file_info(f"./{OTHER}.tar.gz"), inner(OTHER, []))]),
+                               "not one evidence-<host>-<serials>.tar.gz"),
     # the evidence archive inside it
-    "inner link": (lambda: tarball([(file_info(f"./{STEM}.tar.gz"), inner(STEM, [
+    "inner link": (lambda STEM: tarball([(file_info(f"./{STEM}.tar.gz"), inner(STEM, [
         (link_info(f"{STEM}/stack.json", "/etc/passwd"), None)]))]), "has a link or device"),
-    "inner ../": (lambda: tarball([(file_info(f"./{STEM}.tar.gz"), inner(STEM, [
+    "inner ../": (lambda STEM: tarball([(file_info(f"./{STEM}.tar.gz"), inner(STEM, [
         (file_info(f"{STEM}/../../../../escape"), b"x")]))]), "has an unsafe path"),
-    "inner unlisted file": (lambda: tarball([(file_info(f"./{STEM}.tar.gz"), inner(STEM, [
+    "inner unlisted file": (lambda STEM: tarball([(file_info(f"./{STEM}.tar.gz"), inner(STEM, [
         (file_info(f"{STEM}/planted.sh"), b"x")]))]), "does not match its files"),
 }
 
@@ -296,7 +298,7 @@ def test_a_hostile_archive_is_refused_with_nothing_written_outside(host, tools, 
     written anywhere else, and no hidden folder is left."""
     name, inventory = host
     crafted, reason = HOSTILE[case]
-    (tools / "pack").write_bytes(crafted())
+    (tools / "pack").write_bytes(crafted(f"evidence-{name}-{SERIAL}"))
     os.chmod(tools / "pack", 0o644)
     monkeypatch.setenv("GPUPROV_PULL_MAX_ARCHIVE_BYTES", str(1 << 20))
     before = tree(work)

@@ -22,7 +22,7 @@ import pytest
 from remote import cli
 from remote.errors import PullError
 from remote.evidence import RMA
-from remote.evidence.archive import check_manifest
+from remote.evidence.archive import check_manifest, host_part
 from tests.conftest import REPO, write_yaml
 from validate import actions
 from validate.evidence import archive_stem
@@ -221,3 +221,10 @@ def test_the_control_sides_limit_outlasts_the_collectors_own_bounds():
     assert (job.FULL_TIMEOUT_S, job.SAFE_TIMEOUT_S) == (evidence.FULL_TIMEOUT_S, evidence.SAFE_TIMEOUT_S)
     host_side = evidence.SMI_TIMEOUT_S + len(xid.KERNEL_LOG_COMMANDS) * xid.KERNEL_LOG_TIMEOUT_S
     assert job.MARGIN_S >= host_side + 60, (job.MARGIN_S, host_side)
+
+
+@pytest.mark.parametrize("name", ["gpu1", "a/b", "..", "rack 3/gpu_7.", "x" * 100, "héte.-host"])
+def test_the_control_side_expects_the_host_part_the_collector_writes(name):
+    """The control side refuses an archive not named for the host it came from (a host cannot
+    hand in evidence under another host's name); it must expect what the collector writes."""
+    assert f"evidence-{host_part(name)}-no-serial" == archive_stem(name, [])
