@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import getpass
 import json
+import math
 import os
 import signal
 import sys
@@ -269,12 +270,12 @@ def validate(host: Optional[str], inventory: str, suite: str = "quick",
         return print_hosts(hosts, outputs.stream)
     ssh_route = Validate(suite, Path(logs_dir))
     job: Job = RecordStack(ssh_route, Path(logs_dir))
-    if evidence:  # after an RMA verdict (remote/evidence/)
-        job = AfterRMA(job, CollectEvidence(Path(logs_dir)))
     expand = None
     if any(h.scheduler for h in hosts):
         job = cluster_job = ClusterValidate(ssh_route, SCHEDULERS, drain_failed, resume_passed)
         expand = cluster_job.with_nodes
+    if evidence:  # after an RMA verdict (remote/evidence/); a login node has no results.json
+        job = AfterRMA(job, CollectEvidence(Path(logs_dir)))
     return _execute(inv, hosts, "validate", job, extra_vars, forks_n, outputs, False, logs_dir,
                     expand=expand, rollout=rollout)
 
@@ -361,7 +362,7 @@ def evidence(host: Optional[str], inventory: str, logs_dir: str = LOGS_DIR,
 
 
 def _seconds(flag: str, value: Union[float, str, None]) -> Optional[float]:
-    """A positive number of seconds given as `flag`, or None when not given."""
+    """A positive, finite number of seconds given as `flag`, or None when not given."""
     if value is None:
         return None
     try:
@@ -370,6 +371,8 @@ def _seconds(flag: str, value: Union[float, str, None]) -> Optional[float]:
         raise InputError(f"{flag} must be a number of seconds, not {value!r}") from None
     if not seconds > 0:
         raise InputError(f"{flag} must be more than 0, not {value!r}")
+    if math.isinf(seconds):  # no bound at all (1e400 is one too)
+        raise InputError(f"{flag} must be a finite number of seconds, not {value!r}")
     return seconds
 
 

@@ -176,3 +176,28 @@ def test_root_pages_run_end_to_end(page, tmp_path):
         assert list((work / "reports").glob("*/report.html")), "the tutorial ends with a report"
     finally:
         subprocess.run(["bash", "-c", "gpuprov sandbox down"], cwd=work, env=env, capture_output=True)
+
+
+def _statements(text: str) -> list[str]:
+    """The paragraphs (120 characters or more) and table rows (60 or more) of a Markdown page,
+    whitespace folded; code blocks left out (a command may well be shown twice)."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    out = []
+    for para in text.split("\n\n"):
+        if para.lstrip().startswith("|"):
+            out += [" ".join(row.split()) for row in para.strip().splitlines()
+                    if len(row) >= 60 and not set(row.strip()) <= set("|-: ")]
+        elif len(" ".join(para.split())) >= 120:
+            out.append(" ".join(para.split()))
+    return out
+
+
+def test_no_statement_is_made_in_two_pages():
+    """Issue 36: each figure and explanation is stated in one place only; a page repeating
+    another's paragraph or table row drifts from it at the next change. Pages link instead."""
+    where: dict[str, list[str]] = {}
+    for page in sorted(DOCS.rglob("*.md")) + [ROOT / "README.md"]:
+        for statement in _statements(page.read_text(encoding="utf-8")):
+            where.setdefault(statement, []).append(str(page.relative_to(ROOT)))
+    twice = {s[:80]: pages for s, pages in where.items() if len(set(pages)) > 1}
+    assert not twice, twice

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from remote import cli
 from remote.evidence import RMA
@@ -263,25 +264,27 @@ def inner(stem: str, extra) -> bytes:
                     (file_info(f"{stem}/xid.log"), data)] + extra)
 
 
-STEM = f"evidence-h-{SERIAL}"
+OTHER = f"evidence-gpu-other-{SERIAL}"  # another host's name
 HOSTILE = {
     # the folder the host sends
-    "outer link": (lambda: tarball([(link_info(f"./{STEM}.tar.gz", "/etc/passwd"), None)]),
+    "outer link": (lambda STEM: tarball([(link_info(f"./{STEM}.tar.gz", "/etc/passwd"), None)]),
                    "has a link or device"),
-    "outer ../": (lambda: tarball([(file_info(f"./../../escape/{STEM}.tar.gz"), b"x")]),
+    "outer ../": (lambda STEM: tarball([(file_info(f"./../../escape/{STEM}.tar.gz"), b"x")]),
                   "has an unsafe path"),
-    "outer hard link": (lambda: tarball([(link_info(f"./{STEM}.tar.gz", "/etc/shadow", tarfile.LNKTYPE), None)]),
+    "outer hard link": (lambda STEM: tarball([(link_info(f"./{STEM}.tar.gz", "/etc/shadow", tarfile.LNKTYPE), None)]),
                         "has a link or device"),
-    "outer oversize": (lambda: tarball([(file_info(f"./{STEM}.tar.gz"), os.urandom(3 << 20))]),
+    "outer oversize": (lambda STEM: tarball([(file_info(f"./{STEM}.tar.gz"), os.urandom(3 << 20))]),
                        "over the 1 MiB allowed (GPUPROV_PULL_MAX_ARCHIVE_BYTES)"),
-    "not an archive's name": (lambda: tarball([(file_info("./results.json"), b"{}")]),
+    "not an archive's name": (lambda STEM: tarball([(file_info("./results.json"), b"{}")]),
                               "not one evidence-<host>-<serials>.tar.gz"),
+    "another host's archive": (lambda STEM: tarball([(file_info(f"./{OTHER}.tar.gz"), inner(OTHER, []))]),
+                               "not one evidence-<host>-<serials>.tar.gz"),
     # the evidence archive inside it
-    "inner link": (lambda: tarball([(file_info(f"./{STEM}.tar.gz"), inner(STEM, [
+    "inner link": (lambda STEM: tarball([(file_info(f"./{STEM}.tar.gz"), inner(STEM, [
         (link_info(f"{STEM}/stack.json", "/etc/passwd"), None)]))]), "has a link or device"),
-    "inner ../": (lambda: tarball([(file_info(f"./{STEM}.tar.gz"), inner(STEM, [
+    "inner ../": (lambda STEM: tarball([(file_info(f"./{STEM}.tar.gz"), inner(STEM, [
         (file_info(f"{STEM}/../../../../escape"), b"x")]))]), "has an unsafe path"),
-    "inner unlisted file": (lambda: tarball([(file_info(f"./{STEM}.tar.gz"), inner(STEM, [
+    "inner unlisted file": (lambda STEM: tarball([(file_info(f"./{STEM}.tar.gz"), inner(STEM, [
         (file_info(f"{STEM}/planted.sh"), b"x")]))]), "does not match its files"),
 }
 
@@ -295,7 +298,7 @@ def test_a_hostile_archive_is_refused_with_nothing_written_outside(host, tools, 
     written anywhere else, and no hidden folder is left."""
     name, inventory = host
     crafted, reason = HOSTILE[case]
-    (tools / "pack").write_bytes(crafted())
+    (tools / "pack").write_bytes(crafted(f"evidence-{name}-{SERIAL}"))
     os.chmod(tools / "pack", 0o644)
     monkeypatch.setenv("GPUPROV_PULL_MAX_ARCHIVE_BYTES", str(1 << 20))
     before = tree(work)
@@ -312,12 +315,14 @@ def test_a_hostile_archive_is_refused_with_nothing_written_outside(host, tools, 
 def test_an_rma_verdict_brings_the_evidence_and_no_evidence_leaves_it(host, tools, work, capsys):
     """`validate` on a host whose kernel log has an Xid whose action is drain and replace
     (RMA): the run's folder gains the evidence archive, holding that run's results.json and
-    stack.json, and the recap says where it is. With --no-evidence it does not."""
+    stack.json, and the recap and `--json` say where it is. With --no-evidence it does not."""
     name, inventory = host
-    rc = cli.validate(host=name, inventory=str(inventory), logs_dir=str(work / "logs"))
+    rc = cli.validate(host=name, inventory=str(inventory), logs_dir=str(work / "logs"),
+                      json_path=str(work / "result.json"))
     out = capsys.readouterr().out
     assert rc == 3, out
     [archive] = archives(work, name)
+    assert json.loads((work / "result.json").read_text())["hosts"][name]["evidence"] == str(archive)
     run = archive.parent
     assert json.loads((run / "results.json").read_text())["action"] == RMA
     stem = archive.name[:-len(".tar.gz")]
@@ -326,10 +331,12 @@ def test_an_rma_verdict_brings_the_evidence_and_no_evidence_leaves_it(host, tool
     assert files[f"{stem}/stack.json"] == (run / "stack.json").read_bytes()
     assert f"{name}: {RMA}: evidence in {archive}" in out, out
 
-    rc = cli.validate(host=name, inventory=str(inventory), logs_dir=str(work / "logs"), evidence=False)
+    rc = cli.validate(host=name, inventory=str(inventory), logs_dir=str(work / "logs"), evidence=False,
+                      json_path=str(work / "result.json"))
     out = capsys.readouterr().out
     assert rc == 3, out
     assert archives(work, name) == [archive], "no second archive"
+    assert "evidence" not in json.loads((work / "result.json").read_text())["hosts"][name]
     assert "evidence" not in out.replace("--no-evidence", ""), out
 
 
@@ -344,3 +351,21 @@ def test_provision_brings_the_evidence_after_its_validations_rma_verdict(host, t
     assert rc == 3, out
     [archive] = archives(work, name)
     assert (archive.parent / "results.json").is_file() and f"{RMA}: evidence in {archive}" in out, out
+
+
+def test_a_selection_with_a_cluster_still_brings_the_evidence(host, tools, work, capsys):
+    """`validate` on a selection that holds a cluster's login node sends its other hosts down
+    the SSH route: an RMA verdict there brings the evidence as it does alone. The login node
+    here is unreachable (a closed port on loopback): only its row is affected."""
+    name, inventory = host
+    data = yaml.safe_load(Path(inventory).read_text())
+    data["hosts"]["login1"] = {"address": "127.0.0.1", "port": 9, "user": TEST_USER,
+                               "slurm": {"partition": "debug"}}
+    write_yaml(Path(inventory), data)
+    rc = cli.validate(host=f"{name},login1", inventory=str(inventory), logs_dir=str(work / "logs"),
+                      json_path=str(work / "result.json"))
+    out = capsys.readouterr().out
+    assert rc == 4, out  # the unreachable login node (4 before 3, remote/exitcodes.py)
+    [archive] = archives(work, name)
+    assert f"{name}: {RMA}: evidence in {archive}" in out, out
+    assert json.loads((work / "result.json").read_text())["hosts"][name]["evidence"] == str(archive)

@@ -10,17 +10,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
 
+from remote import cli
 from remote.errors import PullError
 from remote.evidence import RMA
-from remote.evidence.archive import check_manifest
-from tests.conftest import REPO
+from remote.evidence.archive import check_manifest, host_part
+from tests.conftest import REPO, write_yaml
 from validate import actions
 from validate.evidence import archive_stem
 
@@ -137,3 +140,91 @@ def test_the_real_h200_archive_opens_as_the_control_side_opens_it(tmp_path):
     assert archive.name == f"evidence-vm-{gpu['serial']}.tar.gz"
     assert [m["name"] for m in manifest["missing"]] == ["nvidia-bug-report.log.gz", "results.json",
                                                         "stack.json"]
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie waiting for its reaper is not running)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_stopped_collector_takes_the_running_bug_report_with_it(tmp_path, standins):
+    """Ctrl-C or the control side's time limit stops the collector as the transport stops any
+    command: SIGTERM to the command's process group (remote/transport/base.py). The bug report
+    script runs in a session of its own (so that its own time limit can kill its children), out
+    of that group: the collector must take it down as it goes, or a hung script (the case the
+    time limit is for) keeps running as root on the host after the run has stopped."""
+    pid_file = tmp_path / "script.pid"
+    (standins / "nvidia-bug-report.sh").write_text(
+        f"#!/bin/sh\n# STAND-IN for NVIDIA's nvidia-bug-report.sh: a full run that hangs\n"
+        f"sleep 600 &\necho \"$$ $!\" > {pid_file}.part && mv {pid_file}.part {pid_file}\nwait\n")
+    kernel_log = tmp_path / "kern.log"
+    kernel_log.write_text("")
+    env = dict(os.environ, PATH=f"{standins}:{os.environ['PATH']}", PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "validate.evidence", "--out", str(tmp_path / "out"),
+                             "--host", "gpu1", "--kernel-log", str(kernel_log)],
+                            env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        for _ in range(300):
+            if pid_file.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert pid_file.exists(), proc.stderr.read() if proc.poll() is not None else "no script"
+        script, sleeper = (int(p) for p in pid_file.read_text().split())
+        os.killpg(proc.pid, signal.SIGTERM)  # as `kill -TERM -- -PGID` does
+        proc.wait(timeout=30)
+        for _ in range(100):
+            if not _alive(script) and not _alive(sleeper):
+                break
+            time.sleep(0.1)
+        left = [pid for pid in (script, sleeper) if _alive(pid)]
+        for pid in left:  # the test's own processes: never leave them behind
+            os.kill(pid, signal.SIGKILL)
+        assert not left, "the bug report script outlived the collector"
+        assert proc.returncode == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.mark.parametrize("value", ["inf", "1e400", "nan", "0", "-5", "soon"])
+def test_a_bug_report_timeout_that_bounds_nothing_is_bad_input(tmp_path, capsys, value):
+    """`--bug-report-timeout` is a bound: infinity (or a number that overflows to it) is no
+    bound, and the host command's own limit is twice it plus a margin, so it must be a finite
+    number of seconds. Exit 2, one line, no host contacted (the inventory's host is a closed
+    port on loopback, never dialled)."""
+    inventory = write_yaml(tmp_path / "inventory.yaml", {
+        "hosts": {"gpu1": {"address": "127.0.0.1", "port": 9, "user": "nobody"}}})
+    rc = cli.evidence(host="gpu1", inventory=str(inventory), logs_dir=str(tmp_path / "logs"),
+                      bug_report_timeout=value)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "--bug-report-timeout" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "logs").exists()
+
+
+def test_the_control_sides_limit_outlasts_the_collectors_own_bounds():
+    """The host command's limit (remote/evidence/job.py) is the bug report's two runs plus a
+    margin; the collector also waits up to SMI_TIMEOUT_S for `nvidia-smi -q` and, without
+    --kernel-log, up to KERNEL_LOG_TIMEOUT_S for each kernel log command in turn. The margin
+    must hold all of them and a minute to pack (ours, unsourced), or a host whose journalctl
+    hangs loses its whole archive, bug report included, to the control side's limit."""
+    from remote.evidence import job
+    from validate import evidence
+    from validate.checks import xid
+
+    assert (job.FULL_TIMEOUT_S, job.SAFE_TIMEOUT_S) == (evidence.FULL_TIMEOUT_S, evidence.SAFE_TIMEOUT_S)
+    host_side = evidence.SMI_TIMEOUT_S + len(xid.KERNEL_LOG_COMMANDS) * xid.KERNEL_LOG_TIMEOUT_S
+    assert job.MARGIN_S >= host_side + 60, (job.MARGIN_S, host_side)
+
+
+@pytest.mark.parametrize("name", ["gpu1", "a/b", "..", "rack 3/gpu_7.", "x" * 100, "héte.-host"])
+def test_the_control_side_expects_the_host_part_the_collector_writes(name):
+    """The control side refuses an archive not named for the host it came from (a host cannot
+    hand in evidence under another host's name); it must expect what the collector writes."""
+    assert f"evidence-{host_part(name)}-no-serial" == archive_stem(name, [])

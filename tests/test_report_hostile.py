@@ -316,3 +316,20 @@ def test_a_large_fleet_legend_names_the_slow_hosts_and_counts_the_rest(tmp_path,
         assert len(labels) == hosts
     else:
         assert len(labels) == 2 and "99 hosts within their peers" in labels
+
+
+def test_the_legend_counts_hosts_not_series_when_runs_have_several_heads(tmp_path):
+    # 15 hosts whose runs each print two heads (two series a host): 30 series, 15 hosts. Up to
+    # MAX_LEGEND_HOSTS hosts every series keeps its entry; 25 such hosts are counted as 24
+    # hosts (not 48 series) within their peers.
+    def make(hosts: int) -> list[str]:
+        logs = tmp_path / f"logs{hosts}"
+        for h in range(hosts):
+            slow = h == 3
+            log = "".join(seed_log({"resnet50": 8.0 if slow else 5.0}, label) for label in ("PyTorch", "TRT"))
+            write_run(logs, f"gpu{h:03d}", "r1", log)
+        return latency_figure(build_report(logs)).axes[0].get_legend_handles_labels()[1]
+
+    assert len(make(15)) == 30
+    labels = make(25)
+    assert "24 hosts within their peers" in labels, labels

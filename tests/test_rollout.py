@@ -72,7 +72,8 @@ def test_serial_values(value, items):
 
 
 @pytest.mark.parametrize("value", ["", "x", "-1", "1.5", "150%", "%", "1,,2", [], True, 2.5,
-                                   {"a": 1}, ["1", None]])
+                                   {"a": 1}, ["1", None],
+                                   "\u00b2", "5\u00b2%"])  # str.isdigit() says yes, int() no
 def test_bad_serial_is_one_line_at_its_place(value):
     with pytest.raises(InputError) as err:
         parse_serial(value, "serial", Where("site.yaml", 3))

@@ -114,18 +114,23 @@ def run_bounded(argv: list[str], cwd: str, timeout: float, log_path: str) -> tup
     whole process group is killed (the script's children too: a hung ``nvidia-smi`` under it
     would otherwise keep running). (exit status or None when killed, seconds taken)."""
     start = time.monotonic()
+    rc: int | None = None
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            rc: int | None = proc.wait(timeout=timeout)
+            rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            proc.wait()
-            rc = None
+            pass
+        finally:
+            # Past the bound, or this process stopped (SIGTERM from the transport's kill of
+            # our process group, Ctrl-C: `main`): the group is out of that group's reach.
+            if rc is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                proc.wait()
     return rc, time.monotonic() - start
 
 
@@ -331,8 +336,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return opts
 
 
+def _exit_on_signal(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # unwinds: the running script's group is killed, the stage removed
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(sys.argv[1:] if argv is None else argv)
+    # gpuprov stops a command with SIGTERM to its process group (Ctrl-C, its time limit); a
+    # lost connection may bring SIGHUP. Either way the script runs in a session of its own.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _exit_on_signal)
     path = collect(opts)
     print("evidence: %s" % path)
     return 0

@@ -63,6 +63,7 @@ class HostResult:
     warnings: list[str] = field(default_factory=list)  # shown, but the host did not fail
     cache: str = ""  # how the host reached the fleet cache ("" : no cache used)
     not_started: str = ""  # why a rollout never started this host ("" : it was started)
+    evidence: str = ""  # the evidence archive an RMA verdict brought home (remote/evidence/)
 
     def counts(self) -> dict[str, int]:
         counts = {status.value: 0 for status in StepStatus}
@@ -92,6 +93,8 @@ class HostResult:
             data["cache"] = self.cache
         if self.not_started:
             data["not_started"] = redact(self.not_started)
+        if self.evidence:
+            data["evidence"] = redact(self.evidence)
         return data
 
 

@@ -46,7 +46,7 @@ def _serial_item(value: Any, what: str, where: Optional[Where]) -> SerialItem:
         raise _bad(f"{what} must be {SERIAL_MUST}, not {value!r}", where)
     text = str(value).strip()
     number = text[:-1].strip() if text.endswith("%") else text
-    if not number.isdigit():  # also refuses '-1', '1.5' and ''
+    if not (number.isascii() and number.isdigit()):  # also '-1', '1.5', '' and '²' (int() refuses it)
         raise _bad(f"{what} must be {SERIAL_MUST}, not {value!r}", where)
     if text.endswith("%"):
         if int(number) > 100:

@@ -27,20 +27,30 @@ SUFFIX = EVIDENCE_SUFFIX
 # validate/evidence.py archive_stem: letters, digits, '.', '-', '_' and the '+N' of a cut list
 NAME = re.compile(re.escape(EVIDENCE_PREFIX) + r"[A-Za-z0-9._+-]{1,250}" + re.escape(SUFFIX))
 HIDDEN = ".evidence"  # the hidden folder of the run folder the archive is checked in
+# validate/evidence.py archive_stem's host part: the name with runs of other characters as '_'
+# (tests/test_evidence_collect.py holds the two equal)
+_UNSAFE = re.compile(r"[^A-Za-z0-9.-]+")
+
+
+def host_part(host_name: str) -> str:
+    """The `<host>` of `evidence-<host>-<serials>.tar.gz` as the collector writes it."""
+    return (_UNSAFE.sub("_", host_name).strip("._") or "host")[:64]
 
 
 def bring_home(conn: BaseConnection, remote_out: str, run_folder: Path, run_id: str,
                timeout: float, idle_timeout: Optional[float]) -> tuple[Path, dict[str, Any]]:
     """Pull the host's `remote_out` (a quoted shell word: the folder holding the archive) and
-    store its checked archive in `run_folder`: (its path, its manifest). PullError otherwise,
-    with nothing left in `run_folder` but what was there."""
+    store its checked archive, named for the host of `conn`, in `run_folder`: (its path, its
+    manifest). PullError otherwise, with nothing left in `run_folder` but what was there."""
     hidden = run_folder / HIDDEN
+    prefix = f"{EVIDENCE_PREFIX}{host_part(conn.host.name)}-"
     try:
         pulled = hidden / "pulled" / run_id
         res, names = pull(conn, remote_out, pulled, timeout=timeout, idle_timeout=idle_timeout)
         if res.rc != 0:
             raise PullError(f"no evidence archive on the host ({res.err.strip()[:200] or f'exit {res.rc}'})")
-        if len(names) != 1 or not NAME.fullmatch(names[0]) or not (pulled / names[0]).is_file():
+        if len(names) != 1 or not NAME.fullmatch(names[0]) or not names[0].startswith(prefix) \
+                or not (pulled / names[0]).is_file():  # another host's name is not this host's
             raise PullError(f"the host sent {names[:5]!r}, not one {EVIDENCE_PREFIX}<host>-<serials>{SUFFIX}")
         name = names[0]
         opened = hidden / "opened" / run_id

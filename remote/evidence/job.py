@@ -31,10 +31,12 @@ OUTCOME = "evidence"
 # validate/actions.py DRAIN_RMA, the worst action (tests/test_evidence.py holds them equal).
 RMA = "drain and replace (RMA)"
 # validate/evidence.py's own bounds (FULL_TIMEOUT_S, SAFE_TIMEOUT_S); the command gets both and
-# this margin for nvidia-smi -q and the kernel log (60 s each there) and the packing.
+# this margin for what the collector waits for besides: nvidia-smi -q (60 s there), the kernel
+# log (journalctl, then dmesg: 60 s each, validate/checks/xid.py) and a minute to pack (ours,
+# unsourced). tests/test_evidence_collect.py holds them together.
 FULL_TIMEOUT_S = 300.0
 SAFE_TIMEOUT_S = 180.0
-MARGIN_S = 180.0
+MARGIN_S = 240.0
 CLEANUP_TIMEOUT_S = 60.0
 
 
@@ -79,11 +81,12 @@ class CollectEvidence:
     def __call__(self, session: HostSession) -> None:
         session.gather_facts(session.var_facts)
         session.build_context()
-        text, ok = self.run(session)
-        session.conclude(Outcome(OUTCOME, text, ok))
+        text, path = self.run(session)
+        session.conclude(Outcome(OUTCOME, text, path is not None))
 
-    def run(self, session: HostSession) -> tuple[str, bool]:
-        """Collect on the host of `session` (its context built): (text for the recap, ok)."""
+    def run(self, session: HostSession) -> tuple[str, Optional[Path]]:
+        """Collect on the host of `session` (its context built): (text for the recap, the
+        archive's path; None when it was not collected)."""
         host = session.host
         session.reporter.running(host.name, "evidence")
         run_id = session.options.run_id
@@ -101,10 +104,10 @@ class CollectEvidence:
                 session.log.command("evidence", "python -m validate.evidence", res.rc, res.elapsed_s,
                                     res.out, res.err)
                 if res.rc == UNPACK_FAILED:
-                    return f"evidence not collected: the package did not unpack ({res.err.strip()[:200]})", False
+                    return f"evidence not collected: the package did not unpack ({res.err.strip()[:200]})", None
                 if res.rc != 0:
                     last = (res.err or res.out).strip().splitlines()[-1:] or [f"exit {res.rc}"]
-                    return f"evidence not collected: {printable_line(last[0])[:200]}", False
+                    return f"evidence not collected: {printable_line(last[0])[:200]}", None
                 timeouts = session.inventory.timeouts
                 path, manifest = bring_home(session.conn, f"{stage}/out", folder, run_id,
                                             min(PULL_TIMEOUT_S, timeouts.command), timeouts.idle)
@@ -114,13 +117,13 @@ class CollectEvidence:
             raise  # the session's to handle, as for any job: the run stops, the host is unreachable
         except CommandTimeout as exc:
             session.log.event(f"evidence {exc}")
-            return f"evidence not collected: {exc}", False
+            return f"evidence not collected: {exc}", None
         except GpuprovError as exc:
             session.log.event(f"evidence not collected: {exc}")
-            return f"evidence not collected: {exc}", False
+            return f"evidence not collected: {exc}", None
         text = summary(path, manifest)
         session.log.event(text)
-        return text, True
+        return text, path
 
     def _prepare(self, session: HostSession, stage: str) -> tuple[str, list[str]]:
         """Make the host's working folder `stage` afresh with the last results.json and
@@ -198,7 +201,8 @@ def worst_action(results: Path) -> Optional[str]:
 class AfterRMA:
     """`job`, then the evidence when this run's validation of the host ended with the worst
     action "drain and replace (RMA)". The host's outcome stays the validation's; the evidence's
-    line goes to the recap's notes and the run log."""
+    line goes to the recap's notes and the run log, the archive's path to the host's `--json`
+    result (`evidence`)."""
 
     def __init__(self, job: Job, collect: CollectEvidence):
         self.job = job
@@ -213,5 +217,7 @@ class AfterRMA:
         folder = run_dir(self.collect.logs_dir, session.host.name, session.options.run_id)
         if worst_action(folder / RESULTS) != RMA:
             return
-        text, _ = self.collect.run(session)
+        text, path = self.collect.run(session)
+        if path is not None:
+            session.result.evidence = str(path)
         session.reporter.note(f"{session.host.name}: {RMA}: {text}")

@@ -85,8 +85,9 @@ def latency_figure(report: Report) -> Figure:
     n = len(series)
     spread = min(0.6, 0.12 * n)
     normal = 0
-    crowd = n > MAX_LEGEND_HOSTS
-    healthy = sum(1 for _, host, *_ in series if host not in slow)
+    # a host whose run printed several heads has a series per head: count hosts, not series
+    crowd = len({host for _, host, *_ in series}) > MAX_LEGEND_HOSTS
+    healthy = len({host for _, host, *_ in series if host not in slow})
     for i, (name, host, _label, values) in enumerate(series):
         offset = (i - (n - 1) / 2) * (spread / max(1, n - 1)) if n > 1 else 0.0
         pts = sorted((xs[m] + offset, v) for m, v in values.items())

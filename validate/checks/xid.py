@@ -26,6 +26,11 @@ from .. import driver_errors, host
 # "Members of the groups systemd-journal, adm, and wheel can read all journal
 # files").
 JOURNAL_GROUPS = ("adm", "systemd-journal", "wheel")
+# Where the kernel log comes from without --kernel-log, tried in turn, each bounded (ours,
+# unsourced): up to len(KERNEL_LOG_COMMANDS) x KERNEL_LOG_TIMEOUT_S seconds in all.
+# -o short-iso: dated lines, so acknowledged_before can judge them (issue 32)
+KERNEL_LOG_COMMANDS = (["journalctl", "-k", "-b", "--no-pager", "-q", "-o", "short-iso"], ["dmesg"])
+KERNEL_LOG_TIMEOUT_S = 60
 
 
 def read_kernel_log(path=None):
@@ -37,8 +42,8 @@ def read_kernel_log(path=None):
         except OSError as exc:
             return None, None, ["%s: %s" % (path, exc.strerror or exc)]
     reasons = []
-    for argv in (["journalctl", "-k", "-b", "--no-pager", "-q", "-o", "short-iso"], ["dmesg"]):
-        out = host.run_tool(argv, timeout=60)
+    for argv in KERNEL_LOG_COMMANDS:
+        out = host.run_tool(argv, timeout=KERNEL_LOG_TIMEOUT_S)
         if out["error"]:
             reasons.append(out["error"])
         elif out["rc"] != 0:
