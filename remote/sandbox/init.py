@@ -464,7 +464,7 @@ def spawn(cfg: str, unshare: str) -> int:
     log = open(Path(h["dir"]) / "console.log", "a")
     net: List[str] = []
     env = dict(os.environ)
-    keep: tuple = ()
+    keep: "tuple[int, ...]" = ()
     if h.get("offline"):
         # the host's one way in, made here in the machine's namespace (see `Relay`)
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
