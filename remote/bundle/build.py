@@ -205,9 +205,15 @@ def fetch_debs(packages: list[str], dest: Path) -> dict[str, str]:
     _run(["apt-get", "download", "-q", *closure], "apt-get download", cwd=dest)
     versions = {}
     for deb in sorted(dest.glob("*.deb")):
-        fields = _run(["dpkg-deb", "-f", str(deb), "Package", "Version"], "dpkg-deb")
+        fields = _run(["dpkg-deb", "-f", str(deb), "Package", "Version", "Architecture"], "dpkg-deb")
         info = dict(line.split(": ", 1) for line in fields.splitlines() if ": " in line)
         versions[info["Package"]] = info["Version"]
+        # named as in Debian's pool, without the epoch: apt-get download writes its colon as
+        # `%3a`, which apt would read back as a colon in a file: URI
+        plain = f"{info['Package']}_{info['Version'].partition(':')[2] or info['Version']}_" \
+                f"{info['Architecture']}.deb"
+        if plain != deb.name:
+            deb.rename(dest / plain)
     return versions
 
 
