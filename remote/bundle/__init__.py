@@ -6,7 +6,7 @@ pushes it to each host and installs from it alone, on hosts that reach no networ
 - `archive`  the archive's layout and manifest, and its check (a file that does not match the
              manifest, or a lock that does not match the recipe's: one line naming it, exit 2).
 - `build`    `gpuprov bundle`: wheels with `pip download`, .debs with `apt-get download`, the
-             signed repository with dpkg-scanpackages and gpg; written whole or not at all.
+             signed repository (Debian's own index stanzas) and gpg; written whole or not at all.
 - `push`     the job that sends a checked bundle to a host once and unpacks it there, before
              the recipe's steps; the kinds then install from it (`Kind.through_bundle`).
 

@@ -11,7 +11,8 @@ target distribution: they come from this machine's own apt sources).
   again here against its lock.
 - Debian packages: the literal packages of the recipe's `apt` steps (python3-venv, g++ for
   cuda-wheels.yaml), with their dependency closure (`apt-cache depends --recurse`, Depends and
-  Pre-Depends), fetched with `apt-get download`; indexed with `dpkg-scanpackages` into a flat
+  Pre-Depends), fetched with `apt-get download`, each checked against the SHA256 of this
+  machine's apt index; indexed (the same index stanzas, each pointing at its file) into a flat
   repository, its Release signed (InRelease, `gpg --clearsign`) with an ed25519 key generated
   for this bundle, whose secret half is thrown away with its temporary GNUPGHOME.
 
@@ -27,10 +28,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
+from urllib.parse import unquote
 
 from ..config.lockfile import LockFile, read_lock
 from ..config.yamlfile import load_yaml
@@ -200,29 +203,61 @@ def dependency_closure(packages: list[str]) -> list[str]:
 
 
 def fetch_debs(packages: list[str], dest: Path) -> dict[str, str]:
-    """The .debs of `packages`' closure, fetched into `dest`; package name -> version."""
+    """The .debs of `packages`' closure, fetched into `dest`, each checked against the SHA256
+    of this machine's apt index (whose Release apt checked against Debian's key), and their
+    `Packages` index: those same index stanzas, each pointing at its file here. Package name ->
+    version."""
     closure = dependency_closure(packages)
-    _run(["apt-get", "download", "-q", *closure], "apt-get download", cwd=dest)
-    versions = {}
-    for deb in sorted(dest.glob("*.deb")):
-        fields = _run(["dpkg-deb", "-f", str(deb), "Package", "Version", "Architecture"], "dpkg-deb")
-        info = dict(line.split(": ", 1) for line in fields.splitlines() if ": " in line)
-        versions[info["Package"]] = info["Version"]
-        # named as in Debian's pool, without the epoch: apt-get download writes its colon as
-        # `%3a`, which apt would read back as a colon in a file: URI
-        plain = f"{info['Package']}_{info['Version'].partition(':')[2] or info['Version']}_" \
-                f"{info['Architecture']}.deb"
-        if plain != deb.name:
-            deb.rename(dest / plain)
-    return versions
+    # The index stanzas of the versions apt-get download takes (the candidates), read while it
+    # downloads: apt-cache loads its cache for a few seconds, the download waits on the network.
+    shown: list[str] = []
+    failed: list[BundleError] = []
+
+    def read_index() -> None:
+        try:
+            shown.append(_run(["apt-cache", "show", "--no-all-versions", *closure], "apt-cache show"))
+        except BundleError as exc:
+            failed.append(exc)
+
+    reader = threading.Thread(target=read_index)
+    reader.start()
+    try:
+        _run(["apt-get", "download", "-q", *closure], "apt-get download", cwd=dest)
+    finally:
+        reader.join()
+    if failed:
+        raise failed[0]
+    files: dict[tuple[str, str], Path] = {}
+    for deb in dest.glob("*.deb"):
+        # apt-get download names a file NAME_VERSION_ARCH.deb, an epoch's colon written `%3a`
+        name, version, _ = deb.name[:-len(".deb")].split("_")
+        files[(name, unquote(version))] = deb
+    stanzas: dict[tuple[str, str], str] = {}
+    for stanza in shown[0].split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and line[0] != " ")
+        key = (fields.get("Package", ""), fields.get("Version", ""))
+        if key not in files or key in stanzas:
+            continue
+        deb = files[key]
+        if sha256_file(deb) != fields.get("SHA256"):
+            raise BundleError(f"{deb.name}: its sha256 is not the one apt's index lists for "
+                              f"{key[0]}={key[1]}: the download was changed")
+        # named as in Debian's pool, without the epoch: apt would read `%3a` in a file: URI
+        # back as a colon
+        plain = f"{key[0]}_{key[1].partition(':')[2] or key[1]}_{fields.get('Architecture', 'all')}.deb"
+        deb.rename(dest / plain)
+        stanzas[key] = "\n".join(f"Filename: ./{plain}" if line.startswith("Filename: ") else line
+                                 for line in stanza.strip("\n").splitlines())
+    missing = sorted(f"{n}={v}" for n, v in set(files) - set(stanzas))
+    if missing:
+        raise BundleError(f"apt-cache show does not list {', '.join(missing)}")
+    (dest / "Packages").write_text("\n\n".join(stanzas[k] for k in sorted(stanzas)) + "\n")
+    return {name: version for name, version in stanzas}
 
 
 def make_repository(repo: Path, label: str) -> None:
-    """Packages, Release, InRelease and bundle-key.gpg for the .debs in `repo`: a flat
+    """Release, InRelease and bundle-key.gpg for the .debs and Packages in `repo`: a flat
     repository (DebianRepository/Format, "Flat Repository Format") signed by a new key."""
-    packages = _run(["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], "dpkg-scanpackages",
-                    cwd=repo)
-    (repo / "Packages").write_text(packages)
     data = (repo / "Packages").read_bytes()
     release = (f"Origin: gpuprov bundle\nLabel: {label}\n"
                f"Date: {email.utils.formatdate(usegmt=True)}\n"
