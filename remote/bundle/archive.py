@@ -100,7 +100,7 @@ def write_archive(stage: Path, manifest: dict[str, Any], out: Path) -> str:
         member.size, member.mode, member.mtime = size, 0o644, 0
         return member
 
-    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
+    with tarfile.TarFile(out, "w", format=tarfile.PAX_FORMAT, copybufsize=CHUNK) as tar:
         tar.addfile(info(MANIFEST, len(manifest_bytes)), io.BytesIO(manifest_bytes))
         sums = sums_text(manifest["files"]).encode()
         tar.addfile(info(SUMS, len(sums)), io.BytesIO(sums))

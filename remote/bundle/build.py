@@ -117,9 +117,9 @@ def _without_password(url: str) -> str:
 
 
 def fetch_wheels(locks: list[LockFile], env: dict[str, str], distro: Distro, arch: str,
-                 index_url: str, dest: Path) -> dict[str, str]:
+                 index_url: str, dest: Path) -> dict[str, tuple[str, str]]:
     """Every pin of `locks` that holds in `env`, as wheels in `dest`, each checked against its
-    lock's sha256; file name -> origin."""
+    lock's sha256; file name -> (origin, sha256)."""
     pins = {}
     for lock in locks:
         for pin in lock.pins_for(env).values():
@@ -144,17 +144,18 @@ def fetch_wheels(locks: list[LockFile], env: dict[str, str], distro: Distro, arc
     _run(cmd, "pip download", env=env_vars)
     from packaging.utils import canonicalize_name, parse_wheel_filename
 
-    origins: dict[str, str] = {}
+    origins: dict[str, tuple[str, str]] = {}
     got = set()
     for wheel in sorted(dest.iterdir()):
         name, version, _, _ = parse_wheel_filename(wheel.name)
         key = (str(canonicalize_name(name)), str(version))
         found = pins.get(key) or next((p for (n, v), p in pins.items()
                                        if n == key[0] and _same_version(v, key[1])), None)
-        if found is None or sha256_file(wheel) not in found.hashes:
+        digest = sha256_file(wheel)
+        if found is None or digest not in found.hashes:
             raise BundleError(f"{wheel.name}: pip download gave a file whose sha256 is not in the lock")
         got.add((found.name, found.version))
-        origins[wheel.name] = f"{_without_password(index_url)} {found.name}=={found.version}"
+        origins[wheel.name] = (f"{_without_password(index_url)} {found.name}=={found.version}", digest)
     missing = sorted(f"{n}=={v}" for n, v in set(pins) - got)
     if missing:
         raise BundleError(f"pip download did not fetch {', '.join(missing)}")
@@ -202,11 +203,11 @@ def dependency_closure(packages: list[str]) -> list[str]:
     return sorted({n for n in names if not n.startswith("<") and ":" not in n})
 
 
-def fetch_debs(packages: list[str], dest: Path) -> dict[str, str]:
+def fetch_debs(packages: list[str], dest: Path) -> tuple[dict[str, str], dict[str, str]]:
     """The .debs of `packages`' closure, fetched into `dest`, each checked against the SHA256
     of this machine's apt index (whose Release apt checked against Debian's key), and their
-    `Packages` index: those same index stanzas, each pointing at its file here. Package name ->
-    version."""
+    `Packages` index: those same index stanzas, each pointing at its file here. (Package name
+    -> version, file name -> sha256.)"""
     closure = dependency_closure(packages)
     # The index stanzas of the versions apt-get download takes (the candidates), read while it
     # downloads: apt-cache loads its cache for a few seconds, the download waits on the network.
@@ -233,26 +234,29 @@ def fetch_debs(packages: list[str], dest: Path) -> dict[str, str]:
         name, version, _ = deb.name[:-len(".deb")].split("_")
         files[(name, unquote(version))] = deb
     stanzas: dict[tuple[str, str], str] = {}
+    digests: dict[str, str] = {}
     for stanza in shown[0].split("\n\n"):
         fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and line[0] != " ")
         key = (fields.get("Package", ""), fields.get("Version", ""))
         if key not in files or key in stanzas:
             continue
         deb = files[key]
-        if sha256_file(deb) != fields.get("SHA256"):
+        digest = sha256_file(deb)
+        if digest != fields.get("SHA256"):
             raise BundleError(f"{deb.name}: its sha256 is not the one apt's index lists for "
                               f"{key[0]}={key[1]}: the download was changed")
         # named as in Debian's pool, without the epoch: apt would read `%3a` in a file: URI
         # back as a colon
         plain = f"{key[0]}_{key[1].partition(':')[2] or key[1]}_{fields.get('Architecture', 'all')}.deb"
         deb.rename(dest / plain)
+        digests[plain] = digest
         stanzas[key] = "\n".join(f"Filename: ./{plain}" if line.startswith("Filename: ") else line
                                  for line in stanza.strip("\n").splitlines())
     missing = sorted(f"{n}={v}" for n, v in set(files) - set(stanzas))
     if missing:
         raise BundleError(f"apt-cache show does not list {', '.join(missing)}")
     (dest / "Packages").write_text("\n\n".join(stanzas[k] for k in sorted(stanzas)) + "\n")
-    return {name: version for name, version in stanzas}
+    return {name: version for name, version in stanzas}, digests
 
 
 def make_repository(repo: Path, label: str) -> None:
@@ -328,10 +332,10 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
             (stage / folder).mkdir(parents=True)
         files: list[dict[str, Any]] = []
 
-        def add(rel: str, origin: str) -> None:
-            path = stage / rel
-            files.append({"path": rel, "sha256": sha256_file(path), "size": path.stat().st_size,
-                          "origin": origin})
+        def add(rel: str, origin: str, digest: str = "") -> None:
+            path = stage / rel    # hashed once: a row's wheels are gigabytes
+            files.append({"path": rel, "sha256": digest or sha256_file(path),
+                          "size": path.stat().st_size, "origin": origin})
 
         for lock in locks:
             shutil.copyfile(lock.path, stage / "locks" / lock.path.name)
@@ -341,8 +345,8 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
                  f"{distro.python}) from {_without_password(index_url)}")
         origins = fetch_wheels(locks, marker_environment(distro, arch), distro, arch, index_url,
                                stage / "wheels")
-        for name, origin in origins.items():
-            add(f"wheels/{name}", origin)
+        for name, (origin, digest) in origins.items():
+            add(f"wheels/{name}", origin, digest)
         wheel_s = time.monotonic() - t0
         wheel_bytes = sum(f["size"] for f in files if f["path"].startswith("wheels/"))
         progress(f"bundle: {len(origins)} wheels, {wheel_bytes / 1e6:.1f} MB in {wheel_s:.1f} s")
@@ -350,10 +354,10 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
         debs: dict[str, str] = {}
         if packages:
             progress(f"bundle: .debs of {' '.join(packages)} and their dependencies")
-            debs = fetch_debs(packages, stage / "apt")
+            debs, digests = fetch_debs(packages, stage / "apt")
             make_repository(stage / "apt", f"{cuda} {distro_name}")
-            for deb in sorted((stage / "apt").glob("*.deb")):
-                add(f"apt/{deb.name}", "this machine's apt sources (apt-get download)")
+            for name, digest in sorted(digests.items()):
+                add(f"apt/{name}", "this machine's apt sources (apt-get download)", digest)
             for index in ("Packages", "Release", "InRelease", "bundle-key.gpg"):
                 add(f"apt/{index}", "made for the bundle")
         deb_s = time.monotonic() - t0
