@@ -16,8 +16,8 @@ target distribution: they come from this machine's own apt sources).
   repository, its Release signed (InRelease, `gpg --clearsign`) with an ed25519 key generated
   for this bundle, whose secret half is thrown away with its temporary GNUPGHOME.
 
-Everything is written into a temporary folder beside `--out` and renamed into place when whole:
-an interrupted or failed build leaves no half bundle.
+Each file is hashed once. Everything is written into a temporary folder beside `--out` and
+renamed into place when whole: an interrupted or failed build leaves no half bundle.
 """
 from __future__ import annotations
 
@@ -299,14 +299,9 @@ class BuildReport:
     total_s: float
 
 
-def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "",
-                 arch: str = "x86_64", index_url: str = PYPI, recipe: Path = DEFAULT_RECIPE,
-                 locks_dir: Path = LOCKS_DIR, with_debs: bool = True,
-                 progress: Callable[[str], None] = print) -> BuildReport:
-    """Build the bundle of row `cuda` into `out` (see the module docstring)."""
-    started = time.monotonic()
+def _target(cuda: str, distro_name: str, arch: str, with_debs: bool) -> Distro:
+    """The target distribution, after the options are checked (InputError: one line)."""
     here = this_distro()
-    distro_name = distro_name or here
     if distro_name not in DISTROS:
         raise InputError(f"--distro {distro_name or '(this machine)'}: not one of {', '.join(DISTROS)}")
     if arch not in ARCHES:
@@ -318,7 +313,17 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
         raise InputError(f"--distro {distro_name}: this machine is {here or 'another system'}, and the "
                          "bundle's .debs come from its apt sources: build on a "
                          f"{distro_name} machine (or --no-debs for the wheels alone)")
-    distro = DISTROS[distro_name]
+    return DISTROS[distro_name]
+
+
+def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "",
+                 arch: str = "x86_64", index_url: str = PYPI, recipe: Path = DEFAULT_RECIPE,
+                 locks_dir: Path = LOCKS_DIR, with_debs: bool = True,
+                 progress: Callable[[str], None] = print) -> BuildReport:
+    """Build the bundle of row `cuda` into `out` (see the module docstring)."""
+    started = time.monotonic()
+    distro_name = distro_name or this_distro()
+    distro = _target(cuda, distro_name, arch, with_debs)
     names = [lock_name(cuda, torch), UV_LOCK]
     locks = [read_lock(locks_dir / name) for name in names]
     packages = recipe_packages(recipe) if with_debs else []
@@ -350,6 +355,8 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
         wheel_s = time.monotonic() - t0
         wheel_bytes = sum(f["size"] for f in files if f["path"].startswith("wheels/"))
         progress(f"bundle: {len(origins)} wheels, {wheel_bytes / 1e6:.1f} MB in {wheel_s:.1f} s")
+        # One after the other: the wheels and the .debs at once came out slower (they share the
+        # link; bench/bundle_build.py, 2026-11-27: ratios 0.92-2.01 against 0.82-1.65).
         t0 = time.monotonic()
         debs: dict[str, str] = {}
         if packages:
