@@ -180,3 +180,22 @@ def test_provision_with_a_tampered_bundle_exits_2_before_any_host_is_contacted(b
     assert rc == 2
     assert f"apt/{DEB}: sha256" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "logs").exists()
+
+
+def test_a_build_that_fails_leaves_no_half_bundle(tmp_path, monkeypatch, capsys):
+    """Real pip against an index where nothing listens: the build stops with one line, exit 2,
+    and neither the archive nor its temporary folder is left."""
+    from remote.bundle import run_bundle
+    from tests.conftest import REPO
+
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    (locks / "cuda-13.0-wheels.txt").write_text("six==1.17.0 \\\n    --hash=sha256:" + "0" * 64 + "\n")
+    (locks / "uv.txt").write_text((REPO / "playbooks" / "locks" / "uv.txt").read_text())
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    out = tmp_path / "out" / "site.bundle.tar"
+    rc = run_bundle("13.0", str(out), index_url="http://127.0.0.1:9/simple", locks_dir=str(locks),
+                    debs=False)
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("bundle: pip download failed") and len(err.strip().splitlines()) == 1
+    assert list(out.parent.iterdir()) == []
