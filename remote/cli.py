@@ -332,7 +332,8 @@ def sandbox(action: Optional[str], hosts: Union[int, str, None] = None,
             print(f"{count} {'offline ' if offline else ''}sandbox host(s) up; inventory {inventory} "
                   "(inventory.yaml includes it: try gpuprov facts --host sandbox)")
         elif hosts is not None or offline:
-            raise InputError(f"--hosts and --offline are for 'sandbox up' only, not {action!r}")
+            raise InputError(f"{'--hosts' if hosts is not None else '--offline'} is for 'sandbox up' "
+                             f"only, not {action!r}")
         elif action == "down":
             sb.down(Path(state_dir))
         elif action == "status":
