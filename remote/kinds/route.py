@@ -66,7 +66,9 @@ class BundleRoute:
     def apt_options(self) -> str:
         """apt-get options that read the bundle's repository and nothing else: its one
         deb822 source (`sources.d/`), its own package lists; no other source is read
-        (Dir::Etc::sourcelist, Dir::Etc::sourceparts, Dir::State::Lists, apt.conf(5))."""
+        (Dir::Etc::sourcelist, Dir::Etc::sourceparts: apt.conf(5),
+        https://man.archlinux.org/man/apt.conf.5.en; the lists' folder, apt-get(8) FILES:
+        "/var/lib/apt/lists/ ... Configuration Item: Dir::State::Lists")."""
         return (f" -o Dir::Etc::sourcelist={self.root}/sources.d/none.list"
                 f" -o Dir::Etc::sourceparts={self.root}/sources.d"
                 f" -o Dir::State::Lists={self.root}/lists")
