@@ -113,13 +113,15 @@ def _need_host(host, limit, task_name: str) -> None:
         "serial": SERIAL + "; overrides the recipe's serial:",
         "max-fail-percentage": MAX_FAIL + "; overrides the recipe's max_fail_percentage:",
         "evidence": EVIDENCE,
+        "bundle": "install from this bundle (gpuprov bundle) only: checked first, pushed once "
+                  "per host, apt and pip read nothing else (air-gapped sites)",
     },
 )
 def provision(c, host=None, limit=None, recipe=None, inventory=None, check=False, diff=False,
               tags="", skip_tags="", var=None, forks=None, verbose=0, list_hosts=False,
               json=None, junit=None, ask_become_pass=False, validate=True, suite="quick",
               serial=None, max_fail_percentage=None,
-              evidence=True):
+              evidence=True, bundle=None):
     """Apply a recipe to hosts over SSH, idempotently and in parallel, then validate them."""
     from remote import cli, paths
 
@@ -132,7 +134,7 @@ def provision(c, host=None, limit=None, recipe=None, inventory=None, check=False
                         list_hosts=list_hosts, json_path=json, junit_path=junit,
                         ask_become_pass=ask_become_pass, validate=validate, suite=suite,
                         serial=serial, max_fail_percentage=max_fail_percentage,
-                        evidence=evidence))
+                        evidence=evidence, bundle=bundle))
 
 
 @task(short=SHORT, help={"host": HOST, "limit": LIMIT,
@@ -304,11 +306,37 @@ def lock(c, cuda=None, torch_index=None, out=None, apt=False, apt_repo=None, apt
     _exit(run_lock(cuda=cuda, torch_index=torch_index, out_dir=Path(out) if out else LOCKS_DIR))
 
 
+@task(help={"cuda": "the row of playbooks/stack.yaml whose locks the bundle carries (e.g. 13.0)",
+            "torch": "the row's lock with torch and torchvision (default: without)",
+            "distro": "the hosts' distribution: debian12, debian13, ubuntu2204 or ubuntu2404 "
+                      "(default: this machine's; the .debs come from this machine's apt)",
+            "arch": "the hosts' architecture: x86_64 (default) or aarch64",
+            "out": "the archive to write (whole, or not at all)",
+            "index-url": "the index the wheels come from (default PyPI); one with a password: "
+                         "set $GPUPROV_BUNDLE_INDEX instead, which no other user can read",
+            "recipe": "the recipe whose apt packages it carries (default cuda-wheels.yaml)",
+            "locks": "the folder of the locks (default: playbooks/locks)",
+            "debs": "carry the recipe's Debian packages (default; --no-debs: wheels only)"})
+def bundle(c, cuda, out, torch=False, distro="", arch="x86_64", index_url=None, recipe=None,
+           locks=None, debs=True):
+    """Build one archive with a row's locked wheels, uv and the recipe's .debs (air-gapped sites)."""
+    from remote import paths
+    from remote.bundle import run_bundle
+
+    _refuse_invoke_options(c)
+    index_url = index_url or os.environ.get("GPUPROV_BUNDLE_INDEX") or ""
+    _exit(run_bundle(cuda, out, torch=torch, distro=distro, arch=arch, index_url=index_url,
+                     recipe=paths.recipe_path(recipe or "cuda-wheels.yaml"), locks_dir=locks or "",
+                     debs=debs))
+
+
 @task(positional=["action"],
       help={"action": "up (start throwaway local hosts), down (stop them, remove every mount) "
                       "or status (which are running)",
-            "hosts": "how many hosts for 'up' (default 2): sandbox1..sandboxN"})
-def sandbox(c, action=None, hosts=None):
+            "hosts": "how many hosts for 'up' (default 2): sandbox1..sandboxN",
+            "offline": "with 'up': hosts with no route out (they reach nothing; only their sshd "
+                       "is reached), to try provision --bundle"})
+def sandbox(c, action=None, hosts=None, offline=False):
     """Throwaway local Debian 12 hosts (needs root) for trying recipes: sandbox up|down|status."""
     from remote import cli
 
@@ -319,4 +347,4 @@ def sandbox(c, action=None, hosts=None):
         return
 
     _refuse_invoke_options(c)
-    _exit(cli.sandbox(action=action, hosts=hosts))
+    _exit(cli.sandbox(action=action, hosts=hosts, offline=offline))

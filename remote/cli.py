@@ -19,6 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable, Iterable, Optional, TextIO, Union
 
+from .bundle import Bundle, PushBundle, read_bundle
 from .config.inventory import Host, Inventory, load_inventory
 from .config.recipe import Recipe, check_names, load_recipe
 from .config.templating import check_vars
@@ -38,6 +39,7 @@ from .evidence import AfterRMA, CollectEvidence
 from .exitcodes import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_STEP_FAILED, EXIT_UNREACHABLE, EXIT_VALIDATION_FAILED
 from .fileio import write_atomic
 from .kinds import KINDS, Kind
+from .kinds.route import BundleRoute
 from .options import check_forks, parse_extra_vars, select_hosts
 from .output.junit import write_junit
 from .output.recap import Failure, NotStarted, Reporter
@@ -195,16 +197,21 @@ def provision(host: Optional[str], recipe: str, inventory: str, check: bool = Fa
               suite: str = "quick", limit: Optional[str] = None, skip_tags: str = "",
               diff: bool = False, verbose: int = 0, list_hosts: bool = False,
               junit_path: Optional[str] = None, serial: Optional[str] = None,
-              max_fail_percentage: Union[str, float, None] = None, evidence: bool = True) -> int:
+              max_fail_percentage: Union[str, float, None] = None, evidence: bool = True,
+              bundle: Optional[str] = None) -> int:
     """`gpuprov provision`: run a recipe on the selected hosts, then validate them; with
     `--serial` (or the recipe's `serial:`), batch after batch (a canary rollout); with
-    `evidence`, a host whose validation says "drain and replace (RMA)" gives its evidence."""
+    `evidence`, a host whose validation says "drain and replace (RMA)" gives its evidence; with
+    `bundle`, from that bundle alone (checked before any host is touched)."""
     outputs = Outputs(json_path, junit_path, verbose, diff, list_hosts)
+    checked: Optional[Bundle] = None
     try:
         extra_vars, forks_n, suite, (inv, hosts, rec) = _run_inputs(
             inventory, host, limit, recipe, var, forks, suite, outputs)
         assert rec is not None  # a recipe path was given, so it was loaded
         rollout = rollout_for(serial, max_fail_percentage, rec.rollout)
+        if bundle and not list_hosts:
+            checked = read_bundle(Path(bundle), locks_dir=rec.path.parent / "locks")
     except InputError as exc:
         return fail_input(exc)
     if list_hosts:
@@ -217,13 +224,15 @@ def provision(host: Optional[str], recipe: str, inventory: str, check: bool = Fa
         # a cluster's login node is provisioned, then its nodes validated through its scheduler
         then = cluster_job = ClusterValidate(then, SCHEDULERS)
         expand = cluster_job.with_nodes
-    job: Job = RecordStack(ApplyRecipe(rec, None, then), Path(logs_dir))
+    inner: Job = ApplyRecipe(rec, None, then)
+    if checked is not None:
+        inner = PushBundle(checked, inner)
+    job: Job = RecordStack(inner, Path(logs_dir))
     if evidence and then is not None:
         job = AfterRMA(job, CollectEvidence(Path(logs_dir)))
     return _execute(inv, hosts, rec.name, job, extra_vars, forks_n,
                     outputs, ask_become_pass, logs_dir, check=check, expand=expand,
-                    rollout=rollout)
-
+                    rollout=rollout, bundle=checked.route() if checked is not None else None)
 
 def rollout_for(serial: Optional[str], max_fail: Union[str, float, None],
                 keys: dict[str, tuple[Any, Where]]) -> Optional[Rollout]:
@@ -411,7 +420,7 @@ def report(logs: str = LOGS_DIR, out: Optional[str] = None, baseline: Optional[s
 
 
 def sandbox(action: Optional[str], hosts: Union[int, str, None] = None,
-            state_dir: str = ".sandbox") -> int:
+            state_dir: str = ".sandbox", offline: bool = False) -> int:
     """`gpuprov sandbox up|down|status`: throwaway local hosts for trying recipes."""
     from . import sandbox as sb
 
@@ -423,11 +432,12 @@ def sandbox(action: Optional[str], hosts: Union[int, str, None] = None,
                 count = 0
             if count < 1:
                 raise InputError(f"--hosts must be a whole number of 1 or more, not {hosts!r}")
-            inventory = sb.up(count, Path(state_dir))
-            print(f"{count} sandbox host(s) up; inventory {inventory} "
+            inventory = sb.up(count, Path(state_dir), offline=offline)
+            print(f"{count} {'offline ' if offline else ''}sandbox host(s) up; inventory {inventory} "
                   "(inventory.yaml includes it: try gpuprov facts --host sandbox)")
-        elif hosts is not None:
-            raise InputError(f"--hosts is for 'sandbox up' only, not {action!r}")
+        elif hosts is not None or offline:
+            raise InputError(f"{'--hosts' if hosts is not None else '--offline'} is for 'sandbox up' "
+                             f"only, not {action!r}")
         elif action == "down":
             sb.down(Path(state_dir))
         elif action == "status":
@@ -497,7 +507,7 @@ def _execute(inv: Inventory, hosts: list[Host], title: str, job: Job, extra_vars
              forks: int, outputs: Outputs, ask_become_pass: bool, logs_dir: str,
              check: bool = False, write_logs: bool = True,
              expand: Optional[Callable[[dict[str, HostResult]], dict[str, HostResult]]] = None,
-             rollout: Optional[Rollout] = None) -> int:
+             rollout: Optional[Rollout] = None, bundle: Optional[BundleRoute] = None) -> int:
     """Run `job` on `hosts` (batch after batch with `rollout`); `expand` turns the hosts'
     results into the rows shown (a cluster's login node gains a row per node) and may raise
     `InputError` (exit status 2)."""
@@ -511,7 +521,8 @@ def _execute(inv: Inventory, hosts: list[Host], title: str, job: Job, extra_vars
     reporter.set_hosts([h.name for h in hosts])
     options = RunOptions(check=check, extra_vars=extra_vars, forks=forks,
                          become_password=password,
-                         logs_dir=Path(logs_dir) if write_logs else None, run_id=new_run_id())
+                         logs_dir=Path(logs_dir) if write_logs else None, run_id=new_run_id(),
+                         bundle=bundle)
     run = Run(inv, hosts, options, reporter, redact)
     mode = "check (nothing will change)" if check else "apply"
     reporter.note(f"{title}: {len(hosts)} host(s), {mode}, run {options.run_id}")

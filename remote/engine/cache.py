@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ..config.inventory import Host, Inventory
     from ..output.runlog import RunLog
     from ..transport.connection import BaseConnection
+    from .options import RunOptions
     from .results import HostResult
 
 REACH_TIMEOUT_S = 5
@@ -233,6 +234,7 @@ class CacheUser(Protocol):
     inventory: Inventory
     log: RunLog
     result: HostResult
+    options: RunOptions
 
     @property
     def conn(self) -> BaseConnection: ...
@@ -254,7 +256,12 @@ class HostCache:
     def through(self, kind: Kind[Any], args: dict[str, Any]) -> dict[str, Any]:
         """A downloading step's rendered `args`, sent through the fleet cache when the
         inventory names one and it answers; as written otherwise (the origin)."""
-        if not kind.fetches_with(args) or self.session.inventory.cache is None:
+        if not kind.fetches_with(args):
+            return args
+        bundle = self.session.options.bundle
+        if bundle is not None:   # `provision --bundle`: the bundle only, no cache, no origin
+            return kind.through_bundle(args, bundle)
+        if self.session.inventory.cache is None:
             return args
         if not self._route_known:
             self._route = self._find()

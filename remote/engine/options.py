@@ -1,7 +1,7 @@
 """The options of one run, the same for every host: check mode, extra vars, forks, where the
 logs go, the run's id.
 
-May import: the standard library, `remote.runfolder`.
+May import: the standard library, `remote.runfolder`, `remote.kinds.route`.
 """
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from ..kinds.route import BundleRoute
 from ..runfolder import LOGS_DIR
 
 
@@ -22,3 +23,6 @@ class RunOptions:
     run_id: str = ""
     # Facts to use instead of the gathered ones (plans for another distro in check mode).
     facts_override: dict[str, Any] = field(default_factory=dict)
+    # `provision --bundle`: where each host's installs come from once the bundle is pushed
+    # (remote/bundle/): its apt repository and wheels, never the network nor the fleet cache.
+    bundle: Optional[BundleRoute] = None

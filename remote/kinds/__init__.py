@@ -6,7 +6,8 @@ Adding a kind means three things: its module here (a `Kind` subclass with `name`
 `probe`/`parse`/`plan`), its entry in `KINDS` below, and its table of cases in
 `tests/kinds/<name>/` (arguments + probe output -> fact and commands; the format is in
 tests/test_kinds.py). A kind that downloads sets `fetches` and sends its downloads through the
-fleet cache in `through_cache` (`route.CacheRoute` says where the cache is for the host).
+fleet cache in `through_cache` (`route.CacheRoute` says where the cache is for the host), and
+installs from a bundle on the host in `through_bundle` (`route.BundleRoute`, `provision --bundle`).
 `plan` yields typed commands (`commands`: shell, reboot-and-wait, local action); the engine
 runs those types, so a new kind needs no engine edit.
 

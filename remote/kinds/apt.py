@@ -14,7 +14,7 @@ from .base import Args, Command, Kind, listed, q, redacted_url, with_env
 from .commands import LocalAction, Planned
 
 if TYPE_CHECKING:
-    from .route import CacheRoute
+    from .route import BundleRoute, CacheRoute
 
 
 # Used with fullmatch: `$` would let a name end in a newline.
@@ -128,18 +128,22 @@ def proxy_shown(proxy: Optional[str], direct: Sequence[str] = ()) -> str:
 
 
 def apt_update_command(lock_timeout: int = 600, proxy: Optional[str] = None,
-                       https_origins: Sequence[str] = (), direct: Sequence[str] = ()) -> Command:
-    """`apt-get update` that fails on any fetch error (plain apt-get exits 0 on network errors)."""
+                       https_origins: Sequence[str] = (), direct: Sequence[str] = (),
+                       bundle: str = "") -> Command:
+    """`apt-get update` that fails on any fetch error (plain apt-get exits 0 on network errors).
+    `bundle`: apt options that read a bundle's repository alone (`BundleRoute.apt_options`):
+    its lists are its own, so the host's update stamp is left as it was."""
     prelude, opts = proxy_options(proxy, https_origins, direct)
     script = (
         f"export DEBIAN_FRONTEND=noninteractive\n{prelude}"
-        f"out=$(apt-get update -q -o DPkg::Lock::Timeout={lock_timeout}{opts} 2>&1); rc=$?\n"
+        f"out=$(apt-get update -q -o DPkg::Lock::Timeout={lock_timeout}{opts}{bundle} 2>&1); rc=$?\n"
         "printf '%s\\n' \"$out\"\n"
         "if [ $rc -ne 0 ] || printf '%s\\n' \"$out\" | grep -qE "
         "'^(E:|Err:|W: (Failed to fetch|Some index files failed))'; then\n"
         "  echo 'apt-get update reported errors (see above)' >&2; exit 1\nfi\n"
-        f"touch {APT_STAMP}")
-    return _sent(script, proxy, display="apt-get update" + proxy_shown(proxy, direct))
+        + ("" if bundle else f"touch {APT_STAMP}"))
+    shown = " (the bundle's repository only)" if bundle else proxy_shown(proxy, direct)
+    return _sent(script, proxy, display="apt-get update" + shown)
 
 
 def _sent(script: str, proxy: Optional[str], display: str) -> Command:
@@ -301,6 +305,12 @@ class Apt(Kind[AptState]):
                         proxy_direct=list(route.apt_direct))
         return args
 
+    def through_bundle(self, args: Args, bundle: BundleRoute) -> Args:
+        """apt reads the bundle's signed repository alone; the packages it lacks are named
+        when the step plans to install them."""
+        return dict(args, proxy=None, _bundle_apt=bundle.apt_options(), _bundle_debs=bundle.debs,
+                    _bundle_rebuild=bundle.rebuild)
+
     def plan(self, args: Args, fact: AptState) -> list[Planned]:
         installed, held = fact.installed, fact.held
         specs, warning = self._locked_specs(args)
@@ -321,7 +331,18 @@ class Apt(Kind[AptState]):
             return cmds
         todo = [(n, pin) for n, pin in specs
                 if n not in installed or (pin and not fnmatch.fnmatchcase(installed[n], pin))]
-        if todo:
+        bundle = args.get("_bundle_apt") or ""
+        if todo and bundle:
+            lacking = sorted(n for n, _ in todo if n not in args["_bundle_debs"])
+            if lacking:
+                raise PlanError(f"apt: {', '.join(lacking)} not in the bundle: add "
+                                f"{'them' if len(lacking) > 1 else 'it'} with "
+                                f"`{args['_bundle_rebuild']}` (the bundle carries the recipe's "
+                                "packages and their dependencies)")
+            # the bundle's own lists, read afresh: a local file, no network
+            cmds.append(apt_update_command(lock, bundle=bundle))
+            cmds.append(self._install(todo, args, opts + bundle))
+        elif todo:
             stale = fact.now - fact.updated > int(args["cache_valid_time"])
             if args["update_cache"] and stale:
                 cmds.append(apt_update_command(lock, args.get("proxy"), args.get("proxy_https") or (),

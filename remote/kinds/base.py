@@ -27,7 +27,7 @@ from .commands import Command as Command  # noqa: F401  (re-exported: the kinds 
 from .commands import Planned
 
 if TYPE_CHECKING:
-    from .route import CacheRoute
+    from .route import BundleRoute, CacheRoute
 
 Args = dict[str, Any]
 FactT = TypeVar("FactT")
@@ -160,6 +160,12 @@ class Kind(Generic[FactT]):
     def through_cache(self, args: Args, route: CacheRoute) -> Args:
         """`args` (rendered) with the downloads sent through the fleet cache `route`; a kind
         with `fetches` overrides it."""
+        return args
+
+    def through_bundle(self, args: Args, bundle: BundleRoute) -> Args:
+        """`args` (rendered) installing from the bundle unpacked on the host (`provision
+        --bundle`) instead of the network; PlanError naming what the bundle lacks. A kind with
+        `fetches` that can install from a bundle overrides it; others download as written."""
         return args
 
 

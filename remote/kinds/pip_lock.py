@@ -20,7 +20,7 @@ from .base import Args, Command, Kind, q, redacted_url, with_env
 from .pyprobe import Installed, parse_probe, probe_script
 
 if TYPE_CHECKING:
-    from .route import CacheRoute
+    from .route import BundleRoute, CacheRoute
 
 UV_LOCK = "locks/uv.txt"  # relative to the recipe's folder, like `lock`
 
@@ -46,31 +46,42 @@ if found:
 # index comes in the environment (UV_DEFAULT_INDEX, as uv reads it), never in argv: it may
 # carry a password. urllib does not send a URL's user part, so it goes as HTTP basic auth, to
 # the index's host only, and not along a redirect (an "unredirected" header).
+#
+# Under `provision --bundle` the wheel is a file of the bundle on the host (GPUPROV_UV_WHEEL): read
+# from there, hash-checked the same way, and no network is touched.
 _FETCH_UV = """import base64, hashlib, io, os, platform, re, sys, urllib.parse, urllib.request, zipfile
 version, hashes, dest = sys.argv[1], set(sys.argv[2].split(",")), sys.argv[3]
-parts = urllib.parse.urlsplit(os.environ.get("UV_DEFAULT_INDEX") or "https://pypi.org/simple")
-host = parts.netloc.rpartition("@")[2]
-auth = None
-if "@" in parts.netloc:
-    user = "%s:%s" % (urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or ""))
-    auth = "Basic " + base64.b64encode(user.encode()).decode()
-index = urllib.parse.urlunsplit(parts._replace(netloc=host))
-def get(url, timeout):
-    request = urllib.request.Request(url)
-    if auth and urllib.parse.urlsplit(url).netloc == host:
-        request.add_unredirected_header("Authorization", auth)
-    return urllib.request.urlopen(request, timeout=timeout).read()
-page_url = index.rstrip("/") + "/uv/"
-page = get(page_url, 60).decode("utf-8", "replace")
-machine = platform.machine()
-want = re.compile(r"uv-%s-py3-none-manylinux_2_17_%s[.]" % (re.escape(version), re.escape(machine)))
-for href, name in re.findall(r'<a[^>]+href="([^"]+)"[^>]*>([^<]+)</a>', page):
-    if want.match(name.strip()) and name.strip().endswith(".whl"):
-        url = urllib.parse.urljoin(page_url, href.replace("&amp;", "&")).split("#")[0]
-        break
-else:
-    sys.exit("uv %s: no manylinux wheel for %s on %s" % (version, machine, page_url))
-data = get(url, 300)
+def fetch():
+    local = os.environ.get("GPUPROV_UV_WHEEL")
+    if local:
+        with open(local, "rb") as f:
+            return f.read()
+    return download()
+def download():
+  parts = urllib.parse.urlsplit(os.environ.get("UV_DEFAULT_INDEX") or "https://pypi.org/simple")
+  host = parts.netloc.rpartition("@")[2]
+  auth = None
+  if "@" in parts.netloc:
+      user = "%s:%s" % (urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or ""))
+      auth = "Basic " + base64.b64encode(user.encode()).decode()
+  index = urllib.parse.urlunsplit(parts._replace(netloc=host))
+  def get(url, timeout):
+      request = urllib.request.Request(url)
+      if auth and urllib.parse.urlsplit(url).netloc == host:
+          request.add_unredirected_header("Authorization", auth)
+      return urllib.request.urlopen(request, timeout=timeout).read()
+  page_url = index.rstrip("/") + "/uv/"
+  page = get(page_url, 60).decode("utf-8", "replace")
+  machine = platform.machine()
+  want = re.compile(r"uv-%s-py3-none-manylinux_2_17_%s[.]" % (re.escape(version), re.escape(machine)))
+  for href, name in re.findall(r'<a[^>]+href="([^"]+)"[^>]*>([^<]+)</a>', page):
+      if want.match(name.strip()) and name.strip().endswith(".whl"):
+          url = urllib.parse.urljoin(page_url, href.replace("&amp;", "&")).split("#")[0]
+          break
+  else:
+      sys.exit("uv %s: no manylinux wheel for %s on %s" % (version, machine, page_url))
+  return get(url, 300)
+data = fetch()
 digest = hashlib.sha256(data).hexdigest()
 if digest not in hashes:
     sys.exit("hash mismatch for uv==%s: the downloaded file is sha256:%s, not in the lock" % (version, digest))
@@ -137,6 +148,20 @@ class PipLock(Kind[Installed]):
             return args
         return dict(args, index_url=index, _trusted=route.trusted_host)
 
+    def through_bundle(self, args: Args, bundle: BundleRoute) -> Args:
+        """The lock's wheels and uv from the bundle unpacked on the host, no index: the lock
+        must be one the bundle was built from, byte for byte."""
+        import hashlib
+
+        lock = self._lock(args)
+        name = Path(str(args["lock"])).name
+        if bundle.locks.get(name) != hashlib.sha256(lock.text.encode()).hexdigest():
+            what = "differs from the one" if name in bundle.locks else "is not"
+            raise PlanError(f"pip_lock: lock {args['lock']} {what} in the bundle: add it with "
+                            f"`{bundle.rebuild}`")
+        return dict(args, index_url="", _trusted="", _find_links=bundle.wheels,
+                    _uv_wheel=bundle.uv_wheel)
+
     def plan(self, args: Args, fact: Installed) -> list[Command]:
         from packaging.version import InvalidVersion, Version
 
@@ -175,6 +200,13 @@ class PipLock(Kind[Installed]):
         pip_opts = "--disable-pip-version-check --no-input -q --require-hashes"
         uv_opts = "--require-hashes --system-certs --no-progress"
         env = {}
+        if args.get("_find_links"):
+            # the bundle's folder, and no index: nothing is fetched (pip's --no-index,
+            # --find-links; uv's --offline too)
+            links = q(args["_find_links"])
+            pip_opts += f" --no-index --find-links {links}"
+            uv_opts += f" --offline --no-index --find-links {links}"
+            env["GPUPROV_UV_WHEEL"] = str(args["_uv_wheel"])
         if args["index_url"]:
             env = {"PIP_INDEX_URL": str(args["index_url"]),
                    "UV_DEFAULT_INDEX": str(args["index_url"])}
@@ -210,6 +242,8 @@ class PipLock(Kind[Installed]):
                   'exit $rc']
         how = "pip" if installer == "pip" else "uv (pip when uv cannot be fetched)"
         source = f" from {redacted_url(args['index_url'])}" if args["index_url"] else ""
+        if args.get("_find_links"):
+            source = f" from the bundle ({args['_find_links']})"
         return with_env("\n".join(lines), env, script_on_stdin=True, then=lock.text.encode(),
                         display=f"install {args['lock']} into {venv}{source} with {how}, hashes "
                                 f"required ({len(lock.pins)} packages)")

@@ -42,3 +42,33 @@ class CacheRoute:
     def index_for(self, origin: str) -> Optional[str]:
         """The cache's URL for the origin index `origin` ("" means PyPI); None: not mirrored."""
         return self.indexes.get(normalize_index(origin or PYPI_SIMPLE))
+
+
+@dataclass(frozen=True)
+class BundleRoute:
+    """Where one host's installs come from under `provision --bundle` (remote/bundle/): the
+    bundle unpacked on the host at `root`, with its wheels in `root/wheels` and its signed apt
+    repository in `root/apt`. `locks`: the lock file names it carries -> the sha256 of their
+    text; `debs`: the Debian packages it carries; `uv_wheel`: uv's wheel (a path on the host);
+    `rebuild`: the command that makes a bundle with what is missing."""
+
+    id: str
+    root: str
+    locks: dict[str, str] = field(default_factory=dict)
+    debs: frozenset[str] = frozenset()
+    uv_wheel: str = ""
+    rebuild: str = "gpuprov bundle"
+
+    @property
+    def wheels(self) -> str:
+        return self.root + "/wheels"
+
+    def apt_options(self) -> str:
+        """apt-get options that read the bundle's repository and nothing else: its one
+        deb822 source (`sources.d/`), its own package lists; no other source is read
+        (Dir::Etc::sourcelist, Dir::Etc::sourceparts: apt.conf(5),
+        https://man.archlinux.org/man/apt.conf.5.en; the lists' folder, apt-get(8) FILES:
+        "/var/lib/apt/lists/ ... Configuration Item: Dir::State::Lists")."""
+        return (f" -o Dir::Etc::sourcelist={self.root}/sources.d/none.list"
+                f" -o Dir::Etc::sourceparts={self.root}/sources.d"
+                f" -o Dir::State::Lists={self.root}/lists")

@@ -24,10 +24,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--state", type=Path, default=DEFAULT_STATE_DIR)
     ap.add_argument("--user", default=ADMIN_USER, choices=["root", ADMIN_USER])
+    ap.add_argument("--offline", action="store_true",
+                    help="hosts with no route out: they reach nothing, only their sshd is reached")
     args = ap.parse_args(argv)
     try:
         if args.action == "up":
-            print(up(args.hosts, args.state, user=args.user))
+            print(up(args.hosts, args.state, user=args.user, offline=args.offline))
         elif args.action == "down":
             down(args.state)
         elif args.action == "status":

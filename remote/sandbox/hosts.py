@@ -227,8 +227,10 @@ def _stop_host(h: Host, timeout: float) -> None:
 def up(count: int = 2, state_dir: Path = DEFAULT_STATE_DIR, progress: Progress = print, *,
        user: str = ADMIN_USER, cache_dir: Optional[Path] = None,
        packages: Iterable[str] = DEFAULT_PACKAGES, base_port: int = DEFAULT_PORT,
-       timeout: float = 60.0) -> Path:
-    """Start `count` sandbox hosts (sandbox1..N); return the path of their inventory.
+       timeout: float = 60.0, offline: bool = False) -> Path:
+    """Start `count` sandbox hosts (sandbox1..N); return the path of their inventory. With
+    `offline`, each host has a network namespace of its own with no route out: it reaches
+    nothing, and only its sshd is reached (init.py `Relay`).
 
     When this state folder's hosts are already up (the same count, all running), they are
     reused and said so; a different count, or a half-started set, is an error naming `down`.
@@ -271,7 +273,7 @@ def up(count: int = 2, state_dir: Path = DEFAULT_STATE_DIR, progress: Progress =
         client_pub = paths.key.with_suffix(".pub").read_text()
         try:
             return _start_hosts(paths, state, count, user, rootfs, client_pub, ssh_keygen,
-                                base_port, timeout, progress, started)
+                                base_port, timeout, progress, started, offline)
         except BaseException:
             progress("sandbox: start failed; stopping what was started")
             with contextlib.suppress(Exception):
@@ -281,7 +283,7 @@ def up(count: int = 2, state_dir: Path = DEFAULT_STATE_DIR, progress: Progress =
 
 def _start_hosts(paths: StatePaths, state: State, count: int, user: str, rootfs: Path, client_pub: str,
                  ssh_keygen: str, base_port: int, timeout: float, progress: Progress,
-                 started: float) -> Path:
+                 started: float, offline: bool = False) -> Path:
     # One `up` at a time on this machine picks loopback addresses, until its sshds listen.
     with open(Path(tempfile.gettempdir()) / "gpuprov-sandbox-ports.lock", "w") as ports_lock:
         fcntl.flock(ports_lock, fcntl.LOCK_EX)
@@ -296,7 +298,8 @@ def _start_hosts(paths: StatePaths, state: State, count: int, user: str, rootfs:
             h = {"name": name, "address": address, "port": port, "user": user,
                  "dir": str(hdir), "rootfs": str(rootfs), "upper": str(hdir / "upper"),
                  "work": str(hdir / "work"), "merged": str(hdir / "root"),
-                 "boot_id_file": str(hdir / "boot_id"), "reboot_down_s": REBOOT_DOWN_S}
+                 "boot_id_file": str(hdir / "boot_id"), "reboot_down_s": REBOOT_DOWN_S,
+                 "offline": offline}
             for d in ("upper", "work", "root"):
                 (hdir / d).mkdir(parents=True)
             state["hosts"][name] = h
@@ -311,7 +314,7 @@ def _start_hosts(paths: StatePaths, state: State, count: int, user: str, rootfs:
             h["init_pid"], h["init_start"] = st.get("init_pid"), st.get("init_start")
     _save_state(paths, state)
     _write_access_files(paths, state)
-    progress(f"sandbox: {count} hosts up in {time.monotonic() - started:.1f} s: "
+    progress(f"sandbox: {count} {'offline ' if offline else ''}hosts up in {time.monotonic() - started:.1f} s: "
              + ", ".join(f"{n} {h['user']}@{h['address']}:{h['port']}"
                          for n, h in state["hosts"].items()))
     progress(f"sandbox: inventory {paths.inventory}")

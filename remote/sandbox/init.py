@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import platform
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -28,6 +31,74 @@ from typing import Any, Iterable, List, Optional
 REBOOT_DOWN_S = 1.0     # how long a rebooting host stays unreachable
 INIT_ARG = "_run-init"
 SPAWN_ARG = "_spawn"
+# An offline host's listening socket, made in the machine's network namespace by the spawner
+# and inherited by the init (its number in this variable): see `Relay`.
+LISTEN_FD_VAR = "GPUPROV_SANDBOX_LISTEN_FD"
+# <linux/sockios.h>, <net/if.h>: read and set an interface's flags (struct ifreq: a 16-byte
+# name, then a union of 24 bytes whose first member is the short ifr_flags).
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+IFREQ = "16sh22x"
+
+
+def loopback_up() -> None:
+    """Bring `lo` up in this (new, empty) network namespace, as `ip link set lo up` does."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        flags = struct.unpack(IFREQ, fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack(IFREQ, b"lo", 0)))[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack(IFREQ, b"lo", flags | IFF_UP))
+
+
+class Relay:
+    """An offline host's only link: its init runs in a network namespace of its own, holding
+    nothing but `lo` (`unshare --net`), so no route leads out of it. The init inherits one
+    listening socket made in the machine's namespace on the host's address and port; each
+    connection to it is joined to the host's sshd, which listens on the same address inside.
+    Nothing else crosses: from inside, every address but the host's own loopback is
+    unreachable, the control machine's too."""
+
+    def __init__(self, fd: int, address: str, port: int, log: Any):
+        self.listener = socket.socket(fileno=fd)
+        self.target = (address, port)
+        self.log = log
+
+    def start(self) -> None:
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                outside, _ = self.listener.accept()
+            except OSError as e:
+                self.log(f"relay: accept failed: {e}")
+                time.sleep(0.5)
+                continue
+            threading.Thread(target=self._join, args=(outside,), daemon=True).start()
+
+    def _join(self, outside: socket.socket) -> None:
+        try:
+            inside = socket.create_connection(self.target, timeout=5)
+        except OSError:
+            outside.close()   # sshd is down (a reboot): the client sees the connection close
+            return
+        inside.settimeout(None)
+        pump = threading.Thread(target=self._pump, args=(inside, outside), daemon=True)
+        pump.start()
+        self._pump(outside, inside)
+        pump.join()
+        outside.close()
+        inside.close()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(1 << 16)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
 
 
 # Capabilities a sandbox login keeps (bounding set). Everything else, CAP_SYS_BOOT (22) and
@@ -334,10 +405,15 @@ class Init:
         self.sshd_alive = False
 
     def run(self) -> int:
+        fd = os.environ.pop(LISTEN_FD_VAR, "")
+        if fd.isdigit():   # an offline host: see `Relay`
+            loopback_up()
         watched = {signal.SIGCHLD, signal.SIGHUP, signal.SIGINT, signal.SIGTERM}
         for s in watched:   # a handler (not SIG_DFL), so signals from inside reach PID 1
             signal.signal(s, lambda *_: None)
-        signal.pthread_sigmask(signal.SIG_BLOCK, watched)
+        signal.pthread_sigmask(signal.SIG_BLOCK, watched)   # threads started now inherit it
+        if fd.isdigit():
+            Relay(int(fd), self.cfg["address"], self.cfg["port"], self.log).start()
         try:
             self.mount_all()
             self.boot()
@@ -386,11 +462,22 @@ def spawn(cfg: str, unshare: str) -> int:
     """Start `unshare ... <this file> _run-init CFG` in its own session; print its PID."""
     h = json.loads(Path(cfg).read_text())
     log = open(Path(h["dir"]) / "console.log", "a")
-    cmd = [unshare, "--mount", "--propagation", "private", "--pid",
+    net: List[str] = []
+    env = dict(os.environ)
+    keep: "tuple[int, ...]" = ()
+    if h.get("offline"):
+        # the host's one way in, made here in the machine's namespace (see `Relay`)
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((h["address"], h["port"]))
+        listener.listen(64)
+        net, keep = ["--net"], (listener.fileno(),)
+        env[LISTEN_FD_VAR] = str(listener.fileno())
+    cmd = [unshare, "--mount", "--propagation", "private", "--pid", *net,
            "--uts", "--ipc", "--fork", "--kill-child", "--",
            sys.executable, "-I", os.path.abspath(__file__), INIT_ARG, cfg]
-    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                         start_new_session=True, close_fds=True, cwd="/")
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                         start_new_session=True, close_fds=True, pass_fds=keep, cwd="/")
     print(p.pid)
     return 0
 

@@ -244,6 +244,9 @@ class SSHConnection(BaseConnection):
             self.gateway.close()
 
 
+STDIN_PIECE = 256 * 1024
+
+
 class _SSHCommand(RunningCommand):
     """A command on its own channel of the host's transport."""
 
@@ -255,7 +258,11 @@ class _SSHCommand(RunningCommand):
         self.liveness = liveness
 
     def write_stdin(self, data: bytes) -> None:
-        self.channel.sendall(data)
+        # In pieces: paramiko's sendall keeps what is left as `s = s[sent:]`, a copy of the rest
+        # after each send of at most a window's worth, so one 114 MB write (a bundle) copied
+        # gigabytes and took minutes; pieces of STDIN_PIECE bound each copy.
+        for start in range(0, len(data), STDIN_PIECE):
+            self.channel.sendall(data[start:start + STDIN_PIECE])
 
     def close_stdin(self) -> None:
         self.channel.shutdown_write()

@@ -1,0 +1,167 @@
+"""Bundles for air-gapped sites (issue 35): what building one costs over downloading the same
+files alone, and what installing offline hosts from it costs against installing them online.
+
+    python3 -m bench.bundle_build [--cuda 13.0] [--locks DIR] [--recipe FILE] [--var K=V ...]
+                                  [--rounds 1] [--install] [--json PATH]
+
+Build, per round (the order alternates between rounds, so neither side always gets the warmer
+network; pip's cache is off for both, PIP_NO_CACHE_DIR=1):
+- gpuprov: `build_bundle` (remote/bundle/build.py): pip download of the row's lock and uv's for
+  Debian 12 x86_64, each file's sha256 checked against its lock, the recipe's .debs and their
+  dependency closure with apt-get download, dpkg-scanpackages, a new gpg key, InRelease, the
+  manifest, the tar;
+- the floor: the same `pip download` command alone, then the package list (`apt-cache depends
+  --recurse`, as the bundle computes it: `apt-get download` needs the list) and `apt-get
+  download` of it, into a scratch folder.
+The ratio is gpuprov's time over the floor's (target: at most 1.2).
+
+With --install: two fresh OFFLINE sandbox hosts provisioned from the bundle (`provision
+--bundle`), against two fresh online sandbox hosts provisioned with the same recipe from PyPI and
+this machine's Debian mirror directly. Not through a fleet cache (issue 35 asks for that
+comparison; a warm cache would make the online side faster than measured here).
+
+Needs root (sandbox hosts, apt-get download), PyPI and the Debian mirror.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import REPO, BenchError, machine
+from remote import sandbox
+from remote.bundle.build import (
+    DEFAULT_RECIPE,
+    DISTROS,
+    build_bundle,
+    dependency_closure,
+    marker_environment,
+    recipe_packages,
+    this_distro,
+)
+from remote.config.lockfile import read_lock
+from remote.lock import LOCKS_DIR, PYPI, lock_name
+
+
+def _floor(cuda: str, locks: Path, recipe: Path, scratch: Path) -> dict:
+    """The same downloads, by the tools alone."""
+    distro = DISTROS[this_distro()]
+    env = marker_environment(distro, "x86_64")
+    pins = {}
+    for name in (lock_name(cuda, False), "uv.txt"):
+        for pin in read_lock(locks / name).pins_for(env).values():
+            pins[(pin.name, pin.version)] = pin
+    reqs = scratch / "requirements.txt"
+    reqs.write_text("".join(f"{n}=={v} " + " ".join(f"--hash=sha256:{h}" for h in p.hashes) + "\n"
+                            for (n, v), p in sorted(pins.items())))
+    wheels, debs = scratch / "wheels", scratch / "debs"
+    wheels.mkdir()
+    debs.mkdir()
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes",
+           "--only-binary=:all:", "-q", "--python-version", distro.python, "--implementation", "cp",
+           "--abi", "cp" + distro.python.replace(".", ""), "--abi", "abi3", "--abi", "none",
+           "-d", str(wheels), "-r", str(reqs)]
+    for minor in range(distro.glibc_minor, 16, -1):
+        cmd += ["--platform", f"manylinux_2_{minor}_x86_64"]
+    cmd += ["--platform", "manylinux2014_x86_64", "--platform", "linux_x86_64"]
+    env_vars = {k: v for k, v in os.environ.items() if k != "PIP_FIND_LINKS"}
+    env_vars.update(PIP_INDEX_URL=PYPI, PIP_NO_CACHE_DIR="1")
+    started = time.monotonic()
+    subprocess.run(cmd, check=True, env=env_vars, timeout=3600)
+    wheel_s = time.monotonic() - started
+    started = time.monotonic()   # the list is part of the job: apt-get download needs it
+    closure = dependency_closure(recipe_packages(recipe))
+    subprocess.run(["apt-get", "download", "-q", *closure], cwd=debs, check=True,
+                   capture_output=True, timeout=3600)
+    deb_s = time.monotonic() - started
+    size = sum(p.stat().st_size for p in scratch.rglob("*") if p.is_file())
+    return {"wheel_s": round(wheel_s, 2), "deb_s": round(deb_s, 2),
+            "total_s": round(wheel_s + deb_s, 2), "bytes": size}
+
+
+def _gpuprov(cuda: str, locks: Path, recipe: Path, out: Path) -> dict:
+    os.environ["PIP_NO_CACHE_DIR"] = "1"
+    report = build_bundle(cuda, out, recipe=recipe, locks_dir=locks, progress=lambda line: None)
+    return {"wheel_s": round(report.wheel_s, 2), "deb_s": round(report.deb_s, 2),
+            "total_s": round(report.total_s, 2), "bytes": out.stat().st_size,
+            "wheels": report.wheels, "debs": report.debs}
+
+
+def _provision(inventory: Path, recipe: Path, variables: list, bundle: Path | None, cwd: Path) -> float:
+    cmd = [sys.executable, "-m", "invoke", "--search-root", str(REPO), "provision", "--host", "all",
+           "--inventory", str(inventory), "--recipe", str(recipe), "--no-validate"]
+    for var in variables:
+        cmd += ["--var", var]
+    if bundle is not None:
+        cmd += ["--bundle", str(bundle)]
+    started = time.monotonic()
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=3600,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    elapsed = time.monotonic() - started
+    if proc.returncode != 0:
+        raise BenchError(f"provision failed ({proc.returncode}): {proc.stdout[-2000:]}{proc.stderr[-1000:]}")
+    return round(elapsed, 2)
+
+
+def _install(recipe: Path, variables: list, bundle: Path, work: Path) -> dict:
+    out = {}
+    for mode in ("offline", "online"):
+        state = Path(tempfile.mkdtemp(prefix="gpuprov-sandbox-"))
+        try:
+            inventory = sandbox.up(2, state, progress=lambda line: None, offline=mode == "offline")
+            out[f"{mode}_s"] = _provision(inventory, recipe, variables,
+                                          bundle if mode == "offline" else None, work)
+        finally:
+            sandbox.down(state, progress=lambda line: None)
+    out["ratio"] = round(out["offline_s"] / out["online_s"], 3)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cuda", default="13.0")
+    ap.add_argument("--locks", type=Path, default=LOCKS_DIR)
+    ap.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE)
+    ap.add_argument("--var", action="append", default=[],
+                    help="provision --var for the install comparison (e.g. cuda_version=13.0)")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--install", action="store_true")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("needs root (apt-get download, sandbox hosts)")
+    result: dict = {"machine": machine(), "cuda": args.cuda, "locks": str(args.locks), "rounds": []}
+    work = Path(tempfile.mkdtemp(prefix="gpuprov-bench-bundle-"))
+    try:
+        bundle = work / "site.bundle.tar"
+        for n in range(args.rounds):
+            scratch = work / f"floor-{n}"
+            scratch.mkdir()
+            row = {}
+            for side in (("gpuprov", "floor") if n % 2 == 0 else ("floor", "gpuprov")):
+                if side == "gpuprov":
+                    row["gpuprov"] = _gpuprov(args.cuda, args.locks, args.recipe, bundle)
+                else:
+                    row["floor"] = _floor(args.cuda, args.locks, args.recipe, scratch)
+            shutil.rmtree(scratch)
+            row["ratio"] = round(row["gpuprov"]["total_s"] / row["floor"]["total_s"], 3)
+            print(json.dumps(row), flush=True)
+            result["rounds"].append(row)
+        if args.install:
+            result["install"] = _install(args.recipe, args.var, bundle, work)
+            print(json.dumps(result["install"]), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+"""Bundles for air-gapped sites: `gpuprov bundle` puts a stack row's locked wheels, uv, and the
+Debian packages the recipe installs (with their dependencies, in a local apt repository signed
+by a key made for the bundle) into one tar archive; `gpuprov provision --bundle FILE` checks it,
+pushes it to each host and installs from it alone, on hosts that reach no network.
+
+- `archive`  the archive's layout and manifest, and its check (a file that does not match the
+             manifest, or a lock that does not match the recipe's: one line naming it, exit 2).
+- `build`    `gpuprov bundle`: wheels with `pip download`, .debs with `apt-get download`, the
+             signed repository (Debian's own index stanzas) and gpg; written whole or not at all.
+- `push`     the job that sends a checked bundle to a host once and unpacks it there, before
+             the recipe's steps; the kinds then install from it (`Kind.through_bundle`).
+
+May import: `remote.errors`, `remote.config`, `remote.paths`, `remote.lock`, `remote.kinds`,
+`remote.engine`.
+"""
+from __future__ import annotations
+
+from .archive import Bundle, BundleError, read_bundle
+from .build import run_bundle
+from .push import PushBundle
+
+__all__ = ["Bundle", "BundleError", "PushBundle", "read_bundle", "run_bundle"]

@@ -1,0 +1,403 @@
+"""`gpuprov bundle`: one archive with everything a stack row's recipe installs, for hosts that
+reach no network. Run it on a machine that reaches the indexes (and, for the .debs, one of the
+target distribution: they come from this machine's own apt sources).
+
+- Wheels: every pin of the row's lock (`cuda-<row>-wheels[-torch].txt`) and of `uv.txt` that
+  holds on the target (its python and architecture: the lock's markers), fetched with `pip
+  download --no-deps --require-hashes --only-binary=:all:` for the target's platform, python,
+  implementation and ABI (pip's docs, "pip download": "--only-binary=:all: or --no-deps is
+  required when using any of these options ... it is recommended to specify all of these
+  options"; https://pip.pypa.io/en/stable/cli/pip_download/), then each file's sha256 checked
+  again here against its lock.
+- Debian packages: the literal packages of the recipe's `apt` steps (python3-venv, g++ for
+  cuda-wheels.yaml), with their dependency closure (`apt-cache depends --recurse`, Depends and
+  Pre-Depends), fetched with `apt-get download`, each checked against the SHA256 of this
+  machine's apt index; indexed (the same index stanzas, each pointing at its file) into a flat
+  repository, its Release signed (InRelease, `gpg --clearsign`) with an ed25519 key generated
+  for this bundle, whose secret half is thrown away with its temporary GNUPGHOME.
+
+Each file is hashed once. Everything is written into a temporary folder beside `--out` and
+renamed into place when whole: an interrupted or failed build leaves no half bundle.
+"""
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+from urllib.parse import unquote
+
+from ..config.lockfile import LockFile, read_lock
+from ..config.yamlfile import load_yaml
+from ..errors import InputError
+from ..lock import LOCKS_DIR, PYPI, lock_name, stack_rows
+from ..paths import RECIPES_DIR
+from .archive import SCHEMA, BundleError, sha256_file, write_archive
+
+TOOL_TIMEOUT_S = 3600          # one download tool's run: a torch row is several GB
+UV_LOCK = "uv.txt"
+DEFAULT_RECIPE = RECIPES_DIR / "cuda-wheels.yaml"
+
+
+@dataclass(frozen=True)
+class Distro:
+    """A target distribution: its os-release ID and VERSION_ID, its python3's minor version,
+    and its glibc's minor version (the newest manylinux tag its wheels may carry)."""
+
+    os_id: str
+    version: str
+    python: str
+    glibc_minor: int
+
+
+# The supported distributions' python3 and glibc (unsourced: the versions their releases ship,
+# Debian 12: python3 3.11, glibc 2.36; Ubuntu 22.04: 3.10 (remote/lock: PYTHON_FLOOR), 2.35;
+# Ubuntu 24.04: 3.12, 2.39; Debian 13: 3.13, 2.41).
+DISTROS = {
+    "debian12": Distro("debian", "12", "3.11", 36),
+    "debian13": Distro("debian", "13", "3.13", 41),
+    "ubuntu2204": Distro("ubuntu", "22.04", "3.10", 35),
+    "ubuntu2404": Distro("ubuntu", "24.04", "3.12", 39),
+}
+ARCHES = {"x86_64": "amd64", "aarch64": "arm64"}   # PEP 425 machine -> Debian architecture
+
+
+def this_distro() -> str:
+    """This machine's distribution as DISTROS names it ("" when it is none of them)."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            key, _, value = line.partition("=")
+            fields[key] = value.strip().strip('"')
+    except OSError:
+        return ""
+    return fields.get("ID", "") + fields.get("VERSION_ID", "").replace(".", "")
+
+
+def marker_environment(distro: Distro, arch: str) -> dict[str, str]:
+    """PEP 508's marker variables of the target's python3 (the lock's markers are read with
+    them)."""
+    from packaging.markers import default_environment
+
+    env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
+    env.update(python_version=distro.python, python_full_version=distro.python + ".0",
+               implementation_name="cpython", platform_python_implementation="CPython",
+               implementation_version=distro.python + ".0", os_name="posix",
+               sys_platform="linux", platform_system="Linux", platform_machine=arch)
+    return env
+
+
+def _run(cmd: list[str], what: str, cwd: Optional[Path] = None,
+         env: Optional[dict[str, str]] = None) -> str:
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=TOOL_TIMEOUT_S)
+    except FileNotFoundError:
+        raise BundleError(f"{what}: {cmd[0]} is not installed on this machine") from None
+    except subprocess.TimeoutExpired:
+        raise BundleError(f"{what}: did not finish within {TOOL_TIMEOUT_S} s") from None
+    if proc.returncode != 0:
+        tail = " ".join((proc.stderr.strip() or proc.stdout.strip()).splitlines()[-4:])
+        raise BundleError(f"{what} failed: {tail[:600]}")
+    return proc.stdout
+
+
+def _without_password(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{netloc.rpartition('@')[2]}{slash}{path}"
+
+
+def fetch_wheels(locks: list[LockFile], env: dict[str, str], distro: Distro, arch: str,
+                 index_url: str, dest: Path) -> dict[str, tuple[str, str]]:
+    """Every pin of `locks` that holds in `env`, as wheels in `dest`, each checked against its
+    lock's sha256; file name -> (origin, sha256)."""
+    pins = {}
+    for lock in locks:
+        for pin in lock.pins_for(env).values():
+            pins[(pin.name, pin.version)] = pin
+    requirements = dest.parent / "requirements.txt"
+    requirements.write_text("".join(
+        f"{name}=={version} " + " ".join(f"--hash=sha256:{h}" for h in pin.hashes) + "\n"
+        for (name, version), pin in sorted(pins.items())))
+    platforms = [f"manylinux_2_{minor}_{arch}" for minor in range(distro.glibc_minor, 16, -1)]
+    platforms += [f"manylinux2014_{arch}", f"linux_{arch}"]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes",
+           "--only-binary=:all:", "--disable-pip-version-check", "--no-input", "-q",
+           "--python-version", distro.python, "--implementation", "cp",
+           "--abi", "cp" + distro.python.replace(".", ""), "--abi", "abi3", "--abi", "none",
+           "-d", str(dest), "-r", str(requirements)]
+    for platform in platforms:
+        cmd += ["--platform", platform]
+    # The index in the environment, never in argv (it may carry a password: any user of this
+    # machine reads every process's arguments); no find-links folder of this machine's.
+    env_vars = {k: v for k, v in os.environ.items() if k not in ("PIP_FIND_LINKS", "PIP_NO_INDEX")}
+    env_vars["PIP_INDEX_URL"] = index_url
+    _run(cmd, "pip download", env=env_vars)
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+
+    origins: dict[str, tuple[str, str]] = {}
+    got = set()
+    for wheel in sorted(dest.iterdir()):
+        name, version, _, _ = parse_wheel_filename(wheel.name)
+        key = (str(canonicalize_name(name)), str(version))
+        found = pins.get(key) or next((p for (n, v), p in pins.items()
+                                       if n == key[0] and _same_version(v, key[1])), None)
+        digest = sha256_file(wheel)
+        if found is None or digest not in found.hashes:
+            raise BundleError(f"{wheel.name}: pip download gave a file whose sha256 is not in the lock")
+        got.add((found.name, found.version))
+        origins[wheel.name] = (f"{_without_password(index_url)} {found.name}=={found.version}", digest)
+    missing = sorted(f"{n}=={v}" for n, v in set(pins) - got)
+    if missing:
+        raise BundleError(f"pip download did not fetch {', '.join(missing)}")
+    return origins
+
+
+def _same_version(a: str, b: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
+
+
+def recipe_packages(recipe: Path, seen: Optional[set[Path]] = None) -> list[str]:
+    """The literal package names of `recipe`'s apt steps (and of the recipes it includes); a
+    templated name is left out (it is the host's, known only there)."""
+    seen = seen if seen is not None else set()
+    if recipe in seen:
+        return []
+    seen.add(recipe)
+    data = load_yaml(recipe, "recipe")
+    out: list[str] = []
+    for step in (data.get("steps") or []) if isinstance(data, dict) else []:
+        if not isinstance(step, dict):
+            continue
+        if isinstance(step.get("include"), str) and "{{" not in step["include"]:
+            out += recipe_packages(recipe.parent / step["include"], seen)
+        apt = step.get("apt")
+        if isinstance(apt, dict) and apt.get("state", "present") == "present":
+            packages = apt.get("packages")
+            names = packages.split() if isinstance(packages, str) else packages or []
+            out += [str(n).split("=")[0] for n in names if "{{" not in str(n)]
+    return list(dict.fromkeys(out))
+
+
+def dependency_closure(packages: list[str]) -> list[str]:
+    """`packages` and everything they depend on (Depends, Pre-Depends), as this machine's apt
+    knows them: real packages only (apt-cache depends shows a virtual one as <name>)."""
+    out = _run(["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests",
+                "--no-conflicts", "--no-breaks", "--no-replaces", "--no-enhances", *packages],
+               "apt-cache depends")
+    names = [line.strip() for line in out.splitlines() if line and not line[0].isspace()]
+    return sorted({n for n in names if not n.startswith("<") and ":" not in n})
+
+
+def fetch_debs(packages: list[str], dest: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """The .debs of `packages`' closure, fetched into `dest`, each checked against the SHA256
+    of this machine's apt index (whose Release apt checked against Debian's key), and their
+    `Packages` index: those same index stanzas, each pointing at its file here. (Package name
+    -> version, file name -> sha256.)"""
+    closure = dependency_closure(packages)
+    # The index stanzas of the versions apt-get download takes (the candidates), read while it
+    # downloads: apt-cache loads its cache for a few seconds, the download waits on the network.
+    shown: list[str] = []
+    failed: list[BundleError] = []
+
+    def read_index() -> None:
+        try:
+            shown.append(_run(["apt-cache", "show", "--no-all-versions", *closure], "apt-cache show"))
+        except BundleError as exc:
+            failed.append(exc)
+
+    reader = threading.Thread(target=read_index)
+    reader.start()
+    try:
+        _run(["apt-get", "download", "-q", *closure], "apt-get download", cwd=dest)
+    finally:
+        reader.join()
+    if failed:
+        raise failed[0]
+    files: dict[tuple[str, str], Path] = {}
+    for deb in dest.glob("*.deb"):
+        # apt-get download names a file NAME_VERSION_ARCH.deb, an epoch's colon written `%3a`
+        name, version, _ = deb.name[:-len(".deb")].split("_")
+        files[(name, unquote(version))] = deb
+    stanzas: dict[tuple[str, str], str] = {}
+    digests: dict[str, str] = {}
+    for stanza in shown[0].split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and line[0] != " ")
+        key = (fields.get("Package", ""), fields.get("Version", ""))
+        if key not in files or key in stanzas:
+            continue
+        deb = files[key]
+        digest = sha256_file(deb)
+        if digest != fields.get("SHA256"):
+            raise BundleError(f"{deb.name}: its sha256 is not the one apt's index lists for "
+                              f"{key[0]}={key[1]}: the download was changed")
+        # named as in Debian's pool, without the epoch: apt would read `%3a` in a file: URI
+        # back as a colon
+        plain = f"{key[0]}_{key[1].partition(':')[2] or key[1]}_{fields.get('Architecture', 'all')}.deb"
+        deb.rename(dest / plain)
+        digests[plain] = digest
+        stanzas[key] = "\n".join(f"Filename: ./{plain}" if line.startswith("Filename: ") else line
+                                 for line in stanza.strip("\n").splitlines())
+    missing = sorted(f"{n}={v}" for n, v in set(files) - set(stanzas))
+    if missing:
+        raise BundleError(f"apt-cache show does not list {', '.join(missing)}")
+    (dest / "Packages").write_text("\n\n".join(stanzas[k] for k in sorted(stanzas)) + "\n")
+    return {name: version for name, version in stanzas}, digests
+
+
+def make_repository(repo: Path, label: str) -> None:
+    """Release, InRelease and bundle-key.gpg for the .debs and Packages in `repo`: a flat
+    repository (DebianRepository/Format, "Flat Repository Format") signed by a new key."""
+    data = (repo / "Packages").read_bytes()
+    release = (f"Origin: gpuprov bundle\nLabel: {label}\n"
+               f"Date: {email.utils.formatdate(usegmt=True)}\n"
+               f"SHA256:\n {hashlib.sha256(data).hexdigest()} {len(data)} Packages\n")
+    (repo / "Release").write_text(release)
+    home = Path(tempfile.mkdtemp(prefix="gpuprov-bundle-gpg-"))
+    env = dict(os.environ, GNUPGHOME=str(home), LC_ALL="C")
+    gpg = ["gpg", "--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""]
+    try:
+        _run([*gpg, "--quick-gen-key", f"gpuprov bundle ({label})", "ed25519", "sign", "never"],
+             "gpg --quick-gen-key", env=env)
+        listing = _run([*gpg, "--with-colons", "--list-secret-keys"], "gpg", env=env)
+        fingerprint = next(line.split(":")[9] for line in listing.splitlines()
+                           if line.startswith("fpr:"))
+        _run([*gpg, "--local-user", fingerprint, "--clearsign", "-o", str(repo / "InRelease"),
+              str(repo / "Release")], "gpg --clearsign", env=env)
+        # binary, as apt's Signed-By reads a .gpg keyring
+        _run([*gpg, "--output", str(repo / "bundle-key.gpg"), "--export", fingerprint],
+             "gpg --export", env=env)
+    finally:
+        subprocess.run(["gpgconf", "--kill", "all"], env=env, capture_output=True, timeout=30)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@dataclass
+class BuildReport:
+    path: Path
+    id: str
+    wheels: int
+    wheel_bytes: int
+    debs: int
+    deb_bytes: int
+    wheel_s: float
+    deb_s: float
+    total_s: float
+
+
+def _target(cuda: str, distro_name: str, arch: str, with_debs: bool) -> Distro:
+    """The target distribution, after the options are checked (InputError: one line)."""
+    here = this_distro()
+    if distro_name not in DISTROS:
+        raise InputError(f"--distro {distro_name or '(this machine)'}: not one of {', '.join(DISTROS)}")
+    if arch not in ARCHES:
+        raise InputError(f"--arch {arch}: not one of {', '.join(ARCHES)}")
+    rows = stack_rows()
+    if cuda not in rows:
+        raise InputError(f"--cuda {cuda}: not a row of the stack table (known: {', '.join(rows)})")
+    if with_debs and distro_name != here:
+        raise InputError(f"--distro {distro_name}: this machine is {here or 'another system'}, and the "
+                         "bundle's .debs come from its apt sources: build on a "
+                         f"{distro_name} machine (or --no-debs for the wheels alone)")
+    return DISTROS[distro_name]
+
+
+def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "",
+                 arch: str = "x86_64", index_url: str = PYPI, recipe: Path = DEFAULT_RECIPE,
+                 locks_dir: Path = LOCKS_DIR, with_debs: bool = True,
+                 progress: Callable[[str], None] = print) -> BuildReport:
+    """Build the bundle of row `cuda` into `out` (see the module docstring)."""
+    started = time.monotonic()
+    distro_name = distro_name or this_distro()
+    distro = _target(cuda, distro_name, arch, with_debs)
+    names = [lock_name(cuda, torch), UV_LOCK]
+    locks = [read_lock(locks_dir / name) for name in names]
+    packages = recipe_packages(recipe) if with_debs else []
+    command = (f"gpuprov bundle --cuda {cuda}{' --torch' if torch else ''} --distro {distro_name} "
+               f"--recipe {recipe.name} --out {out.name}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        stage = work / "stage"
+        for folder in ("locks", "wheels", "apt"):
+            (stage / folder).mkdir(parents=True)
+        files: list[dict[str, Any]] = []
+
+        def add(rel: str, origin: str, digest: str = "") -> None:
+            path = stage / rel    # hashed once: a row's wheels are gigabytes
+            files.append({"path": rel, "sha256": digest or sha256_file(path),
+                          "size": path.stat().st_size, "origin": origin})
+
+        for lock in locks:
+            shutil.copyfile(lock.path, stage / "locks" / lock.path.name)
+            add(f"locks/{lock.path.name}", str(lock.path))
+        t0 = time.monotonic()
+        progress(f"bundle: wheels of {', '.join(names)} for {distro_name} {arch} (python "
+                 f"{distro.python}) from {_without_password(index_url)}")
+        origins = fetch_wheels(locks, marker_environment(distro, arch), distro, arch, index_url,
+                               stage / "wheels")
+        for name, (origin, digest) in origins.items():
+            add(f"wheels/{name}", origin, digest)
+        wheel_s = time.monotonic() - t0
+        wheel_bytes = sum(f["size"] for f in files if f["path"].startswith("wheels/"))
+        progress(f"bundle: {len(origins)} wheels, {wheel_bytes / 1e6:.1f} MB in {wheel_s:.1f} s")
+        # One after the other: the wheels and the .debs at once came out slower (they share the
+        # link; bench/bundle_build.py, 2026-11-27: ratios 0.92-2.01 against 0.82-1.65).
+        t0 = time.monotonic()
+        debs: dict[str, str] = {}
+        if packages:
+            progress(f"bundle: .debs of {' '.join(packages)} and their dependencies")
+            debs, digests = fetch_debs(packages, stage / "apt")
+            make_repository(stage / "apt", f"{cuda} {distro_name}")
+            for name, digest in sorted(digests.items()):
+                add(f"apt/{name}", "this machine's apt sources (apt-get download)", digest)
+            for index in ("Packages", "Release", "InRelease", "bundle-key.gpg"):
+                add(f"apt/{index}", "made for the bundle")
+        deb_s = time.monotonic() - t0
+        deb_bytes = sum(f["size"] for f in files if f["path"].endswith(".deb"))
+        if packages:
+            progress(f"bundle: {len(debs)} .debs, {deb_bytes / 1e6:.1f} MB in {deb_s:.1f} s")
+        uv = next(f["path"] for f in files if f["path"].startswith("wheels/uv-"))
+        manifest = {"schema": SCHEMA, "cuda": cuda, "torch": torch, "distro": distro_name,
+                    "arch": arch, "python": distro.python, "command": command,
+                    "created": email.utils.formatdate(usegmt=True), "uv_wheel": uv,
+                    "debs": debs, "files": sorted(files, key=lambda f: f["path"])}
+        partial = work / out.name
+        bundle_id = write_archive(stage, manifest, partial)
+        os.replace(partial, out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    total = time.monotonic() - started
+    report = BuildReport(out, bundle_id, len(origins), wheel_bytes, len(debs), deb_bytes,
+                         wheel_s, deb_s, total)
+    progress(f"bundle: {out} ({out.stat().st_size / 1e6:.1f} MB, id {bundle_id}) in {total:.1f} s")
+    return report
+
+
+def run_bundle(cuda: str, out: str, torch: bool = False, distro: str = "", arch: str = "x86_64",
+               index_url: str = "", recipe: str = "", locks_dir: str = "",
+               debs: bool = True) -> int:
+    """`gpuprov bundle`: build; one line and exit status 2 on bad input or a failed fetch."""
+    try:
+        build_bundle(cuda, Path(out), torch=torch, distro_name=distro, arch=arch,
+                     index_url=index_url or PYPI,
+                     recipe=Path(recipe) if recipe else DEFAULT_RECIPE,
+                     locks_dir=Path(locks_dir) if locks_dir else LOCKS_DIR, with_debs=debs)
+    except InputError as exc:
+        print(f"bundle: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,201 @@
+"""A bundle's check (remote/bundle/archive.py), before any host is touched: a file changed after
+the build, a member the manifest does not list, a link, a lock that is not the recipe's: each
+refused in one line naming the file, exit status 2, no host contacted.
+
+The archives here are written by the bundle's own writer from small real files made by the test
+(a wheel with a correct RECORD, a .deb's bytes, locks in uv's format with their sha256), not
+fetched: the whole path from PyPI and Debian's mirror is in tests/test_bundle_sandbox.py."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import re
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from remote.bundle import BundleError, read_bundle
+from remote.bundle.archive import SCHEMA, write_archive
+from tests.conftest import write_yaml
+
+PAYLOAD = "gpuprov_standin_payload-1.0-py3-none-any.whl"
+UV = "uv-0.13.8-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+DEB = "g++_12.2.0-3_amd64.deb"
+
+
+def _wheel(path: Path, name: str, version: str) -> bytes:
+    """A pure-Python wheel of `name` with a correct RECORD (STAND-IN, made here)."""
+    dist = f"{name}-{version}.dist-info"
+    files = {f"{name}/__init__.py": b'"""STAND-IN built by gpuprov\'s tests."""\n',
+             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+             f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: gpuprov-tests\nRoot-Is-Purelib: true\n"}
+    record = "".join(f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},"
+                     f"{len(d)}\n" for n, d in files.items()) + f"{dist}/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as wheel:
+        for n, d in files.items():
+            wheel.writestr(n, d)
+        wheel.writestr(f"{dist}/RECORD", record)
+    return path.read_bytes()
+
+
+def _lock(pins: dict[str, bytes]) -> str:
+    """A lock as `uv pip compile --generate-hashes` writes it, for name==version -> file."""
+    return "".join(f"{pin} \\\n    --hash=sha256:{hashlib.sha256(data).hexdigest()}\n"
+                   for pin, data in pins.items())
+
+
+@pytest.fixture
+def bundle(tmp_path) -> Path:
+    """A bundle of two wheels, their locks, and one .deb's bytes."""
+    stage = tmp_path / "stage"
+    for folder in ("locks", "wheels", "apt"):
+        (stage / folder).mkdir(parents=True)
+    payload = _wheel(stage / "wheels" / PAYLOAD, "gpuprov_standin_payload", "1.0")
+    uv = _wheel(stage / "wheels" / UV, "uv", "0.13.8")
+    (stage / "locks" / "cuda-13.0-wheels.txt").write_text(_lock({"gpuprov-standin-payload==1.0": payload}))
+    (stage / "locks" / "uv.txt").write_text(_lock({"uv==0.13.8": uv}))
+    (stage / "apt" / DEB).write_bytes(b"!<arch>\nSTAND-IN bytes of a .deb\n" * 100)
+    files = []
+    for path in sorted(p for p in stage.rglob("*") if p.is_file()):
+        rel = path.relative_to(stage).as_posix()
+        files.append({"path": rel, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                      "size": path.stat().st_size, "origin": "made by the test"})
+    manifest = {"schema": SCHEMA, "cuda": "13.0", "torch": False, "distro": "debian12",
+                "command": "gpuprov bundle --cuda 13.0 --out b.tar", "uv_wheel": f"wheels/{UV}",
+                "debs": {"g++": "4:12.2.0-3"}, "files": files}
+    out = tmp_path / "b.tar"
+    write_archive(stage, manifest, out)
+    return out
+
+
+def _rewrite(src: Path, dst: Path, change) -> Path:
+    """A copy of the archive `src` with `change(member, data) -> (member, data) or None` applied
+    to each member (None drops it), as someone editing the archive would."""
+    with tarfile.open(src) as tin, tarfile.open(dst, "w", format=tarfile.PAX_FORMAT) as tout:
+        for member in tin.getmembers():
+            f = tin.extractfile(member)
+            result = change(member, f.read() if f else b"")
+            if result is not None:
+                member, data = result
+                member.size = len(data)
+                tout.addfile(member, io.BytesIO(data))
+    return dst
+
+
+def _flip(name: str):
+    """A change that flips one byte in the middle of member `name` (same size)."""
+    def change(member, data):
+        if member.name == name:
+            middle = len(data) // 2
+            data = data[:middle] + bytes([data[middle] ^ 1]) + data[middle + 1:]
+        return member, data
+    return change
+
+
+def test_a_whole_bundle_is_read_with_what_the_host_needs(bundle):
+    checked = read_bundle(bundle)
+    route = checked.route()
+    assert route.root == f"/var/lib/gpuprov/bundles/{checked.id}"
+    assert route.uv_wheel.endswith(UV) and route.debs == {"g++"}
+    assert set(route.locks) == {"cuda-13.0-wheels.txt", "uv.txt"}
+
+
+@pytest.mark.parametrize("member", [f"wheels/{PAYLOAD}", f"apt/{DEB}"])
+def test_a_file_changed_after_the_build_is_refused_naming_it(bundle, tmp_path, member):
+    bad = _rewrite(bundle, tmp_path / "bad.tar", _flip(member))
+    with pytest.raises(BundleError) as exc:
+        read_bundle(bad)
+    assert f"{member}: sha256" in str(exc.value) and "changed after it was built" in str(exc.value)
+    assert str(exc.value).startswith(str(bad))
+
+
+def test_a_member_the_manifest_does_not_list_a_link_or_a_missing_file_is_refused(bundle, tmp_path):
+    def add_extra(member, data):
+        if member.name == f"apt/{DEB}":
+            member.name = "apt/evil_1_all.deb"
+        return member, data
+    with pytest.raises(BundleError, match="apt/evil_1_all.deb: not in the bundle manifest"):
+        read_bundle(_rewrite(bundle, tmp_path / "extra.tar", add_extra))
+
+    def link(member, data):
+        if member.name == f"apt/{DEB}":
+            member.type, member.linkname = tarfile.SYMTYPE, "/etc/shadow"
+            return member, b""
+        return member, data
+    with pytest.raises(BundleError, match=re.escape(f"apt/{DEB}: not a plain file")):
+        read_bundle(_rewrite(bundle, tmp_path / "link.tar", link))
+
+    gone = _rewrite(bundle, tmp_path / "gone.tar",
+                    lambda m, d: None if m.name == f"wheels/{PAYLOAD}" else (m, d))
+    with pytest.raises(BundleError, match=re.escape(f"wheels/{PAYLOAD}: in the manifest but not in the archive")):
+        read_bundle(gone)
+
+
+def test_a_manifest_edited_to_match_a_changed_wheel_is_refused_by_the_lock(bundle, tmp_path):
+    """Someone who changes a wheel and writes its new sha256 into the manifest (and
+    SHA256SUMS) still meets the lock, which the wheel's hash must be in."""
+    import json
+
+    from remote.bundle.archive import sums_text
+
+    with tarfile.open(bundle) as tar:
+        manifest = json.loads(tar.extractfile("manifest.json").read())
+        wheel = tar.extractfile(f"wheels/{PAYLOAD}").read()
+    changed = wheel + b"\0"
+    for entry in manifest["files"]:
+        if entry["path"] == f"wheels/{PAYLOAD}":
+            entry["sha256"], entry["size"] = hashlib.sha256(changed).hexdigest(), len(changed)
+    new = {"manifest.json": json.dumps(manifest).encode(), "SHA256SUMS": sums_text(manifest["files"]).encode(),
+           f"wheels/{PAYLOAD}": changed}
+    bad = _rewrite(bundle, tmp_path / "relabelled.tar", lambda m, d: (m, new.get(m.name, d)))
+    with pytest.raises(BundleError, match=re.escape(f"wheels/{PAYLOAD}: its sha256 is not one its lock allows")):
+        read_bundle(bad)
+
+
+def test_a_bundle_built_from_another_lock_than_the_recipe_s_is_refused(bundle, tmp_path):
+    locks = tmp_path / "recipe-locks"
+    locks.mkdir()
+    (locks / "cuda-13.0-wheels.txt").write_text("gpuprov-standin-payload==1.1 \\\n    --hash=sha256:" + "0" * 64 + "\n")
+    with pytest.raises(BundleError) as exc:
+        read_bundle(bundle, locks_dir=locks)
+    assert f"locks/cuda-13.0-wheels.txt differs from {locks / 'cuda-13.0-wheels.txt'}" in str(exc.value)
+    assert "gpuprov bundle --cuda 13.0" in str(exc.value)
+
+
+def test_provision_with_a_tampered_bundle_exits_2_before_any_host_is_contacted(bundle, tmp_path, capsys):
+    """The host is at an address where nothing answers: a run that tried it would end
+    `unreachable` (exit 3); the check stops it at 2 with the file named."""
+    from remote import cli
+
+    bad = _rewrite(bundle, tmp_path / "bad.tar", _flip(f"apt/{DEB}"))
+    inventory = write_yaml(tmp_path / "inventory.yaml",
+                           {"hosts": {"h1": {"address": "127.0.0.1", "port": 9, "user": "nobody"}}})
+    recipe = write_yaml(tmp_path / "r.yaml", {"name": "r", "steps": [{"apt": {"packages": ["g++"]}}]})
+    rc = cli.provision(host="all", recipe=str(recipe), inventory=str(inventory), validate=False,
+                       logs_dir=str(tmp_path / "logs"), bundle=str(bad))
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert f"apt/{DEB}: sha256" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "logs").exists()
+
+
+def test_a_build_that_fails_leaves_no_half_bundle(tmp_path, monkeypatch, capsys):
+    """Real pip against an index where nothing listens: the build stops with one line, exit 2,
+    and neither the archive nor its temporary folder is left."""
+    from remote.bundle import run_bundle
+    from tests.conftest import REPO
+
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    (locks / "cuda-13.0-wheels.txt").write_text("six==1.17.0 \\\n    --hash=sha256:" + "0" * 64 + "\n")
+    (locks / "uv.txt").write_text((REPO / "playbooks" / "locks" / "uv.txt").read_text())
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    out = tmp_path / "out" / "site.bundle.tar"
+    rc = run_bundle("13.0", str(out), index_url="http://127.0.0.1:9/simple", locks_dir=str(locks),
+                    debs=False)
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("bundle: pip download failed") and len(err.strip().splitlines()) == 1
+    assert list(out.parent.iterdir()) == []

@@ -1,0 +1,145 @@
+"""Air-gapped sites end to end (issue 35): `gpuprov bundle` builds a bundle with real pip, apt,
+dpkg-scanpackages and gpg from PyPI and this machine's Debian mirror; `gpuprov provision
+--bundle` installs it on two OFFLINE sandbox hosts (`sandbox up --offline`: a network namespace
+of their own with nothing but `lo`, sshd reached through a relay), which the test first proves
+reach nothing; a re-run changes nothing; a tampered bundle is refused naming the file; a
+package the bundle lacks fails that step naming it and the command that adds it.
+
+What is not real here, and why: the lock in the 13.0 row's place holds two small PyPI wheels
+(six, packaging), resolved at test time by the real `uv pip compile --generate-hashes`; the
+real row's CUDA wheels are 1.1 GB (tests/test_lock_sandbox.py installs them online, and
+bench/bundle_build.py builds their bundle). The .debs are the recipe's real ones (python3-venv,
+g++ and their dependencies, about 100 packages and 96 MB). NVIDIA's own apt repository cannot
+be reached from here, so the bundle's apt half is Debian's packages only.
+
+Needs root, PyPI and the Debian mirror this machine's apt uses."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from remote import sandbox
+from tests.conftest import REPO, invoke, write_yaml
+from tests.http_stub import serve
+from tests.sandbox_fixture import SandboxHosts
+
+pytestmark = [pytest.mark.slow, pytest.mark.root,
+              pytest.mark.skipif(os.geteuid() != 0, reason="sandbox hosts need root")]
+
+VENV = "/home/admin/.gpuprov/venv"
+PINS = ["six==1.17.0", "packaging==24.2"]
+
+
+@pytest.fixture(scope="module")
+def offline_hosts():
+    """Two offline sandbox hosts of their own (the shared fixture's hosts are online)."""
+    state = Path(tempfile.mkdtemp(prefix="gpuprov-sandbox-"))
+    try:
+        inventory = sandbox.up(2, state, progress=lambda line: print(line, flush=True), offline=True)
+        yield SandboxHosts(inventory, state)
+    finally:
+        sandbox.down(state, progress=lambda line: None)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A recipe like cuda-wheels.yaml (apt python3-venv and g++, then a pip_lock), its locks,
+    and its bundle built by `gpuprov bundle`."""
+    work = tmp_path_factory.mktemp("bundle")
+    locks = work / "locks"
+    locks.mkdir()
+    shutil.copyfile(REPO / "playbooks" / "locks" / "uv.txt", locks / "uv.txt")
+    (work / "requirements.in").write_text("\n".join(PINS) + "\n")
+    subprocess.run([sys.executable, "-m", "uv", "pip", "compile", "requirements.in", "--no-config",
+                    "--generate-hashes", "--universal", "--python-version", "3.10", "-q",
+                    "-o", "locks/cuda-13.0-wheels.txt"], cwd=work, check=True, timeout=300)
+    recipe = write_yaml(work / "wheels.yaml", {"name": "CUDA from wheels (bundle test)", "steps": [
+        {"name": "python3-venv and a C++ compiler", "become": True,
+         "apt": {"packages": ["python3-venv", "g++"], "update_cache": True}},
+        {"name": "the row's wheels (locked)",
+         "pip_lock": {"lock": "locks/cuda-13.0-wheels.txt", "venv": VENV}}]})
+    out = work / "site.bundle.tar"
+    result = invoke("bundle", "--cuda", "13.0", "--out", str(out), "--recipe", str(recipe),
+                    "--locks", str(locks), cwd=work, timeout=1200)
+    assert result.rc == 0, result.out + result.err
+    assert "wheels" in result.out and ".debs" in result.out
+    return work, recipe, out
+
+
+def _provision(work: Path, hosts: SandboxHosts, recipe: Path, bundle: Path, name: str):
+    result = invoke("provision", "--host", ",".join(hosts.names), "--inventory", str(hosts.inventory),
+                    "--recipe", str(recipe), "--bundle", str(bundle), "--no-validate",
+                    "--json", str(work / f"{name}.json"), cwd=work, timeout=900)
+    path = work / f"{name}.json"
+    return result, (json.loads(path.read_text())["hosts"] if path.exists() else None)
+
+
+def test_offline_hosts_reach_nothing(offline_hosts):
+    """No route, no name service, and not even the control machine's own loopback services:
+    a server the test runs on 127.0.0.1 here is not there from inside."""
+    server = serve(lambda path, headers: (200, "text/plain", b"reached\n"))
+    port = server.server_address[1]
+    try:
+        rc, out, _ = offline_hosts.run("sandbox1", "cat /proc/net/route; ls /sys/class/net")
+        assert rc == 0 and out.split()[-1] == "lo" and len(out.strip().splitlines()) == 2, out
+        for target in ("deb.debian.org", "pypi.org", "files.pythonhosted.org", "127.0.0.1"):
+            rc, out, err = offline_hosts.run(
+                "sandbox1", f"curl -sS --max-time 5 http://{target}:{port if target == '127.0.0.1' else 80}/",
+                timeout=30)
+            assert rc != 0 and "reached" not in out, (target, out, err)
+        rc, out, _ = offline_hosts.run("sandbox1", "sudo -n apt-get update -q 2>&1", timeout=120)
+        assert "Err:" in out or "Failed to fetch" in out or "Temporary failure" in out, out
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_provision_from_the_bundle_on_offline_hosts_then_converges(offline_hosts, built):
+    work, recipe, bundle = built
+    first, hosts = _provision(work, offline_hosts, recipe, bundle, "first")
+    assert first.rc == 0, first.out + first.err
+    for name in offline_hosts.names:
+        assert [s["status"] for s in hosts[name]["steps"]] == ["changed"] * 3, hosts[name]
+        rc, out, err = offline_hosts.run(name, "g++ --version && " + VENV + "/bin/python -c "
+                                         "'import six, packaging; print(six.__version__, packaging.__version__)'")
+        assert rc == 0 and out.strip().endswith("1.17.0 24.2"), out + err
+        # apt trusted the bundle's repository through its own key, never [trusted=yes]
+        rc, out, _ = offline_hosts.run(name, "cat /var/lib/gpuprov/bundles/*/sources.d/*.sources")
+        assert "Signed-By: /var/lib/gpuprov/bundles/" in out and "trusted" not in out.lower(), out
+    again, hosts = _provision(work, offline_hosts, recipe, bundle, "again")
+    assert again.rc == 0, again.out + again.err
+    assert all(s["status"] == "ok" for h in hosts.values() for s in h["steps"]), hosts
+
+    # A package the bundle does not carry: that step fails, naming it and the command.
+    more = write_yaml(work / "more.yaml", {"name": "more", "steps": [
+        {"name": "make", "become": True, "apt": {"packages": ["make"]}}]})
+    lacking, hosts = _provision(work, offline_hosts, more, bundle, "lacking")
+    assert lacking.rc != 0
+    message = hosts["sandbox1"]["steps"][-1]["message"]
+    assert "make not in the bundle" in message and "gpuprov bundle --cuda 13.0" in message, message
+
+
+@pytest.mark.parametrize("kind", ["wheels/six-", "apt/g++_"])
+def test_a_tampered_bundle_is_refused_before_any_host_is_touched(offline_hosts, built, kind, tmp_path):
+    work, recipe, bundle = built
+    with tarfile.open(bundle) as tar:
+        member = next(m for m in tar.getmembers() if m.name.startswith(kind))
+        start = tar.getmember(member.name).offset_data
+    bad = tmp_path / "tampered.tar"
+    shutil.copyfile(bundle, bad)
+    with open(bad, "r+b") as f:                   # one byte in the middle of that file
+        f.seek(start + member.size // 2)
+        byte = f.read(1)
+        f.seek(start + member.size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    result, hosts = _provision(work, offline_hosts, recipe, bad, f"tampered-{kind[:3]}")
+    assert result.rc == 2 and hosts is None
+    assert f"{member.name}: sha256" in result.err and "changed after it was built" in result.err
