@@ -84,8 +84,10 @@ class Run:
                 self._keep(results, name, future)
             pool.shutdown(wait=True)
             self.cache_link.close()
-        except KeyboardInterrupt:
+        except BaseException as exc:
             self._settle(pool, futures, results)
+            if not isinstance(exc, KeyboardInterrupt):
+                raise  # a bug: the workers are stopped and joined all the same
             interrupted = dict(results)
             for host in hosts:  # begun without a result, or never begun: interrupted
                 interrupted.setdefault(host.name, HostResult(host.name, interrupted=True,
