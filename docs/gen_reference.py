@@ -231,7 +231,7 @@ def exit_codes_page() -> str:
 
     out = _header("Exit codes", "`remote/exitcodes.py` and the docstrings of `validate/cli.py` "
                   "and `validate/health.py`")
-    out += ["## gpuprov provision, validate, facts, logs", ""]
+    out += ["## gpuprov provision, validate, facts, logs, evidence", ""]
     out += _table(("status", "meaning"), list(exitcodes.MEANINGS.items()))
     out += [exitcodes.ORDER + " Ansible's `ansible-playbook` exits 2 for a failed host and 4 for "
             "an unreachable one; gpuprov keeps 2 for bad input, so a script can tell a wrong "

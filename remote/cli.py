@@ -27,6 +27,7 @@ from .engine.facts import FACT_NAMES, FACTS
 from .engine.jobs import Job
 from .engine.jobs.apply import ApplyRecipe, Then
 from .engine.jobs.gather import GatherFacts
+from .engine.jobs.logs import OUTCOME as VALIDATION
 from .engine.jobs.logs import PullLogs
 from .engine.jobs.manifest import RecordStack
 from .engine.jobs.validate import SUITES, Validate
@@ -464,13 +465,16 @@ def check_suite(suite: str) -> str:
 
 
 def exit_status(results: dict[str, HostResult]) -> int:
-    """The run's exit status from its hosts (`remote.exitcodes`): a failed step first, then
-    an unreachable host, then a failed validation."""
+    """The run's exit status from its hosts (`remote.exitcodes`): a failed step first (or a
+    job's own work that failed: evidence not collected), then an unreachable host, then a
+    failed validation. Only a validation's verdict is a failed validation."""
     # a host a rollout never started did not fail: the host that stopped the rollout did
     failed = [r for r in results.values() if not r.ok and not r.not_started]
     if any(r.interrupted for r in failed):
         return EXIT_INTERRUPTED
-    if any(s.status is StepStatus.FAILED for r in failed for s in r.steps):
+    if any(s.status is StepStatus.FAILED for r in failed for s in r.steps) or any(
+            r.outcome is not None and not r.outcome.ok and r.outcome.name != VALIDATION
+            for r in failed if not r.unreachable):
         return EXIT_STEP_FAILED
     if any(r.unreachable for r in failed):
         return EXIT_UNREACHABLE

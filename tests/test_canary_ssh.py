@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
+import threading
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
 
 from remote.report import build_report
 from tests.conftest import write_yaml
-from tests.procs import wait_for_file
+from tests.procs import wait_for_file, wait_until
 
 
 def canary_recipe(work, **top):
@@ -151,3 +156,90 @@ def test_an_interrupted_rollout_lists_the_batches_not_begun(farm, work, inventor
         assert hosts[name]["not_started"] == "the run was interrupted in batch 1 of 2"
         assert not (work / f"touched-{name}").exists()
         assert f"{name}: the run was interrupted in batch 1 of 2" in out.split("NOT STARTED")[1]
+
+
+# Ctrl-C outside the batch's wait for results: as hosts are handed to the pool, and as the pool
+# is closed. A real SIGINT, raised in this process's main thread by `signal.raise_signal` from a
+# trace hook on the pool's own method, so it lands in that window every time (no mock: the run,
+# its sshd hosts and the signal are real; only the moment is chosen by the test).
+def _sigint_on_call(method, nth: int = 1, before=lambda: None) -> None:
+    """SIGINT in this thread on the `nth` call of `method` (after `before()`)."""
+    calls = 0
+
+    def tracer(frame, event, arg):
+        nonlocal calls
+        if event == "call" and frame.f_code is method.__code__:
+            calls += 1
+            if calls == nth:
+                sys.settrace(None)
+                before()
+                signal.raise_signal(signal.SIGINT)  # its handler raises KeyboardInterrupt here
+        return None
+    sys.settrace(tracer)
+
+
+def _host_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("host")]
+
+
+def _interrupted_provision(provision, *args, **kwargs):
+    try:
+        return provision(*args, **kwargs)
+    except KeyboardInterrupt:  # escaped the run: it would have killed the command
+        pytest.fail("Ctrl-C escaped the run as a KeyboardInterrupt")
+    finally:
+        sys.settrace(None)
+
+
+def test_ctrl_c_while_hosts_are_handed_to_the_pool(farm, work, inventory, provision):
+    """Ctrl-C as the second host of a batch is handed to the pool, while the first one's
+    connection waits for an SSH banner: the first host began, so it is interrupted (never
+    "not started"), its run folder keeps its own log and gets no NOT_STARTED note, and no
+    worker thread is left running when the command returns. Before, the host was labelled
+    "never contacted", its folder hidden from the report, and its worker ran on."""
+    from tests.procs import SilentServer
+    from tests.test_faults import SILENT_ADDRESS
+
+    silent = SilentServer(SILENT_ADDRESS, farm.port)
+    try:
+        hosts = {"h1": farm.host_entry(SILENT_ADDRESS), "h2": farm.host_entry(farm.addresses[1]),
+                 "h3": farm.host_entry(farm.addresses[2])}
+        inv = inventory(hosts=hosts, timeouts={"banner": 60})
+        _sigint_on_call(ThreadPoolExecutor.submit, 2,
+                        before=lambda: wait_until(lambda: silent.accepted, 30))
+        result = _interrupted_provision(provision, "all", canary_recipe(work), inv, serial="2")
+    finally:
+        silent.close()
+    assert result.rc == 130, result.out
+    assert _host_threads() == [], "a worker went on running a host after the command returned"
+    assert result.host("h1")["interrupted"] is True and "not_started" not in result.host("h1")
+    for name in ("h2", "h3"):  # h2 never reached the pool, h3 is in the next batch
+        assert result.host(name)["not_started"] == "the run was interrupted in batch 1 of 2"
+        assert next((work / "logs" / name).iterdir()).joinpath("not-started.txt").is_file()
+    h1 = next((work / "logs" / "h1").iterdir())
+    assert not (h1 / "not-started.txt").exists()
+    log = (h1 / "provision.log").read_text()
+    assert "interrupted" in log and "never contacted" not in log, log
+    assert "h1" not in "".join(build_report(work / "logs").notes), "h1's run hidden"
+
+
+def test_ctrl_c_as_the_pool_is_closed_keeps_the_batch_it_ran(farm, work, inventory, provision):
+    """Ctrl-C once both hosts of the first batch ended, as the pool is closed: they keep
+    their results and run folders (no NOT_STARTED note: the report still shows their runs);
+    only the next batch's host is not started. Before, the batch's two hosts were labelled
+    "never contacted" and their real run folders hidden from the report."""
+    _sigint_on_call(ThreadPoolExecutor.shutdown)
+    result = _interrupted_provision(provision, "all", canary_recipe(work), inventory(),
+                                    serial="2")
+    assert result.rc == 130, result.out
+    assert _host_threads() == []
+    # the batch ran to its end (h2 fails its assert: no "end h2"), the next never began
+    assert sorted((work / "order").read_text().split()[1::2]) == ["h1", "h1", "h2"]
+    assert result.host("h1")["changed"] == 1 and result.host("h1")["failed"] == 0
+    assert result.host("h2")["failed"] == 1 and "not_started" not in result.host("h2")
+    for name in ("h1", "h2"):
+        assert not next((work / "logs" / name).iterdir()).joinpath("not-started.txt").exists()
+    for name in ("h3", "h4"):
+        assert result.host(name)["not_started"] == "the run was interrupted in batch 1 of 2"
+    report = build_report(work / "logs")
+    assert "2 host run(s) not started: a rollout stopped before them (h3, h4)" in report.notes

@@ -303,13 +303,32 @@ def test_a_hostile_archive_is_refused_with_nothing_written_outside(host, tools, 
     monkeypatch.setenv("GPUPROV_PULL_MAX_ARCHIVE_BYTES", str(1 << 20))
     before = tree(work)
     rc, out = evidence(work, inventory, name, capsys)
-    assert rc == 3, out
+    assert rc == 1, out  # not collected: 1 (remote/exitcodes.py); no validation failed (3)
     assert reason in out, out
     [run] = list((work / "logs" / name).iterdir())
     assert tree(run) == ["provision.log"], tree(run)
     assert [p for p in tree(work) if p not in before] == [
         "logs", f"logs/{name}", f"logs/{name}/{run.name}", f"logs/{name}/{run.name}/provision.log"]
     assert not (Path("/tmp") / "escape").exists() and not (work / "escape").exists()
+
+
+def test_evidence_not_collected_exits_1_before_an_unreachable_hosts_4(host, tools, work, capsys,
+                                                                      farm):
+    """The exit status of `gpuprov evidence` (remote/exitcodes.py, docs/reference/exit-codes.md):
+    evidence that could not be collected is a failed step's 1, not "validation failed" (3: no
+    validation ran), and it comes before another host's "unreachable" (4), as 1 comes before 4.
+    Alone, the unreachable host gives 4."""
+    name, inventory = host
+    (tools / "pack").write_bytes(b"not an archive")
+    os.chmod(tools / "pack", 0o644)
+    data = yaml.safe_load(inventory.read_text())
+    data["hosts"]["gone"] = {"address": "127.0.0.99", "port": 1}  # nothing listens there
+    both = write_yaml(work / "both.yaml", data)
+    rc, out = evidence(work, both, "all", capsys)
+    assert rc == 1, out
+    assert "evidence not collected" in out and "unreachable" in out, out
+    rc, out = evidence(work, both, "gone", capsys)
+    assert rc == 4, out
 
 
 def test_an_rma_verdict_brings_the_evidence_and_no_evidence_leaves_it(host, tools, work, capsys):

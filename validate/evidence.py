@@ -130,7 +130,10 @@ def run_bounded(argv: list[str], cwd: str, timeout: float, log_path: str) -> tup
                     os.killpg(proc.pid, signal.SIGKILL)
                 except OSError:
                     pass
-                proc.wait()
+                try:  # bounded too: a script stuck in the kernel (state D) is left behind
+                    proc.wait(timeout=host.KILL_WAIT_S)
+                except subprocess.TimeoutExpired:
+                    pass
     return rc, time.monotonic() - start
 
 

@@ -13,21 +13,33 @@ from typing import Any
 from .smi import invalid_query_field, parse_query_csv
 from .text import ParseError, first_line
 
+# After SIGKILL, how long to wait for a timed-out tool to be reaped. A process in uninterruptible
+# sleep (state D: nvidia-smi stuck in the driver on a sick GPU) dies only once its kernel call
+# returns, which may be never; past this the tool is left behind and the caller goes on.
+# Unsourced: a killed process that is not stuck is gone in well under a second.
+KILL_WAIT_S = 5.0
+
+
+def _text(data: Any) -> str:
+    if isinstance(data, bytes):
+        return data.decode("utf-8", "replace")
+    return data or ""
+
 
 def run_tool(argv: list[str], timeout: float = 60, env: dict[str, str] | None = None,
              cwd: str | None = None) -> dict[str, Any]:
     """Run a command; never raises for the command's own failure.
 
     Returns {"rc", "stdout", "stderr", "error"}: rc None and error set when the
-    program is missing or timed out.
+    program is missing or timed out. A timed-out command is killed and waited for at most
+    KILL_WAIT_S more: one stuck in the kernel is left behind, and the error says so.
     """
     try:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             argv,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             universal_newlines=True,
-            timeout=timeout,
             env=env,
             cwd=cwd,
         )
@@ -35,16 +47,26 @@ def run_tool(argv: list[str], timeout: float = 60, env: dict[str, str] | None = 
         return {"rc": None, "stdout": "", "stderr": "", "error": "%s: not found" % argv[0]}
     except PermissionError as exc:
         return {"rc": None, "stdout": "", "stderr": "", "error": "%s: %s" % (argv[0], exc)}
+    try:
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired as exc:
-        out = exc.stdout or ""
-        err = exc.stderr or ""
-        if isinstance(out, bytes):
-            out = out.decode("utf-8", "replace")
-        if isinstance(err, bytes):
-            err = err.decode("utf-8", "replace")
-        return {"rc": None, "stdout": out, "stderr": err,
-                "error": "%s: timed out after %ss" % (argv[0], timeout)}
-    return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr, "error": None}
+        # subprocess.run would kill, then wait without a bound: a hang of its own
+        error = "%s: timed out after %ss" % (argv[0], timeout)
+        proc.kill()
+        try:
+            proc.wait(timeout=KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            error += (" and did not exit %gs after SIGKILL (stuck in the kernel?): left behind"
+                      % KILL_WAIT_S)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        return {"rc": None, "stdout": _text(exc.stdout), "stderr": _text(exc.stderr),
+                "error": error}
+    except BaseException:  # Ctrl-C, SIGTERM turned into SystemExit: the tool goes too
+        proc.kill()
+        raise
+    return {"rc": proc.returncode, "stdout": out, "stderr": err, "error": None}
 
 
 def os_name() -> str:

@@ -50,6 +50,9 @@ class Run:
         # Connections still opening: a cancel aborts them rather than wait out their timeouts.
         self._opening: set[BaseConnection] = set()
         self._opening_lock = threading.Lock()
+        # The hosts whose session a pool worker began (under `_opening_lock`, against a
+        # cancel): only a host not in it was never started.
+        self.started: set[str] = set()
         self.known_hosts = KnownHosts(inventory.known_hosts, inventory.host_key_policy)
         # Only the facts something can read are gathered: the vars' share, worked out once.
         layers = [inventory.vars, options.extra_vars]
@@ -60,39 +63,80 @@ class Run:
         self.cache_link = CacheLink(self.connect)
         self.rollout: Optional[RolloutState] = None  # a rollout's batches, once `roll_out` ran
 
-    def execute(self, job: Job, hosts: Optional[list[Host]] = None) -> dict[str, HostResult]:
+    def execute(self, job: Job, hosts: Optional[list[Host]] = None,
+                into: Optional[dict[str, HostResult]] = None) -> dict[str, HostResult]:
         """Run `job` on every host (or on `hosts`); return {name: HostResult} in inventory
-        order."""
+        order, each result also put in `into` as it is collected (a rollout keeps them there).
+
+        Ctrl-C at any point (as hosts are handed to the pool, as their results are awaited,
+        as the pool is closed) stops the hosts, drops those not begun and waits for every
+        worker before `RunInterrupted` is raised: no thread goes on running a host after it."""
         hosts = self.hosts if hosts is None else hosts
-        results: dict[str, HostResult] = {}
+        results: dict[str, HostResult] = {} if into is None else into
         _freeze_loaded_objects()
         workers = max(1, min(self.options.forks, len(hosts)))
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="host")
-        futures: dict[str, Future[HostResult]] = {
-            h.name: pool.submit(self.session(h).run_job, job) for h in hosts}
+        futures: dict[str, Future[Optional[HostResult]]] = {}
         try:
+            for host in hosts:
+                futures[host.name] = pool.submit(self._run_host, host, job)
             for name, future in futures.items():
-                results[name] = future.result()
-        except KeyboardInterrupt:
-            self.stop()
-            for name, future in futures.items():
-                if future.cancel():
-                    results[name] = HostResult(name, interrupted=True, message="interrupted")
-            for name, future in futures.items():
-                if name not in results:
-                    results[name] = future.result()
-            raise RunInterrupted(results) from None
-        finally:
+                self._keep(results, name, future)
             pool.shutdown(wait=True)
             self.cache_link.close()
-        return results
+        except BaseException as exc:
+            self._settle(pool, futures, results)
+            if not isinstance(exc, KeyboardInterrupt):
+                raise  # a bug: the workers are stopped and joined all the same
+            interrupted = dict(results)
+            for host in hosts:  # begun without a result, or never begun: interrupted
+                interrupted.setdefault(host.name, HostResult(host.name, interrupted=True,
+                                                             message="interrupted"))
+                if host.name in self.started:
+                    results.setdefault(host.name, interrupted[host.name])
+            raise RunInterrupted({h.name: interrupted[h.name] for h in hosts}) from None
+        return {h.name: results[h.name] for h in hosts}
+
+    def _run_host(self, host: Host, job: Job) -> Optional[HostResult]:
+        """A pool worker's work for one host: its session, from start to end; None when the
+        run was cancelled before it began (nothing was done for the host)."""
+        with self._opening_lock:
+            if self.cancel.is_set():
+                return None
+            self.started.add(host.name)  # from here on, the host's run folder is its own
+        return self.session(host).run_job(job)
+
+    @staticmethod
+    def _keep(results: dict[str, HostResult], name: str,
+              future: Future[Optional[HostResult]]) -> None:
+        result = future.result()
+        if result is not None:
+            results[name] = result
+
+    def _settle(self, pool: ThreadPoolExecutor, futures: dict[str, Future[Optional[HostResult]]],
+                results: dict[str, HostResult]) -> None:
+        """After Ctrl-C: cancel the run and the hosts not begun, wait for every worker, keep
+        the results of the hosts that ended. Another Ctrl-C meanwhile only cancels again: the
+        workers are joined whatever comes."""
+        while True:
+            try:
+                self.stop()
+                pool.shutdown(wait=True, cancel_futures=True)
+                for name, future in futures.items():
+                    if name not in results and future.done() and not future.cancelled():
+                        self._keep(results, name, future)
+                self.cache_link.close()
+                return
+            except KeyboardInterrupt:
+                continue
 
     def roll_out(self, job: Job, rollout: Rollout) -> dict[str, HostResult]:
         """Run `job` batch after batch (`rollout`): each batch's hosts end their job (the
         recipe, then the validation) before the next batch starts; the first batch whose
         failures exceed the limit stops the run, and the hosts after it are never contacted:
         their results say `not_started` and why (`self.rollout` has the batches). Ctrl-C
-        leaves the hosts of the batches not begun `not_started` too."""
+        leaves the hosts not begun (in the batches after, or in the batch under way)
+        `not_started` too; a host that began is never one of them."""
         by_name = {h.name: h for h in self.hosts}
         batches = rollout.batches(list(by_name))
         self.rollout = state = RolloutState(batches)
@@ -102,7 +146,7 @@ class Run:
             for number, batch in enumerate(batches, 1):
                 shown = ", ".join(batch[:3]) + (f", ... ({len(batch)} hosts)" if len(batch) > 3 else "")
                 self.reporter.note(f"batch {number} of {len(batches)}: {shown}")
-                results.update(self.execute(job, [by_name[name] for name in batch]))
+                self.execute(job, [by_name[name] for name in batch], into=results)
                 failed = [name for name in batch if not results[name].ok]
                 reason = rollout.stop_reason(batch, failed, number, len(batches))
                 if reason and number < len(batches):
@@ -110,11 +154,8 @@ class Run:
                     self.reporter.note(f"rollout stopped: {reason}")
                     self._not_started(results, by_name, reason)
                     break
-        except (RunInterrupted, KeyboardInterrupt) as exc:  # in a batch, or between two
-            if isinstance(exc, RunInterrupted):
-                results.update(exc.results)
-            else:
-                self.stop()
+        except (RunInterrupted, KeyboardInterrupt):  # in a batch, or between two
+            self.stop()  # `results` holds what the hosts that began got to
             self._not_started(results, by_name, "the run was interrupted in batch "
                               f"{number} of {len(batches)}")
             raise RunInterrupted({name: results[name] for name in by_name}) from None
@@ -122,19 +163,27 @@ class Run:
 
     def _not_started(self, results: dict[str, HostResult], names: Iterable[str],
                      reason: str) -> None:
-        """The hosts of `names` without a result were never started: a result and a run log
-        say why."""
+        """The hosts of `names` without a result: those never begun (`started`) were never
+        contacted, and a result and a run log say why; one that began has lost its result to
+        a Ctrl-C, and is interrupted. A run folder the host's run wrote in never gets the
+        NOT_STARTED note (the report would hide that run)."""
         for name in names:
             if name in results:
                 continue
+            if name in self.started:
+                results[name] = HostResult(name, interrupted=True, message="interrupted")
+                continue
             results[name] = HostResult(name, not_started=reason)
-            if self.options.logs_dir is not None:
-                folder = run_dir(self.options.logs_dir, name, self.options.run_id)
-                log = RunLog(folder / PROVISION_LOG, self.redact)
-                log.event(f"run {self.options.run_id} on {name}: not started, never contacted: "
-                          f"{reason}")
-                log.close()
-                (folder / NOT_STARTED).write_text(reason + "\n", encoding="utf-8")
+            if self.options.logs_dir is None:
+                continue
+            folder = run_dir(self.options.logs_dir, name, self.options.run_id)
+            if folder.is_dir() and any(folder.iterdir()):
+                continue  # something of the host's own run is there
+            log = RunLog(folder / PROVISION_LOG, self.redact)
+            log.event(f"run {self.options.run_id} on {name}: not started, never contacted: "
+                      f"{reason}")
+            log.close()
+            (folder / NOT_STARTED).write_text(reason + "\n", encoding="utf-8")
 
     def session(self, host: Host) -> HostSession:
         return HostSession(host, self.inventory, self.options, self.reporter, self.redact,
