@@ -191,6 +191,10 @@ def inventory_page() -> str:
             lambda k: f" (default {timeouts[k]:g})")
     section("`cache:`", yaml_reader.CACHE_KEYS)
     section("`slurm:` on a host", SLURM_KEYS)
+    section("Vars that validation reads (in `vars:`, a group's, a host's, or `--var`)",
+            yaml_reader.VALIDATE_VARS)
+    out += ["A mistake in `node_profile` or a waiver is refused before any host is contacted, at "
+            "the line of the offending key (exit 2): [Accept a node](../how-to/node-profiles.md).", ""]
     out += ["`host_key_policy` is one of " + ", ".join(f"`{p}`" for p in model.POLICIES) + ".", ""]
     return "\n".join(out)
 

@@ -30,7 +30,7 @@ from .engine.jobs.gather import GatherFacts
 from .engine.jobs.logs import OUTCOME as VALIDATION
 from .engine.jobs.logs import PullLogs
 from .engine.jobs.manifest import RecordStack
-from .engine.jobs.validate import SUITES, Validate
+from .engine.jobs.validate import PROFILE_VARS, SUITES, Validate, check_profile_vars
 from .engine.results import HostResult, StepStatus, json_document, write_json
 from .engine.rollout import Rollout, parse_max_fail, parse_serial
 from .engine.run import Run, RunInterrupted, RunOptions
@@ -98,6 +98,19 @@ def load_and_check(inventory_path: str, selection: Optional[str], recipe_path: O
                 check_names(recipe, set(raw), host.name, FACT_NAMES)
                 checked.add(key)
     return inventory, hosts, recipe
+
+
+def check_profiles(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, Any],
+                   recipe: Optional[Recipe[Kind[Any]]] = None) -> None:
+    """Each selected host's `node_profile` and waivers, checked with validate's own checker
+    before any host is contacted (`check_profile_vars`); each distinct set of values once."""
+    seen: set[tuple[int, ...]] = set()
+    for host in hosts:
+        raw, where = layered_vars(inventory, host, extra_vars, recipe)
+        key = tuple(id(raw.get(name)) for name in PROFILE_VARS)
+        if key not in seen:
+            seen.add(key)
+            check_profile_vars(raw, where, extra_vars)
 
 
 def check_key_files(hosts: list[Host]) -> None:
@@ -210,6 +223,8 @@ def provision(host: Optional[str], recipe: str, inventory: str, check: bool = Fa
         extra_vars, forks_n, suite, (inv, hosts, rec) = _run_inputs(
             inventory, host, limit, recipe, var, forks, suite, outputs)
         assert rec is not None  # a recipe path was given, so it was loaded
+        if validate and rec.validate and not check:
+            check_profiles(inv, hosts, extra_vars, rec)
         rollout = rollout_for(serial, max_fail_percentage, rec.rollout)
         if bundle and not list_hosts:
             checked = read_bundle(Path(bundle), locks_dir=rec.path.parent / "locks")
@@ -269,6 +284,7 @@ def validate(host: Optional[str], inventory: str, suite: str = "quick",
     try:
         extra_vars, forks_n, suite, (inv, hosts, _) = _run_inputs(
             inventory, host, limit, None, var, forks, suite, outputs)
+        check_profiles(inv, hosts, extra_vars)
         if (drain_failed or resume_passed) and not any(h.scheduler for h in hosts):
             keys = " or ".join(f"{key}:" for key in SCHEDULERS)
             raise InputError(f"--drain-failed and --resume-passed act on a cluster's nodes: "
@@ -355,6 +371,7 @@ def evidence(host: Optional[str], inventory: str, logs_dir: str = LOGS_DIR,
     `<logs>/<host>/<run>/evidence-<host>-<serials>.tar.gz` (remote/evidence/)."""
     try:
         inv, hosts, _ = load_for_run(inventory, host, None, {}, limit)
+        check_profiles(inv, hosts, {})  # the evidence runs validate with the host's profile
         full = _seconds("--bug-report-timeout", bug_report_timeout)
     except InputError as exc:
         return fail_input(exc)

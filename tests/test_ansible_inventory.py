@@ -281,6 +281,13 @@ BAD = [
     ("inv.ini", "[fleet:children]\ngpus\n", 2, "group 'gpus' is named here but never declared"),
     ("inv.ini", "[gpus]\ngpu1 ansible_port=http\n", 2,
      "host 'gpu1': ansible_port must be a number from 1 to 65535"),
+    # a superscript two: str.isdigit() takes it, int() does not (a traceback before)
+    ("inv.ini", "[gpus]\ngpu1 ansible_port=\u00b2\n", 2,
+     "host 'gpu1': ansible_port must be a number from 1 to 65535"),
+    ("inv.yml", "all:\n  hosts:\n    gpu1:\n      ansible_port: \"\u00b2\"\n", 4,
+     "host 'gpu1': ansible_port must be a number from 1 to 65535"),
+    ("hosts", "[gpus]\ngpu[1:\u00b2]\n", 2,
+     "host range in 'gpu[1:\u00b2]' must be numbers or single letters"),
     ("inv.yml", "all:\n  children:\n    gpus:\n      host:\n        gpu1:\n", 4,
      "group 'gpus': unknown key 'host'"),
     ("inv.yml", "all:\n  hosts:\n    gpu1:\n      ansible_become: maybe\n", 4,

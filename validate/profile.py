@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
-from typing import Any
+from typing import Any, Optional
 
 from . import expectations
 
@@ -34,7 +34,15 @@ KEYS = ("gpus", "pcie", "ib", "floors", "tolerance", "ignore_xids", "acknowledge
 
 
 class BadProfile(ValueError):
-    pass
+    """A bad document: the message starts with the key it names ("ib[0].rate_gbps: ...");
+    ``key`` is that key ("" for the document itself), so that gpuprov, which runs this same
+    check on the inventory before it contacts a host, can name the line it was written on."""
+
+    def __init__(self, message: str, key: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.key = key if key is not None else message.partition(": ")[0]
+        if self.key == "profile":
+            self.key = ""
 
 
 def _int(where, value, low=0):
@@ -54,7 +62,8 @@ def _mapping(where, value, keys):
         raise BadProfile("%s: not a mapping" % where)
     unknown = sorted(set(value) - set(keys))
     if unknown:
-        raise BadProfile("%s: unknown key %r (known: %s)" % (where, unknown[0], ", ".join(keys)))
+        raise BadProfile("%s: unknown key %r (known: %s)" % (where, unknown[0], ", ".join(keys)),
+                         unknown[0] if where == "profile" else "%s.%s" % (where, unknown[0]))
     return value
 
 
@@ -101,9 +110,10 @@ def from_document(doc: Any, check_names=()) -> dict[str, Any]:
     warn_only = doc.get("warn_only") or []
     if not isinstance(warn_only, list) or not all(isinstance(c, str) for c in warn_only):
         raise BadProfile("warn_only: not a list of check names")
-    for name in warn_only:
+    for i, name in enumerate(warn_only):
         if check_names and name not in check_names:
-            raise BadProfile("warn_only: unknown check %r" % name)
+            raise BadProfile("warn_only: unknown check %r (known: %s)" % (name, ", ".join(check_names)),
+                             "warn_only[%d]" % i)
     model = gpus.get("model")
     if model is not None and not isinstance(model, str):
         raise BadProfile("gpus.model: not a string")

@@ -105,6 +105,12 @@ def expand_pattern(pattern: str, where: Where) -> tuple[list[str], Optional[int]
     return names, port
 
 
+def _ascii_number(text: str) -> bool:
+    """Digits 0-9 only: str.isdigit() also takes "²" (which int() refuses) and other scripts'
+    digits (which int() reads), so a typo would crash or pass as a number."""
+    return text.isascii() and text.isdigit()
+
+
 def _range(found: re.Match[str], pattern: str, where: Where) -> list[str]:
     beg, end, step_text = found[1] or "0", found[2], found[3]
     if not end:
@@ -120,7 +126,7 @@ def _range(found: re.Match[str], pattern: str, where: Where) -> list[str]:
         if letters.index(beg) > letters.index(end):
             raise where.error(f"host range in '{pattern}' must have begin <= end")
         return list(letters[letters.index(beg):letters.index(end) + 1:step])
-    if not (beg.isdigit() and end.isdigit()):
+    if not (_ascii_number(beg) and _ascii_number(end)):
         raise where.error(f"host range in '{pattern}' must be numbers or single letters, not "
                           f"[{found[1]}:{end}]")
     width = len(beg) if beg.startswith("0") and len(beg) > 1 else 0
@@ -221,7 +227,7 @@ def _apply(host: Host, merged: dict[str, tuple[Any, Where]]) -> None:
     port_key = next((k for k in PORT_VARS if k in merged), None)
     if port_key is not None:
         value, where = merged[port_key]
-        port = int(value) if isinstance(value, str) and value.isdigit() else value
+        port = int(value) if isinstance(value, str) and _ascii_number(value) else value
         if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
             raise where.error(f"host '{host.name}': {port_key} must be a number from 1 to 65535")
         host.port = port

@@ -81,6 +81,23 @@ TIMEOUT_KEYS = {
     "command": "a step without a `timeout` of its own, and the whole validation",
     "idle": "how long validation (and a pull of its results) may go without an output line",
 }
+# The vars of a host's layers (inventory vars, a group's or the host's, `--var`) that validation
+# reads: the node profile and the operator's waivers (validate/profile.py checks them, here before
+# any host is contacted and again on the host; docs/how-to/node-profiles.md), beside the rest.
+PROFILE_VARS = {
+    "node_profile": "what the node must be: `gpus` (`count`, `model`), `pcie` (`gen`, `width`), `ib` "
+                    "(`ports`, `rate_gbps`, `link_layer`), `floors`, `tolerance` (a fraction below 1); "
+                    "the innermost layer's mapping wins whole",
+    "ignore_xids": "Xid/SXid numbers that never count (a list, or `13,31`)",
+    "acknowledged_before": "an ISO 8601 time: Xid/SXid lines logged earlier do not count",
+    "warn_only": "checks whose failure only warns (a list of validate's check names, or `p2p,nccl`)",
+}
+VALIDATE_VARS = {
+    "gpu_expected": "how many GPUs the host must show (`python3 -m validate --expect-gpus`)",
+    "validate_python": "the python3 that runs validate on the host (a recipe's venv; remembered there)",
+    "validate_args": "more `python3 -m validate` arguments (one string, split as a shell would, or a list)",
+    **PROFILE_VARS,
+}
 
 Parts = list[tuple[Path, YamlMap]]  # the file and those it includes, the including one first
 

@@ -10,11 +10,17 @@ the reason, and the others' recap does not wait for it.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
-from ...errors import CommandTimeout, GpuprovError, InputError
+from validate import profile
+from validate.core import CHECK_NAMES
+
+from ...config.inventory import yaml_reader
+from ...config.templating import is_template
+from ...errors import CommandTimeout, GpuprovError, InputError, Where
 from ...paths import VALIDATE_DIR
 from ...runfolder import run_dir
 from ...transport.connection import LineSplitter, pack, unpack_command
@@ -93,13 +99,26 @@ def remember_python(session: HostSession) -> None:
 
 # The host's vars that make its node profile (validate/profile.py): `node_profile`, a mapping
 # (gpus, pcie, ib, floors, tolerance), and the operator's waivers beside it.
-WAIVER_VARS = ("ignore_xids", "acknowledged_before", "warn_only")
+PROFILE_VARS = tuple(yaml_reader.PROFILE_VARS)  # node_profile, then the waivers
+WAIVER_VARS = PROFILE_VARS[1:]
+
+
+def waiver_value(name: str, value: Any) -> Any:
+    """A waiver var as the profile takes it: a comma list (`--var ignore_xids=13,31`) as a
+    list, Xid numbers written as text as numbers (ASCII digits only: '²' stays text, refused)."""
+    if name in ("ignore_xids", "warn_only") and isinstance(value, (str, int)):
+        value = [v.strip() for v in str(value).split(",") if v.strip()]
+    if name == "ignore_xids" and isinstance(value, list):
+        value = [int(v) if isinstance(v, str) and v.strip().isascii() and v.strip().isdigit() else v
+                 for v in value]
+    return value
 
 
 def profile_document(context: dict[str, Any]) -> Optional[dict[str, Any]]:
     """The JSON document validate's `--profile` takes, from the host's vars (a group's or the
     host's: the innermost layer's `node_profile` wins whole); None when there is none. The
-    host's validate checks every key and names a bad one (exit 2)."""
+    control side checked every key before contacting the host (`check_profile_vars`); the
+    host's validate checks them again (a value that was a template) and names a bad one."""
     doc = context.get("node_profile")
     if doc in (None, ""):
         doc = {}
@@ -108,14 +127,69 @@ def profile_document(context: dict[str, Any]) -> Optional[dict[str, Any]]:
     doc = dict(doc)
     for name in WAIVER_VARS:
         value = context.get(name)
-        if value in (None, "", []):
-            continue
-        if name in ("ignore_xids", "warn_only") and isinstance(value, (str, int)):
-            value = [v.strip() for v in str(value).split(",") if v.strip()]  # `--var ignore_xids=13,31`
-        if name == "ignore_xids" and isinstance(value, list):
-            value = [int(v) if isinstance(v, str) and v.strip().isdigit() else v for v in value]
-        doc[name] = value
+        if value not in (None, "", []):
+            doc[name] = waiver_value(name, value)
     return doc or None
+
+
+def check_profile_vars(raw: dict[str, Any], where_of_var: dict[str, Where],
+                       given_with_var: dict[str, Any]) -> None:
+    """A host's `node_profile` and waivers as written (`raw`, at `where_of_var`), checked with
+    the checker validate runs on the host (validate/profile.py), before any host is contacted:
+    `InputError` at the line of the offending key; a var given with `--var` (`given_with_var`)
+    is named so. A value that is or holds a template is checked on the host, once rendered."""
+    for name in PROFILE_VARS:
+        value = raw.get(name)
+        if value in (None, "", []) or _templated(value):
+            continue
+        try:
+            if name == "node_profile" and not isinstance(value, dict):
+                raise profile.BadProfile(f"not a mapping (got {type(value).__name__})", "")
+            piece = value if name == "node_profile" else {name: waiver_value(name, value)}
+            profile.from_document(json.loads(_as_json(piece)), CHECK_NAMES)  # as the host reads it
+        except profile.BadProfile as exc:
+            what = str(exc).removeprefix("profile: ")
+            what = f"node_profile: {what}" if name == "node_profile" else what
+            from_var = name in given_with_var
+            where = getattr(value, "where", None) if from_var else where_of_var.get(name)
+            if where is None:
+                raise InputError(f"--var {what}" if from_var else what) from None
+            path = _key_path(exc.key)
+            if name != "node_profile" and path[:1] == [name]:
+                path = path[1:]
+            raise _position(value, path, where).error(what) from None
+
+
+def _as_json(doc: dict[str, Any]) -> str:
+    """The profile as `--profile` carries it (a YAML date, `2026-11-20` unquoted, as text)."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _templated(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(_templated(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_templated(v) for v in value)
+    return is_template(value)
+
+
+def _key_path(key: str) -> list[Union[str, int]]:
+    """'ib[0].rate_gbps' -> ['ib', 0, 'rate_gbps'] (BadProfile.key)."""
+    return [int(part[1:-1]) if part.startswith("[") else part
+            for part in re.findall(r"\[\d+\]|[^.\[\]]+", key)]
+
+
+def _position(value: Any, path: list[Union[str, int]], where: Where) -> Where:
+    """The deepest position along `path` that the loaded value remembers (the YAML loader's
+    mappings and lists do; an INI value or a comma list stays at its var's line)."""
+    for part in path:
+        at = getattr(value, "at", None)
+        found = (isinstance(value, dict) and part in value) or (
+            isinstance(value, list) and isinstance(part, int) and part < len(value))
+        if at is None or not found:
+            break
+        where, value = at(part), value[part]
+    return where
 
 
 def suite_args(suite: str, context: dict[str, Any]) -> list[str]:
@@ -127,7 +201,7 @@ def suite_args(suite: str, context: dict[str, Any]) -> list[str]:
         args += ["--expect-gpus", str(expected)]
     profile = profile_document(context)
     if profile:
-        args += ["--profile", json.dumps(profile, sort_keys=True, separators=(",", ":"), default=str)]
+        args += ["--profile", _as_json(profile)]
     extra = context.get("validate_args") or []
     args += shlex.split(extra) if isinstance(extra, str) else [str(a) for a in extra]
     return args
