@@ -37,3 +37,15 @@ def test_what_one_flat_config_cannot_say_is_refused(tmp_path, included, message)
     (tmp_path / "config").write_text("Host a\n  Include inc.conf\n")
     with pytest.raises(Unreachable, match=message):
         _with_includes(tmp_path / "config", tmp_path)
+
+
+@pytest.mark.parametrize("jump", ["bastion:2²", "bastion:x1"])
+def test_a_proxyjump_port_that_is_no_ascii_number_is_named_not_a_crash(jump):
+    # "²" passes str.isdigit() and then fails int(): a traceback before this check
+    from remote.config.inventory.model import Host
+    from remote.errors import Where
+    from remote.transport.sshconfig import jump_host
+
+    target = Host(name="gpu1", address="10.0.0.5", where=Where("inv.yaml", 3), jump=jump)
+    with pytest.raises(Unreachable, match="ProxyJump .* has a port that is not a number"):
+        jump_host(target, {})

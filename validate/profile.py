@@ -1,9 +1,9 @@
 """A node profile: what the inventory says one node must be, and what it waives.
 
 ``python3 -m validate --profile FILE|JSON`` (gpuprov passes the host's
-``node_profile`` var and its waiver vars as one JSON document; see README.md
-"Node profiles").  The profile follows AzNHC's per-VM-size conf files and
-AWS's per-instance-type defaults (shared/research/sku-expectations.md 1.):
+``node_profile`` var and its waiver vars as one JSON document; see
+docs/how-to/node-profiles.md).  The profile follows AzNHC's per-VM-size conf
+files and AWS's per-instance-type defaults (shared/research/sku-expectations.md 1.):
 expected hardware, and floors that override the table::
 
     {"gpus": {"count": 8, "model": "NVIDIA H100 80GB HBM3"},

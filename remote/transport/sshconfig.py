@@ -150,7 +150,7 @@ def jump_host(target: Host, hosts: dict[str, Host]) -> Optional[Host]:
     address, port = rest, None
     if rest.count(":") == 1:
         address, port_text = rest.split(":")
-        if not port_text.isdigit():
+        if not (port_text.isascii() and port_text.isdigit()):  # "²" is a digit to isdigit()
             raise Unreachable(f"{target.name}: ProxyJump {last!r} has a port that is not a number")
         port = int(port_text)
     return Host(name=last, address=address, where=target.where, user=user or None, port=port,
