@@ -44,6 +44,7 @@ from .options import check_forks, parse_extra_vars, select_hosts
 from .output.junit import write_junit
 from .output.recap import Failure, NotStarted, Reporter
 from .output.runlog import Redactor
+from .paths import VALIDATE_DIR
 from .runfolder import LOGS_DIR, PROVISION_LOG, run_dir
 from .runid import new_run_id
 from .scheduler import SCHEDULERS, ClusterValidate
@@ -211,7 +212,8 @@ def provision(host: Optional[str], recipe: str, inventory: str, check: bool = Fa
         assert rec is not None  # a recipe path was given, so it was loaded
         rollout = rollout_for(serial, max_fail_percentage, rec.rollout)
         if bundle and not list_hosts:
-            checked = read_bundle(Path(bundle), locks_dir=rec.path.parent / "locks")
+            checked = read_bundle(Path(bundle), locks_dir=rec.path.parent / "locks",
+                                  validate_dir=VALIDATE_DIR)
     except InputError as exc:
         return fail_input(exc)
     if list_hosts:

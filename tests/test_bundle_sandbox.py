@@ -2,7 +2,8 @@
 dpkg-scanpackages and gpg from PyPI and this machine's Debian mirror; `gpuprov provision
 --bundle` installs it on two OFFLINE sandbox hosts (`sandbox up --offline`: a network namespace
 of their own with nothing but `lo`, sshd reached through a relay), which the test first proves
-reach nothing; a re-run changes nothing; a tampered bundle is refused naming the file; a
+reach nothing; a re-run changes nothing; validation runs from the bundle's validate/, nothing
+pushed, to the honest "no GPU" verdict; a tampered bundle is refused naming the file; a
 package the bundle lacks fails that step naming it and the command that adds it.
 
 What is not real here, and why: the lock in the 13.0 row's place holds two small PyPI wheels
@@ -74,9 +75,11 @@ def built(tmp_path_factory):
     return work, recipe, out
 
 
-def _provision(work: Path, hosts: SandboxHosts, recipe: Path, bundle: Path, name: str):
+def _provision(work: Path, hosts: SandboxHosts, recipe: Path, bundle: Path, name: str,
+               validate: bool = False):
     result = invoke("provision", "--host", ",".join(hosts.names), "--inventory", str(hosts.inventory),
-                    "--recipe", str(recipe), "--bundle", str(bundle), "--no-validate",
+                    "--recipe", str(recipe), "--bundle", str(bundle),
+                    *([] if validate else ["--no-validate"]),
                     "--json", str(work / f"{name}.json"), cwd=work, timeout=900)
     path = work / f"{name}.json"
     return result, (json.loads(path.read_text())["hosts"] if path.exists() else None)
@@ -125,6 +128,28 @@ def test_provision_from_the_bundle_on_offline_hosts_then_converges(offline_hosts
     assert lacking.rc != 0
     message = hosts["sandbox1"]["steps"][-1]["message"]
     assert "make not in the bundle" in message and "gpuprov bundle --cuda 13.0" in message, message
+
+
+def test_validation_runs_from_the_bundle_and_needs_no_network(offline_hosts, built):
+    """After the recipe, each offline host validates with the bundle's own validate/ (the
+    archive carries it; nothing is pushed). A sandbox has no GPU: the honest verdict is
+    validation failed, exit 3, as on online sandbox hosts (docs/tutorial/sandbox.md)."""
+    work, recipe, bundle = built
+    with tarfile.open(bundle) as tar:
+        assert "validate/__main__.py" in tar.getnames()
+    result, hosts = _provision(work, offline_hosts, recipe, bundle, "validated", validate=True)
+    assert result.rc == 3, result.out + result.err      # every step ok, validation failed
+    for name in offline_hosts.names:
+        assert hosts[name]["failed"] == 0 and hosts[name]["unreachable"] is False, hosts[name]
+        assert "failed" in hosts[name]["validation"], hosts[name]["validation"]
+        assert f"{name}" in result.out and "from the bundle at /var/lib/gpuprov/bundles/" in result.out
+        run = max((p for p in (work / "logs" / name).iterdir() if (p / "results.json").exists()),
+                  key=lambda p: p.stat().st_mtime)
+        checks = {c["name"]: c for c in json.loads((run / "results.json").read_text())["checks"]}
+        assert checks and all(c["status"] != "pass" for n, c in checks.items() if n.startswith("gpu")), checks
+        log = (run / "provision.log").read_text()
+        assert "from the bundle at /var/lib/gpuprov/bundles/" in log and "nothing pushed" in log
+        assert "bytes pushed)" not in log.split("python -m validate", 1)[1].splitlines()[0]
 
 
 @pytest.mark.parametrize("kind", ["wheels/six-", "apt/g++_"])

@@ -10,12 +10,14 @@
                            a flat apt repository of them (Debian's "Flat Repository Format",
                            https://wiki.debian.org/DebianRepository/Format), signed by a key made
                            for this bundle alone (its public half, as apt's Signed-By reads it)
+    validate/...           the validation package, as this gpuprov pushes it (without caches):
+                           after the recipe, the host validates from this copy, nothing pushed
 
 `read_bundle` checks an archive before any host is touched, reading it once: only plain files
 in those folders, with plain names; each file's sha256 and size as the manifest says; nothing
 missing, nothing extra; the locks the same as the recipe's (when it has them); every wheel's
-sha256 one its lock allows. The first thing wrong is one line naming the file (BundleError, an
-InputError: exit status 2).
+sha256 one its lock allows; its validate/ the same files as this gpuprov's. The first thing
+wrong is one line naming the file (BundleError, an InputError: exit status 2).
 """
 from __future__ import annotations
 
@@ -31,14 +33,18 @@ from typing import Any, Optional
 from ..config.lockfile import parse_lock
 from ..errors import InputError
 from ..kinds.route import BundleRoute
+from ..transport.connection import package_files
 
 SCHEMA = 1
 MANIFEST = "manifest.json"
 SUMS = "SHA256SUMS"
-FOLDERS = ("locks", "wheels", "apt")
+FOLDERS = ("locks", "wheels", "apt", "validate")
 # A file name in a folder: wheels (PEP 427, `+` in a local version), .debs as apt-get download
 # names them (`%3a` for an epoch's colon, `~` and `+` in versions), the index files.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~%-]{0,199}")
+# A path part under validate/ (a package: `__init__.py`), at most VALIDATE_DEPTH parts deep.
+PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
+VALIDATE_DEPTH = 4
 SHA256 = re.compile(r"[0-9a-f]{64}")
 MAX_MANIFEST = 8 * 1024 * 1024    # 20,000 files at ~250 bytes is 5 MB
 MAX_FILES = 20000
@@ -74,6 +80,7 @@ class Bundle:
             locks={Path(p).name: f["sha256"] for p, f in self.files.items() if p.startswith("locks/")},
             debs=frozenset(self.manifest.get("debs", {})),
             uv_wheel=f"{HOST_ROOT}/{self.id}/{self.manifest['uv_wheel']}",
+            validate=f"{HOST_ROOT}/{self.id}" if any(p.startswith("validate/") for p in self.files) else "",
             rebuild=str(self.manifest.get("command", "gpuprov bundle")))
 
 
@@ -130,7 +137,16 @@ def _manifest(raw: bytes, path: Path) -> dict[str, Any]:
 
 def _member_ok(name: str) -> bool:
     folder, _, base = name.partition("/")
+    if folder == "validate":
+        parts = base.split("/")
+        return len(parts) <= VALIDATE_DEPTH and all(PART.fullmatch(p) for p in parts)
     return folder in FOLDERS and bool(NAME.fullmatch(base))
+
+
+def validate_files(folder: Path) -> dict[str, Path]:
+    """The validation package's files as a bundle carries them, `validate/REL` -> the file in
+    `folder`: what `validate` pushes (transport's `pack`), caches left out."""
+    return {"validate/" + rel: path for rel, path in package_files(folder).items()}
 
 
 def _hash_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> str:
@@ -142,9 +158,11 @@ def _hash_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> str:
     return digest.hexdigest()
 
 
-def read_bundle(path: Path, locks_dir: Optional[Path] = None) -> Bundle:  # noqa: C901  one pass over the archive, one check per kind of member
+def read_bundle(path: Path, locks_dir: Optional[Path] = None,  # noqa: C901  one pass over the archive, one check per kind of member
+                validate_dir: Optional[Path] = None) -> Bundle:
     """The bundle at `path`, checked (see the module docstring); BundleError naming the first
-    file that is wrong. `locks_dir`: the recipe's locks, which the bundle's must equal."""
+    file that is wrong. `locks_dir`: the recipe's locks, which the bundle's must equal;
+    `validate_dir`: this gpuprov's validate/, which the bundle's must equal."""
     try:
         tar = tarfile.open(path, "r|")     # a stream: read once, whatever its size
     except FileNotFoundError:
@@ -203,7 +221,24 @@ def read_bundle(path: Path, locks_dir: Optional[Path] = None) -> Bundle:  # noqa
     if missing:
         raise BundleError(f"{missing[0]}: in the manifest but not in the archive", path)
     _check_locks(path, manifest, locks, locks_dir)
+    if validate_dir is not None:
+        _check_validate(path, manifest, validate_dir)
     return Bundle(path, manifest, bundle_id)
+
+
+def _check_validate(path: Path, manifest: dict[str, Any], validate_dir: Path) -> None:
+    """The bundle's validate/ is this gpuprov's, file for file: the host runs the bundle's copy
+    and this gpuprov reads what it writes."""
+    theirs = {e["path"]: e["sha256"] for e in manifest["files"] if e["path"].startswith("validate/")}
+    ours = validate_files(validate_dir)
+    rebuild = f"rebuild it with `{manifest.get('command', 'gpuprov bundle')}`"
+    for name in sorted(set(ours) | set(theirs)):
+        if name not in theirs:
+            raise BundleError(f"{name}: this gpuprov's validation has it and the bundle does not: "
+                              f"the bundle was built by another gpuprov; {rebuild}", path)
+        if name not in ours or sha256_file(ours[name]) != theirs[name]:
+            raise BundleError(f"{name}: differs from this gpuprov's {validate_dir}: the bundle was "
+                              f"built by another gpuprov; {rebuild}", path)
 
 
 def _check_locks(path: Path, manifest: dict[str, Any], locks: dict[str, bytes],

@@ -16,6 +16,10 @@ target distribution: they come from this machine's own apt sources).
   repository, its Release signed (InRelease, `gpg --clearsign`) with an ed25519 key generated
   for this bundle, whose secret half is thrown away with its temporary GNUPGHOME.
 
+- validate/: the validation package as this gpuprov pushes it; the host runs it from the bundle
+  after the recipe (validation installs and fetches nothing: it runs the host's python, or the
+  recipe's venv, on what is there).
+
 Each file is hashed once. Everything is written into a temporary folder beside `--out` and
 renamed into place when whole: an interrupted or failed build leaves no half bundle.
 """
@@ -39,8 +43,8 @@ from ..config.lockfile import LockFile, read_lock
 from ..config.yamlfile import load_yaml
 from ..errors import InputError
 from ..lock import LOCKS_DIR, PYPI, lock_name, stack_rows
-from ..paths import RECIPES_DIR
-from .archive import SCHEMA, BundleError, sha256_file, write_archive
+from ..paths import RECIPES_DIR, VALIDATE_DIR
+from .archive import SCHEMA, BundleError, sha256_file, validate_files, write_archive
 
 TOOL_TIMEOUT_S = 3600          # one download tool's run: a torch row is several GB
 UV_LOCK = "uv.txt"
@@ -345,6 +349,10 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
         for lock in locks:
             shutil.copyfile(lock.path, stage / "locks" / lock.path.name)
             add(f"locks/{lock.path.name}", str(lock.path))
+        for rel, source in validate_files(VALIDATE_DIR).items():
+            (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, stage / rel)
+            add(rel, f"this gpuprov's {VALIDATE_DIR}")
         t0 = time.monotonic()
         progress(f"bundle: wheels of {', '.join(names)} for {distro_name} {arch} (python "
                  f"{distro.python}) from {_without_password(index_url)}")
