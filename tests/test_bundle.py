@@ -253,3 +253,57 @@ def test_a_build_that_fails_leaves_no_half_bundle(tmp_path, monkeypatch, capsys)
     assert rc == 2 and err.startswith("bundle: pip download failed") and len(err.strip().splitlines()) == 1
     assert list(out.parent.iterdir()) == []
 
+
+def _provision_with(tmp_path, inventory: dict, bundle: str = ""):
+    from remote import cli
+
+    inv = write_yaml(tmp_path / "inventory.yaml", inventory)
+    recipe = write_yaml(tmp_path / "r.yaml", {"name": "r", "steps": [{"apt": {"packages": ["g++"]}}]})
+    return cli.provision(host="all", recipe=str(recipe), inventory=str(inv), validate=False,
+                         logs_dir=str(tmp_path / "logs"), bundle=bundle or None)
+
+
+NOWHERE = {"address": "127.0.0.1", "port": 9, "user": "nobody"}   # nothing answers there
+
+
+def test_the_inventory_s_bundle_key_is_read_like_the_option(bundle, tmp_path, capsys):
+    """A group's `bundle:` (relative to the inventory) is checked before any host as --bundle
+    is; a host's own key wins over its group's; --bundle wins over both."""
+    bad = _rewrite(bundle, tmp_path / "bad.tar", _flip(f"apt/{DEB}"))
+    rc = _provision_with(tmp_path, {"hosts": {"h1": dict(NOWHERE), "h2": dict(NOWHERE)},
+                                    "groups": {"site": {"hosts": ["h1", "h2"], "bundle": "bad.tar"}}})
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{bad}: apt/{DEB}: sha256" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "logs").exists()
+
+    rc = _provision_with(tmp_path, {"hosts": {"h1": {**NOWHERE, "bundle": str(bad)},
+                                              "h2": {**NOWHERE, "bundle": "bad.tar"}},
+                                    "groups": {"site": {"hosts": ["h1", "h2"], "bundle": "gone.tar"}}})
+    err = capsys.readouterr().err
+    assert rc == 2 and f"apt/{DEB}: sha256" in err, err
+
+    rc = _provision_with(tmp_path, {"hosts": {"h1": {**NOWHERE, "bundle": "gone.tar"}}}, bundle=str(bad))
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{bad}: apt/{DEB}: sha256" in err and "gone.tar" not in err, err
+
+
+@pytest.mark.parametrize("value, says", [
+    (5, "host 'h1': bundle must be the path of a bundle archive"),
+    ("", "host 'h1': bundle must be the path of a bundle archive"),
+    ("gone.tar", "bundle: {tmp}/gone.tar: no such file (gpuprov bundle makes one)"),
+])
+def test_a_bad_bundle_key_is_one_line_naming_its_file_and_line(tmp_path, capsys, value, says):
+    rc = _provision_with(tmp_path, {"hosts": {"h1": {**NOWHERE, "bundle": value}}})
+    err = capsys.readouterr().err
+    text = (tmp_path / "inventory.yaml").read_text().splitlines()
+    line = next(n for n, t in enumerate(text, 1) if t.strip().startswith("bundle:"))
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{tmp_path / 'inventory.yaml'}:{line}" in err and says.format(tmp=tmp_path) in err, err
+    assert not (tmp_path / "logs").exists()
+
+
+def test_hosts_that_name_different_bundles_are_refused_naming_the_key(bundle, tmp_path, capsys):
+    rc = _provision_with(tmp_path, {"hosts": {"h1": {**NOWHERE, "bundle": str(bundle)}, "h2": NOWHERE}})
+    err = capsys.readouterr().err
+    assert rc == 2 and "host 'h2' names no bundle: one bundle per run" in err, err
+    assert f"{tmp_path / 'inventory.yaml'}:" in err
