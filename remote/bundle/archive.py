@@ -5,7 +5,8 @@
     SHA256SUMS             the same digests as `sha256sum -c` reads them, for the host's check
     locks/NAME.txt         the locks its wheels were taken from, as they were
     wheels/FILE.whl        every wheel those locks pin for the target (uv's among them)
-    apt/FILE.deb           the recipe's Debian packages and their dependencies
+    apt/FILE.deb           the recipe's Debian packages and their dependencies, and with
+                           `--apt-repo` the NVIDIA .debs its apt lock (locks/apt-...) pins
     apt/Packages, Release, InRelease, bundle-key.gpg
                            a flat apt repository of them (Debian's "Flat Repository Format",
                            https://wiki.debian.org/DebianRepository/Format), signed by a key made
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from ..config.aptlock import parse_apt_lock
 from ..config.lockfile import parse_lock
 from ..errors import InputError
 from ..kinds.route import BundleRoute
@@ -245,11 +247,15 @@ def _check_locks(path: Path, manifest: dict[str, Any], locks: dict[str, bytes],
                  locks_dir: Optional[Path]) -> None:
     """The bundle's locks equal the recipe's; each wheel's sha256 is one of its lock's."""
     allowed: dict[str, set[str]] = {}
+    debs = {e["sha256"] for e in manifest["files"] if e["path"].endswith(".deb")}
     for name, data in locks.items():
         ours = locks_dir / Path(name).name if locks_dir is not None else None
         if ours is not None and ours.is_file() and ours.read_bytes() != data:
             raise BundleError(f"{name} differs from {ours}: the bundle was built from another lock; "
                               f"rebuild it with `{manifest.get('command', 'gpuprov bundle')}`", path)
+        if Path(name).name.startswith("apt-"):     # an apt lock (`--apt-repo`): its .debs
+            _check_apt_lock(path, name, data, debs)
+            continue
         try:
             lock = parse_lock(data.decode("utf-8"), Path(name))
         except (InputError, UnicodeDecodeError) as exc:
@@ -262,6 +268,18 @@ def _check_locks(path: Path, manifest: dict[str, Any], locks: dict[str, bytes],
             if entry["sha256"] not in allowed.get(project, set()):
                 raise BundleError(f"{entry['path']}: its sha256 is not one its lock allows for "
                                   f"{project}: the bundle does not match its locks", path)
+
+
+def _check_apt_lock(path: Path, name: str, data: bytes, debs: set[str]) -> None:
+    """Every .deb an apt lock pins (with its sha256) is in the bundle, that very file."""
+    try:
+        lock = parse_apt_lock(data.decode("utf-8"), Path(name))
+    except (InputError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{name}: not an apt lock ({exc})", path) from None
+    for pin in lock.pins.values():
+        if pin.sha256 and pin.sha256 not in debs:
+            raise BundleError(f"{name}: {pin.name}={pin.version} (sha256 {pin.sha256[:16]}...) is "
+                              "not a .deb of the bundle: the bundle does not match its locks", path)
 
 
 def _wheel_project(path: str) -> str:
