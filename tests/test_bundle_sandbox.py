@@ -31,6 +31,7 @@ from remote import sandbox
 from tests.conftest import REPO, invoke, write_yaml
 from tests.http_stub import serve
 from tests.sandbox_fixture import SandboxHosts
+from tests.test_bundle_aptrepo import APT_LOCK, _bundle, site, standin  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.slow, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="sandbox hosts need root")]
@@ -168,3 +169,27 @@ def test_a_tampered_bundle_is_refused_before_any_host_is_touched(offline_hosts, 
     result, hosts = _provision(work, offline_hosts, recipe, bad, f"tampered-{kind[:3]}")
     assert result.rc == 2 and hosts is None
     assert f"{member.name}: sha256" in result.err and "changed after it was built" in result.err
+
+
+def test_the_apt_lock_s_nvidia_debs_install_from_the_bundle_offline(offline_hosts, standin, site):
+    """`--apt-repo`: the stand-in NVIDIA .debs of the apt lock (NVIDIA's own repository cannot be
+    reached from here; tests/test_bundle_aptrepo.py) install on the offline hosts at the lock's
+    versions from the bundle's signed repository; a re-run changes nothing."""
+    work, locks, index = site
+    bundle = work / "nvidia.bundle.tar"
+    made = _bundle(work, locks, index, standin.url, bundle)
+    assert made.rc == 0, made.out + made.err
+    recipe = write_yaml(work / "toolkit.yaml", {"name": "toolkit from the bundle", "steps": [
+        {"name": "CUDA toolkit (locked)", "become": True,
+         "apt": {"packages": ["cuda-toolkit-13-0"], "lock": f"locks/{APT_LOCK}"}}]})
+    version = next(line.split("=")[1].split()[0] for line in (locks / APT_LOCK).read_text().splitlines()
+                   if line.startswith("cuda-toolkit-13-0="))
+    first, hosts = _provision(work, offline_hosts, recipe, bundle, "nvidia")
+    assert first.rc == 0, first.out + first.err
+    for name in offline_hosts.names:
+        assert [s["status"] for s in hosts[name]["steps"]][-1] == "changed", hosts[name]
+        rc, out, err = offline_hosts.run(name, "dpkg-query -W -f '${Version}' cuda-toolkit-13-0 && "
+                                         "/usr/local/cuda-13.0/bin/nvcc --version")
+        assert rc == 0 and out.startswith(version) and "release 13.0" in out, out + err
+    again, hosts = _provision(work, offline_hosts, recipe, bundle, "nvidia-again")
+    assert again.rc == 0 and all(s["status"] == "ok" for h in hosts.values() for s in h["steps"]), hosts
