@@ -316,9 +316,12 @@ def lock(c, cuda=None, torch_index=None, out=None, apt=False, apt_repo=None, apt
                          "set $GPUPROV_BUNDLE_INDEX instead, which no other user can read",
             "recipe": "the recipe whose apt packages it carries (default cuda-wheels.yaml)",
             "locks": "the folder of the locks (default: playbooks/locks)",
-            "debs": "carry the recipe's Debian packages (default; --no-debs: wheels only)"})
+            "debs": "carry the recipe's Debian packages (default; --no-debs: wheels only)",
+            "apt-repo": "also carry the .debs of the row's apt lock for this NVIDIA repository "
+                        "(gpuprov lock --apt), e.g. debian12/x86_64",
+            "apt-base": "where that repository is (default: stack.yaml's nvidia_repo_base)"})
 def bundle(c, cuda, out, torch=False, distro="", arch="x86_64", index_url=None, recipe=None,
-           locks=None, debs=True):
+           locks=None, debs=True, apt_repo="", apt_base=""):
     """Build one archive with a row's locked wheels, uv and the recipe's .debs (air-gapped sites)."""
     from remote import paths
     from remote.bundle import run_bundle
@@ -327,7 +330,7 @@ def bundle(c, cuda, out, torch=False, distro="", arch="x86_64", index_url=None, 
     index_url = index_url or os.environ.get("GPUPROV_BUNDLE_INDEX") or ""
     _exit(run_bundle(cuda, out, torch=torch, distro=distro, arch=arch, index_url=index_url,
                      recipe=paths.recipe_path(recipe or "cuda-wheels.yaml"), locks_dir=locks or "",
-                     debs=debs))
+                     debs=debs, apt_repo=apt_repo, apt_base=apt_base))
 
 
 @task(positional=["action"],

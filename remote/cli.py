@@ -45,6 +45,7 @@ from .options import check_forks, parse_extra_vars, select_hosts
 from .output.junit import write_junit
 from .output.recap import Failure, NotStarted, Reporter
 from .output.runlog import Redactor
+from .paths import VALIDATE_DIR
 from .runfolder import LOGS_DIR, PROVISION_LOG, run_dir
 from .runid import new_run_id
 from .scheduler import SCHEDULERS, ClusterValidate
@@ -226,8 +227,10 @@ def provision(host: Optional[str], recipe: str, inventory: str, check: bool = Fa
         if validate and rec.validate and not check:
             check_profiles(inv, hosts, extra_vars, rec)
         rollout = rollout_for(serial, max_fail_percentage, rec.rollout)
-        if bundle and not list_hosts:
-            checked = read_bundle(Path(bundle), locks_dir=rec.path.parent / "locks")
+        bundle_path = None if list_hosts else Path(bundle) if bundle else inventory_bundle(inv, hosts)
+        if bundle_path is not None:
+            checked = read_bundle(bundle_path, locks_dir=rec.path.parent / "locks",
+                                  validate_dir=VALIDATE_DIR)
     except InputError as exc:
         return fail_input(exc)
     if list_hosts:
@@ -249,6 +252,26 @@ def provision(host: Optional[str], recipe: str, inventory: str, check: bool = Fa
     return _execute(inv, hosts, rec.name, job, extra_vars, forks_n,
                     outputs, ask_become_pass, logs_dir, check=check, expand=expand,
                     rollout=rollout, bundle=checked.route() if checked is not None else None)
+
+def inventory_bundle(inv: Inventory, hosts: list[Host]) -> Optional[Path]:
+    """The bundle the selected hosts' `bundle:` keys name (one per run: the run checks it once
+    and every host installs from it), None when none names one; InputError naming the key."""
+    named = {h.name: inv.bundle_for(h) for h in hosts}
+    given = [(name, b) for name, b in named.items() if b is not None]
+    if not given:
+        return None
+    first_name, first = given[0]
+    for name, other in named.items():
+        if other is None or other.path != first.path:
+            said = f"names {other.path}" if other is not None else "names no bundle"
+            where = other.where if other is not None else first.where
+            raise where.error(f"bundle: host '{first_name}' takes {first.path} "
+                              f"({first.where}) and host '{name}' {said}: one bundle per run "
+                              "(select those hosts apart, or give --bundle)")
+    if not first.path.is_file():
+        raise first.where.error(f"bundle: {first.path}: no such file (gpuprov bundle makes one)")
+    return first.path
+
 
 def rollout_for(serial: Optional[str], max_fail: Union[str, float, None],
                 keys: dict[str, tuple[Any, Where]]) -> Optional[Rollout]:

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from remote.bundle import BundleError, read_bundle
-from remote.bundle.archive import SCHEMA, write_archive
+from remote.bundle.archive import SCHEMA, validate_files, write_archive
+from remote.paths import VALIDATE_DIR
 from tests.conftest import write_yaml
 
 PAYLOAD = "gpuprov_standin_payload-1.0-py3-none-any.whl"
@@ -49,10 +50,13 @@ def _lock(pins: dict[str, bytes]) -> str:
 
 @pytest.fixture
 def bundle(tmp_path) -> Path:
-    """A bundle of two wheels, their locks, and one .deb's bytes."""
+    """A bundle of two wheels, their locks, one .deb's bytes, and this gpuprov's validate/."""
     stage = tmp_path / "stage"
     for folder in ("locks", "wheels", "apt"):
         (stage / folder).mkdir(parents=True)
+    for rel, source in validate_files(VALIDATE_DIR).items():
+        (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+        (stage / rel).write_bytes(source.read_bytes())
     payload = _wheel(stage / "wheels" / PAYLOAD, "gpuprov_standin_payload", "1.0")
     uv = _wheel(stage / "wheels" / UV, "uv", "0.13.8")
     (stage / "locks" / "cuda-13.0-wheels.txt").write_text(_lock({"gpuprov-standin-payload==1.0": payload}))
@@ -101,6 +105,55 @@ def test_a_whole_bundle_is_read_with_what_the_host_needs(bundle):
     assert route.root == f"/var/lib/gpuprov/bundles/{checked.id}"
     assert route.uv_wheel.endswith(UV) and route.debs == {"g++"}
     assert set(route.locks) == {"cuda-13.0-wheels.txt", "uv.txt"}
+    assert route.validate == route.root    # the host runs validate/ from there
+
+
+def test_a_bundle_whose_validate_is_not_this_gpuprov_s_is_refused_naming_the_file(bundle, tmp_path):
+    """The host runs the bundle's validate/ and this gpuprov reads what it writes: a file that
+    differs, or one this gpuprov has and the bundle lacks, is refused with the command that
+    rebuilds it."""
+    import shutil
+
+    read_bundle(bundle, validate_dir=VALIDATE_DIR)       # the same files: accepted
+    ours = tmp_path / "validate"
+    shutil.copytree(VALIDATE_DIR, ours, ignore=shutil.ignore_patterns("__pycache__"))
+    (ours / "core.py").write_text((ours / "core.py").read_text() + "# changed\n")
+    with pytest.raises(BundleError) as exc:
+        read_bundle(bundle, validate_dir=ours)
+    assert f"validate/core.py: differs from this gpuprov's {ours}" in str(exc.value)
+    assert "rebuild it with `gpuprov bundle --cuda 13.0" in str(exc.value)
+    shutil.copyfile(VALIDATE_DIR / "core.py", ours / "core.py")
+    (ours / "checks" / "new_check.py").write_text("")
+    with pytest.raises(BundleError, match=re.escape("validate/checks/new_check.py: this gpuprov's "
+                                                    "validation has it and the bundle does not")):
+        read_bundle(bundle, validate_dir=ours)
+
+
+def test_provision_refuses_a_bundle_without_validate_before_any_host(bundle, tmp_path, capsys):
+    """A bundle that carries no validate/ (built before bundles did): exit 2, no host."""
+    from remote import cli
+
+    old = _rewrite(bundle, tmp_path / "old.tar", lambda m, d: None if m.name.startswith("validate/") else (m, d))
+    # its manifest still lists them: drop them there too, as an older gpuprov wrote it
+    import json
+
+    from remote.bundle.archive import sums_text
+
+    with tarfile.open(bundle) as tar:
+        manifest = json.loads(tar.extractfile("manifest.json").read())
+    manifest["files"] = [f for f in manifest["files"] if not f["path"].startswith("validate/")]
+    new = {"manifest.json": json.dumps(manifest).encode(), "SHA256SUMS": sums_text(manifest["files"]).encode()}
+    old = _rewrite(old, tmp_path / "old2.tar", lambda m, d: (m, new.get(m.name, d)))
+    assert read_bundle(old).route().validate == ""
+    inventory = write_yaml(tmp_path / "inventory.yaml",
+                           {"hosts": {"h1": {"address": "127.0.0.1", "port": 9, "user": "nobody"}}})
+    recipe = write_yaml(tmp_path / "r.yaml", {"name": "r", "steps": [{"apt": {"packages": ["g++"]}}]})
+    rc = cli.provision(host="all", recipe=str(recipe), inventory=str(inventory),
+                       logs_dir=str(tmp_path / "logs"), bundle=str(old))
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "validate/README.md: this gpuprov's validation has it and the bundle does not" in err
+    assert not (tmp_path / "logs").exists()
 
 
 @pytest.mark.parametrize("member", [f"wheels/{PAYLOAD}", f"apt/{DEB}"])
@@ -199,3 +252,58 @@ def test_a_build_that_fails_leaves_no_half_bundle(tmp_path, monkeypatch, capsys)
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("bundle: pip download failed") and len(err.strip().splitlines()) == 1
     assert list(out.parent.iterdir()) == []
+
+
+def _provision_with(tmp_path, inventory: dict, bundle: str = ""):
+    from remote import cli
+
+    inv = write_yaml(tmp_path / "inventory.yaml", inventory)
+    recipe = write_yaml(tmp_path / "r.yaml", {"name": "r", "steps": [{"apt": {"packages": ["g++"]}}]})
+    return cli.provision(host="all", recipe=str(recipe), inventory=str(inv), validate=False,
+                         logs_dir=str(tmp_path / "logs"), bundle=bundle or None)
+
+
+NOWHERE = {"address": "127.0.0.1", "port": 9, "user": "nobody"}   # nothing answers there
+
+
+def test_the_inventory_s_bundle_key_is_read_like_the_option(bundle, tmp_path, capsys):
+    """A group's `bundle:` (relative to the inventory) is checked before any host as --bundle
+    is; a host's own key wins over its group's; --bundle wins over both."""
+    bad = _rewrite(bundle, tmp_path / "bad.tar", _flip(f"apt/{DEB}"))
+    rc = _provision_with(tmp_path, {"hosts": {"h1": dict(NOWHERE), "h2": dict(NOWHERE)},
+                                    "groups": {"site": {"hosts": ["h1", "h2"], "bundle": "bad.tar"}}})
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{bad}: apt/{DEB}: sha256" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "logs").exists()
+
+    rc = _provision_with(tmp_path, {"hosts": {"h1": {**NOWHERE, "bundle": str(bad)},
+                                              "h2": {**NOWHERE, "bundle": "bad.tar"}},
+                                    "groups": {"site": {"hosts": ["h1", "h2"], "bundle": "gone.tar"}}})
+    err = capsys.readouterr().err
+    assert rc == 2 and f"apt/{DEB}: sha256" in err, err
+
+    rc = _provision_with(tmp_path, {"hosts": {"h1": {**NOWHERE, "bundle": "gone.tar"}}}, bundle=str(bad))
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{bad}: apt/{DEB}: sha256" in err and "gone.tar" not in err, err
+
+
+@pytest.mark.parametrize("value, says", [
+    (5, "host 'h1': bundle must be the path of a bundle archive"),
+    ("", "host 'h1': bundle must be the path of a bundle archive"),
+    ("gone.tar", "bundle: {tmp}/gone.tar: no such file (gpuprov bundle makes one)"),
+])
+def test_a_bad_bundle_key_is_one_line_naming_its_file_and_line(tmp_path, capsys, value, says):
+    rc = _provision_with(tmp_path, {"hosts": {"h1": {**NOWHERE, "bundle": value}}})
+    err = capsys.readouterr().err
+    text = (tmp_path / "inventory.yaml").read_text().splitlines()
+    line = next(n for n, t in enumerate(text, 1) if t.strip().startswith("bundle:"))
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{tmp_path / 'inventory.yaml'}:{line}" in err and says.format(tmp=tmp_path) in err, err
+    assert not (tmp_path / "logs").exists()
+
+
+def test_hosts_that_name_different_bundles_are_refused_naming_the_key(bundle, tmp_path, capsys):
+    rc = _provision_with(tmp_path, {"hosts": {"h1": {**NOWHERE, "bundle": str(bundle)}, "h2": NOWHERE}})
+    err = capsys.readouterr().err
+    assert rc == 2 and "host 'h2' names no bundle: one bundle per run" in err, err
+    assert f"{tmp_path / 'inventory.yaml'}:" in err

@@ -2,7 +2,8 @@
 dpkg-scanpackages and gpg from PyPI and this machine's Debian mirror; `gpuprov provision
 --bundle` installs it on two OFFLINE sandbox hosts (`sandbox up --offline`: a network namespace
 of their own with nothing but `lo`, sshd reached through a relay), which the test first proves
-reach nothing; a re-run changes nothing; a tampered bundle is refused naming the file; a
+reach nothing; a re-run changes nothing; validation runs from the bundle's validate/, nothing
+pushed, to the honest "no GPU" verdict; a tampered bundle is refused naming the file; a
 package the bundle lacks fails that step naming it and the command that adds it.
 
 What is not real here, and why: the lock in the 13.0 row's place holds two small PyPI wheels
@@ -30,6 +31,7 @@ from remote import sandbox
 from tests.conftest import REPO, invoke, write_yaml
 from tests.http_stub import serve
 from tests.sandbox_fixture import SandboxHosts
+from tests.test_bundle_aptrepo import APT_LOCK, _bundle, site, standin  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.slow, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="sandbox hosts need root")]
@@ -74,9 +76,11 @@ def built(tmp_path_factory):
     return work, recipe, out
 
 
-def _provision(work: Path, hosts: SandboxHosts, recipe: Path, bundle: Path, name: str):
+def _provision(work: Path, hosts: SandboxHosts, recipe: Path, bundle: Path, name: str,
+               validate: bool = False):
     result = invoke("provision", "--host", ",".join(hosts.names), "--inventory", str(hosts.inventory),
-                    "--recipe", str(recipe), "--bundle", str(bundle), "--no-validate",
+                    "--recipe", str(recipe), "--bundle", str(bundle),
+                    *([] if validate else ["--no-validate"]),
                     "--json", str(work / f"{name}.json"), cwd=work, timeout=900)
     path = work / f"{name}.json"
     return result, (json.loads(path.read_text())["hosts"] if path.exists() else None)
@@ -127,6 +131,28 @@ def test_provision_from_the_bundle_on_offline_hosts_then_converges(offline_hosts
     assert "make not in the bundle" in message and "gpuprov bundle --cuda 13.0" in message, message
 
 
+def test_validation_runs_from_the_bundle_and_needs_no_network(offline_hosts, built):
+    """After the recipe, each offline host validates with the bundle's own validate/ (the
+    archive carries it; nothing is pushed). A sandbox has no GPU: the honest verdict is
+    validation failed, exit 3, as on online sandbox hosts (docs/tutorial/sandbox.md)."""
+    work, recipe, bundle = built
+    with tarfile.open(bundle) as tar:
+        assert "validate/__main__.py" in tar.getnames()
+    result, hosts = _provision(work, offline_hosts, recipe, bundle, "validated", validate=True)
+    assert result.rc == 3, result.out + result.err      # every step ok, validation failed
+    for name in offline_hosts.names:
+        assert hosts[name]["failed"] == 0 and hosts[name]["unreachable"] is False, hosts[name]
+        assert "failed" in hosts[name]["validation"], hosts[name]["validation"]
+        assert f"{name}" in result.out and "from the bundle at /var/lib/gpuprov/bundles/" in result.out
+        run = max((p for p in (work / "logs" / name).iterdir() if (p / "results.json").exists()),
+                  key=lambda p: p.stat().st_mtime)
+        checks = {c["name"]: c for c in json.loads((run / "results.json").read_text())["checks"]}
+        assert checks and all(c["status"] != "pass" for n, c in checks.items() if n.startswith("gpu")), checks
+        log = (run / "provision.log").read_text()
+        assert "from the bundle at /var/lib/gpuprov/bundles/" in log and "nothing pushed" in log
+        assert "bytes pushed)" not in log.split("python -m validate", 1)[1].splitlines()[0]
+
+
 @pytest.mark.parametrize("kind", ["wheels/six-", "apt/g++_"])
 def test_a_tampered_bundle_is_refused_before_any_host_is_touched(offline_hosts, built, kind, tmp_path):
     work, recipe, bundle = built
@@ -143,3 +169,27 @@ def test_a_tampered_bundle_is_refused_before_any_host_is_touched(offline_hosts, 
     result, hosts = _provision(work, offline_hosts, recipe, bad, f"tampered-{kind[:3]}")
     assert result.rc == 2 and hosts is None
     assert f"{member.name}: sha256" in result.err and "changed after it was built" in result.err
+
+
+def test_the_apt_lock_s_nvidia_debs_install_from_the_bundle_offline(offline_hosts, standin, site):
+    """`--apt-repo`: the stand-in NVIDIA .debs of the apt lock (NVIDIA's own repository cannot be
+    reached from here; tests/test_bundle_aptrepo.py) install on the offline hosts at the lock's
+    versions from the bundle's signed repository; a re-run changes nothing."""
+    work, locks, index = site
+    bundle = work / "nvidia.bundle.tar"
+    made = _bundle(work, locks, index, standin.url, bundle)
+    assert made.rc == 0, made.out + made.err
+    recipe = write_yaml(work / "toolkit.yaml", {"name": "toolkit from the bundle", "steps": [
+        {"name": "CUDA toolkit (locked)", "become": True,
+         "apt": {"packages": ["cuda-toolkit-13-0"], "lock": f"locks/{APT_LOCK}"}}]})
+    version = next(line.split("=")[1].split()[0] for line in (locks / APT_LOCK).read_text().splitlines()
+                   if line.startswith("cuda-toolkit-13-0="))
+    first, hosts = _provision(work, offline_hosts, recipe, bundle, "nvidia")
+    assert first.rc == 0, first.out + first.err
+    for name in offline_hosts.names:
+        assert [s["status"] for s in hosts[name]["steps"]][-1] == "changed", hosts[name]
+        rc, out, err = offline_hosts.run(name, "dpkg-query -W -f '${Version}' cuda-toolkit-13-0 && "
+                                         "/usr/local/cuda-13.0/bin/nvcc --version")
+        assert rc == 0 and out.startswith(version) and "release 13.0" in out, out + err
+    again, hosts = _provision(work, offline_hosts, recipe, bundle, "nvidia-again")
+    assert again.rc == 0 and all(s["status"] == "ok" for h in hosts.values() for s in h["steps"]), hosts

@@ -7,6 +7,8 @@ pushes it to each host and installs from it alone, on hosts that reach no networ
              manifest, or a lock that does not match the recipe's: one line naming it, exit 2).
 - `build`    `gpuprov bundle`: wheels with `pip download`, .debs with `apt-get download`, the
              signed repository (Debian's own index stanzas) and gpg; written whole or not at all.
+- `aptrepo`  `--apt-repo`: the .debs of a row's apt lock from NVIDIA's repository, each checked
+             against the lock's sha256, for the bundle's signed repository.
 - `push`     the job that sends a checked bundle to a host once and unpacks it there, before
              the recipe's steps; the kinds then install from it (`Kind.through_bundle`).
 

@@ -5,17 +5,20 @@
     SHA256SUMS             the same digests as `sha256sum -c` reads them, for the host's check
     locks/NAME.txt         the locks its wheels were taken from, as they were
     wheels/FILE.whl        every wheel those locks pin for the target (uv's among them)
-    apt/FILE.deb           the recipe's Debian packages and their dependencies
+    apt/FILE.deb           the recipe's Debian packages and their dependencies, and with
+                           `--apt-repo` the NVIDIA .debs its apt lock (locks/apt-...) pins
     apt/Packages, Release, InRelease, bundle-key.gpg
                            a flat apt repository of them (Debian's "Flat Repository Format",
                            https://wiki.debian.org/DebianRepository/Format), signed by a key made
                            for this bundle alone (its public half, as apt's Signed-By reads it)
+    validate/...           the validation package, as this gpuprov pushes it (without caches):
+                           after the recipe, the host validates from this copy, nothing pushed
 
 `read_bundle` checks an archive before any host is touched, reading it once: only plain files
 in those folders, with plain names; each file's sha256 and size as the manifest says; nothing
 missing, nothing extra; the locks the same as the recipe's (when it has them); every wheel's
-sha256 one its lock allows. The first thing wrong is one line naming the file (BundleError, an
-InputError: exit status 2).
+sha256 one its lock allows; its validate/ the same files as this gpuprov's. The first thing
+wrong is one line naming the file (BundleError, an InputError: exit status 2).
 """
 from __future__ import annotations
 
@@ -28,17 +31,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from ..config.aptlock import parse_apt_lock
 from ..config.lockfile import parse_lock
 from ..errors import InputError
 from ..kinds.route import BundleRoute
+from ..transport.connection import package_files
 
 SCHEMA = 1
 MANIFEST = "manifest.json"
 SUMS = "SHA256SUMS"
-FOLDERS = ("locks", "wheels", "apt")
+FOLDERS = ("locks", "wheels", "apt", "validate")
 # A file name in a folder: wheels (PEP 427, `+` in a local version), .debs as apt-get download
 # names them (`%3a` for an epoch's colon, `~` and `+` in versions), the index files.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~%-]{0,199}")
+# A path part under validate/ (a package: `__init__.py`), at most VALIDATE_DEPTH parts deep.
+PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
+VALIDATE_DEPTH = 4
 SHA256 = re.compile(r"[0-9a-f]{64}")
 MAX_MANIFEST = 8 * 1024 * 1024    # 20,000 files at ~250 bytes is 5 MB
 MAX_FILES = 20000
@@ -74,6 +82,7 @@ class Bundle:
             locks={Path(p).name: f["sha256"] for p, f in self.files.items() if p.startswith("locks/")},
             debs=frozenset(self.manifest.get("debs", {})),
             uv_wheel=f"{HOST_ROOT}/{self.id}/{self.manifest['uv_wheel']}",
+            validate=f"{HOST_ROOT}/{self.id}" if any(p.startswith("validate/") for p in self.files) else "",
             rebuild=str(self.manifest.get("command", "gpuprov bundle")))
 
 
@@ -130,7 +139,16 @@ def _manifest(raw: bytes, path: Path) -> dict[str, Any]:
 
 def _member_ok(name: str) -> bool:
     folder, _, base = name.partition("/")
+    if folder == "validate":
+        parts = base.split("/")
+        return len(parts) <= VALIDATE_DEPTH and all(PART.fullmatch(p) for p in parts)
     return folder in FOLDERS and bool(NAME.fullmatch(base))
+
+
+def validate_files(folder: Path) -> dict[str, Path]:
+    """The validation package's files as a bundle carries them, `validate/REL` -> the file in
+    `folder`: what `validate` pushes (transport's `pack`), caches left out."""
+    return {"validate/" + rel: path for rel, path in package_files(folder).items()}
 
 
 def _hash_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> str:
@@ -142,9 +160,11 @@ def _hash_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> str:
     return digest.hexdigest()
 
 
-def read_bundle(path: Path, locks_dir: Optional[Path] = None) -> Bundle:  # noqa: C901  one pass over the archive, one check per kind of member
+def read_bundle(path: Path, locks_dir: Optional[Path] = None,  # noqa: C901  one pass over the archive, one check per kind of member
+                validate_dir: Optional[Path] = None) -> Bundle:
     """The bundle at `path`, checked (see the module docstring); BundleError naming the first
-    file that is wrong. `locks_dir`: the recipe's locks, which the bundle's must equal."""
+    file that is wrong. `locks_dir`: the recipe's locks, which the bundle's must equal;
+    `validate_dir`: this gpuprov's validate/, which the bundle's must equal."""
     try:
         tar = tarfile.open(path, "r|")     # a stream: read once, whatever its size
     except FileNotFoundError:
@@ -203,18 +223,39 @@ def read_bundle(path: Path, locks_dir: Optional[Path] = None) -> Bundle:  # noqa
     if missing:
         raise BundleError(f"{missing[0]}: in the manifest but not in the archive", path)
     _check_locks(path, manifest, locks, locks_dir)
+    if validate_dir is not None:
+        _check_validate(path, manifest, validate_dir)
     return Bundle(path, manifest, bundle_id)
+
+
+def _check_validate(path: Path, manifest: dict[str, Any], validate_dir: Path) -> None:
+    """The bundle's validate/ is this gpuprov's, file for file: the host runs the bundle's copy
+    and this gpuprov reads what it writes."""
+    theirs = {e["path"]: e["sha256"] for e in manifest["files"] if e["path"].startswith("validate/")}
+    ours = validate_files(validate_dir)
+    rebuild = f"rebuild it with `{manifest.get('command', 'gpuprov bundle')}`"
+    for name in sorted(set(ours) | set(theirs)):
+        if name not in theirs:
+            raise BundleError(f"{name}: this gpuprov's validation has it and the bundle does not: "
+                              f"the bundle was built by another gpuprov; {rebuild}", path)
+        if name not in ours or sha256_file(ours[name]) != theirs[name]:
+            raise BundleError(f"{name}: differs from this gpuprov's {validate_dir}: the bundle was "
+                              f"built by another gpuprov; {rebuild}", path)
 
 
 def _check_locks(path: Path, manifest: dict[str, Any], locks: dict[str, bytes],
                  locks_dir: Optional[Path]) -> None:
     """The bundle's locks equal the recipe's; each wheel's sha256 is one of its lock's."""
     allowed: dict[str, set[str]] = {}
+    debs = {e["sha256"] for e in manifest["files"] if e["path"].endswith(".deb")}
     for name, data in locks.items():
         ours = locks_dir / Path(name).name if locks_dir is not None else None
         if ours is not None and ours.is_file() and ours.read_bytes() != data:
             raise BundleError(f"{name} differs from {ours}: the bundle was built from another lock; "
                               f"rebuild it with `{manifest.get('command', 'gpuprov bundle')}`", path)
+        if Path(name).name.startswith("apt-"):     # an apt lock (`--apt-repo`): its .debs
+            _check_apt_lock(path, name, data, debs)
+            continue
         try:
             lock = parse_lock(data.decode("utf-8"), Path(name))
         except (InputError, UnicodeDecodeError) as exc:
@@ -227,6 +268,18 @@ def _check_locks(path: Path, manifest: dict[str, Any], locks: dict[str, bytes],
             if entry["sha256"] not in allowed.get(project, set()):
                 raise BundleError(f"{entry['path']}: its sha256 is not one its lock allows for "
                                   f"{project}: the bundle does not match its locks", path)
+
+
+def _check_apt_lock(path: Path, name: str, data: bytes, debs: set[str]) -> None:
+    """Every .deb an apt lock pins (with its sha256) is in the bundle, that very file."""
+    try:
+        lock = parse_apt_lock(data.decode("utf-8"), Path(name))
+    except (InputError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{name}: not an apt lock ({exc})", path) from None
+    for pin in lock.pins.values():
+        if pin.sha256 and pin.sha256 not in debs:
+            raise BundleError(f"{name}: {pin.name}={pin.version} (sha256 {pin.sha256[:16]}...) is "
+                              "not a .deb of the bundle: the bundle does not match its locks", path)
 
 
 def _wheel_project(path: str) -> str:

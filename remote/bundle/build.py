@@ -16,6 +16,13 @@ target distribution: they come from this machine's own apt sources).
   repository, its Release signed (InRelease, `gpg --clearsign`) with an ed25519 key generated
   for this bundle, whose secret half is thrown away with its temporary GNUPGHOME.
 
+- With `--apt-repo REPO`, the .debs of the row's apt lock for NVIDIA's REPO (`gpuprov lock
+  --apt`), each checked against the lock's sha256 (remote/bundle/aptrepo.py), in the same signed
+  repository; their dependencies outside NVIDIA's index come with the recipe's packages.
+- validate/: the validation package as this gpuprov pushes it; the host runs it from the bundle
+  after the recipe (validation installs and fetches nothing: it runs the host's python, or the
+  recipe's venv, on what is there).
+
 Each file is hashed once. Everything is written into a temporary folder beside `--out` and
 renamed into place when whole: an interrupted or failed build leaves no half bundle.
 """
@@ -38,9 +45,11 @@ from urllib.parse import unquote
 from ..config.lockfile import LockFile, read_lock
 from ..config.yamlfile import load_yaml
 from ..errors import InputError
-from ..lock import LOCKS_DIR, PYPI, lock_name, stack_rows
-from ..paths import RECIPES_DIR
-from .archive import SCHEMA, BundleError, sha256_file, write_archive
+from ..lock import LOCKS_DIR, PYPI, STACK, lock_name, stack_rows
+from ..lock.apt import REPO
+from ..paths import RECIPES_DIR, VALIDATE_DIR
+from . import aptrepo
+from .archive import SCHEMA, BundleError, sha256_file, validate_files, write_archive
 
 TOOL_TIMEOUT_S = 3600          # one download tool's run: a torch row is several GB
 UV_LOCK = "uv.txt"
@@ -203,12 +212,17 @@ def dependency_closure(packages: list[str]) -> list[str]:
     return sorted({n for n in names if not n.startswith("<") and ":" not in n})
 
 
-def fetch_debs(packages: list[str], dest: Path) -> tuple[dict[str, str], dict[str, str]]:
+def fetch_debs(packages: list[str], dest: Path,
+               extra_stanzas: tuple[str, ...] = ()) -> tuple[dict[str, str], dict[str, str]]:
     """The .debs of `packages`' closure, fetched into `dest`, each checked against the SHA256
     of this machine's apt index (whose Release apt checked against Debian's key), and their
-    `Packages` index: those same index stanzas, each pointing at its file here. (Package name
-    -> version, file name -> sha256.)"""
-    closure = dependency_closure(packages)
+    `Packages` index: those same index stanzas, each pointing at its file here, and
+    `extra_stanzas` (of .debs already beside them). (Package name -> version, file name ->
+    sha256.)"""
+    closure = dependency_closure(packages) if packages else []
+    if not closure:
+        (dest / "Packages").write_text("\n\n".join(extra_stanzas) + "\n")
+        return {}, {}
     # The index stanzas of the versions apt-get download takes (the candidates), read while it
     # downloads: apt-cache loads its cache for a few seconds, the download waits on the network.
     shown: list[str] = []
@@ -255,7 +269,8 @@ def fetch_debs(packages: list[str], dest: Path) -> tuple[dict[str, str], dict[st
     missing = sorted(f"{n}={v}" for n, v in set(files) - set(stanzas))
     if missing:
         raise BundleError(f"apt-cache show does not list {', '.join(missing)}")
-    (dest / "Packages").write_text("\n\n".join(stanzas[k] for k in sorted(stanzas)) + "\n")
+    (dest / "Packages").write_text("\n\n".join([stanzas[k] for k in sorted(stanzas)] + list(extra_stanzas))
+                                   + "\n")
     return {name: version for name, version in stanzas}, digests
 
 
@@ -316,19 +331,23 @@ def _target(cuda: str, distro_name: str, arch: str, with_debs: bool) -> Distro:
     return DISTROS[distro_name]
 
 
-def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "",
+def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "",  # noqa: C901  one step after the other, each with its progress line
                  arch: str = "x86_64", index_url: str = PYPI, recipe: Path = DEFAULT_RECIPE,
-                 locks_dir: Path = LOCKS_DIR, with_debs: bool = True,
-                 progress: Callable[[str], None] = print) -> BuildReport:
+                 locks_dir: Path = LOCKS_DIR, with_debs: bool = True, apt_repo: str = "",
+                 apt_base: str = "", progress: Callable[[str], None] = print) -> BuildReport:
     """Build the bundle of row `cuda` into `out` (see the module docstring)."""
     started = time.monotonic()
     distro_name = distro_name or this_distro()
     distro = _target(cuda, distro_name, arch, with_debs)
     names = [lock_name(cuda, torch), UV_LOCK]
     locks = [read_lock(locks_dir / name) for name in names]
+    if apt_repo and not REPO.fullmatch(apt_repo):
+        raise InputError(f"--apt-repo {apt_repo}: not a repository such as debian12/x86_64")
+    apt_lock = aptrepo.read_lock(locks_dir, apt_repo, cuda) if apt_repo else None
+    apt_base = apt_base or str(load_yaml(STACK, "recipe")["vars"]["nvidia_repo_base"])
     packages = recipe_packages(recipe) if with_debs else []
     command = (f"gpuprov bundle --cuda {cuda}{' --torch' if torch else ''} --distro {distro_name} "
-               f"--recipe {recipe.name} --out {out.name}")
+               f"--recipe {recipe.name}{f' --apt-repo {apt_repo}' if apt_repo else ''} --out {out.name}")
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
@@ -342,9 +361,13 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
             files.append({"path": rel, "sha256": digest or sha256_file(path),
                           "size": path.stat().st_size, "origin": origin})
 
-        for lock in locks:
-            shutil.copyfile(lock.path, stage / "locks" / lock.path.name)
-            add(f"locks/{lock.path.name}", str(lock.path))
+        for path in [lock.path for lock in locks] + ([apt_lock.path] if apt_lock else []):
+            shutil.copyfile(path, stage / "locks" / path.name)
+            add(f"locks/{path.name}", str(path))
+        for rel, source in validate_files(VALIDATE_DIR).items():
+            (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, stage / rel)
+            add(rel, f"this gpuprov's {VALIDATE_DIR}")
         t0 = time.monotonic()
         progress(f"bundle: wheels of {', '.join(names)} for {distro_name} {arch} (python "
                  f"{distro.python}) from {_without_password(index_url)}")
@@ -359,9 +382,26 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
         # link; bench/bundle_build.py, 2026-11-27: ratios 0.92-2.01 against 0.82-1.65).
         t0 = time.monotonic()
         debs: dict[str, str] = {}
-        if packages:
-            progress(f"bundle: .debs of {' '.join(packages)} and their dependencies")
-            debs, digests = fetch_debs(packages, stage / "apt")
+        nvidia: dict[str, tuple[str, str]] = {}
+        stanzas: list[str] = []
+        if apt_lock is not None:
+            progress(f"bundle: .debs of {apt_lock.path.name} from {apt_base}/{apt_repo}")
+            (work / "nvidia").mkdir()
+            debs, nvidia, stanzas, outside = aptrepo.fetch_apt_lock(apt_lock, apt_base, apt_repo,
+                                                                    work / "nvidia")
+            if with_debs:
+                packages += sorted(outside - set(packages))
+            elif outside:
+                progress(f"bundle: not carried (--no-debs): {' '.join(sorted(outside))}, which "
+                         "they depend on from the distribution")
+        if packages or nvidia:
+            if packages:
+                progress(f"bundle: .debs of {' '.join(packages)} and their dependencies")
+            ours, digests = fetch_debs(packages, stage / "apt", tuple(stanzas))
+            debs.update(ours)
+            for name, (origin, digest) in nvidia.items():
+                os.replace(work / "nvidia" / name, stage / "apt" / name)
+                add(f"apt/{name}", origin, digest)
             make_repository(stage / "apt", f"{cuda} {distro_name}")
             for name, digest in sorted(digests.items()):
                 add(f"apt/{name}", "this machine's apt sources (apt-get download)", digest)
@@ -369,7 +409,7 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
                 add(f"apt/{index}", "made for the bundle")
         deb_s = time.monotonic() - t0
         deb_bytes = sum(f["size"] for f in files if f["path"].endswith(".deb"))
-        if packages:
+        if packages or nvidia:
             progress(f"bundle: {len(debs)} .debs, {deb_bytes / 1e6:.1f} MB in {deb_s:.1f} s")
         uv = next(f["path"] for f in files if f["path"].startswith("wheels/uv-"))
         manifest = {"schema": SCHEMA, "cuda": cuda, "torch": torch, "distro": distro_name,
@@ -390,13 +430,14 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
 
 def run_bundle(cuda: str, out: str, torch: bool = False, distro: str = "", arch: str = "x86_64",
                index_url: str = "", recipe: str = "", locks_dir: str = "",
-               debs: bool = True) -> int:
+               debs: bool = True, apt_repo: str = "", apt_base: str = "") -> int:
     """`gpuprov bundle`: build; one line and exit status 2 on bad input or a failed fetch."""
     try:
         build_bundle(cuda, Path(out), torch=torch, distro_name=distro, arch=arch,
                      index_url=index_url or PYPI,
                      recipe=Path(recipe) if recipe else DEFAULT_RECIPE,
-                     locks_dir=Path(locks_dir) if locks_dir else LOCKS_DIR, with_debs=debs)
+                     locks_dir=Path(locks_dir) if locks_dir else LOCKS_DIR, with_debs=debs,
+                     apt_repo=apt_repo, apt_base=apt_base)
     except InputError as exc:
         print(f"bundle: {exc}", file=sys.stderr)
         return 2

@@ -26,6 +26,7 @@ _NAME = r"[a-z0-9][a-z0-9+.-]*"     # Debian policy 5.6.1 (Package)
 # Debian policy 5.6.12 (Version): [epoch:]upstream[-revision], of alphanumerics and . + - ~ :
 _VERSION = r"(?:[0-9]+:)?[0-9][A-Za-z0-9.+~:-]*"
 COMMAND_LINE = "# command:"
+SHA256_COMMENT = re.compile(r"^\s*sha256:([0-9a-f]{64})\b")
 LINE = re.compile(rf"({_NAME})=({_VERSION})(?:\s+via\s+({_NAME}(?:,{_NAME})*))?")
 
 
@@ -38,6 +39,7 @@ class AptPin:
     version: str
     via: tuple[str, ...]
     line: int
+    sha256: str = ""    # the .deb's, from the line's `# sha256:HEX` ("" where the index gave none)
 
 
 @dataclass
@@ -75,7 +77,9 @@ def parse_apt_lock(text: str, path: Path) -> AptLock:
         if name in lock.pins:
             raise InputError(f"{name} is pinned twice (first on line {lock.pins[name].line})",
                              path, number)
-        lock.pins[name] = AptPin(name, version, tuple(via.split(",")) if via else (), number)
+        digest = SHA256_COMMENT.search(raw.partition("#")[2])
+        lock.pins[name] = AptPin(name, version, tuple(via.split(",")) if via else (), number,
+                                 digest.group(1) if digest else "")
     if not lock.pins:
         raise InputError("the apt lock pins no package", path)
     return lock

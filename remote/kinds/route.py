@@ -50,7 +50,9 @@ class BundleRoute:
     bundle unpacked on the host at `root`, with its wheels in `root/wheels` and its signed apt
     repository in `root/apt`. `locks`: the lock file names it carries -> the sha256 of their
     text; `debs`: the Debian packages it carries; `uv_wheel`: uv's wheel (a path on the host);
-    `rebuild`: the command that makes a bundle with what is missing."""
+    `rebuild`: the command that makes a bundle with what is missing; `validate`: the folder
+    holding the bundle's validate/ package (validation runs it there, nothing pushed), "" when
+    the bundle carries none."""
 
     id: str
     root: str
@@ -58,6 +60,7 @@ class BundleRoute:
     debs: frozenset[str] = frozenset()
     uv_wheel: str = ""
     rebuild: str = "gpuprov bundle"
+    validate: str = ""
 
     @property
     def wheels(self) -> str:

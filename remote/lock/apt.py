@@ -63,6 +63,7 @@ class Entry:
     version: str
     sha256: str
     relations: tuple[str, ...] = ()     # its Pre-Depends and Depends fields
+    filename: str = ""                  # its Filename: the .deb's path under the repository
 
     @property
     def depends(self) -> tuple[tuple[tuple[str, Optional[tuple[str, str]]], ...], ...]:
@@ -158,7 +159,8 @@ def parse_paragraphs(lines: Iterable[bytes], url: str, digest: str, most: int) -
         if not name or not version:
             continue
         relations = tuple(para[kind] for kind in ("Pre-Depends", "Depends") if para.get(kind))
-        index.packages.setdefault(name, []).append(Entry(name, version, para.get("SHA256", ""), relations))
+        index.packages.setdefault(name, []).append(
+            Entry(name, version, para.get("SHA256", ""), relations, para.get("Filename", "")))
     return index
 
 

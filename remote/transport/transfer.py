@@ -68,13 +68,23 @@ class PullLimits:
         return cls(**limits)
 
 
+def _cache(rel: str) -> bool:
+    """A path inside a package that `pack` leaves out (caches, bytecode)."""
+    return any(p in SKIP for p in Path(rel).parts) or rel.endswith(".pyc")
+
+
+def package_files(folder: Path) -> dict[str, Path]:
+    """The files of `folder` that `pack` sends, by path relative to it."""
+    return {path.relative_to(folder).as_posix(): path for path in sorted(folder.rglob("*"))
+            if path.is_file() and not _cache(path.relative_to(folder).as_posix())}
+
+
 def pack(folder: Path, arcname: str) -> bytes:
     """A gzip tarball of `folder` (without caches) whose top folder is `arcname`."""
     buffer = io.BytesIO()
 
     def keep(info: tarfile.TarInfo) -> Optional[tarfile.TarInfo]:
-        parts = Path(info.name).parts
-        if any(p in SKIP for p in parts) or info.name.endswith(".pyc"):
+        if _cache(info.name):
             return None
         info.uid = info.gid = 0
         info.uname = info.gname = ""

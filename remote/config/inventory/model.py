@@ -81,6 +81,15 @@ class SchedulerEntry:
     settings: Any
 
 
+@dataclass(frozen=True)
+class Bundled:
+    """A host's or group's `bundle:` key: the archive (relative paths are the inventory file's)
+    and where the key is written."""
+
+    path: Path
+    where: Where
+
+
 @dataclass
 class Host:
     name: str
@@ -104,6 +113,8 @@ class Host:
     connection: str = "ssh"
     vars: dict[str, Any] = field(default_factory=dict)
     scheduler: SchedulerEntry | None = None  # a cluster's login node (remote/scheduler/)
+    # `bundle:` (provision installs from it, as with --bundle), with where it is written
+    bundle: Bundled | None = None
 
     @property
     def is_local(self) -> bool:
@@ -117,6 +128,7 @@ class Group:
     hosts: list[str] = field(default_factory=list)
     children: list[str] = field(default_factory=list)
     vars: dict[str, Any] = field(default_factory=dict)
+    bundle: Bundled | None = None
 
 
 @dataclass
@@ -196,6 +208,14 @@ class Inventory:
             for name in self.groups:
                 depth(name)
         return self._depths.get(group, 0)
+
+    def bundle_for(self, host: Host) -> Bundled | None:
+        """The `bundle:` that holds for `host`: its own, else its innermost group's (as vars:
+        children over parents)."""
+        if host.bundle is not None:
+            return host.bundle
+        named = [self.groups[g].bundle for g in self.groups_of(host.name) if self.groups[g].bundle]
+        return named[-1] if named else None
 
     def layered_vars(self, host: Host) -> list[tuple[dict[str, Any], dict[str, Where]]]:
         """The inventory's variable layers for `host`, low to high precedence, with positions."""

@@ -1,7 +1,8 @@
 """gpuprov's own inventory format, YAML (docs/reference/inventory.md): top-level `vars`,
 `hosts`, `groups` (with `hosts`, `children`, `vars`), `host_key_policy` (strict | accept-new),
 `known_hosts` (extra files of trusted keys), `timeouts`, `secrets` (names of vars whose values
-are never shown), `cache` (the fleet cache host) and `include_if_exists`.
+are never shown), `cache` (the fleet cache host) and `include_if_exists`; a host's or group's
+`bundle` (the archive `provision` installs from, as `--bundle`).
 
 This module reads the format only: keys, types, positions. What every inventory must satisfy
 whatever its format is in `checks`; the objects it builds are `model`'s.
@@ -24,6 +25,7 @@ from .model import (
     MAX_APT_CACHER_PORT,
     MAX_SECONDS,
     POLICIES,
+    Bundled,
     CacheSettings,
     Group,
     Host,
@@ -60,11 +62,15 @@ HOST_KEYS = {
     "jump": "a host of the inventory to jump through (as ProxyJump)",
     "connection": "`ssh` (default) or `local`: this machine",
     "vars": "this host's variables (over group and inventory vars)",
+    "bundle": "a bundle (`gpuprov bundle`) that `provision` installs this host from, as "
+              "`--bundle` does (the option wins; a path relative to this file; over its groups')",
 }
 GROUP_KEYS = {
     "hosts": "the hosts in the group (a list of names)",
     "children": "groups whose hosts are in this one too",
     "vars": "the group's variables (child groups over parents)",
+    "bundle": "a bundle that `provision` installs the group's hosts from, as `host: bundle` "
+              "(a host's own, then child groups over parents; `--bundle` wins)",
 }
 CACHE_KEYS = {
     "host": "the inventory host that runs the cache (playbooks/cache.yaml installs it)",
@@ -246,6 +252,18 @@ def _resolve_path(value: str, inventory_path: Path) -> Path:
     return p if p.is_absolute() else (inventory_path.parent / p)
 
 
+def _load_bundle(spec: YamlMap, what: str) -> Bundled | None:
+    """A host's or group's `bundle:`: a path (to the file it is written in, when relative)."""
+    if "bundle" not in spec:
+        return None
+    where = spec.at("bundle")
+    value = spec["bundle"]
+    if not isinstance(value, str) or not value.strip() or "\0" in value:
+        raise where.error(f"{what}: bundle must be the path of a bundle archive (gpuprov bundle "
+                          f"makes one), not {value!r}")
+    return Bundled(_resolve_path(value, Path(where.file)), where)
+
+
 def _load_timeouts(data: YamlMap) -> Timeouts:
     spec = data.get("timeouts")
     if spec is None:
@@ -297,6 +315,7 @@ def _load_host(name: str, spec: Any, where: Where, schedulers: SettingsReaders) 
                                                                            name))
     host_vars = spec.get("vars") or YamlMap()
     host.vars = expect(host_vars, dict, spec.at("vars"), f"host '{name}': vars")
+    host.bundle = _load_bundle(spec, f"host '{name}'")
     return host
 
 
@@ -317,4 +336,5 @@ def _load_group(name: str, spec: Any, where: Where, hosts: dict[str, Host]) -> G
             raise at.error(f"group '{name}' lists host '{member}', which is not under hosts:")
     group.vars = expect(spec.get("vars") or YamlMap(), dict, spec.at("vars") if spec else where,
                         f"group '{name}': vars")
+    group.bundle = _load_bundle(spec, f"group '{name}'") if spec else None
     return group

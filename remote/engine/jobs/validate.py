@@ -6,6 +6,11 @@ unpacked into a fresh folder), one more pulls the output folder back as a tarbal
 The run is bounded by the inventory's `timeouts.command` and, as validate prints progress lines
 all along, by `timeouts.idle` without a line: a host that stalls or dribbles fails alone with
 the reason, and the others' recap does not wait for it.
+
+Under `provision --bundle` the host runs the bundle's own copy of validate/ (the same files as
+this gpuprov's, checked before any host was touched: remote/bundle/archive.py) where the bundle
+was unpacked: nothing is pushed, and validation needs nothing else (it installs and fetches
+nothing; it runs the host's python, or the recipe's venv, on what is there).
 """
 from __future__ import annotations
 
@@ -38,8 +43,9 @@ def package_bytes() -> bytes:
 
 
 def validate_command(host_name: str, python: str, run_id: str, args: list[str],
-                     remember: bool = False) -> str:
-    """The command that unpacks the package (on stdin) and runs it with `python`.
+                     remember: bool = False, package_dir: str = "") -> str:
+    """The command that unpacks the package (on stdin) and runs it with `python`; with
+    `package_dir`, runs the package already there (a bundle's, read-only: no bytecode written).
 
     With `remember`, `python` was chosen explicitly (`validate_python`) and is written to the
     host's .gpuprov folder; without, a python remembered there wins over `python` (the host's
@@ -49,6 +55,14 @@ def validate_command(host_name: str, python: str, run_id: str, args: list[str],
     out = f'{root}/runs/{shlex.quote(run_id)}'
     pkg = f'{root}/pkg-{shlex.quote(run_id)}'
     quoted = " ".join(shlex.quote(a) for a in args)
+    if package_dir:
+        where = shlex.quote(package_dir)
+        return (f"mkdir -p {root}/runs && [ -f {where}/validate/__main__.py ] || exit {UNPACK_FAILED}\n"
+                f"{choose_python(host_name, python, remember)}"
+                f'echo "validate: python $PY, from the bundle at {package_dir}"\n'
+                f'cd {where} && PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 "$PY" -m validate '
+                f"--out {out} {quoted}\n"
+                f"rc=$?\ncd /\nln -sfn {shlex.quote(run_id)} {root}/runs/latest\nexit $rc")
     return (f"mkdir -p {root}/runs && {unpack_command(pkg)} || exit {UNPACK_FAILED}\n"
             f"{choose_python(host_name, python, remember)}"
             f'echo "validate: python $PY"\n'
@@ -233,10 +247,15 @@ class Validate:
         session.reporter.running(host.name, f"validate ({self.suite})")
         lines = LineSplitter(lambda line: session.reporter.output(host.name, line))
         timeouts = session.inventory.timeouts
+        bundle = session.options.bundle
+        from_bundle = bundle.validate if bundle is not None else ""
+        stdin = None if from_bundle else self.package
+        pushed = (f"from the bundle at {from_bundle}, nothing pushed" if from_bundle
+                  else f"{len(self.package)} bytes pushed")
         try:
             res = session.conn.run(validate_command(host.name, python, run_id, args,
-                                                    remember=bool(chosen)),
-                                   stdin=self.package, timeout=self.timeout or timeouts.command,
+                                                    remember=bool(chosen), package_dir=from_bundle),
+                                   stdin=stdin, timeout=self.timeout or timeouts.command,
                                    idle_timeout=idle_bound(timeouts.idle, args), on_output=lines)
         except CommandTimeout as exc:
             lines.flush()
@@ -245,11 +264,13 @@ class Validate:
             log.event(f"validate {exc}")
             return
         lines.flush()
-        log.command("validate", f"python -m validate {' '.join(args)} ({len(self.package)} bytes "
-                    "pushed)", res.rc, res.elapsed_s, res.out, res.err)
+        log.command("validate", f"python -m validate {' '.join(args)} ({pushed})", res.rc,
+                    res.elapsed_s, res.out, res.err)
         if res.rc == UNPACK_FAILED:
-            session.conclude(Outcome(OUTCOME, "not validated: could not unpack the package "
-                                     f"({res.err.strip()[:200]})", False))
+            what = (f"the bundle's validate/ is not in {from_bundle}" if from_bundle
+                    else "could not unpack the package")
+            session.conclude(Outcome(OUTCOME, f"not validated: {what} ({res.err.strip()[:200]})",
+                                     False))
             return
         text, ok = pull_run(session, run_id, res.rc, run_dir(self.logs_dir, host.name, run_id))
         session.conclude(Outcome(OUTCOME, text, ok))
