@@ -179,3 +179,23 @@ def test_ssh_configs_identityfile_is_the_only_key_offered(work):
             agent.terminate()
             agent.wait(5)
         farm.close()
+
+
+def test_closing_a_command_whose_link_died_does_not_mask_the_commands_error(farm):
+    """A channel closed after its socket died (the peer gone mid-command) raised EOFError from
+    close(), which replaced the error the command had ended with (a pull's size cap)."""
+    from remote.transport.ssh import _SSHCommand
+
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # loopback farm only
+    client.connect(farm.addresses[0], port=farm.port, username=farm.user,
+                   key_filename=str(farm.key), look_for_keys=False, allow_agent=False)
+    transport = client.get_transport()
+    channel = transport.open_session()
+    channel.exec_command("sleep 30")
+    command = _SSHCommand(channel, transport, "h1", None)
+    transport.sock.shutdown(socket.SHUT_RDWR)  # the link dies; paramiko still thinks it is up
+    try:
+        command.close()  # raised EOFError before
+    finally:
+        client.close()
