@@ -200,24 +200,23 @@ class Reporter:
 
     def failures(self, failed: Sequence[Failure]) -> None:
         """Under the recap: each failed host, why, and its run log."""
-        if not failed:
-            return
-        lines = ["", "FAILED"]
-        for item in failed:
-            lines.append(f"{self._paint(self._shown(item.host), 'bold red')}: "
-                         f"{printable_line(self.redact(item.reason))}")
-            if item.log:
-                lines.append(f"{' ' * 2}log: {self._shown(item.log)}")
-        self._print(lines)
+        self._reasons("FAILED", "bold red", [(f.host, f.reason, f.log) for f in failed])
 
     def not_started(self, hosts: Sequence[NotStarted]) -> None:
         """Under the recap: each host a canary rollout never started, and why."""
-        if not hosts:
+        self._reasons("NOT STARTED", STYLE["not started"], [(h.host, h.reason, None) for h in hosts])
+
+    def _reasons(self, title: str, style: str, items: list[tuple[str, str, Optional[str]]]) -> None:
+        """A block under the recap: `title`, then a line per host (name in `style`) with its
+        reason, masked and made printable, and its run log when there is one."""
+        if not items:
             return
-        lines = ["", "NOT STARTED"]
-        for item in hosts:
-            lines.append(f"{self._paint(self._shown(item.host), 'yellow')}: "
-                         f"{printable_line(self.redact(item.reason))}")
+        lines = ["", title]
+        for host, reason, log in items:
+            lines.append(f"{self._paint(self._shown(host), style)}: "
+                         f"{printable_line(self.redact(reason))}")
+            if log:
+                lines.append(f"{' ' * 2}log: {self._shown(log)}")
         self._print(lines)
 
     def output(self, host: str, text: str) -> None:
