@@ -32,3 +32,46 @@ def test_unreachable_node_is_named_and_the_others_are_measured(farm, inventory, 
     measured = [p for p in doc["fabric"]["pairs"] if "gone" not in (p["client"], p["server"])]
     assert measured and all(p["tool"] == "iperf3" and p["value"] > 0 for p in measured), out
     assert "SUSPECT NODE gone" in out
+
+
+def _profiled(farm, inventory, floors):
+    hosts = {name: farm.host_entry(farm.addresses[i], vars={"node_profile": {"fabric": floor}})
+             for i, (name, floor) in enumerate(floors.items())}
+    return inventory(hosts, vars={"fabric_seconds": 1})
+
+
+def test_the_node_profiles_fabric_floor_judges_the_pairs_the_lowest_counts(farm, inventory, work,
+                                                                           capsys):
+    """Issue 33: a pair is judged against the profile's floor for its tool. Each node's
+    node_profile names one; the lowest holds (a pair is held to what both of its nodes can do),
+    and the run says where the floor came from. Real iperf3 over loopback sshd."""
+    from remote import cli
+
+    if not shutil.which("iperf3"):
+        pytest.fail("iperf3 is not installed (.ci/setup --dev installs it)")
+    # h1's profile asks the impossible; h2's a trickle: the trickle is the floor, nothing slow
+    inv = _profiled(farm, inventory, {"h1": {"iperf3": 1e6}, "h2": {"iperf3": 0.001},
+                                      "h3": {"iperf3": 1e6}})
+    rc = cli.fabric(host="all", inventory=str(inv), logs_dir=str(work / "logs"),
+                    json_path=str(work / "out.json"))
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "below the floor 0.001 Gb/s (node_profile fabric, the lowest of the nodes')" in out
+    # every node asks the impossible: every pair is slow, every node a suspect (exit 3)
+    inv = _profiled(farm, inventory, {"h1": {"iperf3": 1e6}, "h2": {"iperf3": 1e6},
+                                      "h3": {"iperf3": 1e6}})
+    rc = cli.fabric(host="all", inventory=str(inv), logs_dir=str(work / "logs"),
+                    json_path=str(work / "out.json"))
+    out = capsys.readouterr().out
+    doc = json.loads((work / "out.json").read_text())
+    assert rc == 3 and sorted(doc["fabric"]["suspect_nodes"]) == ["h1", "h2", "h3"], out
+
+
+def test_a_bad_fabric_floor_in_a_node_profile_is_one_line_exit_2(farm, inventory, work, capsys):
+    from remote import cli
+
+    inv = _profiled(farm, inventory, {"h1": {"iperf3": "fast"}, "h2": {}})
+    rc = cli.fabric(host="all", inventory=str(inv), logs_dir=str(work / "logs"))
+    err = capsys.readouterr().err
+    assert rc == 2 and "node_profile: fabric: 'iperf3': 'fast' is not a tool of" in err, err
+    assert not (work / "logs").exists()

@@ -471,3 +471,12 @@ def test_a_wrong_model_and_count_is_one_gap_naming_what_was_found():
     mixed = [{"name": "NVIDIA H100 80GB HBM3", "pci.device_id": "0x233010DE"}] * 7 + rows
     assert profile.gpu_gaps(prof, mixed) == [
         ("expected 8 x NVIDIA H100 80GB HBM3, found 7 x NVIDIA H100 80GB HBM3, 1 x NVIDIA H200", "model")]
+
+
+def test_the_profiles_fabric_floors_are_checked_here_and_left_to_gpuprov_fabric():
+    prof = profile.load('{"fabric": {"ib_write_bw": 380, "iperf3": 20}}')
+    assert prof["fabric"] == {"ib_write_bw": 380.0, "iperf3": 20.0}
+    for bad, why in (('{"fabric": [380]}', "fabric: not a mapping"),
+                     ('{"fabric": {"iperf3": -1}}', "fabric.iperf3: not a non-negative number")):
+        with pytest.raises(profile.BadProfile, match=why):
+            profile.load(bad)

@@ -12,7 +12,8 @@ expected hardware, and floors that override the table::
      "floors": {"bf16_tflops": 600, "nccl_busbw_gbs": 440},
      "tolerance": 0.05,
      "ignore_xids": [13], "acknowledged_before": "2026-11-20T00:00:00Z",
-     "warn_only": ["p2p"]}
+     "warn_only": ["p2p"],
+     "fabric": {"ib_write_bw": 380}}
 
 Every key is optional.  ``tolerance`` lowers every floor (the table's and
 the profile's) by that fraction.  A bad document is one line naming the key
@@ -30,7 +31,8 @@ from . import expectations
 
 FLOOR_FIGURES = expectations.GPU_FIGURES + ("p2p_gbs", "nccl_busbw_gbs")
 LINK_LAYERS = ("InfiniBand", "Ethernet")
-KEYS = ("gpus", "pcie", "ib", "floors", "tolerance", "ignore_xids", "acknowledged_before", "warn_only")
+KEYS = ("gpus", "pcie", "ib", "floors", "tolerance", "ignore_xids", "acknowledged_before", "warn_only",
+        "fabric")
 
 
 class BadProfile(ValueError):
@@ -117,6 +119,11 @@ def from_document(doc: Any, check_names=()) -> dict[str, Any]:
     model = gpus.get("model")
     if model is not None and not isinstance(model, str):
         raise BadProfile("gpus.model: not a string")
+    # the floors of `gpuprov fabric`'s pairs, per tool (ib_write_bw Gb/s, all_reduce_perf GB/s,
+    # iperf3 Gb/s): checked here, judged by the fabric command (the tool names are its own)
+    fabric = doc.get("fabric") or {}
+    if not isinstance(fabric, dict) or not all(isinstance(k, str) for k in fabric):
+        raise BadProfile("fabric: not a mapping of a tool to its floor")
     return {
         "gpus": {"count": _int("gpus.count", gpus["count"], 1) if gpus.get("count") is not None else None,
                  "model": model},
@@ -129,6 +136,7 @@ def from_document(doc: Any, check_names=()) -> dict[str, Any]:
         "acknowledged_before": parse_time("acknowledged_before", doc["acknowledged_before"])
         if doc.get("acknowledged_before") is not None else None,
         "warn_only": list(warn_only),
+        "fabric": dict((k, _num("fabric." + k, v)) for k, v in fabric.items()),
         "document": doc,
     }
 

@@ -93,6 +93,26 @@ def read_settings(inventory: Inventory, extra_vars: dict[str, Any]) -> Settings:
     return settings
 
 
+def profile_floors(settings: Settings, profiles: list[Any]) -> None:
+    """Without `fabric_floor`, the floors of the nodes' `node_profile` `fabric:` (issue 32's
+    profile, checked before the run by validate/profile.py): per tool, the lowest any node's
+    profile names, since a pair is held to the floor both of its nodes can do."""
+    if settings.floors:
+        return
+    lowest: dict[str, float] = {}
+    for prof in profiles:
+        floors = prof.get("fabric") if isinstance(prof, dict) else None
+        for tool, value in (floors or {}).items() if isinstance(floors, dict) else ():
+            if tool not in TOOLS or isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value) or value <= 0:
+                raise InputError(f"node_profile: fabric: {tool!r}: {value!r} is not a tool of "
+                                 f"{', '.join(TOOLS)} with a positive figure")
+            lowest[tool] = min(float(value), lowest.get(tool, math.inf))
+    if lowest:
+        settings.floors = lowest
+        settings.floors_from = "node_profile fabric, the lowest of the nodes'"
+
+
 def _number(value: Any) -> Any:
     """A number given through `--var NAME=VALUE` arrives as text."""
     if isinstance(value, str):
@@ -159,7 +179,9 @@ def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, An
     engine = Run(inventory, hosts, options, reporter, redact)
     opened: list[BaseConnection] = []
     if len(members) >= 2:
-        nodes = [node_for(h, layered_vars(inventory, h, extra_vars)[0]) for h in members]
+        layers = [layered_vars(inventory, h, extra_vars)[0] for h in members]
+        nodes = [node_for(h, raw) for h, raw in zip(members, layers)]
+        profile_floors(settings, [raw.get("node_profile") for raw in layers])
     else:  # the cluster's nodes, each command a job on its node through the login node
         try:
             nodes = cluster_nodes(engine, logins[0], layered_vars(inventory, logins[0],
@@ -199,7 +221,7 @@ def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, An
         return status
     for pair in pairs:  # what a node said may echo a secret of the run: masked everywhere
         pair.error = redact(pair.error)
-    verdict = judge(pairs, names, settings.floors, settings.relative)
+    verdict = judge(pairs, names, settings.floors, settings.relative, settings.floors_from)
     results = host_results(verdict, names)
     for node in nodes:
         if node.error:

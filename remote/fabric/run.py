@@ -50,6 +50,7 @@ class Settings:
     tool: Optional[str] = None
     floors: dict[str, float] = field(default_factory=dict)
     relative: float = 0.5
+    floors_from: str = "inventory fabric_floor"  # what the floors are, as the verdict says it
 
 
 class Link(Protocol):

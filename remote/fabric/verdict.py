@@ -93,7 +93,8 @@ def _reference(pairs: list[PairResult]) -> Optional[float]:
 
 
 def judge_pairs(pairs: list[PairResult], floors: dict[str, float],
-                relative: float = RELATIVE) -> tuple[dict[str, str], dict[tuple[str, int], float]]:
+                relative: float = RELATIVE, floors_from: str = "inventory fabric_floor",
+                ) -> tuple[dict[str, str], dict[tuple[str, int], float]]:
     """Set each pair's `slow` and `judged_by`; return (tool -> how it was judged,
     (tool, round) -> the figure below which its pairs are slow)."""
     how: dict[str, str] = {}
@@ -104,7 +105,7 @@ def judge_pairs(pairs: list[PairResult], floors: dict[str, float],
         floor = floors.get(tool)
         rounds = sorted({p.round for p in mine})
         if floor is not None:
-            how[tool] = f"below the floor {floor:g} {unit} (inventory fabric_floor)"
+            how[tool] = f"below the floor {floor:g} {unit} ({floors_from})"
             cuts.update({(tool, r): floor for r in rounds})
         else:
             said = []
@@ -123,9 +124,9 @@ def judge_pairs(pairs: list[PairResult], floors: dict[str, float],
 
 
 def judge(pairs: list[PairResult], nodes: list[str], floors: Optional[dict[str, float]] = None,
-          relative: float = RELATIVE) -> Verdict:
+          relative: float = RELATIVE, floors_from: str = "inventory fabric_floor") -> Verdict:
     """Judge every pair, then name the suspect nodes and links (see the module's text)."""
-    references, cuts = judge_pairs(pairs, floors or {}, relative)
+    references, cuts = judge_pairs(pairs, floors or {}, relative, floors_from)
     mine: dict[str, list[PairResult]] = {n: [] for n in nodes}
     for pair in pairs:
         for node in pair.nodes():
