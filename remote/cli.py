@@ -641,8 +641,13 @@ def facts(host: Optional[str], inventory: str, json_path: Optional[str] = None,
     reporter = Reporter(redact, stream=outputs.stream)
     reporter.set_hosts([h.name for h in hosts])
     options = RunOptions(run_id=new_run_id(), logs_dir=None)
+    interrupted = False
     try:
-        results = Run(inv, hosts, options, reporter, redact).execute(GatherFacts())
+        with _sigterm_as_interrupt():
+            results = Run(inv, hosts, options, reporter, redact).execute(GatherFacts())
+    except RunInterrupted as exc:  # Ctrl-C or SIGTERM: what came back is still shown
+        results, interrupted = exc.results, True
+        reporter.note("interrupted: stopped the hosts; the facts that came back are below")
     finally:
         reporter.close()
     rows = []
@@ -666,6 +671,8 @@ def facts(host: Optional[str], inventory: str, json_path: Optional[str] = None,
             sys.stdout.flush()
         else:
             write_atomic(Path(json_path), text)
+    if interrupted:
+        return EXIT_INTERRUPTED
     if all(r.facts is not None for r in results.values()):
         return EXIT_OK
     return EXIT_UNREACHABLE if any(r.unreachable for r in results.values()) else EXIT_STEP_FAILED

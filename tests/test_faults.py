@@ -499,3 +499,29 @@ def test_cancel_stops_a_local_command(work):
         assert all(wait_gone(p, 5) for p in group)
     finally:
         kill_pids(group)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupting_gpuprov_facts_exits_130_without_a_traceback(farm, work, sig):
+    """Ctrl-C (or SIGTERM) while `facts` waits for a host's banner: the run stops at once with
+    exit 130 and the hosts that answered are still shown. facts ran its hosts outside the
+    interrupt handling the other commands have, and a signal ended it in a traceback."""
+    silent = SilentServer(SILENT_ADDRESS, farm.port)
+    try:
+        inv = write_yaml(work / "inventory.yaml", {
+            "known_hosts": [str(farm.known_hosts)], "timeouts": {"banner": 60},
+            "hosts": {"silent": farm.host_entry(SILENT_ADDRESS)}})
+        proc = _start_invoke("facts", "--host", "all", "--inventory", str(inv), cwd=work)
+        try:
+            assert wait_until(lambda: silent.accepted, 30), "the run never reached the server"
+            time.sleep(0.5)  # paramiko is waiting for the banner
+            out, err, stopped_in = _stop_run(proc, sig)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    finally:
+        silent.close()
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err + out, err
+    assert stopped_in < 10, f"stopped {stopped_in:.1f}s after the signal (banner wait 60 s)"
