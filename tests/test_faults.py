@@ -355,30 +355,39 @@ def test_interrupt_stops_remote_commands_keeps_recap_and_logs(farm, work, invent
     print(f"{sig.name}: run stopped {stopped_in:.2f}s after the signal")
 
 
-def test_interrupt_while_a_host_waits_for_its_banner(farm, work):
-    """Ctrl-C while a host accepted TCP but sends no banner (banner wait 60 s): the run stops
-    at once, exit 130, and the host is reported interrupted, not unreachable. Before, the run
-    sat out the banner wait and then called the host unreachable."""
+def _signalled_while_a_host_waits_for_its_banner(farm, work, sig, task_args):
+    """Run `invoke TASK_ARGS(inventory)` against one host that accepts TCP and never sends an
+    SSH banner (banner wait 60 s), send `sig` once the host is reached; (rc, out, err, seconds
+    from the signal to the end)."""
     silent = SilentServer(SILENT_ADDRESS, farm.port)
     try:
         inv = write_yaml(work / "inventory.yaml", {
             "known_hosts": [str(farm.known_hosts)], "timeouts": {"banner": 60},
             "hosts": {"silent": farm.host_entry(SILENT_ADDRESS)}})
-        out_json = work / "out.json"
-        proc = _start_invoke("provision", "--host", "all", "--inventory", str(inv), "--recipe",
-                             str(recipe(work, [{"shell": "true"}])), "--no-validate", "--json",
-                             str(out_json), cwd=work)
+        proc = _start_invoke(*task_args(inv), cwd=work)
         try:
             assert wait_until(lambda: silent.accepted, 30), "the run never reached the server"
             time.sleep(0.5)  # paramiko is waiting for the banner
-            out, err, stopped_in = _stop_run(proc, signal.SIGINT)
+            out, err, stopped_in = _stop_run(proc, sig)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
     finally:
         silent.close()
-    assert proc.returncode == 130, (out, err)
+    return proc.returncode, out, err, stopped_in
+
+
+def test_interrupt_while_a_host_waits_for_its_banner(farm, work):
+    """Ctrl-C while a host accepted TCP but sends no banner (banner wait 60 s): the run stops
+    at once, exit 130, and the host is reported interrupted, not unreachable. Before, the run
+    sat out the banner wait and then called the host unreachable."""
+    out_json = work / "out.json"
+    rc, out, err, stopped_in = _signalled_while_a_host_waits_for_its_banner(
+        farm, work, signal.SIGINT, lambda inv: [
+            "provision", "--host", "all", "--inventory", str(inv), "--recipe",
+            str(recipe(work, [{"shell": "true"}])), "--no-validate", "--json", str(out_json)])
+    assert rc == 130, (out, err)
     assert "Traceback" not in err, err
     host = json.loads(out_json.read_text())["hosts"]["silent"]
     assert host.get("interrupted") is True and host["unreachable"] is False, host
@@ -506,22 +515,8 @@ def test_interrupting_gpuprov_facts_exits_130_without_a_traceback(farm, work, si
     """Ctrl-C (or SIGTERM) while `facts` waits for a host's banner: the run stops at once with
     exit 130 and the hosts that answered are still shown. facts ran its hosts outside the
     interrupt handling the other commands have, and a signal ended it in a traceback."""
-    silent = SilentServer(SILENT_ADDRESS, farm.port)
-    try:
-        inv = write_yaml(work / "inventory.yaml", {
-            "known_hosts": [str(farm.known_hosts)], "timeouts": {"banner": 60},
-            "hosts": {"silent": farm.host_entry(SILENT_ADDRESS)}})
-        proc = _start_invoke("facts", "--host", "all", "--inventory", str(inv), cwd=work)
-        try:
-            assert wait_until(lambda: silent.accepted, 30), "the run never reached the server"
-            time.sleep(0.5)  # paramiko is waiting for the banner
-            out, err, stopped_in = _stop_run(proc, sig)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-    finally:
-        silent.close()
-    assert proc.returncode == 130, (out, err)
+    rc, out, err, stopped_in = _signalled_while_a_host_waits_for_its_banner(
+        farm, work, sig, lambda inv: ["facts", "--host", "all", "--inventory", str(inv)])
+    assert rc == 130, (out, err)
     assert "Traceback" not in err + out, err
     assert stopped_in < 10, f"stopped {stopped_in:.1f}s after the signal (banner wait 60 s)"
