@@ -51,13 +51,28 @@ def never_started(folder: Path) -> bool:
     return (Path(folder) / NOT_STARTED).is_file()
 
 
-def holds_evidence(folder: Path) -> bool:
-    """Whether the run folder `folder` holds an evidence archive (`gpuprov evidence`)."""
+FABRIC_RUN, NOT_STARTED_RUN, EVIDENCE_RUN, PROVISIONED_RUN = (
+    "fabric", "not started", "evidence", "provisioned")
+
+
+def run_without_results(folder: Path) -> str | None:
+    """What a run folder without results.json is, from the control files in it: a fabric run,
+    a host a rollout never started, an evidence run, a run that only provisioned; None when it
+    is none of them (a bad or foreign folder, the report's problem to name)."""
+    folder = Path(folder)
+    if (folder / FABRIC_RECORD).exists():
+        return FABRIC_RUN
+    if not (folder / PROVISION_LOG).is_file():
+        return None
+    if never_started(folder):
+        return NOT_STARTED_RUN
     try:
-        return any(p.name.startswith(EVIDENCE_PREFIX) and p.name.endswith(EVIDENCE_SUFFIX)
-                   for p in Path(folder).iterdir())
+        if any(p.name.startswith(EVIDENCE_PREFIX) and p.name.endswith(EVIDENCE_SUFFIX)
+               for p in folder.iterdir()):
+            return EVIDENCE_RUN
     except OSError:
-        return False
+        pass
+    return PROVISIONED_RUN
 
 
 def run_dir(logs_dir: Path, host: str, run_id: str) -> Path:

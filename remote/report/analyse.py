@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import InputError
-from ..runfolder import FABRIC_RECORD, PROVISION_LOG, holds_evidence, never_started
+from ..runfolder import EVIDENCE_RUN, FABRIC_RUN, NOT_STARTED_RUN, PROVISIONED_RUN, run_without_results
 from .collect import NO_RESULTS, Problem, Results, Run, check, collect, fmt_ms, get, num
 from .drift import Drift, find_drift
 from .fabric import Fabric, find_fabric
@@ -442,19 +442,16 @@ def build_report(
     if not logs_dir.is_dir():
         raise BadInput(f"logs folder {logs_dir} does not exist")
     runs, problems = collect(logs_dir)
-    # a fabric run's folder holds fabric.json and no results: read below, said apart
-    measured = [p for p in problems if p.message == NO_RESULTS
-                and (Path(p.path) / FABRIC_RECORD).exists()]
-    problems = [p for p in problems if p not in measured]
-    # A run that only provisioned (--no-validate, a cache host) left provision.log and no
-    # results: that is no bad log, only a run with nothing to compare; counted, not listed.
-    unvalidated = [p for p in problems if p.message == NO_RESULTS
-                   and (Path(p.path) / PROVISION_LOG).is_file()]
-    problems = [p for p in problems if p not in unvalidated]
-    # a host a canary rollout stopped before: no run of it at all, said apart
-    skipped = [p for p in unvalidated if never_started(Path(p.path))]
-    gathered = [p for p in unvalidated if p not in skipped and holds_evidence(Path(p.path))]
-    unvalidated = [p for p in unvalidated if p not in skipped and p not in gathered]
+    # Folders without results that are no bad log (runfolder.run_without_results): a fabric
+    # run (read below), a host a rollout never started, an evidence run, a run that only
+    # provisioned (--no-validate, a cache host); each counted apart, not listed as problems.
+    apart: dict[str, list[Problem]] = {}
+    for p in problems:
+        kind = run_without_results(Path(p.path)) if p.message == NO_RESULTS else None
+        if kind is not None:
+            apart.setdefault(kind, []).append(p)
+    counted = {id(p) for kept in apart.values() for p in kept}
+    problems = [p for p in problems if id(p) not in counted]
     groups, fleet = find_outliers(runs, outlier_pct)
     gpus = host_gpus(runs)
     drift = find_drift(logs_dir, {h: gpus.get(h, UNKNOWN_GPU) for h in os.listdir(logs_dir)})
@@ -467,18 +464,22 @@ def build_report(
     fabric, fabric_problems = find_fabric(logs_dir, hosts)
     problems += fabric_problems
     notes = []
-    if measured:
-        notes.append(f"{len(measured)} fabric run folder(s) (gpuprov fabric): pairs, no "
+
+    def hosts_of(kind: str) -> str:
+        return ", ".join(sorted({Path(p.path).parent.name for p in apart[kind]})[:10])
+
+    if FABRIC_RUN in apart:
+        notes.append(f"{len(apart[FABRIC_RUN])} fabric run folder(s) (gpuprov fabric): pairs, no "
                      f"validation figures; the newest run, {fabric.run_id}, under Fabric")
-    if unvalidated:
-        notes.append(f"{len(unvalidated)} run(s) without validation results (provisioning "
-                     "only, e.g. --no-validate): nothing to compare")
-    if gathered:
-        notes.append(f"{len(gathered)} evidence run(s) (gpuprov evidence): archives, no figures "
-                     f"({', '.join(sorted({Path(p.path).parent.name for p in gathered})[:10])})")
-    if skipped:
-        notes.append(f"{len(skipped)} host run(s) not started: a rollout stopped before them "
-                     f"({', '.join(sorted({Path(p.path).parent.name for p in skipped})[:10])})")
+    if PROVISIONED_RUN in apart:
+        notes.append(f"{len(apart[PROVISIONED_RUN])} run(s) without validation results "
+                     "(provisioning only, e.g. --no-validate): nothing to compare")
+    if EVIDENCE_RUN in apart:
+        notes.append(f"{len(apart[EVIDENCE_RUN])} evidence run(s) (gpuprov evidence): archives, "
+                     f"no figures ({hosts_of(EVIDENCE_RUN)})")
+    if NOT_STARTED_RUN in apart:
+        notes.append(f"{len(apart[NOT_STARTED_RUN])} host run(s) not started: a rollout stopped "
+                     f"before them ({hosts_of(NOT_STARTED_RUN)})")
     if not runs:
         notes.append(f"no runs found under {logs_dir}/<host>/<run>/")
     for gpu, hosts in groups.items():
