@@ -76,8 +76,10 @@ def test_settings_given_with_var_are_read_as_numbers(tmp_path, capsys):
 
     inv = write_inventory(tmp_path, {})
     assert cli.fabric(host="all", inventory=str(inv), var=["fabric_seconds=soon"]) == 2
-    assert "fabric_seconds must be a number of seconds, 0 to 600, not 'soon'" in \
-        capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "fabric_seconds must be a number of seconds, 0 to 600, not 'soon'" in err
+    # the value came from -e, not from the inventory: the error says so, as other -e errors do
+    assert err.startswith("error: --var fabric_seconds: ") and str(inv) not in err, err
     from remote.config.inventory import load_inventory
     from remote.fabric.command import read_settings
 

@@ -58,17 +58,23 @@ def read_settings(inventory: Inventory, extra_vars: dict[str, Any]) -> Settings:
     `InputError` naming the inventory at a bad one."""
     raw = dict(inventory.vars)
     raw.update(extra_vars)
-    where = inventory.path
     settings = Settings()
+
+    def bad(name: str, message: str) -> InputError:
+        """The error names where the value came from: `--var NAME`, else the inventory."""
+        if name in extra_vars:
+            return InputError(f"--var {name}: {message}")
+        return InputError(message, inventory.path)
+
     seconds = _number(raw.get("fabric_seconds", settings.seconds))
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (
             0 < seconds <= MAX_SECONDS):
-        raise InputError(f"fabric_seconds must be a number of seconds, 0 to {MAX_SECONDS:g}, "
-                         f"not {seconds!r}", where)
+        raise bad("fabric_seconds", f"fabric_seconds must be a number of seconds, 0 to {MAX_SECONDS:g}, "
+                         f"not {seconds!r}")
     settings.seconds = float(seconds)
     tool = raw.get("fabric_tool")
     if tool is not None and tool not in TOOLS:
-        raise InputError(f"fabric_tool must be one of {', '.join(TOOLS)}, not {tool!r}", where)
+        raise bad("fabric_tool", f"fabric_tool must be one of {', '.join(TOOLS)}, not {tool!r}")
     settings.tool = tool
     floors = raw.get("fabric_floor") or {}
     if isinstance(floors, str):
@@ -77,18 +83,18 @@ def read_settings(inventory: Inventory, extra_vars: dict[str, Any]) -> Settings:
         except ValueError:
             pass
     if not isinstance(floors, dict):
-        raise InputError("fabric_floor must map a tool to its floor, e.g. "
-                         "{\"iperf3\": 20}", where)
+        raise bad("fabric_floor", "fabric_floor must map a tool to its floor, e.g. "
+                         "{\"iperf3\": 20}")
     for name, value in floors.items():
         if name not in TOOLS or isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not math.isfinite(value) or value <= 0:
-            raise InputError(f"fabric_floor: {name!r}: {value!r} is not a tool of "
-                             f"{', '.join(TOOLS)} with a positive figure", where)
+            raise bad("fabric_floor", f"fabric_floor: {name!r}: {value!r} is not a tool of "
+                             f"{', '.join(TOOLS)} with a positive figure")
     settings.floors = {k: float(v) for k, v in floors.items()}
     relative = _number(raw.get("fabric_relative", settings.relative))
     if isinstance(relative, bool) or not isinstance(relative, (int, float)) or not (
             0 < relative < 1):
-        raise InputError(f"fabric_relative must be between 0 and 1, not {relative!r}", where)
+        raise bad("fabric_relative", f"fabric_relative must be between 0 and 1, not {relative!r}")
     settings.relative = float(relative)
     return settings
 
