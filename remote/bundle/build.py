@@ -1,6 +1,6 @@
 """`gpuprov bundle`: one archive with everything a stack row's recipe installs, for hosts that
-reach no network. Run it on a machine that reaches the indexes (and, for the .debs, one of the
-target distribution: they come from this machine's own apt sources).
+reach no network. Run it on a machine that reaches the indexes and the target distribution's
+archive (or a mirror of it: `--mirror`).
 
 - Wheels: every pin of the row's lock (`cuda-<row>-wheels[-torch].txt`) and of `uv.txt` that
   holds on the target (its python and architecture: the lock's markers), fetched with `pip
@@ -11,10 +11,13 @@ target distribution: they come from this machine's own apt sources).
   again here against its lock.
 - Debian packages: the literal packages of the recipe's `apt` steps (python3-venv, g++ for
   cuda-wheels.yaml), with their dependency closure (`apt-cache depends --recurse`, Depends and
-  Pre-Depends), fetched with `apt-get download`, each checked against the SHA256 of this
-  machine's apt index; indexed (the same index stanzas, each pointing at its file) into a flat
-  repository, its Release signed (InRelease, `gpg --clearsign`) with an ed25519 key generated
-  for this bundle, whose secret half is thrown away with its temporary GNUPGHOME.
+  Pre-Depends), fetched with `apt-get download`, each checked against the SHA256 of the apt
+  index they come from: this machine's own when it is the target distribution and
+  architecture, else a private apt configuration of the target's archive, its lists fetched
+  afresh for this build (remote/bundle/distro.py); indexed (the same index stanzas, each
+  pointing at its file) into a flat repository, its Release signed (InRelease, `gpg
+  --clearsign`) with an ed25519 key generated for this bundle, whose secret half is thrown
+  away with its temporary GNUPGHOME.
 
 - With `--apt-repo REPO`, the .debs of the row's apt lock for NVIDIA's REPO (`gpuprov lock
   --apt`), each checked against the lock's sha256 (remote/bundle/aptrepo.py), in the same signed
@@ -49,6 +52,7 @@ from ..lock import LOCKS_DIR, PYPI, STACK, lock_name, stack_rows
 from ..lock.apt import REPO
 from ..paths import RECIPES_DIR, VALIDATE_DIR
 from . import aptrepo
+from . import distro as target_apt
 from .archive import SCHEMA, BundleError, sha256_file, validate_files, write_archive
 
 TOOL_TIMEOUT_S = 3600          # one download tool's run: a torch row is several GB
@@ -202,24 +206,26 @@ def recipe_packages(recipe: Path, seen: Optional[set[Path]] = None) -> list[str]
     return list(dict.fromkeys(out))
 
 
-def dependency_closure(packages: list[str]) -> list[str]:
-    """`packages` and everything they depend on (Depends, Pre-Depends), as this machine's apt
-    knows them: real packages only (apt-cache depends shows a virtual one as <name>)."""
+def dependency_closure(packages: list[str], env: Optional[dict[str, str]] = None) -> list[str]:
+    """`packages` and everything they depend on (Depends, Pre-Depends), as apt knows them
+    (this machine's, or the private configuration in `env`: `apt_environment`): real packages
+    only (apt-cache depends shows a virtual one as <name>)."""
     out = _run(["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests",
                 "--no-conflicts", "--no-breaks", "--no-replaces", "--no-enhances", *packages],
-               "apt-cache depends")
+               "apt-cache depends", env=env)
     names = [line.strip() for line in out.splitlines() if line and not line[0].isspace()]
     return sorted({n for n in names if not n.startswith("<") and ":" not in n})
 
 
-def fetch_debs(packages: list[str], dest: Path,
-               extra_stanzas: tuple[str, ...] = ()) -> tuple[dict[str, str], dict[str, str]]:
+def fetch_debs(packages: list[str], dest: Path, extra_stanzas: tuple[str, ...] = (),
+               env: Optional[dict[str, str]] = None) -> tuple[dict[str, str], dict[str, str]]:
     """The .debs of `packages`' closure, fetched into `dest`, each checked against the SHA256
-    of this machine's apt index (whose Release apt checked against Debian's key), and their
+    of the apt index (whose Release apt checked against the archive's key: this machine's
+    sources, or the private configuration in `env`), and their
     `Packages` index: those same index stanzas, each pointing at its file here, and
     `extra_stanzas` (of .debs already beside them). (Package name -> version, file name ->
     sha256.)"""
-    closure = dependency_closure(packages) if packages else []
+    closure = dependency_closure(packages, env) if packages else []
     if not closure:
         (dest / "Packages").write_text("\n\n".join(extra_stanzas) + "\n")
         return {}, {}
@@ -230,14 +236,15 @@ def fetch_debs(packages: list[str], dest: Path,
 
     def read_index() -> None:
         try:
-            shown.append(_run(["apt-cache", "show", "--no-all-versions", *closure], "apt-cache show"))
+            shown.append(_run(["apt-cache", "show", "--no-all-versions", *closure], "apt-cache show",
+                              env=env))
         except BundleError as exc:
             failed.append(exc)
 
     reader = threading.Thread(target=read_index)
     reader.start()
     try:
-        _run(["apt-get", "download", "-q", *closure], "apt-get download", cwd=dest)
+        _run(["apt-get", "download", "-q", *closure], "apt-get download", cwd=dest, env=env)
     finally:
         reader.join()
     if failed:
@@ -314,9 +321,10 @@ class BuildReport:
     total_s: float
 
 
-def _target(cuda: str, distro_name: str, arch: str, with_debs: bool) -> Distro:
-    """The target distribution, after the options are checked (InputError: one line)."""
-    here = this_distro()
+def _target(cuda: str, distro_name: str, arch: str, with_debs: bool, mirror: str = "",
+            security_mirror: str = "") -> Distro:
+    """The target distribution, after the options are checked (InputError: one line), before
+    anything is fetched."""
     if distro_name not in DISTROS:
         raise InputError(f"--distro {distro_name or '(this machine)'}: not one of {', '.join(DISTROS)}")
     if arch not in ARCHES:
@@ -324,21 +332,44 @@ def _target(cuda: str, distro_name: str, arch: str, with_debs: bool) -> Distro:
     rows = stack_rows()
     if cuda not in rows:
         raise InputError(f"--cuda {cuda}: not a row of the stack table (known: {', '.join(rows)})")
-    if with_debs and distro_name != here:
-        raise InputError(f"--distro {distro_name}: this machine is {here or 'another system'}, and the "
-                         "bundle's .debs come from its apt sources: build on a "
-                         f"{distro_name} machine (or --no-debs for the wheels alone)")
+    if with_debs and not own_sources(distro_name, arch, mirror or security_mirror):
+        target_apt.check(distro_name, mirror, security_mirror)
     return DISTROS[distro_name]
+
+
+def own_sources(distro_name: str, arch: str, mirror: str = "") -> bool:
+    """Whether the .debs come from this machine's apt sources as they are: it is the target
+    distribution and architecture, and no mirror is named. Its package lists are then read as
+    they are, with no `apt-get update` (the same-distribution build stays as fast as a plain
+    `apt-get download`); otherwise `apt_environment` makes a private configuration."""
+    return (not mirror and distro_name == this_distro()
+            and ARCHES.get(os.uname().machine) == ARCHES[arch])
+
+
+def apt_environment(distro_name: str, arch: str, folder: Path, mirror: str = "",
+                    security: str = "", progress: Callable[[str], None] = print
+                    ) -> Optional[dict[str, str]]:
+    """None when this machine's apt serves the target (`own_sources`); else the environment of
+    a private apt configuration of the target's archive in `folder` (remote/bundle/distro.py),
+    its lists fetched (`apt-get update`: the Release files checked against the archive's key)."""
+    if own_sources(distro_name, arch, mirror or security):
+        return None
+    env = target_apt.private_apt(folder, distro_name, ARCHES[arch], mirror, security)
+    progress(f"bundle: {distro_name} {ARCHES[arch]} package lists from "
+             f"{_without_password(mirror or target_apt.default_mirrors(distro_name, ARCHES[arch])[0])}")
+    _run(["apt-get", "update", "-q"], f"apt-get update ({distro_name} {ARCHES[arch]})", env=env)
+    return env
 
 
 def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "",  # noqa: C901  one step after the other, each with its progress line
                  arch: str = "x86_64", index_url: str = PYPI, recipe: Path = DEFAULT_RECIPE,
                  locks_dir: Path = LOCKS_DIR, with_debs: bool = True, apt_repo: str = "",
-                 apt_base: str = "", progress: Callable[[str], None] = print) -> BuildReport:
+                 apt_base: str = "", mirror: str = "", security_mirror: str = "",
+                 progress: Callable[[str], None] = print) -> BuildReport:
     """Build the bundle of row `cuda` into `out` (see the module docstring)."""
     started = time.monotonic()
     distro_name = distro_name or this_distro()
-    distro = _target(cuda, distro_name, arch, with_debs)
+    distro = _target(cuda, distro_name, arch, with_debs, mirror, security_mirror)
     names = [lock_name(cuda, torch), UV_LOCK]
     locks = [read_lock(locks_dir / name) for name in names]
     if apt_repo and not REPO.fullmatch(apt_repo):
@@ -397,14 +428,17 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
         if packages or nvidia:
             if packages:
                 progress(f"bundle: .debs of {' '.join(packages)} and their dependencies")
-            ours, digests = fetch_debs(packages, stage / "apt", tuple(stanzas))
+            apt_env = (apt_environment(distro_name, arch, work / "apt-config", mirror,
+                                       security_mirror, progress) if packages else None)
+            ours, digests = fetch_debs(packages, stage / "apt", tuple(stanzas), apt_env)
             debs.update(ours)
             for name, (origin, digest) in nvidia.items():
                 os.replace(work / "nvidia" / name, stage / "apt" / name)
                 add(f"apt/{name}", origin, digest)
             make_repository(stage / "apt", f"{cuda} {distro_name}")
             for name, digest in sorted(digests.items()):
-                add(f"apt/{name}", "this machine's apt sources (apt-get download)", digest)
+                add(f"apt/{name}", "this machine's apt sources (apt-get download)" if apt_env is None
+                    else f"{distro_name}'s archive (apt-get download)", digest)
             for index in ("Packages", "Release", "InRelease", "bundle-key.gpg"):
                 add(f"apt/{index}", "made for the bundle")
         deb_s = time.monotonic() - t0
@@ -430,14 +464,16 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
 
 def run_bundle(cuda: str, out: str, torch: bool = False, distro: str = "", arch: str = "x86_64",
                index_url: str = "", recipe: str = "", locks_dir: str = "",
-               debs: bool = True, apt_repo: str = "", apt_base: str = "") -> int:
+               debs: bool = True, apt_repo: str = "", apt_base: str = "", mirror: str = "",
+               security_mirror: str = "") -> int:
     """`gpuprov bundle`: build; one line and exit status 2 on bad input or a failed fetch."""
     try:
         build_bundle(cuda, Path(out), torch=torch, distro_name=distro, arch=arch,
                      index_url=index_url or PYPI,
                      recipe=Path(recipe) if recipe else DEFAULT_RECIPE,
                      locks_dir=Path(locks_dir) if locks_dir else LOCKS_DIR, with_debs=debs,
-                     apt_repo=apt_repo, apt_base=apt_base)
+                     apt_repo=apt_repo, apt_base=apt_base, mirror=mirror,
+                     security_mirror=security_mirror)
     except InputError as exc:
         print(f"bundle: {exc}", file=sys.stderr)
         return 2
