@@ -27,6 +27,19 @@ PINS = ["six==1.17.0", "packaging==24.2"]
 HERE_IS_DEBIAN12 = build.this_distro() == "debian12"
 
 
+def small_locks(work: Path) -> Path:
+    """`work`/locks with uv's lock and, in the 13.0 row's place, a lock of two small wheels
+    (real `uv pip compile --generate-hashes`; the row's CUDA wheels are 1.1 GB)."""
+    locks = work / "locks"
+    locks.mkdir()
+    shutil.copyfile(REPO / "playbooks" / "locks" / "uv.txt", locks / "uv.txt")
+    (work / "requirements.in").write_text("\n".join(PINS) + "\n")
+    subprocess.run([sys.executable, "-m", "uv", "pip", "compile", "requirements.in", "--no-config",
+                    "--generate-hashes", "--universal", "--python-version", "3.10", "-q",
+                    "-o", "locks/cuda-13.0-wheels.txt"], cwd=work, check=True, timeout=300)
+    return locks
+
+
 def _mirror() -> str:
     """The Debian archive this machine's apt reads (the tests use that host, as the sandbox's
     debootstrap does)."""
@@ -96,13 +109,7 @@ def test_the_private_configuration_reads_nothing_of_this_machine_s_apt(tmp_path)
                     f"{build.this_distro() or 'unknown'}); the test expects Debian 12's own packages")
 def test_a_debian13_bundle_built_here_carries_trixie_s_debs_in_a_signed_repository(tmp_path):
     work = tmp_path
-    locks = work / "locks"
-    locks.mkdir()
-    shutil.copyfile(REPO / "playbooks" / "locks" / "uv.txt", locks / "uv.txt")
-    (work / "requirements.in").write_text("\n".join(PINS) + "\n")
-    subprocess.run([sys.executable, "-m", "uv", "pip", "compile", "requirements.in", "--no-config",
-                    "--generate-hashes", "--universal", "--python-version", "3.10", "-q",
-                    "-o", "locks/cuda-13.0-wheels.txt"], cwd=work, check=True, timeout=300)
+    locks = small_locks(work)
     recipe = write_yaml(work / "wheels.yaml", {"name": "bundle for Debian 13", "steps": [
         {"name": "python3-venv and a C++ compiler", "become": True,
          "apt": {"packages": ["python3-venv", "g++"]}}]})

@@ -53,7 +53,7 @@ from ..lock.apt import REPO
 from ..paths import RECIPES_DIR, VALIDATE_DIR
 from . import aptrepo
 from . import distro as target_apt
-from .archive import SCHEMA, BundleError, sha256_file, validate_files, write_archive
+from .archive import SCHEMA, SHA256, BundleError, sha256_file, validate_files, write_archive
 
 TOOL_TIMEOUT_S = 3600          # one download tool's run: a torch row is several GB
 UV_LOCK = "uv.txt"
@@ -184,26 +184,73 @@ def _same_version(a: str, b: str) -> bool:
         return a == b
 
 
-def recipe_packages(recipe: Path, seen: Optional[set[Path]] = None) -> list[str]:
-    """The literal package names of `recipe`'s apt steps (and of the recipes it includes); a
-    templated name is left out (it is the host's, known only there)."""
+def _recipe_steps(recipe: Path, seen: Optional[set[Path]] = None) -> list[dict[str, Any]]:
+    """The steps of `recipe` and of the recipes it includes (a literal `include`), in order."""
     seen = seen if seen is not None else set()
     if recipe in seen:
         return []
     seen.add(recipe)
     data = load_yaml(recipe, "recipe")
-    out: list[str] = []
+    out: list[dict[str, Any]] = []
     for step in (data.get("steps") or []) if isinstance(data, dict) else []:
         if not isinstance(step, dict):
             continue
         if isinstance(step.get("include"), str) and "{{" not in step["include"]:
-            out += recipe_packages(recipe.parent / step["include"], seen)
+            out += _recipe_steps(recipe.parent / step["include"], seen)
+        out.append(step)
+    return out
+
+
+def recipe_packages(recipe: Path) -> list[str]:
+    """The literal package names of `recipe`'s apt steps (and of the recipes it includes); a
+    templated name is left out (it is the host's, known only there)."""
+    out: list[str] = []
+    for step in _recipe_steps(recipe):
         apt = step.get("apt")
         if isinstance(apt, dict) and apt.get("state", "present") == "present":
             packages = apt.get("packages")
             names = packages.split() if isinstance(packages, str) else packages or []
             out += [str(n).split("=")[0] for n in names if "{{" not in str(n)]
     return list(dict.fromkeys(out))
+
+
+def recipe_deb_files(recipe: Path) -> dict[str, str]:
+    """The literal `deb` steps of `recipe` (and of the recipes it includes): url -> sha256. A
+    templated url or sha256 is left out (the host's, known only there); the deb kind then names
+    it on a host that needs it."""
+    out: dict[str, str] = {}
+    for step in _recipe_steps(recipe):
+        deb = step.get("deb")
+        if isinstance(deb, dict) and isinstance(deb.get("url"), str) and isinstance(deb.get("sha256"), str):
+            url, sha = deb["url"], deb["sha256"]
+            if "{{" not in url + sha and SHA256.fullmatch(sha):
+                out[url] = sha
+    return out
+
+
+def fetch_deb_files(debs: dict[str, str], dest: Path) -> dict[str, tuple[str, str]]:
+    """The .debs of a recipe's `deb` steps (url -> sha256), each downloaded (urllib: this
+    machine's http_proxy/https_proxy apply) into `dest` as SHA256.deb and checked against the
+    step's sha256; file name -> (origin, sha256). The deb kind finds its file by that sha256."""
+    import urllib.request
+
+    out: dict[str, tuple[str, str]] = {}
+    for url, want in sorted(debs.items()):
+        shown = _without_password(url)
+        target = dest / f"{want}.deb"
+        digest = hashlib.sha256()
+        try:
+            with urllib.request.urlopen(url, timeout=300) as answer, open(target, "wb") as f:
+                for block in iter(lambda: answer.read(1 << 20), b""):
+                    digest.update(block)
+                    f.write(block)
+        except (OSError, ValueError) as exc:
+            raise BundleError(f"deb {shown}: download failed: {exc}") from None
+        if digest.hexdigest() != want:
+            raise BundleError(f"deb {shown}: its sha256 is {digest.hexdigest()}, the recipe's "
+                              f"step says {want}")
+        out[target.name] = (f"{shown} (a recipe's deb step)", want)
+    return out
 
 
 def dependency_closure(packages: list[str], env: Optional[dict[str, str]] = None) -> list[str]:
@@ -377,6 +424,7 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
     apt_lock = aptrepo.read_lock(locks_dir, apt_repo, cuda) if apt_repo else None
     apt_base = apt_base or str(load_yaml(STACK, "recipe")["vars"]["nvidia_repo_base"])
     packages = recipe_packages(recipe) if with_debs else []
+    deb_files = recipe_deb_files(recipe) if with_debs else {}
     command = (f"gpuprov bundle --cuda {cuda}{' --torch' if torch else ''} --distro {distro_name} "
                f"--recipe {recipe.name}{f' --apt-repo {apt_repo}' if apt_repo else ''} --out {out.name}")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -441,6 +489,8 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
                     else f"{distro_name}'s archive (apt-get download)", digest)
             for index in ("Packages", "Release", "InRelease", "bundle-key.gpg"):
                 add(f"apt/{index}", "made for the bundle")
+        for name, (origin, digest) in fetch_deb_files(deb_files, stage / "apt").items():
+            add(f"apt/{name}", origin, digest)
         deb_s = time.monotonic() - t0
         deb_bytes = sum(f["size"] for f in files if f["path"].endswith(".deb"))
         if packages or nvidia:
