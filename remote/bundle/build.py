@@ -232,6 +232,8 @@ def fetch_deb_files(debs: dict[str, str], dest: Path) -> dict[str, tuple[str, st
     """The .debs of a recipe's `deb` steps (url -> sha256), each downloaded (urllib: this
     machine's http_proxy/https_proxy apply) into `dest` as SHA256.deb and checked against the
     step's sha256; file name -> (origin, sha256). The deb kind finds its file by that sha256."""
+    import base64
+    import urllib.parse
     import urllib.request
 
     out: dict[str, tuple[str, str]] = {}
@@ -239,13 +241,23 @@ def fetch_deb_files(debs: dict[str, str], dest: Path) -> dict[str, tuple[str, st
         shown = _without_password(url)
         target = dest / f"{want}.deb"
         digest = hashlib.sha256()
+        # urllib sends no user part of a URL: it goes as HTTP basic auth, and not along a
+        # redirect to another host (an "unredirected" header), as pip_lock's uv fetcher does
+        parts = urllib.parse.urlsplit(url)
+        request = urllib.request.Request(
+            urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])))
+        if "@" in parts.netloc:
+            user = f"{urllib.parse.unquote(parts.username or '')}:{urllib.parse.unquote(parts.password or '')}"
+            request.add_unredirected_header("Authorization",
+                                            "Basic " + base64.b64encode(user.encode()).decode())
         try:
-            with urllib.request.urlopen(url, timeout=300) as answer, open(target, "wb") as f:
+            with urllib.request.urlopen(request, timeout=300) as answer, open(target, "wb") as f:
                 for block in iter(lambda: answer.read(1 << 20), b""):
                     digest.update(block)
                     f.write(block)
         except (OSError, ValueError) as exc:
-            raise BundleError(f"deb {shown}: download failed: {exc}") from None
+            reason = getattr(exc, "reason", None) or type(exc).__name__   # never the URL itself
+            raise BundleError(f"deb {shown}: download failed: {reason}") from None
         if digest.hexdigest() != want:
             raise BundleError(f"deb {shown}: its sha256 is {digest.hexdigest()}, the recipe's "
                               f"step says {want}")
