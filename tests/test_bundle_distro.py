@@ -11,6 +11,7 @@ No sandbox host installs the Debian 13 bundle: remote/sandbox builds bookworm ro
 (rootfs.py SUITE)."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -137,3 +138,18 @@ def test_a_debian13_bundle_built_here_carries_trixie_s_debs_in_a_signed_reposito
     assert verified.returncode == 0, verified.stderr
     # this machine's own package lists were neither read nor changed
     assert not any("trixie" in p.name for p in Path("/var/lib/apt/lists").iterdir())
+
+
+def test_only_this_machine_s_own_distribution_and_architecture_read_its_sources():
+    """This machine's apt serves its own distribution and architecture as they stand (no
+    apt-get update); another architecture, another distribution or a mirror gets the private
+    configuration."""
+    here = build.this_distro()
+    if here not in build.DISTROS or os.uname().machine not in build.ARCHES:
+        pytest.skip(f"this machine ({here or 'unknown'}, {os.uname().machine}) is no target")
+    other_arch = next(a for a in build.ARCHES if a != os.uname().machine)
+    other = next(d for d in build.DISTROS if d != here)
+    assert build.own_sources(here, os.uname().machine)
+    assert not build.own_sources(here, other_arch)
+    assert not build.own_sources(other, os.uname().machine)
+    assert not build.own_sources(here, os.uname().machine, mirror="http://mirror.example/debian")
