@@ -309,7 +309,7 @@ def lock(c, cuda=None, torch_index=None, out=None, apt=False, apt_repo=None, apt
 @task(help={"cuda": "the row of playbooks/stack.yaml whose locks the bundle carries (e.g. 13.0)",
             "torch": "the row's lock with torch and torchvision (default: without)",
             "distro": "the hosts' distribution: debian12, debian13, ubuntu2204 or ubuntu2404 "
-                      "(default: this machine's; the .debs come from this machine's apt)",
+                      "(default: this machine's; another's .debs come from its own archive)",
             "arch": "the hosts' architecture: x86_64 (default) or aarch64",
             "out": "the archive to write (whole, or not at all)",
             "index-url": "the index the wheels come from (default PyPI); one with a password: "
@@ -319,9 +319,13 @@ def lock(c, cuda=None, torch_index=None, out=None, apt=False, apt_repo=None, apt
             "debs": "carry the recipe's Debian packages (default; --no-debs: wheels only)",
             "apt-repo": "also carry the .debs of the row's apt lock for this NVIDIA repository "
                         "(gpuprov lock --apt), e.g. debian12/x86_64",
-            "apt-base": "where that repository is (default: stack.yaml's nvidia_repo_base)"})
+            "apt-base": "where that repository is (default: stack.yaml's nvidia_repo_base)",
+            "mirror": "the distribution's archive from this mirror (default: this machine's apt "
+                      "for its own distribution, else deb.debian.org or archive.ubuntu.com)",
+            "security-mirror": "its security archive from this mirror (default: the "
+                               "distribution's, or --mirror for Ubuntu)"})
 def bundle(c, cuda, out, torch=False, distro="", arch="x86_64", index_url=None, recipe=None,
-           locks=None, debs=True, apt_repo="", apt_base=""):
+           locks=None, debs=True, apt_repo="", apt_base="", mirror="", security_mirror=""):
     """Build one archive with a row's locked wheels, uv and the recipe's .debs (air-gapped sites)."""
     from remote import paths
     from remote.bundle import run_bundle
@@ -330,7 +334,8 @@ def bundle(c, cuda, out, torch=False, distro="", arch="x86_64", index_url=None, 
     index_url = index_url or os.environ.get("GPUPROV_BUNDLE_INDEX") or ""
     _exit(run_bundle(cuda, out, torch=torch, distro=distro, arch=arch, index_url=index_url,
                      recipe=paths.recipe_path(recipe or "cuda-wheels.yaml"), locks_dir=locks or "",
-                     debs=debs, apt_repo=apt_repo, apt_base=apt_base))
+                     debs=debs, apt_repo=apt_repo, apt_base=apt_base, mirror=mirror,
+                     security_mirror=security_mirror))
 
 
 @task(positional=["action"],

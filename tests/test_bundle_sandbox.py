@@ -193,3 +193,40 @@ def test_the_apt_lock_s_nvidia_debs_install_from_the_bundle_offline(offline_host
         assert rc == 0 and out.startswith(version) and "release 13.0" in out, out + err
     again, hosts = _provision(work, offline_hosts, recipe, bundle, "nvidia-again")
     assert again.rc == 0 and all(s["status"] == "ok" for h in hosts.values() for s in h["steps"]), hosts
+
+
+def test_pip_and_a_shell_s_apt_get_install_from_the_bundle_or_name_what_it_lacks(offline_hosts, built):
+    """The kinds that fetched under `provision --bundle` with no way to the network: a pip step
+    installs from the bundle's wheels, a shell step's apt-get from its repository; what the
+    bundle lacks (a pip package, a shell's apt package, a deb step's file) fails that step
+    naming it and the command that makes the bundle, not with a network error."""
+    work, _, bundle = built
+    venv = "/home/admin/.gpuprov/pip-venv"
+    ok = write_yaml(work / "kinds.yaml", {"name": "kinds from the bundle", "steps": [
+        {"name": "six with pip", "pip": {"packages": ["six==1.17.0"], "venv": venv}},
+        {"name": "g++ with a shell's apt-get", "become": True,
+         "shell": "apt-get install -y -q g++"}]})
+    first, hosts = _provision(work, offline_hosts, ok, bundle, "kinds")
+    assert first.rc == 0, first.out + first.err
+    for name in offline_hosts.names:
+        rc, out, err = offline_hosts.run(name, f"{venv}/bin/python -c 'import six; print(six.__version__)'"
+                                         " && g++ --version")
+        assert rc == 0 and out.startswith("1.17.0\n"), out + err
+    rebuild = "gpuprov bundle --cuda 13.0"
+    for steps, says in [
+            ([{"name": "iniconfig", "pip": {"packages": ["iniconfig"], "venv": venv}}],
+             "pip: iniconfig not among the bundle's wheels"),
+            ([{"name": "jq", "become": True, "shell": "apt-get install -y -q jq"}],
+             "this step's apt read the bundle's repository alone"),
+            ([{"name": "vendor keyring", "become": True,
+               "deb": {"name": "vendor-keyring", "url": "https://example.invalid/k_1_all.deb",
+                       "sha256": "0" * 64}}],
+             "deb vendor-keyring: https://example.invalid/k_1_all.deb (sha256 000000000000...) "
+             "is not in the bundle")]:
+        recipe = write_yaml(work / "lacking.yaml", {"name": "lacking", "steps": steps})
+        result, hosts = _provision(work, offline_hosts, recipe, bundle, "lacking")
+        assert result.rc != 0, result.out
+        for name in offline_hosts.names:
+            step = hosts[name]["steps"][-1]
+            text = step["message"] + str(step.get("output") or "") + str(step.get("stderr") or "")
+            assert step["status"] == "failed" and says in text and rebuild in text, step

@@ -18,6 +18,10 @@ A case is one YAML file, `tests/kinds/<kind>/<case>.yaml`:
                                # script sent on stdin); [] is the converged case
     cache:                     # the fleet cache's route for the host (engine/cache.CacheRoute):
       apt_proxy: http://10.0.0.5:3142   # the arguments go through `through_cache` first
+    bundle:                    # `provision --bundle`: the bundle on the host (kinds/route.py
+      root: /var/lib/gpuprov/bundles/ID  # BundleRoute); as the engine does, a step that
+      wheel_files: [six-1.17.0-py2.py3-none-any.whl]  # downloads (`fetches_with`) goes
+                               # through `through_bundle` first
     error: 'apt.state ...'     # instead of commands: the load or plan error's message
     result: [false, message]   # assert only: its LocalAction's answer
 
@@ -35,7 +39,7 @@ import pytest
 from remote.config.yamlfile import load_yaml
 from remote.errors import InputError, PlanError, Where
 from remote.kinds import KINDS, LocalAction, Probe
-from remote.kinds.route import CacheRoute
+from remote.kinds.route import BundleRoute, CacheRoute
 
 TABLES = Path(__file__).parent / "kinds"
 CASES = sorted(TABLES.glob("*/*.yaml"))
@@ -75,7 +79,7 @@ def test_every_kind_has_a_table():
 def test_kind_case(path: Path):
     case = load_yaml(path, "case")
     unknown = set(case) - {"args", "vars", "probe", "probe_has", "probe_lacks", "fact",
-                           "commands", "error", "result", "cache"}
+                           "commands", "error", "result", "cache", "bundle"}
     assert not unknown, f"unknown keys in the case: {unknown}"
     kind = KINDS[path.parent.name]
     try:
@@ -83,6 +87,11 @@ def test_kind_case(path: Path):
         args = kind.render(args, dict(case.get("vars") or {}))
         if "cache" in case:
             args = kind.through_cache(args, CacheRoute(**case["cache"]))
+        if "bundle" in case and kind.fetches_with(args):
+            fields = dict(case["bundle"])
+            fields["wheel_files"] = tuple(fields.get("wheel_files") or ())
+            fields["debs"] = frozenset(fields.get("debs") or ())
+            args = kind.through_bundle(args, BundleRoute(id="ID", **fields))
         command = kind.probe(args)
         for text in case.get("probe_has") or []:
             assert text in (command or "")

@@ -101,3 +101,61 @@ def test_apt_glob_pin_still_matches_once_quoted(tmp_path: Path, pin: str, chosen
     else:
         assert result.returncode == 0, result
         assert (tmp_path / "installed").read_text().split()[-1] == f"libfoo={chosen}"
+
+
+def _through_bundle(kind: str, args: dict[str, Any], root: Path, files: Optional[dict[str, str]] = None,
+                    probe: str = "") -> list[Command]:
+    """`plan`, with the step sent to a bundle unpacked at `root` as the engine does under
+    `provision --bundle` (a step that downloads goes through `through_bundle`)."""
+    from remote.kinds.route import BundleRoute
+
+    step = KINDS[kind]
+    rendered = step.render(step.load(args, Where("case.yaml", 1), Path(".")), {})
+    assert step.fetches_with(rendered)
+    rendered = step.through_bundle(rendered, BundleRoute(id="ID", root=str(root), files=files or {},
+                                                         rebuild="gpuprov bundle --cuda 13.0 --out b.tar"))
+    probed = Probe(0, probe) if step.probe(rendered) is not None else None
+    return step.plan(rendered, step.fact(probed))
+
+
+def test_a_shell_step_s_apt_get_reads_the_bundle_alone_and_says_what_adds_a_package(tmp_path: Path):
+    """Its apt-get gets the bundle's repository options (and its lists read first); a package
+    the bundle lacks fails the step with apt's own error and then the command that makes the
+    bundle."""
+    tools = tmp_path / "tools"
+    tool(tools, "apt-get", 'echo "$@" >> calls\n'
+         'case "$*" in *install*jq*) echo "E: Unable to locate package jq" >&2; exit 100;; esac\n')
+    [command] = _through_bundle("shell", {"cmd": "apt-get install -y jq"}, tmp_path / "b")
+    result = run(command, tools, tmp_path)
+    assert result.returncode == 100, result
+    calls = (tmp_path / "calls").read_text().splitlines()
+    options = (f"-o Dir::Etc::sourcelist={tmp_path}/b/sources.d/none.list "
+               f"-o Dir::Etc::sourceparts={tmp_path}/b/sources.d -o Dir::State::Lists={tmp_path}/b/lists")
+    assert calls == [f"{options} update -qq", f"{options} install -y jq"]
+    assert result.stderr.splitlines() == [
+        "E: Unable to locate package jq",
+        "gpuprov: this step's apt read the bundle's repository alone, which carries the packages "
+        "of the recipe's apt steps (and their dependencies): install what it lacks with an apt "
+        "step and make the bundle again with `gpuprov bundle --cuda 13.0 --out b.tar`"]
+
+
+def test_a_deb_step_installs_the_bundle_s_file_after_checking_it_again(tmp_path: Path):
+    import hashlib
+
+    tools = tmp_path / "tools"
+    tool(tools, "dpkg", 'echo "$@" > installed\n')
+    tool(tools, "curl", "echo curl must not run >&2; exit 3\n")
+    deb = tmp_path / "b" / "apt" / "k.deb"
+    deb.parent.mkdir(parents=True)
+    deb.write_bytes(b"a .deb's bytes")
+    digest = hashlib.sha256(deb.read_bytes()).hexdigest()
+    args = {"name": "k", "url": "https://example.invalid/k.deb", "sha256": digest}
+    [command] = _through_bundle("deb", args, tmp_path / "b", {digest: "apt/k.deb"})
+    result = run(command, tools, tmp_path)
+    assert result.returncode == 0, result
+    assert (tmp_path / "installed").read_text() == f"-i {deb}\n"
+    deb.write_bytes(b"changed on the host")
+    (tmp_path / "installed").unlink()
+    result = run(command, tools, tmp_path)
+    assert result.returncode == 1 and result.stderr == f"checksum mismatch for {deb}\n"
+    assert not (tmp_path / "installed").exists()

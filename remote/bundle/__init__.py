@@ -7,6 +7,9 @@ pushes it to each host and installs from it alone, on hosts that reach no networ
              manifest, or a lock that does not match the recipe's: one line naming it, exit 2).
 - `build`    `gpuprov bundle`: wheels with `pip download`, .debs with `apt-get download`, the
              signed repository (Debian's own index stanzas) and gpg; written whole or not at all.
+- `distro`   a private apt configuration of another distribution's archive (its sources,
+             key, lists and cache in a scratch folder): `--distro X` built on a machine that
+             is not X, `--mirror`, `--arch` another architecture.
 - `aptrepo`  `--apt-repo`: the .debs of a row's apt lock from NVIDIA's repository, each checked
              against the lock's sha256, for the bundle's signed repository.
 - `push`     the job that sends a checked bundle to a host once and unpacks it there, before

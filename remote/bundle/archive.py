@@ -83,7 +83,9 @@ class Bundle:
             debs=frozenset(self.manifest.get("debs", {})),
             uv_wheel=f"{HOST_ROOT}/{self.id}/{self.manifest['uv_wheel']}",
             validate=f"{HOST_ROOT}/{self.id}" if any(p.startswith("validate/") for p in self.files) else "",
-            rebuild=str(self.manifest.get("command", "gpuprov bundle")))
+            rebuild=str(self.manifest.get("command", "gpuprov bundle")),
+            wheel_files=tuple(sorted(Path(p).name for p in self.files if p.startswith("wheels/"))),
+            files={f["sha256"]: p for p, f in self.files.items()})
 
 
 def sha256_file(path: Path) -> str:

@@ -1,6 +1,6 @@
 """`gpuprov bundle`: one archive with everything a stack row's recipe installs, for hosts that
-reach no network. Run it on a machine that reaches the indexes (and, for the .debs, one of the
-target distribution: they come from this machine's own apt sources).
+reach no network. Run it on a machine that reaches the indexes and the target distribution's
+archive (or a mirror of it: `--mirror`).
 
 - Wheels: every pin of the row's lock (`cuda-<row>-wheels[-torch].txt`) and of `uv.txt` that
   holds on the target (its python and architecture: the lock's markers), fetched with `pip
@@ -11,10 +11,13 @@ target distribution: they come from this machine's own apt sources).
   again here against its lock.
 - Debian packages: the literal packages of the recipe's `apt` steps (python3-venv, g++ for
   cuda-wheels.yaml), with their dependency closure (`apt-cache depends --recurse`, Depends and
-  Pre-Depends), fetched with `apt-get download`, each checked against the SHA256 of this
-  machine's apt index; indexed (the same index stanzas, each pointing at its file) into a flat
-  repository, its Release signed (InRelease, `gpg --clearsign`) with an ed25519 key generated
-  for this bundle, whose secret half is thrown away with its temporary GNUPGHOME.
+  Pre-Depends), fetched with `apt-get download`, each checked against the SHA256 of the apt
+  index they come from: this machine's own when it is the target distribution and
+  architecture, else a private apt configuration of the target's archive, its lists fetched
+  afresh for this build (remote/bundle/distro.py); indexed (the same index stanzas, each
+  pointing at its file) into a flat repository, its Release signed (InRelease, `gpg
+  --clearsign`) with an ed25519 key generated for this bundle, whose secret half is thrown
+  away with its temporary GNUPGHOME.
 
 - With `--apt-repo REPO`, the .debs of the row's apt lock for NVIDIA's REPO (`gpuprov lock
   --apt`), each checked against the lock's sha256 (remote/bundle/aptrepo.py), in the same signed
@@ -49,7 +52,8 @@ from ..lock import LOCKS_DIR, PYPI, STACK, lock_name, stack_rows
 from ..lock.apt import REPO
 from ..paths import RECIPES_DIR, VALIDATE_DIR
 from . import aptrepo
-from .archive import SCHEMA, BundleError, sha256_file, validate_files, write_archive
+from . import distro as target_apt
+from .archive import SCHEMA, SHA256, BundleError, sha256_file, validate_files, write_archive
 
 TOOL_TIMEOUT_S = 3600          # one download tool's run: a torch row is several GB
 UV_LOCK = "uv.txt"
@@ -180,20 +184,28 @@ def _same_version(a: str, b: str) -> bool:
         return a == b
 
 
-def recipe_packages(recipe: Path, seen: Optional[set[Path]] = None) -> list[str]:
-    """The literal package names of `recipe`'s apt steps (and of the recipes it includes); a
-    templated name is left out (it is the host's, known only there)."""
+def _recipe_steps(recipe: Path, seen: Optional[set[Path]] = None) -> list[dict[str, Any]]:
+    """The steps of `recipe` and of the recipes it includes (a literal `include`), in order."""
     seen = seen if seen is not None else set()
     if recipe in seen:
         return []
     seen.add(recipe)
     data = load_yaml(recipe, "recipe")
-    out: list[str] = []
+    out: list[dict[str, Any]] = []
     for step in (data.get("steps") or []) if isinstance(data, dict) else []:
         if not isinstance(step, dict):
             continue
         if isinstance(step.get("include"), str) and "{{" not in step["include"]:
-            out += recipe_packages(recipe.parent / step["include"], seen)
+            out += _recipe_steps(recipe.parent / step["include"], seen)
+        out.append(step)
+    return out
+
+
+def recipe_packages(recipe: Path) -> list[str]:
+    """The literal package names of `recipe`'s apt steps (and of the recipes it includes); a
+    templated name is left out (it is the host's, known only there)."""
+    out: list[str] = []
+    for step in _recipe_steps(recipe):
         apt = step.get("apt")
         if isinstance(apt, dict) and apt.get("state", "present") == "present":
             packages = apt.get("packages")
@@ -202,24 +214,98 @@ def recipe_packages(recipe: Path, seen: Optional[set[Path]] = None) -> list[str]
     return list(dict.fromkeys(out))
 
 
-def dependency_closure(packages: list[str]) -> list[str]:
-    """`packages` and everything they depend on (Depends, Pre-Depends), as this machine's apt
-    knows them: real packages only (apt-cache depends shows a virtual one as <name>)."""
-    out = _run(["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests",
+def recipe_deb_files(recipe: Path) -> dict[str, str]:
+    """The literal `deb` steps of `recipe` (and of the recipes it includes): url -> sha256. A
+    templated url or sha256 is left out (the host's, known only there); the deb kind then names
+    it on a host that needs it."""
+    out: dict[str, str] = {}
+    for step in _recipe_steps(recipe):
+        deb = step.get("deb")
+        if isinstance(deb, dict) and isinstance(deb.get("url"), str) and isinstance(deb.get("sha256"), str):
+            url, sha = deb["url"], deb["sha256"]
+            if "{{" not in url + sha and SHA256.fullmatch(sha):
+                out[url] = sha
+    return out
+
+
+def fetch_deb_files(debs: dict[str, str], dest: Path) -> dict[str, tuple[str, str]]:
+    """The .debs of a recipe's `deb` steps (url -> sha256), each downloaded (urllib: this
+    machine's http_proxy/https_proxy apply) into `dest` as SHA256.deb and checked against the
+    step's sha256; file name -> (origin, sha256). The deb kind finds its file by that sha256."""
+    import base64
+    import urllib.parse
+    import urllib.request
+
+    out: dict[str, tuple[str, str]] = {}
+    for url, want in sorted(debs.items()):
+        shown = _without_password(url)
+        target = dest / f"{want}.deb"
+        digest = hashlib.sha256()
+        # urllib sends no user part of a URL: it goes as HTTP basic auth, and not along a
+        # redirect to another host (an "unredirected" header), as pip_lock's uv fetcher does
+        parts = urllib.parse.urlsplit(url)
+        request = urllib.request.Request(
+            urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])))
+        if "@" in parts.netloc:
+            user = f"{urllib.parse.unquote(parts.username or '')}:{urllib.parse.unquote(parts.password or '')}"
+            request.add_unredirected_header("Authorization",
+                                            "Basic " + base64.b64encode(user.encode()).decode())
+        try:
+            with urllib.request.urlopen(request, timeout=300) as answer, open(target, "wb") as f:
+                for block in iter(lambda: answer.read(1 << 20), b""):
+                    digest.update(block)
+                    f.write(block)
+        except (OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", None) or type(exc).__name__   # never the URL itself
+            raise BundleError(f"deb {shown}: download failed: {reason}") from None
+        if digest.hexdigest() != want:
+            raise BundleError(f"deb {shown}: its sha256 is {digest.hexdigest()}, the recipe's "
+                              f"step says {want}")
+        out[target.name] = (f"{shown} (a recipe's deb step)", want)
+    return out
+
+
+def dependency_closure(packages: list[str], env: Optional[dict[str, str]] = None,
+                       options: tuple[str, ...] = ()) -> list[str]:
+    """`packages` and everything they depend on (Depends, Pre-Depends), as apt knows them
+    (this machine's, or the private configuration in `env`: `apt_environment`; `options`:
+    apt's -o options): real packages only (apt-cache depends shows a virtual one as <name>)."""
+    out = _run(["apt-cache", *options, "depends", "--recurse", "--no-recommends", "--no-suggests",
                 "--no-conflicts", "--no-breaks", "--no-replaces", "--no-enhances", *packages],
-               "apt-cache depends")
+               "apt-cache depends", env=env)
     names = [line.strip() for line in out.splitlines() if line and not line[0].isspace()]
     return sorted({n for n in names if not n.startswith("<") and ":" not in n})
 
 
-def fetch_debs(packages: list[str], dest: Path,
-               extra_stanzas: tuple[str, ...] = ()) -> tuple[dict[str, str], dict[str, str]]:
+def kept_cache(folder: Path, env: Optional[dict[str, str]] = None) -> tuple[str, ...]:
+    """apt options that keep the package cache apt builds from its lists (pkgcache.bin) in
+    `folder` for the calls that follow, where the configuration keeps none: Debian's container
+    images set Dir::Cache::pkgcache "" (/etc/apt/apt.conf.d/docker-clean), and each apt-cache
+    or apt-get then reads every list again (1.3-2.7 s a call on a 2-core VM under load, 0.4 s
+    with the cache kept). A private configuration keeps its own (its Dir::Cache)."""
+    if env is not None:
+        return ()
+    try:
+        said = subprocess.run(["apt-config", "shell", "C", "Dir::Cache::pkgcache"],
+                              capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    if said.strip() not in ("", "C=''"):
+        return ()
+    return ("-o", f"Dir::Cache::pkgcache={folder}/.pkgcache.bin",
+            "-o", f"Dir::Cache::srcpkgcache={folder}/.srcpkgcache.bin")
+
+
+def fetch_debs(packages: list[str], dest: Path, extra_stanzas: tuple[str, ...] = (),
+               env: Optional[dict[str, str]] = None) -> tuple[dict[str, str], dict[str, str]]:
     """The .debs of `packages`' closure, fetched into `dest`, each checked against the SHA256
-    of this machine's apt index (whose Release apt checked against Debian's key), and their
+    of the apt index (whose Release apt checked against the archive's key: this machine's
+    sources, or the private configuration in `env`), and their
     `Packages` index: those same index stanzas, each pointing at its file here, and
     `extra_stanzas` (of .debs already beside them). (Package name -> version, file name ->
     sha256.)"""
-    closure = dependency_closure(packages) if packages else []
+    options = kept_cache(dest, env) if packages else ()
+    closure = dependency_closure(packages, env, options) if packages else []
     if not closure:
         (dest / "Packages").write_text("\n\n".join(extra_stanzas) + "\n")
         return {}, {}
@@ -230,16 +316,20 @@ def fetch_debs(packages: list[str], dest: Path,
 
     def read_index() -> None:
         try:
-            shown.append(_run(["apt-cache", "show", "--no-all-versions", *closure], "apt-cache show"))
+            shown.append(_run(["apt-cache", *options, "show", "--no-all-versions", *closure],
+                              "apt-cache show", env=env))
         except BundleError as exc:
             failed.append(exc)
 
     reader = threading.Thread(target=read_index)
     reader.start()
     try:
-        _run(["apt-get", "download", "-q", *closure], "apt-get download", cwd=dest)
+        _run(["apt-get", *options, "download", "-q", *closure], "apt-get download", cwd=dest,
+             env=env)
     finally:
         reader.join()
+        for cache in (".pkgcache.bin", ".srcpkgcache.bin"):
+            (dest / cache).unlink(missing_ok=True)
     if failed:
         raise failed[0]
     files: dict[tuple[str, str], Path] = {}
@@ -314,9 +404,10 @@ class BuildReport:
     total_s: float
 
 
-def _target(cuda: str, distro_name: str, arch: str, with_debs: bool) -> Distro:
-    """The target distribution, after the options are checked (InputError: one line)."""
-    here = this_distro()
+def _target(cuda: str, distro_name: str, arch: str, with_debs: bool, mirror: str = "",
+            security_mirror: str = "") -> Distro:
+    """The target distribution, after the options are checked (InputError: one line), before
+    anything is fetched."""
     if distro_name not in DISTROS:
         raise InputError(f"--distro {distro_name or '(this machine)'}: not one of {', '.join(DISTROS)}")
     if arch not in ARCHES:
@@ -324,21 +415,44 @@ def _target(cuda: str, distro_name: str, arch: str, with_debs: bool) -> Distro:
     rows = stack_rows()
     if cuda not in rows:
         raise InputError(f"--cuda {cuda}: not a row of the stack table (known: {', '.join(rows)})")
-    if with_debs and distro_name != here:
-        raise InputError(f"--distro {distro_name}: this machine is {here or 'another system'}, and the "
-                         "bundle's .debs come from its apt sources: build on a "
-                         f"{distro_name} machine (or --no-debs for the wheels alone)")
+    if with_debs and not own_sources(distro_name, arch, mirror or security_mirror):
+        target_apt.check(distro_name, mirror, security_mirror)
     return DISTROS[distro_name]
+
+
+def own_sources(distro_name: str, arch: str, mirror: str = "") -> bool:
+    """Whether the .debs come from this machine's apt sources as they are: it is the target
+    distribution and architecture, and no mirror is named. Its package lists are then read as
+    they are, with no `apt-get update` (the same-distribution build stays as fast as a plain
+    `apt-get download`); otherwise `apt_environment` makes a private configuration."""
+    return (not mirror and distro_name == this_distro()
+            and ARCHES.get(os.uname().machine) == ARCHES[arch])
+
+
+def apt_environment(distro_name: str, arch: str, folder: Path, mirror: str = "",
+                    security: str = "", progress: Callable[[str], None] = print
+                    ) -> Optional[dict[str, str]]:
+    """None when this machine's apt serves the target (`own_sources`); else the environment of
+    a private apt configuration of the target's archive in `folder` (remote/bundle/distro.py),
+    its lists fetched (`apt-get update`: the Release files checked against the archive's key)."""
+    if own_sources(distro_name, arch, mirror or security):
+        return None
+    env = target_apt.private_apt(folder, distro_name, ARCHES[arch], mirror, security)
+    progress(f"bundle: {distro_name} {ARCHES[arch]} package lists from "
+             f"{_without_password(mirror or target_apt.default_mirrors(distro_name, ARCHES[arch])[0])}")
+    _run(["apt-get", "update", "-q"], f"apt-get update ({distro_name} {ARCHES[arch]})", env=env)
+    return env
 
 
 def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "",  # noqa: C901  one step after the other, each with its progress line
                  arch: str = "x86_64", index_url: str = PYPI, recipe: Path = DEFAULT_RECIPE,
                  locks_dir: Path = LOCKS_DIR, with_debs: bool = True, apt_repo: str = "",
-                 apt_base: str = "", progress: Callable[[str], None] = print) -> BuildReport:
+                 apt_base: str = "", mirror: str = "", security_mirror: str = "",
+                 progress: Callable[[str], None] = print) -> BuildReport:
     """Build the bundle of row `cuda` into `out` (see the module docstring)."""
     started = time.monotonic()
     distro_name = distro_name or this_distro()
-    distro = _target(cuda, distro_name, arch, with_debs)
+    distro = _target(cuda, distro_name, arch, with_debs, mirror, security_mirror)
     names = [lock_name(cuda, torch), UV_LOCK]
     locks = [read_lock(locks_dir / name) for name in names]
     if apt_repo and not REPO.fullmatch(apt_repo):
@@ -346,6 +460,7 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
     apt_lock = aptrepo.read_lock(locks_dir, apt_repo, cuda) if apt_repo else None
     apt_base = apt_base or str(load_yaml(STACK, "recipe")["vars"]["nvidia_repo_base"])
     packages = recipe_packages(recipe) if with_debs else []
+    deb_files = recipe_deb_files(recipe) if with_debs else {}
     command = (f"gpuprov bundle --cuda {cuda}{' --torch' if torch else ''} --distro {distro_name} "
                f"--recipe {recipe.name}{f' --apt-repo {apt_repo}' if apt_repo else ''} --out {out.name}")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -397,16 +512,21 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
         if packages or nvidia:
             if packages:
                 progress(f"bundle: .debs of {' '.join(packages)} and their dependencies")
-            ours, digests = fetch_debs(packages, stage / "apt", tuple(stanzas))
+            apt_env = (apt_environment(distro_name, arch, work / "apt-config", mirror,
+                                       security_mirror, progress) if packages else None)
+            ours, digests = fetch_debs(packages, stage / "apt", tuple(stanzas), apt_env)
             debs.update(ours)
             for name, (origin, digest) in nvidia.items():
                 os.replace(work / "nvidia" / name, stage / "apt" / name)
                 add(f"apt/{name}", origin, digest)
             make_repository(stage / "apt", f"{cuda} {distro_name}")
             for name, digest in sorted(digests.items()):
-                add(f"apt/{name}", "this machine's apt sources (apt-get download)", digest)
+                add(f"apt/{name}", "this machine's apt sources (apt-get download)" if apt_env is None
+                    else f"{distro_name}'s archive (apt-get download)", digest)
             for index in ("Packages", "Release", "InRelease", "bundle-key.gpg"):
                 add(f"apt/{index}", "made for the bundle")
+        for name, (origin, digest) in fetch_deb_files(deb_files, stage / "apt").items():
+            add(f"apt/{name}", origin, digest)
         deb_s = time.monotonic() - t0
         deb_bytes = sum(f["size"] for f in files if f["path"].endswith(".deb"))
         if packages or nvidia:
@@ -430,14 +550,16 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
 
 def run_bundle(cuda: str, out: str, torch: bool = False, distro: str = "", arch: str = "x86_64",
                index_url: str = "", recipe: str = "", locks_dir: str = "",
-               debs: bool = True, apt_repo: str = "", apt_base: str = "") -> int:
+               debs: bool = True, apt_repo: str = "", apt_base: str = "", mirror: str = "",
+               security_mirror: str = "") -> int:
     """`gpuprov bundle`: build; one line and exit status 2 on bad input or a failed fetch."""
     try:
         build_bundle(cuda, Path(out), torch=torch, distro_name=distro, arch=arch,
                      index_url=index_url or PYPI,
                      recipe=Path(recipe) if recipe else DEFAULT_RECIPE,
                      locks_dir=Path(locks_dir) if locks_dir else LOCKS_DIR, with_debs=debs,
-                     apt_repo=apt_repo, apt_base=apt_base)
+                     apt_repo=apt_repo, apt_base=apt_base, mirror=mirror,
+                     security_mirror=security_mirror)
     except InputError as exc:
         print(f"bundle: {exc}", file=sys.stderr)
         return 2

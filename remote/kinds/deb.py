@@ -4,11 +4,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..config.schema import Arg
 from ..errors import PlanError, Where
 from .apt import dpkg_installed
 from .base import Args, Command, Kind, q, redacted_url, with_env
+
+if TYPE_CHECKING:
+    from .route import BundleRoute
 
 SHA256 = re.compile(r"[0-9a-f]{64}")  # used with fullmatch: `$` would pass a final newline
 
@@ -33,6 +37,7 @@ class Deb(Kind[DebState]):
         "version": Arg((str,), None),
     }
     probe_fields = ("name",)
+    fetches = True   # its download: under `provision --bundle`, the bundle's copy instead
 
     def check(self, args: Args, where: Where, base_dir: Path) -> None:
         sha = args["sha256"]
@@ -47,12 +52,22 @@ class Deb(Kind[DebState]):
         status, _, version = out.partition("\n")[0].partition("\t")
         return DebState(dpkg_installed(status), version.strip())
 
+    def through_bundle(self, args: Args, bundle: BundleRoute) -> Args:
+        """The .deb from the bundle unpacked on the host (`provision --bundle`), found by its
+        sha256 among the bundle's files (`gpuprov bundle` carries a recipe's literal `deb`
+        steps); `plan` names it when the bundle lacks it."""
+        found = bundle.files.get(str(args["sha256"]))
+        return dict(args, _bundle_file=f"{bundle.root}/{found}" if found else "",
+                    _bundle_rebuild=bundle.rebuild)
+
     def plan(self, args: Args, fact: DebState) -> list[Command]:
         wanted = args["version"]
         if fact.installed and (not wanted or fact.version == wanted):
             return []
         if not SHA256.fullmatch(args["sha256"]):
             raise PlanError(f"deb {args['name']}: sha256 {args['sha256']!r} is not 64 hex digits")
+        if "_bundle_rebuild" in args:
+            return [self._from_bundle(args)]
         url = str(args["url"])
         if any(ord(c) < 0x20 or ord(c) == 0x7f for c in url):  # one line of curl's config
             raise PlanError(f"deb {args['name']}: the url holds a control character")
@@ -79,3 +94,19 @@ class Deb(Kind[DebState]):
         return [with_env(script, {}, script_on_stdin=True,
                          display=f"download {redacted_url(url)}, verify sha256 "
                                  f"{args['sha256'][:12]}..., dpkg -i")]
+
+    @staticmethod
+    def _from_bundle(args: Args) -> Command:
+        """dpkg -i of the bundle's copy, checked against the step's sha256 again on the host;
+        PlanError naming the file and the command that carries it when the bundle lacks it."""
+        path = args["_bundle_file"]
+        if not path:
+            raise PlanError(f"deb {args['name']}: {redacted_url(str(args['url']))} (sha256 "
+                            f"{args['sha256'][:12]}...) is not in the bundle: make it again with "
+                            f"`{args['_bundle_rebuild']}`, which carries the recipe's deb steps "
+                            "(a templated url is the host's, known only there: write it out)")
+        script = (f"echo {q(args['sha256'])}'  '{q(path)} | sha256sum -c --quiet - >/dev/null 2>&1 || "
+                  f"{{ printf 'checksum mismatch for %s\\n' {q(path)} >&2; exit 1; }}\n"
+                  f"DEBIAN_FRONTEND=noninteractive dpkg -i {q(path)}")
+        return Command(script, display=f"verify sha256 {args['sha256'][:12]}..., dpkg -i {path} "
+                                       "(the bundle's)")

@@ -10,7 +10,9 @@ from .base import Args, Command, Kind, listed, q, redacted_url, with_env
 from .pyprobe import Installed, parse_probe, probe_script
 
 if TYPE_CHECKING:
-    from .route import CacheRoute
+    from packaging.requirements import Requirement
+
+    from .route import BundleRoute, CacheRoute
 
 
 class Pip(Kind[Installed]):
@@ -73,6 +75,13 @@ class Pip(Kind[Installed]):
                     extra_index_url=[new or old for new, old in zip(cached, extras)],
                     extra_args=[*(args["extra_args"] or []), "--trusted-host", route.trusted_host])
 
+    def through_bundle(self, args: Args, bundle: BundleRoute) -> Args:
+        """The packages from the bundle's wheels (`provision --bundle`), no index: pip's
+        --no-index --find-links, with what the step installs checked against them in `plan`
+        (a host that has them already needs nothing)."""
+        return dict(args, index_url=None, extra_index_url=None, _find_links=bundle.wheels,
+                    _bundle_wheels=bundle.wheel_files, _bundle_rebuild=bundle.rebuild)
+
     def plan(self, args: Args, fact: Installed) -> list[Command]:
         from packaging.requirements import Requirement
 
@@ -89,12 +98,18 @@ class Pip(Kind[Installed]):
                 or not r.specifier.contains(installed[r.name], prereleases=True)]
         if not todo:
             return []
+        if args.get("_find_links"):
+            _in_bundle(todo, args["_bundle_wheels"], args["_bundle_rebuild"])
         if fact.python_missing:
             if not args["venv"]:
                 raise PlanError(f"python {self._python(args)} not found on the host")
             base = q(args["python"] or "python3")
             cmds.append(Command(f"{base} -m venv {q(args['venv'])}"))
         opts = ["--disable-pip-version-check", "--no-input", "-q"]
+        if args.get("_find_links"):
+            # the bundle's folder and no index: pip fetches nothing (pip install --no-index,
+            # --find-links: https://pip.pypa.io/en/stable/cli/pip_install/)
+            opts += ["--no-index", "--find-links", q(args["_find_links"])]
         extra = [q(str(a)) for a in args["extra_args"] or []]
         packages = " ".join(q(str(r)) for r in todo)
         env = _index_env(args)
@@ -107,6 +122,27 @@ class Pip(Kind[Installed]):
             display=f"{py} -m pip install {' '.join(opts + shown_indexes + extra)} {packages}",
             script_on_stdin=True))
         return cmds
+
+
+def _in_bundle(todo: list[Requirement], wheels: tuple[str, ...], rebuild: str) -> None:
+    """PlanError naming each requirement of `todo` that no wheel of the bundle (`wheels`, file
+    names) satisfies, and how a bundle gets it: the bundle carries its locks' wheels only."""
+    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+    have: dict[str, list[str]] = {}
+    for wheel in wheels:
+        try:
+            name, version, _, _ = parse_wheel_filename(wheel)
+        except InvalidWheelFilename:
+            continue
+        have.setdefault(str(name), []).append(str(version))
+    lacking = [str(r) for r in todo
+               if not any(r.specifier.contains(v, prereleases=True)
+                          for v in have.get(canonicalize_name(r.name), []))]
+    if lacking:
+        raise PlanError(f"pip: {', '.join(lacking)} not among the bundle's wheels: a bundle "
+                        f"carries its row's locked wheels (`{rebuild}`), and no lock of the row "
+                        "pins it; on an air-gapped host install what a pip_lock step's lock pins")
 
 
 def _index_env(args: Args) -> dict[str, str]:

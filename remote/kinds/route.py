@@ -52,7 +52,9 @@ class BundleRoute:
     text; `debs`: the Debian packages it carries; `uv_wheel`: uv's wheel (a path on the host);
     `rebuild`: the command that makes a bundle with what is missing; `validate`: the folder
     holding the bundle's validate/ package (validation runs it there, nothing pushed), "" when
-    the bundle carries none."""
+    the bundle carries none; `wheel_files`: the names of its wheels; `files`: the sha256 of
+    each of its files -> its path relative to `root` (a `deb` step's file is found by its
+    sha256)."""
 
     id: str
     root: str
@@ -61,6 +63,8 @@ class BundleRoute:
     uv_wheel: str = ""
     rebuild: str = "gpuprov bundle"
     validate: str = ""
+    wheel_files: tuple[str, ...] = ()
+    files: dict[str, str] = field(default_factory=dict)
 
     @property
     def wheels(self) -> str:

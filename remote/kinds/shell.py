@@ -10,7 +10,7 @@ from .apt import proxy_options
 from .base import Args, Command, Kind, q, with_env
 
 if TYPE_CHECKING:
-    from .route import CacheRoute
+    from .route import BundleRoute, CacheRoute
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # used with fullmatch: `$` would pass a final newline
 # A command that runs apt-get or apt (by name: found on PATH) gets the fleet cache too.
@@ -27,13 +27,31 @@ def apt_through_cache(proxy: str, https_origins: list[str], direct: Sequence[str
     left as written, so recipes do not change; a wrapper is one file in a temporary folder
     removed when the step ends."""
     prelude, opts = proxy_options(proxy, https_origins, direct)
-    wrapper = f"{prelude}\"$real\"{opts} \"$@\"\n"
+    return _apt_wrappers(f"{prelude}\"$real\"{opts} \"$@\"\n", "through the fleet cache")
+
+
+def apt_through_bundle(options: str, rebuild: str) -> str:
+    """Shell lines that put `apt-get` and `apt` wrappers first on the step's PATH that read the
+    bundle's repository alone (`options`: BundleRoute.apt_options), its lists read first (a
+    local file, no network); a call that fails then says, on its last line, that the bundle
+    carries the recipe's apt steps' packages and which command makes it again."""
+    hint = ("gpuprov: this step's apt read the bundle's repository alone, which carries the "
+            "packages of the recipe's apt steps (and their dependencies): install what it lacks "
+            f"with an apt step and make the bundle again with `{rebuild}`")
+    wrapper = f"\"$real\"{options} \"$@\" || {{ rc=$?; printf '%s\\n' {q(hint)} >&2; exit $rc; }}\n"
+    return (_apt_wrappers(wrapper, "from the bundle")
+            + "apt-get update -qq >/dev/null 2>&1 || true\n")
+
+
+def _apt_wrappers(wrapper: str, what: str) -> str:
+    """The step's `apt-get` and `apt`, each a script running `wrapper` (with `$real` the real
+    tool), first on its PATH for the step's duration; one temporary folder removed at its end."""
     return (
         "gpuprov_apt=$(mktemp -d) || exit 1\n"
         "trap 'rm -rf \"$gpuprov_apt\"' EXIT\n"
         "for tool in apt-get apt; do\n"
         "  real=$(command -v \"$tool\") || continue\n"
-        "  { printf '#!/bin/sh\\n# gpuprov: %s through the fleet cache for this step\\nreal=%s\\n' "
+        f"  {{ printf '#!/bin/sh\\n# gpuprov: %s {what} for this step\\nreal=%s\\n' "
         "\"$tool\" \"'$real'\"\n"
         "    cat <<'GPUPROV_APT'\n"
         f"{wrapper}"
@@ -68,6 +86,15 @@ class Shell(Kind[None]):
             args = dict(args, _apt_cache=cache)
         return args
 
+    def through_bundle(self, args: Args, bundle: BundleRoute) -> Args:
+        """Its apt-get and apt read the bundle's repository alone (`provision --bundle`): what
+        the bundle carries installs, what it lacks fails naming the command that makes it."""
+        shell = str(args.get("executable") or "/bin/sh").rsplit("/", 1)[-1]
+        if shell not in POSIX_SHELLS:
+            raise PlanError(f"shell: its apt-get cannot be sent to the bundle's repository "
+                            f"under {shell} (a POSIX shell's can: {', '.join(sorted(POSIX_SHELLS))})")
+        return dict(args, _apt_bundle={"options": bundle.apt_options(), "rebuild": bundle.rebuild})
+
     def parse(self, out: str) -> None:
         return None
 
@@ -77,6 +104,9 @@ class Shell(Kind[None]):
         if cache:
             parts.append(apt_through_cache(cache["proxy"], cache["https"],
                                            cache.get("direct") or ()).rstrip("\n"))
+        bundle = args.get("_apt_bundle")
+        if bundle:
+            parts.append(apt_through_bundle(bundle["options"], bundle["rebuild"]).rstrip("\n"))
         if args["chdir"]:
             parts.append(f"cd {q(args['chdir'])} || exit 1")
         env = {}
