@@ -16,9 +16,10 @@ alone (the hosts' start is not in it).
    bundle built before instead (then no build time).
 1. offline: N OFFLINE sandbox hosts (`sandbox up --offline`), the bundle named by the
    inventory's `bundle:` on their group: the push over SSH and the install from it.
-   Then, on one of them, where the push's time goes, part by part: the archive over a
-   Paramiko SSH session (the transport's library) into a file, its `tar -x` on the host, and
-   the host's `sha256sum -c` of what was unpacked.
+   Then where the push's time goes, part by part: the archive over a Paramiko SSH session (the
+   transport's library) into a file on one host, then on all N at once from one process (as
+   `provision` sends it), its `tar -x` on the host, and the host's `sha256sum -c` of what was
+   unpacked.
 2. cache, cold: 2N+1 fresh online hosts; playbooks/cache.yaml on sandbox1 (apt-cacher-ng and
    devpi-server; timed apart, no prefetch) and the inventory's `cache: {host: sandbox1}`; then N
    hosts provisioned through it: each file goes origin -> cache -> host.
@@ -30,7 +31,9 @@ Each side also gives what each host spent in the bundle push, the apt step and t
 the online hosts share its network namespace). The online hosts' pip.conf is PyPI only, as in
 bench/fleet_install.py (this machine's points at local wheel copies); uv does not read it.
 
-Downloads of the full row: the build (unless --bundle), the cold cache, and --direct. Needs
+This replaces bench/bundle_build.py's `--install` (a stand-in lock of two small wheels, against
+online hosts with no cache). Downloads of the full row: the build (unless --bundle), the cold
+cache, and --direct. Needs
 root (sandbox hosts), PyPI and the Debian mirror. The hosts are stopped at the end, also on a
 failure or Ctrl-C; the work folder (the bundle, 1.25 GB) is removed.
 """
@@ -43,6 +46,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -113,35 +117,56 @@ def _timed_root(hosts: SandboxHosts, name: str, command: str, timeout: float = 6
     return round(time.monotonic() - started, 1)
 
 
-def push_anatomy(hosts: SandboxHosts, name: str, bundle: Path) -> dict:
-    """Where one host's push goes, part by part as remote/bundle/push.py does them: the archive
-    over a Paramiko SSH session (the transport's library) into a file on the host, its `tar -x`
-    there, and the `sha256sum -c` of what was unpacked."""
-    scratch = "/var/tmp/gpuprov-bench-push"
-    data = bundle.read_bytes()
+def _send(hosts: SandboxHosts, name: str, data: bytes, target: str, took: dict) -> None:
+    """`data` over a Paramiko SSH session (the transport's library) into file `target` on the
+    host; the seconds it took go into took[name]."""
     client = connect(hosts.hosts[name], hosts.known_hosts, user="root")
     try:
         started = time.monotonic()
         channel = client.get_transport().open_session()   # type: ignore[union-attr]
-        channel.exec_command(f"rm -rf {scratch} && mkdir -p {scratch} && cat > {scratch}.tar")
+        channel.exec_command(f"cat > {target}")
         view = memoryview(data)
         for at in range(0, len(view), 1 << 20):
             channel.sendall(view[at:at + (1 << 20)])
         channel.shutdown_write()
-        if channel.recv_exit_status() != 0:
-            raise BenchError(f"{name}: could not write the archive to {scratch}.tar")
-        ssh_s = round(time.monotonic() - started, 1)
+        if channel.recv_exit_status() == 0:
+            took[name] = round(time.monotonic() - started, 1)
     finally:
         client.close()
-    del data, view
+
+
+def push_anatomy(hosts: SandboxHosts, bundle: Path) -> dict:
+    """Where a push goes, part by part as remote/bundle/push.py does them: the archive over SSH
+    into a file on one host, then on every host at once (one process, as `provision` sends
+    it), its `tar -x` on the host, and the `sha256sum -c` of what was unpacked."""
+    scratch = "/var/tmp/gpuprov-bench-push"
+    data = bundle.read_bytes()
+    one = hosts.names[0]
+    alone: dict = {}
+    together: dict = {}
     try:
-        tar_s = _timed_root(hosts, name, f"tar -x -f {scratch}.tar -C {scratch} --no-same-owner "
-                            "--no-same-permissions")
-        check_s = _timed_root(hosts, name, f"cd {scratch} && sha256sum -c --quiet --strict {SUMS}")
+        _send(hosts, one, data, f"{scratch}.tar", alone)
+        threads = [threading.Thread(target=_send, args=(hosts, n, data, f"{scratch}.tar", together))
+                   for n in hosts.names]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        all_s = round(time.monotonic() - started, 1)
+        if one not in alone or len(together) != len(hosts.names):
+            raise BenchError(f"could not send the archive to {scratch}.tar on every host")
+        tar_s = _timed_root(hosts, one, f"mkdir -p {scratch} && tar -x -f {scratch}.tar -C {scratch} "
+                            "--no-same-owner --no-same-permissions")
+        check_s = _timed_root(hosts, one, f"cd {scratch} && sha256sum -c --quiet --strict {SUMS}")
     finally:
-        hosts.run(name, f"rm -rf {scratch} {scratch}.tar", user="root")
-    return {"ssh_transfer_s": ssh_s, "ssh_mb_per_s": round(bundle.stat().st_size / 1e6 / ssh_s, 1),
-            "host_untar_s": tar_s, "host_sha256_check_s": check_s}
+        del data
+        for name in hosts.names:
+            hosts.run(name, f"rm -rf {scratch} {scratch}.tar", user="root")
+    size = bundle.stat().st_size / 1e6
+    return {"ssh_one_host_s": alone[one], "ssh_one_host_mb_per_s": round(size / alone[one], 1),
+            f"ssh_{len(hosts.names)}_hosts_at_once_s": all_s, "host_untar_s": tar_s,
+            "host_sha256_check_s": check_s}
 
 
 def offline(work: Path, bundle: Path, count: int, timeout: float) -> dict:
@@ -157,8 +182,8 @@ def offline(work: Path, bundle: Path, count: int, timeout: float) -> dict:
         with_bundle.write_text(yaml.safe_dump(data, sort_keys=False))
         part = provision(run_dir, with_bundle, hosts.names, RECIPE, WHEELS_VARS, timeout, "offline")
         result = side("offline, from the bundle", part)
-        result["push_anatomy"] = push_anatomy(hosts, hosts.names[0], bundle)
-        print(f"  push of {mb(bundle.stat().st_size)} to {hosts.names[0]}, by part: "
+        result["push_anatomy"] = push_anatomy(hosts, bundle)
+        print(f"  push of {mb(bundle.stat().st_size)}, by part: "
               f"{result['push_anatomy']}", flush=True)
         return result
     finally:
