@@ -10,8 +10,8 @@ bundle's validate/ ran, nothing pushed, to the honest no-GPU verdict; a re-run i
 
 One host, not two: the push and the install of 1.15 GB are the test's time (bench/bundle_install.py
 measures two hosts). Nothing is a stand-in. Needs root, PyPI and the Debian mirror this
-machine's apt uses; the bundle (1.25 GB) and the host are removed at the end. It takes about
-2.5 min on a 2-core machine (the build about 20 s of it, with PyPI at about 100 MB/s).
+machine's apt uses; the bundle (1.25 GB) and the host are removed at the end. It takes 2-2.5
+min on a 2-core machine (the build about 25 s of it, with PyPI at about 100 MB/s).
 """
 from __future__ import annotations
 
