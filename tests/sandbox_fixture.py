@@ -22,10 +22,11 @@ it running.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import paramiko
 import pytest
@@ -79,6 +80,19 @@ class SandboxHosts:
             return run(client, command, timeout)
         finally:
             client.close()
+
+
+@contextlib.contextmanager
+def own_hosts(count: int, offline: bool = False) -> Iterator[SandboxHosts]:
+    """`count` sandbox hosts of a module's own (`offline`: `sandbox up --offline`, each in a
+    network namespace with nothing but `lo`), stopped and removed on the way out."""
+    state = Path(tempfile.mkdtemp(prefix="gpuprov-sandbox-"))
+    try:
+        inventory = sandbox.up(count, state, progress=lambda line: print(line, flush=True),
+                               offline=offline)
+        yield SandboxHosts(inventory, state)
+    finally:
+        sandbox.down(state, progress=lambda line: None)
 
 
 _shared: dict = {"hosts": None, "users": 0, "error": None}

@@ -8,10 +8,11 @@ package the bundle lacks fails that step naming it and the command that adds it.
 
 What is not real here, and why: the lock in the 13.0 row's place holds two small PyPI wheels
 (six, packaging), resolved at test time by the real `uv pip compile --generate-hashes`; the
-real row's CUDA wheels are 1.1 GB (tests/test_lock_sandbox.py installs them online, and
-bench/bundle_build.py builds their bundle). The .debs are the recipe's real ones (python3-venv,
-g++ and their dependencies, about 100 packages and 96 MB). NVIDIA's own apt repository cannot
-be reached from here, so the bundle's apt half is Debian's packages only.
+real row's CUDA wheels are 1.1 GB (tests/test_bundle_row.py installs their bundle on an
+offline host, tests/test_lock_sandbox.py installs them online). The .debs are the recipe's
+real ones (python3-venv, g++ and their dependencies, about 100 packages and 96 MB). NVIDIA's
+own apt repository cannot be reached from here, so the bundle's apt half is Debian's packages
+only.
 
 Needs root, PyPI and the Debian mirror this machine's apt uses."""
 from __future__ import annotations
@@ -22,15 +23,13 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from remote import sandbox
 from tests.conftest import REPO, invoke, write_yaml
 from tests.http_stub import serve
-from tests.sandbox_fixture import SandboxHosts
+from tests.sandbox_fixture import SandboxHosts, own_hosts
 from tests.test_bundle_aptrepo import APT_LOCK, _bundle, site, standin  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.slow, pytest.mark.root,
@@ -43,12 +42,8 @@ PINS = ["six==1.17.0", "packaging==24.2"]
 @pytest.fixture(scope="module")
 def offline_hosts():
     """Two offline sandbox hosts of their own (the shared fixture's hosts are online)."""
-    state = Path(tempfile.mkdtemp(prefix="gpuprov-sandbox-"))
-    try:
-        inventory = sandbox.up(2, state, progress=lambda line: print(line, flush=True), offline=True)
-        yield SandboxHosts(inventory, state)
-    finally:
-        sandbox.down(state, progress=lambda line: None)
+    with own_hosts(2, offline=True) as hosts:
+        yield hosts
 
 
 @pytest.fixture(scope="module")
@@ -77,9 +72,10 @@ def built(tmp_path_factory):
 
 
 def _provision(work: Path, hosts: SandboxHosts, recipe: Path, bundle: Path, name: str,
-               validate: bool = False):
+               validate: bool = False, variables: tuple = ()):
     result = invoke("provision", "--host", ",".join(hosts.names), "--inventory", str(hosts.inventory),
                     "--recipe", str(recipe), "--bundle", str(bundle),
+                    *(a for v in variables for a in ("--var", v)),
                     *([] if validate else ["--no-validate"]),
                     "--json", str(work / f"{name}.json"), cwd=work, timeout=900)
     path = work / f"{name}.json"
@@ -87,19 +83,23 @@ def _provision(work: Path, hosts: SandboxHosts, recipe: Path, bundle: Path, name
 
 
 def test_offline_hosts_reach_nothing(offline_hosts):
+    reaches_nothing(offline_hosts, "sandbox1")
+
+
+def reaches_nothing(hosts: SandboxHosts, name: str) -> None:
     """No route, no name service, and not even the control machine's own loopback services:
-    a server the test runs on 127.0.0.1 here is not there from inside."""
+    a server the test runs on 127.0.0.1 here is not there from inside host `name`."""
     server = serve(lambda path, headers: (200, "text/plain", b"reached\n"))
     port = server.server_address[1]
     try:
-        rc, out, _ = offline_hosts.run("sandbox1", "cat /proc/net/route; ls /sys/class/net")
+        rc, out, _ = hosts.run(name, "cat /proc/net/route; ls /sys/class/net")
         assert rc == 0 and out.split()[-1] == "lo" and len(out.strip().splitlines()) == 2, out
         for target in ("deb.debian.org", "pypi.org", "files.pythonhosted.org", "127.0.0.1"):
-            rc, out, err = offline_hosts.run(
-                "sandbox1", f"curl -sS --max-time 5 http://{target}:{port if target == '127.0.0.1' else 80}/",
+            rc, out, err = hosts.run(
+                name, f"curl -sS --max-time 5 http://{target}:{port if target == '127.0.0.1' else 80}/",
                 timeout=30)
             assert rc != 0 and "reached" not in out, (target, out, err)
-        rc, out, _ = offline_hosts.run("sandbox1", "sudo -n apt-get update -q 2>&1", timeout=120)
+        rc, out, _ = hosts.run(name, "sudo -n apt-get update -q 2>&1", timeout=120)
         assert "Err:" in out or "Failed to fetch" in out or "Temporary failure" in out, out
     finally:
         server.shutdown()
@@ -139,8 +139,14 @@ def test_validation_runs_from_the_bundle_and_needs_no_network(offline_hosts, bui
     with tarfile.open(bundle) as tar:
         assert "validate/__main__.py" in tar.getnames()
     result, hosts = _provision(work, offline_hosts, recipe, bundle, "validated", validate=True)
+    validated_from_the_bundle(work, result, hosts)
+
+
+def validated_from_the_bundle(work: Path, result, hosts: dict) -> None:
+    """`provision --bundle` validated each of `hosts` (its --json) from the bundle's validate/,
+    nothing pushed, to the honest no-GPU verdict: validation failed, exit 3."""
     assert result.rc == 3, result.out + result.err      # every step ok, validation failed
-    for name in offline_hosts.names:
+    for name in hosts:
         assert hosts[name]["failed"] == 0 and hosts[name]["unreachable"] is False, hosts[name]
         assert "failed" in hosts[name]["validation"], hosts[name]["validation"]
         assert f"{name}" in result.out and "from the bundle at /var/lib/gpuprov/bundles/" in result.out
