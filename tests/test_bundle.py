@@ -307,3 +307,62 @@ def test_hosts_that_name_different_bundles_are_refused_naming_the_key(bundle, tm
     err = capsys.readouterr().err
     assert rc == 2 and "host 'h2' names no bundle: one bundle per run" in err, err
     assert f"{tmp_path / 'inventory.yaml'}:" in err
+
+
+# A push's client under a memory cap it could not hold the archive in: it sends the file as the
+# push does (`PushBundle.push`: the open file as the command's stdin) over a real SSH session
+# and to a local command, each of which hashes what arrived.
+STREAM_CLIENT = """
+import resource, sys
+from remote.config.inventory import Host, load_inventory
+from remote.errors import Where
+from remote.transport.connection import LocalConnection, connection_for
+from remote.transport.hostkeys import KnownHosts
+
+inventory, name, path, headroom = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+inv = load_inventory(inventory)
+ssh = connection_for(inv.hosts[name], inv.hosts, inv.timeouts,
+                     KnownHosts(inv.known_hosts, inv.host_key_policy)).open()
+local = LocalConnection(Host("here", "localhost", Where("inv", 1), connection="local"), inv.timeouts)
+for conn in (ssh, local):
+    conn.run("true")        # the session's threads and buffers are there before the cap
+vm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (vm * 1024 + headroom, resource.RLIM_INFINITY))
+try:
+    bytearray(2 * headroom)           # the cap holds: what the file's bytes in memory would meet
+    print("not capped")
+except MemoryError:
+    pass
+for conn in (ssh, local):
+    with open(path, "rb") as f:
+        result = conn.run("sha256sum", stdin=f, timeout=600)
+    print(result.rc, result.stdout.decode().split()[0])
+ssh.close()
+"""
+
+
+def test_a_bundle_larger_than_the_memory_the_control_process_may_use_still_gets_there(farm, work, inventory):
+    """The control machine streams the archive from its file: a 512 MiB bundle goes whole, over
+    SSH and to a local command, from a process that may not grow by more than 128 MiB (it
+    would fail with MemoryError had it read the file into memory, as the push once did). The
+    file is sparse (no disk) and zeros: the host's sha256 is that of 512 MiB of zeros."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    size, headroom = 512 << 20, 128 << 20
+    big = work / "big.bundle.tar"
+    with open(big, "wb") as f:
+        f.truncate(size)
+    zeros = hashlib.sha256()
+    block = bytes(1 << 20)
+    for _ in range(size >> 20):
+        zeros.update(block)
+    (work / "stream_client.py").write_text(STREAM_CLIENT)
+    proc = subprocess.run([sys.executable, str(work / "stream_client.py"), str(inventory()), "h1",
+                           str(big), str(headroom)], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, PYTHONPATH=str(REPO), MALLOC_ARENA_MAX="2"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == [f"0 {zeros.hexdigest()}"] * 2, proc.stdout + proc.stderr
