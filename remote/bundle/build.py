@@ -218,13 +218,15 @@ def dependency_closure(packages: list[str]) -> list[str]:
 
 
 def fetch_debs(packages: list[str], dest: Path,
-               extra_stanzas: tuple[str, ...] = ()) -> tuple[dict[str, str], dict[str, str]]:
+               extra_stanzas: tuple[str, ...] = (),
+               closure: Optional[list[str]] = None) -> tuple[dict[str, str], dict[str, str]]:
     """The .debs of `packages`' closure, fetched into `dest`, each checked against the SHA256
     of this machine's apt index (whose Release apt checked against Debian's key), and their
     `Packages` index: those same index stanzas, each pointing at its file here, and
     `extra_stanzas` (of .debs already beside them). (Package name -> version, file name ->
     sha256.)"""
-    closure = dependency_closure(packages) if packages else []
+    if closure is None:    # else the caller's, made while the wheels downloaded
+        closure = dependency_closure(packages) if packages else []
     if not closure:
         (dest / "Packages").write_text("\n\n".join(extra_stanzas) + "\n")
         return {}, {}
@@ -372,13 +374,15 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     key = BundleKey(f"{cuda} {distro_name}") if packages or apt_lock else None
     stop = threading.Event()
-    # Two helpers beside the downloads: the key is made while the wheels download, and the
-    # wheels are copied into the archive (hashed on the way) while the .debs download; the
-    # downloads themselves run one after the other (see below).
-    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bundle")
+    # Helpers beside the downloads: the key and the recipe's package list are made while the
+    # wheels download, and the wheels are copied into the archive (hashed on the way) while
+    # the .debs download; the downloads themselves run one after the other (see below).
+    pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="bundle")
     writer = ArchiveWriter(work / out.name)
     try:
         keygen = pool.submit(key.generate) if key is not None else None
+        # apt-cache depends is CPU (it reads the apt lists), the wheels' download the network
+        closing = pool.submit(dependency_closure, list(packages)) if packages else None
         stage = work / "stage"
         for folder in ("wheels", "apt"):
             (stage / folder).mkdir(parents=True)
@@ -426,7 +430,10 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
         if packages or nvidia:
             if packages:
                 progress(f"bundle: .debs of {' '.join(packages)} and their dependencies")
-            ours, digests = fetch_debs(packages, stage / "apt", tuple(stanzas))
+            recipe_closure = closing.result() if closing is not None else []
+            more = [p for p in packages if p not in recipe_closure]     # the apt lock's
+            closure = sorted(set(recipe_closure) | set(dependency_closure(more) if more else []))
+            ours, digests = fetch_debs(packages, stage / "apt", tuple(stanzas), closure=closure)
             debs.update(ours)
             assert key is not None and keygen is not None   # made when any .deb may come
             keygen.result()
