@@ -108,6 +108,37 @@ def test_a_whole_bundle_is_read_with_what_the_host_needs(bundle):
     assert route.validate == route.root    # the host runs validate/ from there
 
 
+def test_the_manifest_comes_last_and_an_archive_with_it_first_reads_the_same(bundle, tmp_path):
+    """The build writes each file as it has it, the manifest last; a bundle written with it
+    first (by an earlier gpuprov) is the same bundle, and one without it is refused."""
+    with tarfile.open(bundle) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    assert [m.name for m, _ in members][-2:] == ["SHA256SUMS", "manifest.json"]
+    first = tmp_path / "first.tar"
+    with tarfile.open(first, "w", format=tarfile.PAX_FORMAT) as tar:
+        for member, data in members[-1:] + members[:-1]:
+            tar.addfile(member, io.BytesIO(data))
+    assert read_bundle(first).id == read_bundle(bundle).id
+    none = _rewrite(bundle, tmp_path / "none.tar", lambda m, d: None if m.name == "manifest.json" else (m, d))
+    with pytest.raises(BundleError, match="the archive has no manifest.json"):
+        read_bundle(none)
+
+
+def test_a_file_whose_sha256_is_not_its_lock_s_is_refused_as_it_is_written(tmp_path):
+    """The build checks each wheel against its lock while copying it into the archive (pip
+    checked it too): a file that is not the one the lock names stops the build, naming it."""
+    from remote.bundle.archive import ArchiveWriter
+
+    wheel = tmp_path / PAYLOAD
+    data = _wheel(wheel, "gpuprov_standin_payload", "1.0")
+    writer = ArchiveWriter(tmp_path / "b.tar")
+    assert writer.add(f"wheels/{PAYLOAD}", wheel, "test", {hashlib.sha256(data).hexdigest()}) == \
+        hashlib.sha256(data).hexdigest()
+    with pytest.raises(BundleError, match=re.escape(f"wheels/{PAYLOAD}: sha256 ") + ".* is not the one its lock"):
+        writer.add(f"wheels/{PAYLOAD}", wheel, "test", {"0" * 64})
+    writer.close()
+
+
 def test_a_bundle_whose_validate_is_not_this_gpuprov_s_is_refused_naming_the_file(bundle, tmp_path):
     """The host runs the bundle's validate/ and this gpuprov reads what it writes: a file that
     differs, or one this gpuprov has and the bundle lacks, is refused with the command that
