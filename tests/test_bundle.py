@@ -285,6 +285,29 @@ def test_a_build_that_fails_leaves_no_half_bundle(tmp_path, monkeypatch, capsys)
     assert list(out.parent.iterdir()) == []
 
 
+def test_a_failed_build_says_why_even_where_gpg_and_apt_are_missing(tmp_path, monkeypatch, capsys):
+    """The key and the package list are made while the wheels download: on a machine without
+    gpg or apt, a download that fails first is still what the one line says, and nothing is
+    left (cleaning up the key's folder must not raise for the missing gpgconf)."""
+    from remote.bundle import run_bundle
+    from remote.bundle.build import DISTROS, this_distro
+    from tests.conftest import REPO
+
+    if this_distro() not in DISTROS:
+        pytest.skip("the .debs come from this machine's apt: it must be a supported distribution")
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    (locks / "cuda-13.0-wheels.txt").write_text("six==1.17.0 \\\n    --hash=sha256:" + "0" * 64 + "\n")
+    (locks / "uv.txt").write_text((REPO / "playbooks" / "locks" / "uv.txt").read_text())
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))     # pip runs as sys.executable -m pip
+    out = tmp_path / "out" / "site.bundle.tar"
+    rc = run_bundle("13.0", str(out), index_url="http://127.0.0.1:9/simple", locks_dir=str(locks))
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("bundle: pip download failed") and len(err.strip().splitlines()) == 1, err
+    assert list(out.parent.iterdir()) == []
+
+
 def _provision_with(tmp_path, inventory: dict, bundle: str = ""):
     from remote import cli
 
