@@ -259,8 +259,8 @@ def read_bundle(path: Path, locks_dir: Optional[Path] = None,  # noqa: C901  one
                 if name in seen or not _member_ok(name) or len(seen) >= MAX_FILES:
                     why = "twice in the archive" if name in seen else "not in the bundle manifest"
                     raise BundleError(f"{name}: {why}: the bundle was changed after it was built", path)
-                if name.startswith("locks/") and member.size <= MAX_MANIFEST:
-                    f = tar.extractfile(member)
+                if name.startswith("locks/") and member.size + sum(map(len, locks.values())) <= MAX_MANIFEST:
+                    f = tar.extractfile(member)     # kept to read after the manifest: bounded
                     data = f.read() if f is not None else b""
                     digest = hashlib.sha256(data).hexdigest()
                     locks[name] = data
