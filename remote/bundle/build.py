@@ -217,31 +217,38 @@ def dependency_closure(packages: list[str]) -> list[str]:
     return sorted({n for n in names if not n.startswith("<") and ":" not in n})
 
 
+def index_stanzas(closure: list[str]) -> str:
+    """This machine's apt index stanzas of the versions `apt-get download` takes of `closure`
+    (the candidates)."""
+    return _run(["apt-cache", "show", "--no-all-versions", *closure], "apt-cache show")
+
+
 def fetch_debs(packages: list[str], dest: Path,
                extra_stanzas: tuple[str, ...] = (),
-               closure: Optional[list[str]] = None) -> tuple[dict[str, str], dict[str, str]]:
+               closure: Optional[list[str]] = None,
+               index: Optional[str] = None) -> tuple[dict[str, str], dict[str, str]]:
     """The .debs of `packages`' closure, fetched into `dest`, each checked against the SHA256
     of this machine's apt index (whose Release apt checked against Debian's key), and their
     `Packages` index: those same index stanzas, each pointing at its file here, and
     `extra_stanzas` (of .debs already beside them). (Package name -> version, file name ->
     sha256.)"""
-    if closure is None:    # else the caller's, made while the wheels downloaded
+    if closure is None:    # else the caller's, with its `index`, made while the wheels downloaded
         closure = dependency_closure(packages) if packages else []
     if not closure:
         (dest / "Packages").write_text("\n\n".join(extra_stanzas) + "\n")
         return {}, {}
     # The index stanzas of the versions apt-get download takes (the candidates), read while it
     # downloads: apt-cache loads its cache for a few seconds, the download waits on the network.
-    shown: list[str] = []
+    shown: list[str] = [index] if index is not None else []
     failed: list[BundleError] = []
 
     def read_index() -> None:
         try:
-            shown.append(_run(["apt-cache", "show", "--no-all-versions", *closure], "apt-cache show"))
+            shown.append(index_stanzas(closure))
         except BundleError as exc:
             failed.append(exc)
 
-    reader = threading.Thread(target=read_index)
+    reader = threading.Thread(target=read_index if index is None else lambda: None)
     reader.start()
     try:
         _run(["apt-get", "download", "-q", *closure], "apt-get download", cwd=dest)
@@ -279,6 +286,11 @@ def fetch_debs(packages: list[str], dest: Path,
     (dest / "Packages").write_text("\n\n".join([stanzas[k] for k in sorted(stanzas)] + list(extra_stanzas))
                                    + "\n")
     return {name: version for name, version in stanzas}, digests
+
+
+def _closure_and_index(packages: list[str]) -> tuple[list[str], str]:
+    closure = dependency_closure(packages)
+    return closure, index_stanzas(closure) if closure else ""
 
 
 class BundleKey:
@@ -377,15 +389,16 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     key = BundleKey(f"{cuda} {distro_name}") if packages or apt_lock else None
     stop = threading.Event()
-    # Helpers beside the downloads: the key and the recipe's package list are made while the
-    # wheels download, and the wheels are copied into the archive (hashed on the way) while
+    # Helpers beside the downloads: the key, the recipe's package list and its index stanzas
+    # are made while the wheels download, and the wheels are copied into the archive (hashed on the way) while
     # the .debs download; the downloads themselves run one after the other (see below).
     pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="bundle")
     writer = ArchiveWriter(work / out.name)
     try:
         keygen = pool.submit(key.generate) if key is not None else None
-        # apt-cache depends is CPU (it reads the apt lists), the wheels' download the network
-        closing = pool.submit(dependency_closure, list(packages)) if packages else None
+        # apt-cache depends and show are CPU (each reads the apt lists), the wheels' download
+        # the network
+        closing = pool.submit(_closure_and_index, list(packages)) if packages else None
         stage = work / "stage"
         for folder in ("wheels", "apt"):
             (stage / folder).mkdir(parents=True)
@@ -433,10 +446,13 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
         if packages or nvidia:
             if packages:
                 progress(f"bundle: .debs of {' '.join(packages)} and their dependencies")
-            recipe_closure = closing.result() if closing is not None else []
+            recipe_closure, index = closing.result() if closing is not None else ([], "")
             more = [p for p in packages if p not in recipe_closure]     # the apt lock's
-            closure = sorted(set(recipe_closure) | set(dependency_closure(more) if more else []))
-            ours, digests = fetch_debs(packages, stage / "apt", tuple(stanzas), closure=closure)
+            if more:
+                ours, digests = fetch_debs(packages, stage / "apt", tuple(stanzas))
+            else:
+                ours, digests = fetch_debs(packages, stage / "apt", tuple(stanzas),
+                                           closure=recipe_closure, index=index)
             debs.update(ours)
             assert key is not None and keygen is not None   # made when any .deb may come
             keygen.result()
