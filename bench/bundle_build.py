@@ -7,10 +7,10 @@ files alone, and what installing offline hosts from it costs against installing 
 Build, per round (the order alternates between rounds, so neither side always gets the warmer
 network; pip's cache is off for both, PIP_NO_CACHE_DIR=1):
 - gpuprov: `build_bundle` (remote/bundle/build.py): pip download of the row's lock and uv's for
-  Debian 12 x86_64 (a new gpg key made meanwhile), the recipe's .debs and their dependency
-  closure with apt-get download (the wheels copied into the archive meanwhile, each hashed on
-  the way and checked against its lock), the index, InRelease, the .debs into the archive, the
-  manifest last;
+  Debian 12 x86_64 (meanwhile a new gpg key, the recipe's .debs' dependency closure and their
+  index stanzas), apt-get download of the .debs (meanwhile the wheels copied into the archive,
+  each hashed on the way and checked against its lock), the signed index, the .debs into the
+  archive, the manifest last;
 - the floor: the same `pip download` command alone, then the package list (`apt-cache depends
   --recurse`, as the bundle computes it: `apt-get download` needs the list) and `apt-get
   download` of it, into a scratch folder.
