@@ -1,26 +1,24 @@
 """Bundles for air-gapped sites (issue 35): what building one costs over downloading the same
-files alone, and what installing offline hosts from it costs against installing them online.
+files alone (installing hosts from it: bench/bundle_install.py).
 
-    python3 -m bench.bundle_build [--cuda 13.0] [--locks DIR] [--recipe FILE] [--var K=V ...]
-                                  [--rounds 1] [--install] [--json PATH]
+    python3 -m bench.bundle_build [--cuda 13.0] [--locks DIR] [--recipe FILE] [--rounds 1]
+                                  [--json PATH]
 
 Build, per round (the order alternates between rounds, so neither side always gets the warmer
 network; pip's cache is off for both, PIP_NO_CACHE_DIR=1):
 - gpuprov: `build_bundle` (remote/bundle/build.py): pip download of the row's lock and uv's for
-  Debian 12 x86_64, each file's sha256 checked against its lock, the recipe's .debs and their
-  dependency closure with apt-get download, dpkg-scanpackages, a new gpg key, InRelease, the
-  manifest, the tar;
+  Debian 12 x86_64 (meanwhile a new gpg key, the recipe's .debs' dependency closure and their
+  index stanzas), apt-get download of the .debs (meanwhile the wheels copied into the archive,
+  each hashed on the way and checked against its lock), the signed index, the .debs into the
+  archive, the manifest last;
 - the floor: the same `pip download` command alone, then the package list (`apt-cache depends
   --recurse`, as the bundle computes it: `apt-get download` needs the list) and `apt-get
   download` of it, into a scratch folder.
-The ratio is gpuprov's time over the floor's (target: at most 1.2).
+The ratio is gpuprov's time over the floor's (target: at most 1.2). Each round prints a line;
+the end prints min/median/max per side and the median of the rounds' ratios. The network is
+shared and noisy: give --rounds 4 or more, and note when it ran (the summary says).
 
-With --install: two fresh OFFLINE sandbox hosts provisioned from the bundle (`provision
---bundle`), against two fresh online sandbox hosts provisioned with the same recipe from PyPI and
-this machine's Debian mirror directly. Not through a fleet cache (issue 35 asks for that
-comparison; a warm cache would make the online side faster than measured here).
-
-Needs root (sandbox hosts, apt-get download), PyPI and the Debian mirror.
+Needs root (apt-get download), PyPI and the Debian mirror.
 """
 from __future__ import annotations
 
@@ -28,14 +26,14 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import REPO, BenchError, machine
-from remote import sandbox
+from bench.common import machine, stats
 from remote.bundle.build import (
     DEFAULT_RECIPE,
     DISTROS,
@@ -64,13 +62,14 @@ def _floor(cuda: str, locks: Path, recipe: Path, scratch: Path) -> dict:
     wheels.mkdir()
     debs.mkdir()
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes",
-           "--only-binary=:all:", "-q", "--python-version", distro.python, "--implementation", "cp",
+           "--only-binary=:all:", "--disable-pip-version-check", "--no-input", "-q",
+           "--python-version", distro.python, "--implementation", "cp",
            "--abi", "cp" + distro.python.replace(".", ""), "--abi", "abi3", "--abi", "none",
            "-d", str(wheels), "-r", str(reqs)]
     for minor in range(distro.glibc_minor, 16, -1):
         cmd += ["--platform", f"manylinux_2_{minor}_x86_64"]
     cmd += ["--platform", "manylinux2014_x86_64", "--platform", "linux_x86_64"]
-    env_vars = {k: v for k, v in os.environ.items() if k != "PIP_FIND_LINKS"}
+    env_vars = {k: v for k, v in os.environ.items() if k not in ("PIP_FIND_LINKS", "PIP_NO_INDEX")}
     env_vars.update(PIP_INDEX_URL=PYPI, PIP_NO_CACHE_DIR="1")
     started = time.monotonic()
     subprocess.run(cmd, check=True, env=env_vars, timeout=3600)
@@ -87,40 +86,37 @@ def _floor(cuda: str, locks: Path, recipe: Path, scratch: Path) -> dict:
 
 def _gpuprov(cuda: str, locks: Path, recipe: Path, out: Path) -> dict:
     os.environ["PIP_NO_CACHE_DIR"] = "1"
+    # the last round's bundle goes before the clock starts (as the floor's scratch folder
+    # does): replacing it would time the freeing of its 1.2 GB
+    out.unlink(missing_ok=True)
     report = build_bundle(cuda, out, recipe=recipe, locks_dir=locks, progress=lambda line: None)
     return {"wheel_s": round(report.wheel_s, 2), "deb_s": round(report.deb_s, 2),
             "total_s": round(report.total_s, 2), "bytes": out.stat().st_size,
             "wheels": report.wheels, "debs": report.debs}
 
 
-def _provision(inventory: Path, recipe: Path, variables: list, bundle: Path | None, cwd: Path) -> float:
-    cmd = [sys.executable, "-m", "invoke", "--search-root", str(REPO), "provision", "--host", "all",
-           "--inventory", str(inventory), "--recipe", str(recipe), "--no-validate"]
-    for var in variables:
-        cmd += ["--var", var]
-    if bundle is not None:
-        cmd += ["--bundle", str(bundle)]
-    started = time.monotonic()
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=3600,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
-    elapsed = time.monotonic() - started
-    if proc.returncode != 0:
-        raise BenchError(f"provision failed ({proc.returncode}): {proc.stdout[-2000:]}{proc.stderr[-1000:]}")
-    return round(elapsed, 2)
-
-
-def _install(recipe: Path, variables: list, bundle: Path, work: Path) -> dict:
-    out = {}
-    for mode in ("offline", "online"):
-        state = Path(tempfile.mkdtemp(prefix="gpuprov-sandbox-"))
-        try:
-            inventory = sandbox.up(2, state, progress=lambda line: None, offline=mode == "offline")
-            out[f"{mode}_s"] = _provision(inventory, recipe, variables,
-                                          bundle if mode == "offline" else None, work)
-        finally:
-            sandbox.down(state, progress=lambda line: None)
-    out["ratio"] = round(out["offline_s"] / out["online_s"], 3)
+def _summary(rounds: list) -> dict:
+    """Per side: min/median/max of the total and of each phase; the median of the ratios."""
+    out: dict = {}
+    for side in ("gpuprov", "floor"):
+        out[side] = {key: stats([r[side][key] for r in rounds])
+                     for key in ("total_s", "wheel_s", "deb_s")}
+    out["ratio_median"] = round(statistics.median(r["ratio"] for r in rounds), 3)
+    out["ratio_of_medians"] = round(out["gpuprov"]["total_s"]["median_s"]
+                                    / out["floor"]["total_s"]["median_s"], 3)
     return out
+
+
+def _summary_text(summary: dict, where: dict) -> str:
+    lines = [f"bundle build, {where['date']} (load {where['loadavg_1m_at_start']} at start), "
+             f"{len(summary['gpuprov']['total_s']['runs_s'])} rounds:"]
+    for side in ("gpuprov", "floor"):
+        parts = [f"{key[:-2]} {v['min_s']:.1f}/{v['median_s']:.1f}/{v['max_s']:.1f}"
+                 for key, v in summary[side].items()]
+        lines.append(f"  {side:8} min/median/max s: " + ", ".join(parts))
+    lines.append(f"  ratio gpuprov/floor: median {summary['ratio_median']:.2f} (of the rounds' "
+                 f"ratios), {summary['ratio_of_medians']:.2f} (median over median); target <= 1.2")
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -128,14 +124,11 @@ def main() -> int:
     ap.add_argument("--cuda", default="13.0")
     ap.add_argument("--locks", type=Path, default=LOCKS_DIR)
     ap.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE)
-    ap.add_argument("--var", action="append", default=[],
-                    help="provision --var for the install comparison (e.g. cuda_version=13.0)")
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--install", action="store_true")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if os.geteuid() != 0:
-        raise SystemExit("needs root (apt-get download, sandbox hosts)")
+        raise SystemExit("needs root (apt-get download)")
     result: dict = {"machine": machine(), "cuda": args.cuda, "locks": str(args.locks), "rounds": []}
     work = Path(tempfile.mkdtemp(prefix="gpuprov-bench-bundle-"))
     try:
@@ -153,9 +146,8 @@ def main() -> int:
             row["ratio"] = round(row["gpuprov"]["total_s"] / row["floor"]["total_s"], 3)
             print(json.dumps(row), flush=True)
             result["rounds"].append(row)
-        if args.install:
-            result["install"] = _install(args.recipe, args.var, bundle, work)
-            print(json.dumps(result["install"]), flush=True)
+        result["summary"] = _summary(result["rounds"])
+        print(_summary_text(result["summary"], result["machine"]), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:

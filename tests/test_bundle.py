@@ -108,6 +108,37 @@ def test_a_whole_bundle_is_read_with_what_the_host_needs(bundle):
     assert route.validate == route.root    # the host runs validate/ from there
 
 
+def test_the_manifest_comes_last_and_an_archive_with_it_first_reads_the_same(bundle, tmp_path):
+    """The build writes each file as it has it, the manifest last; a bundle written with it
+    first (by an earlier gpuprov) is the same bundle, and one without it is refused."""
+    with tarfile.open(bundle) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    assert [m.name for m, _ in members][-2:] == ["SHA256SUMS", "manifest.json"]
+    first = tmp_path / "first.tar"
+    with tarfile.open(first, "w", format=tarfile.PAX_FORMAT) as tar:
+        for member, data in members[-1:] + members[:-1]:
+            tar.addfile(member, io.BytesIO(data))
+    assert read_bundle(first).id == read_bundle(bundle).id
+    none = _rewrite(bundle, tmp_path / "none.tar", lambda m, d: None if m.name == "manifest.json" else (m, d))
+    with pytest.raises(BundleError, match="the archive has no manifest.json"):
+        read_bundle(none)
+
+
+def test_a_file_whose_sha256_is_not_its_lock_s_is_refused_as_it_is_written(tmp_path):
+    """The build checks each wheel against its lock while copying it into the archive (pip
+    checked it too): a file that is not the one the lock names stops the build, naming it."""
+    from remote.bundle.archive import ArchiveWriter
+
+    wheel = tmp_path / PAYLOAD
+    data = _wheel(wheel, "gpuprov_standin_payload", "1.0")
+    writer = ArchiveWriter(tmp_path / "b.tar")
+    assert writer.add(f"wheels/{PAYLOAD}", wheel, "test", {hashlib.sha256(data).hexdigest()}) == \
+        hashlib.sha256(data).hexdigest()
+    with pytest.raises(BundleError, match=re.escape(f"wheels/{PAYLOAD}: sha256 ") + ".* is not the one its lock"):
+        writer.add(f"wheels/{PAYLOAD}", wheel, "test", {"0" * 64})
+    writer.close()
+
+
 def test_a_bundle_whose_validate_is_not_this_gpuprov_s_is_refused_naming_the_file(bundle, tmp_path):
     """The host runs the bundle's validate/ and this gpuprov reads what it writes: a file that
     differs, or one this gpuprov has and the bundle lacks, is refused with the command that
@@ -254,6 +285,29 @@ def test_a_build_that_fails_leaves_no_half_bundle(tmp_path, monkeypatch, capsys)
     assert list(out.parent.iterdir()) == []
 
 
+def test_a_failed_build_says_why_even_where_gpg_and_apt_are_missing(tmp_path, monkeypatch, capsys):
+    """The key and the package list are made while the wheels download: on a machine without
+    gpg or apt, a download that fails first is still what the one line says, and nothing is
+    left (cleaning up the key's folder must not raise for the missing gpgconf)."""
+    from remote.bundle import run_bundle
+    from remote.bundle.build import DISTROS, this_distro
+    from tests.conftest import REPO
+
+    if this_distro() not in DISTROS:
+        pytest.skip("the .debs come from this machine's apt: it must be a supported distribution")
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    (locks / "cuda-13.0-wheels.txt").write_text("six==1.17.0 \\\n    --hash=sha256:" + "0" * 64 + "\n")
+    (locks / "uv.txt").write_text((REPO / "playbooks" / "locks" / "uv.txt").read_text())
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))     # pip runs as sys.executable -m pip
+    out = tmp_path / "out" / "site.bundle.tar"
+    rc = run_bundle("13.0", str(out), index_url="http://127.0.0.1:9/simple", locks_dir=str(locks))
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("bundle: pip download failed") and len(err.strip().splitlines()) == 1, err
+    assert list(out.parent.iterdir()) == []
+
+
 def _provision_with(tmp_path, inventory: dict, bundle: str = ""):
     from remote import cli
 
@@ -307,3 +361,62 @@ def test_hosts_that_name_different_bundles_are_refused_naming_the_key(bundle, tm
     err = capsys.readouterr().err
     assert rc == 2 and "host 'h2' names no bundle: one bundle per run" in err, err
     assert f"{tmp_path / 'inventory.yaml'}:" in err
+
+
+# A push's client under a memory cap it could not hold the archive in: it sends the file as the
+# push does (`PushBundle.push`: the open file as the command's stdin) over a real SSH session
+# and to a local command, each of which hashes what arrived.
+STREAM_CLIENT = """
+import resource, sys
+from remote.config.inventory import Host, load_inventory
+from remote.errors import Where
+from remote.transport.connection import LocalConnection, connection_for
+from remote.transport.hostkeys import KnownHosts
+
+inventory, name, path, headroom = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+inv = load_inventory(inventory)
+ssh = connection_for(inv.hosts[name], inv.hosts, inv.timeouts,
+                     KnownHosts(inv.known_hosts, inv.host_key_policy)).open()
+local = LocalConnection(Host("here", "localhost", Where("inv", 1), connection="local"), inv.timeouts)
+for conn in (ssh, local):
+    conn.run("true")        # the session's threads and buffers are there before the cap
+vm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (vm * 1024 + headroom, resource.RLIM_INFINITY))
+try:
+    bytearray(2 * headroom)           # the cap holds: what the file's bytes in memory would meet
+    print("not capped")
+except MemoryError:
+    pass
+for conn in (ssh, local):
+    with open(path, "rb") as f:
+        result = conn.run("sha256sum", stdin=f, timeout=600)
+    print(result.rc, result.stdout.decode().split()[0])
+ssh.close()
+"""
+
+
+def test_a_bundle_larger_than_the_memory_the_control_process_may_use_still_gets_there(farm, work, inventory):
+    """The control machine streams the archive from its file: a 512 MiB bundle goes whole, over
+    SSH and to a local command, from a process that may not grow by more than 128 MiB (it
+    would fail with MemoryError had it read the file into memory, as the push once did). The
+    file is sparse (no disk) and zeros: the host's sha256 is that of 512 MiB of zeros."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    size, headroom = 512 << 20, 128 << 20
+    big = work / "big.bundle.tar"
+    with open(big, "wb") as f:
+        f.truncate(size)
+    zeros = hashlib.sha256()
+    block = bytes(1 << 20)
+    for _ in range(size >> 20):
+        zeros.update(block)
+    (work / "stream_client.py").write_text(STREAM_CLIENT)
+    proc = subprocess.run([sys.executable, str(work / "stream_client.py"), str(inventory()), "h1",
+                           str(big), str(headroom)], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, PYTHONPATH=str(REPO), MALLOC_ARENA_MAX="2"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == [f"0 {zeros.hexdigest()}"] * 2, proc.stdout + proc.stderr

@@ -1,9 +1,8 @@
 """A bundle's archive: an uncompressed tar (its wheels and .debs are compressed already) of
 
-    manifest.json          what the bundle is (row, distribution, python) and every other file
-                           with its sha256, size and origin
-    SHA256SUMS             the same digests as `sha256sum -c` reads them, for the host's check
     locks/NAME.txt         the locks its wheels were taken from, as they were
+    validate/...           the validation package, as this gpuprov pushes it (without caches):
+                           after the recipe, the host validates from this copy, nothing pushed
     wheels/FILE.whl        every wheel those locks pin for the target (uv's among them)
     apt/FILE.deb           the recipe's Debian packages and their dependencies, and with
                            `--apt-repo` the NVIDIA .debs its apt lock (locks/apt-...) pins
@@ -11,8 +10,12 @@
                            a flat apt repository of them (Debian's "Flat Repository Format",
                            https://wiki.debian.org/DebianRepository/Format), signed by a key made
                            for this bundle alone (its public half, as apt's Signed-By reads it)
-    validate/...           the validation package, as this gpuprov pushes it (without caches):
-                           after the recipe, the host validates from this copy, nothing pushed
+    SHA256SUMS             every file's sha256 as `sha256sum -c` reads it, for the host's check
+    manifest.json          what the bundle is (row, distribution, python) and every other file
+                           with its sha256, size and origin
+
+in that order: the build writes each file as soon as it has it (the wheels while the .debs
+download), so the list of them comes last.
 
 `read_bundle` checks an archive before any host is touched, reading it once: only plain files
 in those folders, with plain names; each file's sha256 and size as the manifest says; nothing
@@ -25,11 +28,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
 import tarfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, BinaryIO, Iterable, Optional
 
 from ..config.aptlock import parse_apt_lock
 from ..config.lockfile import parse_lock
@@ -101,24 +106,78 @@ def sums_text(files: list[dict[str, Any]]) -> str:
     return "".join(f"{f['sha256']}  {f['path']}\n" for f in sorted(files, key=lambda f: f["path"]))
 
 
-def write_archive(stage: Path, manifest: dict[str, Any], out: Path) -> str:
-    """The archive of `stage` (whose files `manifest` lists) at `out`; the bundle's id. Every
-    member is root's, 0644, dated 0: the same files make the same archive."""
-    manifest_bytes = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
+class HashingReader:
+    """A file read through once: what was read, hashed on the way (a file's sha256 is taken
+    while it is copied into the archive, never in a pass of its own)."""
 
-    def info(name: str, size: int) -> tarfile.TarInfo:
+    def __init__(self, f: BinaryIO):
+        self.f = f
+        self.digest = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.f.read(size)
+        self.digest.update(data)
+        return data
+
+
+class ArchiveWriter:
+    """An archive written member by member as the build gets its files (the wheels while the
+    .debs download), the manifest last: its members in the order they are added, then
+    SHA256SUMS, then manifest.json (the reader takes them in any order). Every member is
+    root's, 0644, dated 0: the same files added in the same order make the same archive."""
+
+    def __init__(self, out: Path):
+        self.tar = tarfile.TarFile(out, "w", format=tarfile.PAX_FORMAT, copybufsize=CHUNK)
+        self.files: list[dict[str, Any]] = []
+        self._lock = threading.Lock()    # members from two threads, one after the other
+
+    @staticmethod
+    def _info(name: str, size: int) -> tarfile.TarInfo:
         member = tarfile.TarInfo(name)
         member.size, member.mode, member.mtime = size, 0o644, 0
         return member
 
-    with tarfile.TarFile(out, "w", format=tarfile.PAX_FORMAT, copybufsize=CHUNK) as tar:
-        tar.addfile(info(MANIFEST, len(manifest_bytes)), io.BytesIO(manifest_bytes))
+    def add(self, rel: str, source: Path, origin: str, expect: Iterable[str] = ()) -> str:
+        """`source` as member `rel`, hashed while it is copied; its sha256. With `expect`, a
+        digest outside it is refused (BundleError naming the file): the file is not the one
+        its lock or index names."""
+        with open(source, "rb") as f, self._lock:
+            size = os.fstat(f.fileno()).st_size
+            reader = HashingReader(f)
+            self.tar.addfile(self._info(rel, size), reader)
+            digest = reader.digest.hexdigest()
+            allowed = set(expect)
+            if allowed and digest not in allowed:
+                raise BundleError(f"{rel}: sha256 {digest[:16]}... is not the one its lock or "
+                                  "index names: the download was changed", source)
+            self.files.append({"path": rel, "sha256": digest, "size": size, "origin": origin})
+        return digest
+
+    def finish(self, manifest: dict[str, Any]) -> str:
+        """SHA256SUMS and `manifest` (its "files": what was added), and the archive closed;
+        the bundle's id."""
+        manifest = dict(manifest, files=sorted(self.files, key=lambda f: f["path"]))
+        manifest_bytes = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
         sums = sums_text(manifest["files"]).encode()
-        tar.addfile(info(SUMS, len(sums)), io.BytesIO(sums))
-        for entry in sorted(manifest["files"], key=lambda f: f["path"]):
-            with open(stage / entry["path"], "rb") as f:
-                tar.addfile(info(entry["path"], entry["size"]), f)
-    return hashlib.sha256(manifest_bytes).hexdigest()[:16]
+        with self._lock:
+            self.tar.addfile(self._info(SUMS, len(sums)), io.BytesIO(sums))
+            self.tar.addfile(self._info(MANIFEST, len(manifest_bytes)), io.BytesIO(manifest_bytes))
+            self.tar.close()
+        return hashlib.sha256(manifest_bytes).hexdigest()[:16]
+
+    def close(self) -> None:
+        """Stop writing (a failed build: the partial archive is thrown away)."""
+        with self._lock:
+            self.tar.close()
+
+
+def write_archive(stage: Path, manifest: dict[str, Any], out: Path) -> str:
+    """The archive of `stage` (whose files `manifest` lists, in their order) at `out`; the
+    bundle's id."""
+    writer = ArchiveWriter(out)
+    for entry in manifest["files"]:
+        writer.add(entry["path"], stage / entry["path"], entry.get("origin", ""))
+    return writer.finish(manifest)
 
 
 def _manifest(raw: bytes, path: Path) -> dict[str, Any]:
@@ -166,68 +225,75 @@ def read_bundle(path: Path, locks_dir: Optional[Path] = None,  # noqa: C901  one
                 validate_dir: Optional[Path] = None) -> Bundle:
     """The bundle at `path`, checked (see the module docstring); BundleError naming the first
     file that is wrong. `locks_dir`: the recipe's locks, which the bundle's must equal;
-    `validate_dir`: this gpuprov's validate/, which the bundle's must equal."""
+    `validate_dir`: this gpuprov's validate/, which the bundle's must equal.
+
+    One pass, whatever the archive's size: each member is hashed as it streams by and checked
+    against the manifest, which comes last (gpuprov bundle writes it once every file is in;
+    an archive with it first is read the same)."""
     try:
         tar = tarfile.open(path, "r|")     # a stream: read once, whatever its size
     except FileNotFoundError:
         raise BundleError("no such bundle (gpuprov bundle makes one)", path) from None
     except (OSError, tarfile.TarError) as exc:
         raise BundleError(f"not a bundle archive: {exc}", path) from None
-    manifest: Optional[dict[str, Any]] = None
-    bundle_id = ""
-    seen: dict[str, str] = {}
+    raw: Optional[bytes] = None
+    sums: Optional[bytes] = None
+    seen: dict[str, tuple[str, int]] = {}     # member -> (sha256, size), in the archive's order
     locks: dict[str, bytes] = {}
     try:
         with tar:
             for member in tar:
                 name = member.name
-                if manifest is None:
-                    if name != MANIFEST or not member.isfile() or member.size > MAX_MANIFEST:
-                        raise BundleError(f"the archive does not start with its {MANIFEST}: "
-                                          "not a bundle made by gpuprov bundle", path)
-                    f = tar.extractfile(member)
-                    raw = f.read() if f is not None else b""
-                    manifest = _manifest(raw, path)
-                    bundle_id = hashlib.sha256(raw).hexdigest()[:16]
-                    expected = {e["path"]: e for e in manifest["files"]}
-                    continue
                 if not member.isfile():
                     raise BundleError(f"{name}: not a plain file (a link or device in a bundle is "
                                       "refused)", path)
-                if name == SUMS:
+                if name in (MANIFEST, SUMS):
+                    if (raw if name == MANIFEST else sums) is not None or member.size > MAX_MANIFEST:
+                        raise BundleError(f"{name}: twice in the archive, or too large: not a bundle "
+                                          "made by gpuprov bundle", path)
                     f = tar.extractfile(member)
-                    if f is None or f.read(MAX_MANIFEST + 1) != sums_text(manifest["files"]).encode():
-                        raise BundleError(f"{SUMS} does not match {MANIFEST}: the bundle was changed "
-                                          "after it was built", path)
-                    seen[SUMS] = ""
+                    data = f.read() if f is not None else b""
+                    if name == MANIFEST:
+                        raw = data
+                    else:
+                        sums = data
                     continue
-                entry = expected.get(name)
-                if entry is None or name in seen:
+                if name in seen or not _member_ok(name) or len(seen) >= MAX_FILES:
                     why = "twice in the archive" if name in seen else "not in the bundle manifest"
                     raise BundleError(f"{name}: {why}: the bundle was changed after it was built", path)
-                if name.startswith("locks/") and member.size <= MAX_MANIFEST:
-                    f = tar.extractfile(member)
+                if name.startswith("locks/") and member.size + sum(map(len, locks.values())) <= MAX_MANIFEST:
+                    f = tar.extractfile(member)     # kept to read after the manifest: bounded
                     data = f.read() if f is not None else b""
                     digest = hashlib.sha256(data).hexdigest()
                     locks[name] = data
                 else:
                     digest = _hash_member(tar, member)
-                if digest != entry["sha256"] or member.size != entry["size"]:
-                    raise BundleError(f"{name}: sha256 {digest[:16]}... ({member.size} bytes), the "
-                                      f"manifest says {entry['sha256'][:16]}... ({entry['size']} "
-                                      "bytes): the bundle was changed after it was built", path)
-                seen[name] = digest
+                seen[name] = (digest, member.size)
     except (OSError, tarfile.TarError, EOFError) as exc:
         raise BundleError(f"not a whole bundle archive: {exc}", path) from None
-    if manifest is None:
-        raise BundleError("an empty archive: not a bundle", path)
-    missing = sorted(set(expected) - set(seen)) + ([] if SUMS in seen else [SUMS])
+    if raw is None:
+        raise BundleError(f"the archive has no {MANIFEST}: not a bundle made by gpuprov bundle", path)
+    manifest = _manifest(raw, path)
+    expected = {e["path"]: e for e in manifest["files"]}
+    for name, (digest, size) in seen.items():
+        entry = expected.get(name)
+        if entry is None:
+            raise BundleError(f"{name}: not in the bundle manifest: the bundle was changed after "
+                              "it was built", path)
+        if digest != entry["sha256"] or size != entry["size"]:
+            raise BundleError(f"{name}: sha256 {digest[:16]}... ({size} bytes), the manifest says "
+                              f"{entry['sha256'][:16]}... ({entry['size']} bytes): the bundle was "
+                              "changed after it was built", path)
+    missing = sorted(set(expected) - set(seen)) + ([] if sums is not None else [SUMS])
     if missing:
         raise BundleError(f"{missing[0]}: in the manifest but not in the archive", path)
+    if sums != sums_text(manifest["files"]).encode():
+        raise BundleError(f"{SUMS} does not match {MANIFEST}: the bundle was changed after it was "
+                          "built", path)
     _check_locks(path, manifest, locks, locks_dir)
     if validate_dir is not None:
         _check_validate(path, manifest, validate_dir)
-    return Bundle(path, manifest, bundle_id)
+    return Bundle(path, manifest, hashlib.sha256(raw).hexdigest()[:16])
 
 
 def _check_validate(path: Path, manifest: dict[str, Any], validate_dir: Path) -> None:

@@ -26,7 +26,9 @@ archive (or a mirror of it: `--mirror`).
   after the recipe (validation installs and fetches nothing: it runs the host's python, or the
   recipe's venv, on what is there).
 
-Each file is hashed once. Everything is written into a temporary folder beside `--out` and
+Each file is read once after its download: hashed while it is copied into the archive, which is
+written as the files come (the wheels while the .debs download, the manifest last;
+remote/bundle/archive.py). The archive is written in a temporary folder beside `--out` and
 renamed into place when whole: an interrupted or failed build leaves no half bundle.
 """
 from __future__ import annotations
@@ -40,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -53,7 +56,7 @@ from ..lock.apt import REPO
 from ..paths import RECIPES_DIR, VALIDATE_DIR
 from . import aptrepo
 from . import distro as target_apt
-from .archive import SCHEMA, SHA256, BundleError, sha256_file, validate_files, write_archive
+from .archive import SCHEMA, SHA256, ArchiveWriter, BundleError, sha256_file, validate_files
 
 TOOL_TIMEOUT_S = 3600          # one download tool's run: a torch row is several GB
 UV_LOCK = "uv.txt"
@@ -130,9 +133,11 @@ def _without_password(url: str) -> str:
 
 
 def fetch_wheels(locks: list[LockFile], env: dict[str, str], distro: Distro, arch: str,
-                 index_url: str, dest: Path) -> dict[str, tuple[str, str]]:
-    """Every pin of `locks` that holds in `env`, as wheels in `dest`, each checked against its
-    lock's sha256; file name -> (origin, sha256)."""
+                 index_url: str, dest: Path) -> dict[str, tuple[str, frozenset[str]]]:
+    """Every pin of `locks` that holds in `env`, as wheels in `dest`; file name -> (origin, the
+    sha256s its lock allows). pip checked each file against them (`--require-hashes`); the
+    archive checks it again as it copies it in (`ArchiveWriter.add`): each file is read once
+    after pip, not hashed in a pass of its own."""
     pins = {}
     for lock in locks:
         for pin in lock.pins_for(env).values():
@@ -157,18 +162,18 @@ def fetch_wheels(locks: list[LockFile], env: dict[str, str], distro: Distro, arc
     _run(cmd, "pip download", env=env_vars)
     from packaging.utils import canonicalize_name, parse_wheel_filename
 
-    origins: dict[str, tuple[str, str]] = {}
+    origins: dict[str, tuple[str, frozenset[str]]] = {}
     got = set()
     for wheel in sorted(dest.iterdir()):
         name, version, _, _ = parse_wheel_filename(wheel.name)
         key = (str(canonicalize_name(name)), str(version))
         found = pins.get(key) or next((p for (n, v), p in pins.items()
                                        if n == key[0] and _same_version(v, key[1])), None)
-        digest = sha256_file(wheel)
-        if found is None or digest not in found.hashes:
-            raise BundleError(f"{wheel.name}: pip download gave a file whose sha256 is not in the lock")
+        if found is None:
+            raise BundleError(f"{wheel.name}: pip download gave a file the lock does not pin")
         got.add((found.name, found.version))
-        origins[wheel.name] = (f"{_without_password(index_url)} {found.name}=={found.version}", digest)
+        origins[wheel.name] = (f"{_without_password(index_url)} {found.name}=={found.version}",
+                               frozenset(found.hashes))
     missing = sorted(f"{n}=={v}" for n, v in set(pins) - got)
     if missing:
         raise BundleError(f"pip download did not fetch {', '.join(missing)}")
@@ -296,40 +301,52 @@ def kept_cache(folder: Path, env: Optional[dict[str, str]] = None) -> tuple[str,
             "-o", f"Dir::Cache::srcpkgcache={folder}/.srcpkgcache.bin")
 
 
+def index_stanzas(closure: list[str], env: Optional[dict[str, str]] = None,
+                  options: tuple[str, ...] = ()) -> str:
+    """The apt index stanzas (this machine's, or the private configuration's in `env`) of the
+    versions `apt-get download` takes of `closure` (the candidates)."""
+    return _run(["apt-cache", *options, "show", "--no-all-versions", *closure], "apt-cache show",
+                env=env)
+
+
 def fetch_debs(packages: list[str], dest: Path, extra_stanzas: tuple[str, ...] = (),
-               env: Optional[dict[str, str]] = None) -> tuple[dict[str, str], dict[str, str]]:
+               env: Optional[dict[str, str]] = None, closure: Optional[list[str]] = None,
+               index: Optional[str] = None,
+               options: Optional[tuple[str, ...]] = None) -> tuple[dict[str, str], dict[str, str]]:
     """The .debs of `packages`' closure, fetched into `dest`, each checked against the SHA256
     of the apt index (whose Release apt checked against the archive's key: this machine's
     sources, or the private configuration in `env`), and their
     `Packages` index: those same index stanzas, each pointing at its file here, and
     `extra_stanzas` (of .debs already beside them). (Package name -> version, file name ->
-    sha256.)"""
-    options = kept_cache(dest, env) if packages else ()
-    closure = dependency_closure(packages, env, options) if packages else []
+    sha256.) `options`: apt's -o options (`kept_cache`; made here, in `dest`, when None)."""
+    own_cache = options is None
+    options = (kept_cache(dest, env) if packages else ()) if options is None else options
+    if closure is None:    # else the caller's, with its `index`, made while the wheels downloaded
+        closure = dependency_closure(packages, env, options) if packages else []
     if not closure:
         (dest / "Packages").write_text("\n\n".join(extra_stanzas) + "\n")
         return {}, {}
     # The index stanzas of the versions apt-get download takes (the candidates), read while it
     # downloads: apt-cache loads its cache for a few seconds, the download waits on the network.
-    shown: list[str] = []
+    shown: list[str] = [index] if index is not None else []
     failed: list[BundleError] = []
 
     def read_index() -> None:
         try:
-            shown.append(_run(["apt-cache", *options, "show", "--no-all-versions", *closure],
-                              "apt-cache show", env=env))
+            shown.append(index_stanzas(closure, env, options))
         except BundleError as exc:
             failed.append(exc)
 
-    reader = threading.Thread(target=read_index)
+    reader = threading.Thread(target=read_index if index is None else lambda: None)
     reader.start()
     try:
         _run(["apt-get", *options, "download", "-q", *closure], "apt-get download", cwd=dest,
              env=env)
     finally:
         reader.join()
-        for cache in (".pkgcache.bin", ".srcpkgcache.bin"):
-            (dest / cache).unlink(missing_ok=True)
+        if own_cache:
+            for cache in (".pkgcache.bin", ".srcpkgcache.bin"):
+                (dest / cache).unlink(missing_ok=True)
     if failed:
         raise failed[0]
     files: dict[tuple[str, str], Path] = {}
@@ -364,31 +381,73 @@ def fetch_debs(packages: list[str], dest: Path, extra_stanzas: tuple[str, ...] =
     return {name: version for name, version in stanzas}, digests
 
 
-def make_repository(repo: Path, label: str) -> None:
+@dataclass
+class AptPlan:
+    """How the .debs are read: `env` (None: this machine's apt; else a private configuration's
+    environment), apt's `options` (`kept_cache`), and the recipe's closure with its index
+    stanzas (made while the wheels download)."""
+
+    env: Optional[dict[str, str]]
+    options: tuple[str, ...]
+    closure: list[str]
+    index: str
+
+
+def _plan_apt(packages: list[str], distro_name: str, arch: str, work: Path, mirror: str,
+              security_mirror: str, progress: Callable[[str], None]) -> AptPlan:
+    """The target's apt (a private configuration's `apt-get update` when it is not this
+    machine's) and the closure of `packages` with its index: CPU and a little network, run
+    beside the wheels' download."""
+    env = apt_environment(distro_name, arch, work / "apt-config", mirror, security_mirror, progress)
+    (work / "apt-cache").mkdir(exist_ok=True)
+    options = kept_cache(work / "apt-cache", env)
+    closure = dependency_closure(packages, env, options) if packages else []
+    return AptPlan(env, options, closure, index_stanzas(closure, env, options) if closure else "")
+
+
+class BundleKey:
+    """A signing key made for one bundle (ed25519, in a temporary GNUPGHOME): `generate` (run
+    while the wheels download), `sign` a repository, `close` throws its secret half away."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self.home = Path(tempfile.mkdtemp(prefix="gpuprov-bundle-gpg-"))
+        self.env = dict(os.environ, GNUPGHOME=str(self.home), LC_ALL="C")
+        self.gpg = ["gpg", "--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""]
+        self.fingerprint = ""
+
+    def generate(self) -> None:
+        _run([*self.gpg, "--quick-gen-key", f"gpuprov bundle ({self.label})", "ed25519", "sign",
+              "never"], "gpg --quick-gen-key", env=self.env)
+        listing = _run([*self.gpg, "--with-colons", "--list-secret-keys"], "gpg", env=self.env)
+        self.fingerprint = next(line.split(":")[9] for line in listing.splitlines()
+                                if line.startswith("fpr:"))
+
+    def sign(self, repo: Path) -> None:
+        """InRelease from `repo`'s Release, and bundle-key.gpg (binary, as apt's Signed-By
+        reads a .gpg keyring)."""
+        _run([*self.gpg, "--local-user", self.fingerprint, "--clearsign", "-o",
+              str(repo / "InRelease"), str(repo / "Release")], "gpg --clearsign", env=self.env)
+        _run([*self.gpg, "--output", str(repo / "bundle-key.gpg"), "--export", self.fingerprint],
+             "gpg --export", env=self.env)
+
+    def close(self) -> None:
+        try:
+            subprocess.run(["gpgconf", "--kill", "all"], env=self.env, capture_output=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):   # no gpg here: the build says so, not this
+            pass
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+def make_repository(repo: Path, key: BundleKey) -> None:
     """Release, InRelease and bundle-key.gpg for the .debs and Packages in `repo`: a flat
-    repository (DebianRepository/Format, "Flat Repository Format") signed by a new key."""
+    repository (DebianRepository/Format, "Flat Repository Format") signed by `key` (generated)."""
     data = (repo / "Packages").read_bytes()
-    release = (f"Origin: gpuprov bundle\nLabel: {label}\n"
+    release = (f"Origin: gpuprov bundle\nLabel: {key.label}\n"
                f"Date: {email.utils.formatdate(usegmt=True)}\n"
                f"SHA256:\n {hashlib.sha256(data).hexdigest()} {len(data)} Packages\n")
     (repo / "Release").write_text(release)
-    home = Path(tempfile.mkdtemp(prefix="gpuprov-bundle-gpg-"))
-    env = dict(os.environ, GNUPGHOME=str(home), LC_ALL="C")
-    gpg = ["gpg", "--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""]
-    try:
-        _run([*gpg, "--quick-gen-key", f"gpuprov bundle ({label})", "ed25519", "sign", "never"],
-             "gpg --quick-gen-key", env=env)
-        listing = _run([*gpg, "--with-colons", "--list-secret-keys"], "gpg", env=env)
-        fingerprint = next(line.split(":")[9] for line in listing.splitlines()
-                           if line.startswith("fpr:"))
-        _run([*gpg, "--local-user", fingerprint, "--clearsign", "-o", str(repo / "InRelease"),
-              str(repo / "Release")], "gpg --clearsign", env=env)
-        # binary, as apt's Signed-By reads a .gpg keyring
-        _run([*gpg, "--output", str(repo / "bundle-key.gpg"), "--export", fingerprint],
-             "gpg --export", env=env)
-    finally:
-        subprocess.run(["gpgconf", "--kill", "all"], env=env, capture_output=True, timeout=30)
-        shutil.rmtree(home, ignore_errors=True)
+    key.sign(repo)
 
 
 @dataclass
@@ -465,36 +524,48 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
                f"--recipe {recipe.name}{f' --apt-repo {apt_repo}' if apt_repo else ''} --out {out.name}")
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    key = BundleKey(f"{cuda} {distro_name}") if packages or apt_lock else None
+    stop = threading.Event()
+    # Helpers beside the downloads: the key, the recipe's package list and its index stanzas
+    # are made while the wheels download, and the wheels are copied into the archive (hashed on the way) while
+    # the .debs download; the downloads themselves run one after the other (see below).
+    pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="bundle")
+    writer = ArchiveWriter(work / out.name)
     try:
+        keygen = pool.submit(key.generate) if key is not None else None
+        # apt-cache depends and show are CPU (each reads the apt lists), the wheels' download
+        # the network
+        planning = pool.submit(_plan_apt, list(packages), distro_name, arch, work, mirror,
+                               security_mirror, progress) if packages else None
         stage = work / "stage"
-        for folder in ("locks", "wheels", "apt"):
+        for folder in ("wheels", "apt"):
             (stage / folder).mkdir(parents=True)
-        files: list[dict[str, Any]] = []
-
-        def add(rel: str, origin: str, digest: str = "") -> None:
-            path = stage / rel    # hashed once: a row's wheels are gigabytes
-            files.append({"path": rel, "sha256": digest or sha256_file(path),
-                          "size": path.stat().st_size, "origin": origin})
-
         for path in [lock.path for lock in locks] + ([apt_lock.path] if apt_lock else []):
-            shutil.copyfile(path, stage / "locks" / path.name)
-            add(f"locks/{path.name}", str(path))
+            writer.add(f"locks/{path.name}", path, str(path))
         for rel, source in validate_files(VALIDATE_DIR).items():
-            (stage / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, stage / rel)
-            add(rel, f"this gpuprov's {VALIDATE_DIR}")
+            writer.add(rel, source, f"this gpuprov's {VALIDATE_DIR}")
         t0 = time.monotonic()
         progress(f"bundle: wheels of {', '.join(names)} for {distro_name} {arch} (python "
                  f"{distro.python}) from {_without_password(index_url)}")
         origins = fetch_wheels(locks, marker_environment(distro, arch), distro, arch, index_url,
                                stage / "wheels")
-        for name, (origin, digest) in origins.items():
-            add(f"wheels/{name}", origin, digest)
         wheel_s = time.monotonic() - t0
-        wheel_bytes = sum(f["size"] for f in files if f["path"].startswith("wheels/"))
+        wheel_bytes = sum((stage / "wheels" / name).stat().st_size for name in origins)
         progress(f"bundle: {len(origins)} wheels, {wheel_bytes / 1e6:.1f} MB in {wheel_s:.1f} s")
-        # One after the other: the wheels and the .debs at once came out slower (they share the
-        # link; bench/bundle_build.py, 2026-11-27: ratios 0.92-2.01 against 0.82-1.65).
+
+        def write_wheels() -> None:
+            for name, (origin, allowed) in sorted(origins.items()):
+                if stop.is_set():
+                    return
+                writer.add(f"wheels/{name}", stage / "wheels" / name, origin, allowed)
+                (stage / "wheels" / name).unlink()      # in the archive now: not kept twice
+
+        wheels_written = pool.submit(write_wheels)
+        # The .debs after the wheels, not beside them: measured 2026-11-27 06:46 UTC on this
+        # 2-core machine (3 runs each way), the .debs took 8.7-17.0 s beside pip against
+        # 5.8-9.9 s after it, and the pair was no faster (13.0-28.7 s against 15.5-26.8 s):
+        # apt-cache depends (1.7 s of CPU) competes with pip's TLS and hashing for the CPUs,
+        # and apt-get download with pip for the link.
         t0 = time.monotonic()
         debs: dict[str, str] = {}
         nvidia: dict[str, tuple[str, str]] = {}
@@ -509,37 +580,55 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
             elif outside:
                 progress(f"bundle: not carried (--no-debs): {' '.join(sorted(outside))}, which "
                          "they depend on from the distribution")
+        digests: dict[str, str] = {}
+        apt_env: Optional[dict[str, str]] = None
         if packages or nvidia:
             if packages:
                 progress(f"bundle: .debs of {' '.join(packages)} and their dependencies")
-            apt_env = (apt_environment(distro_name, arch, work / "apt-config", mirror,
-                                       security_mirror, progress) if packages else None)
-            ours, digests = fetch_debs(packages, stage / "apt", tuple(stanzas), apt_env)
+            plan = (planning.result() if planning is not None else
+                    _plan_apt([], distro_name, arch, work, mirror, security_mirror, progress)
+                    if packages else AptPlan(None, (), [], ""))
+            apt_env = plan.env
+            more = [p for p in packages if p not in plan.closure]     # the apt lock's
+            if more:
+                ours, digests = fetch_debs(packages, stage / "apt", tuple(stanzas), plan.env,
+                                           options=plan.options)
+            else:
+                ours, digests = fetch_debs(packages, stage / "apt", tuple(stanzas), plan.env,
+                                           closure=plan.closure, index=plan.index,
+                                           options=plan.options)
             debs.update(ours)
-            for name, (origin, digest) in nvidia.items():
-                os.replace(work / "nvidia" / name, stage / "apt" / name)
-                add(f"apt/{name}", origin, digest)
-            make_repository(stage / "apt", f"{cuda} {distro_name}")
-            for name, digest in sorted(digests.items()):
-                add(f"apt/{name}", "this machine's apt sources (apt-get download)" if apt_env is None
-                    else f"{distro_name}'s archive (apt-get download)", digest)
+            assert key is not None and keygen is not None   # made when any .deb may come
+            keygen.result()
+            make_repository(stage / "apt", key)
+        wheels_written.result()
+        for name, (origin, digest) in nvidia.items():
+            writer.add(f"apt/{name}", work / "nvidia" / name, origin, {digest})
+        for name, digest in sorted(digests.items()):
+            writer.add(f"apt/{name}", stage / "apt" / name,
+                       "this machine's apt sources (apt-get download)" if apt_env is None
+                       else f"{distro_name}'s archive (apt-get download)", {digest})
+        if packages or nvidia:
             for index in ("Packages", "Release", "InRelease", "bundle-key.gpg"):
-                add(f"apt/{index}", "made for the bundle")
+                writer.add(f"apt/{index}", stage / "apt" / index, "made for the bundle")
         for name, (origin, digest) in fetch_deb_files(deb_files, stage / "apt").items():
-            add(f"apt/{name}", origin, digest)
+            writer.add(f"apt/{name}", stage / "apt" / name, origin, {digest})
         deb_s = time.monotonic() - t0
-        deb_bytes = sum(f["size"] for f in files if f["path"].endswith(".deb"))
+        deb_bytes = sum(f["size"] for f in writer.files if f["path"].endswith(".deb"))
         if packages or nvidia:
             progress(f"bundle: {len(debs)} .debs, {deb_bytes / 1e6:.1f} MB in {deb_s:.1f} s")
-        uv = next(f["path"] for f in files if f["path"].startswith("wheels/uv-"))
+        uv = next(f"wheels/{name}" for name in origins if name.startswith("uv-"))
         manifest = {"schema": SCHEMA, "cuda": cuda, "torch": torch, "distro": distro_name,
                     "arch": arch, "python": distro.python, "command": command,
-                    "created": email.utils.formatdate(usegmt=True), "uv_wheel": uv,
-                    "debs": debs, "files": sorted(files, key=lambda f: f["path"])}
-        partial = work / out.name
-        bundle_id = write_archive(stage, manifest, partial)
-        os.replace(partial, out)
+                    "created": email.utils.formatdate(usegmt=True), "uv_wheel": uv, "debs": debs}
+        bundle_id = writer.finish(manifest)
+        os.replace(work / out.name, out)
     finally:
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        writer.close()
+        if key is not None:
+            key.close()
         shutil.rmtree(work, ignore_errors=True)
     total = time.monotonic() - started
     report = BuildReport(out, bundle_id, len(origins), wheel_bytes, len(debs), deb_bytes,

@@ -2,8 +2,9 @@
 
 The host keeps each bundle unpacked in `/var/lib/gpuprov/bundles/<id>/` (the id names the
 manifest, which names every file). A host that already has the bundle whole gets nothing: one
-probe, and the step is `ok`; else the archive goes over the SSH session's stdin once, is unpacked
-into a folder beside that one, checked there with `sha256sum -c` against its SHA256SUMS (what
+probe, and the step is `ok`; else the archive goes over the SSH session's stdin once (streamed
+from the file: the control machine never holds it in memory), is unpacked into a folder beside
+that one, checked there with `sha256sum -c` against its SHA256SUMS (what
 was written is what was checked on the control machine), given the apt source that reads its
 repository, and renamed into place. A failed transfer or check leaves nothing behind and fails
 that host alone, naming the file.
@@ -18,7 +19,6 @@ were. Signed-By keyrings "have to be accessible and readable for the _apt system
 from __future__ import annotations
 
 import shlex
-import threading
 import time
 from typing import Optional
 
@@ -64,19 +64,10 @@ class PushBundle:
     def __init__(self, bundle: Bundle, job: Job):
         self.bundle = bundle
         self.job = job
-        self._data: Optional[bytes] = None
-        self._lock = threading.Lock()
 
     @property
     def outcome(self) -> Optional[str]:
         return self.job.outcome
-
-    def data(self) -> bytes:
-        """The archive's bytes, read once for every host (it was checked as it was read)."""
-        with self._lock:
-            if self._data is None:
-                self._data = self.bundle.path.read_bytes()
-            return self._data
 
     def __call__(self, session: HostSession) -> None:
         if not session.options.check and not self.push(session):
@@ -96,8 +87,14 @@ class PushBundle:
                                           time.monotonic() - started))
                 return True
             size = self.bundle.size
-            res = session.conn.run(unpack_command(root), become=True, stdin=self.data(),
-                                   timeout=max(timeouts.command, 60 + size / RATE_FLOOR))
+            # streamed from the file, a piece at a time, by each host's own reader: the control
+            # machine holds no archive in memory, whatever its size or the number of hosts
+            with open(self.bundle.path, "rb") as archive:
+                res = session.conn.run(unpack_command(root), become=True, stdin=archive,
+                                       timeout=max(timeouts.command, 60 + size / RATE_FLOOR))
+        except OSError as exc:
+            session.fail(STEP, f"could not read the bundle {self.bundle.path}: {exc}")
+            return False
         except GpuprovError as exc:
             session.fail(STEP, f"could not push the bundle: {exc}")
             return False

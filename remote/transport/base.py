@@ -28,19 +28,21 @@ from __future__ import annotations
 
 import abc
 import functools
+import io
 import secrets
 import select
 import shlex
 import threading
 import time
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Literal, Optional, TypeVar
+from typing import BinaryIO, Callable, Literal, Optional, TypeVar, Union
 
 from ..config.inventory import Host, Timeouts
 from ..envvars import env_number
 from ..errors import BecomeError, CommandTimeout, HostError, Interrupted, OutputTooLarge
 
 OutputCallback = Callable[[str, str], None]  # (stream name "stdout"|"stderr", text)
+Stdin = Union[bytes, BinaryIO]  # a command's input: its bytes, or a file to stream from
 Stream = Literal["stdout", "stderr"]
 
 KILL_GRACE_S = 5  # after SIGTERM, `timeout -k` sends SIGKILL this much later
@@ -48,6 +50,11 @@ CLIENT_GRACE_S = KILL_GRACE_S + 5  # the client waits this long past the remote 
 STOP_TIMEOUT_S = 3  # for the `kill` that stops a cancelled command
 CANCEL_PID_WAIT_S = 2  # a command cancelled before its PID line arrived waits this long for it
 POLL_S = 1.0  # the loop looks at cancel, the deadline and the link at least this often
+# A command's stdin goes in pieces of this size, the output read between them: a file of any
+# size is streamed, never read whole; and paramiko's sendall keeps what is left to send as
+# `s = s[sent:]`, a copy of the rest after each send of at most a window's worth, so one 114 MB
+# write (a bundle) copied gigabytes and took minutes (measured, unsourced).
+STDIN_PIECE = 256 * 1024
 # What coreutils `timeout` exits with when it stopped the command (TERM, then KILL after grace).
 TIMEOUT_EXIT_CODES = (124, 137)
 
@@ -280,7 +287,7 @@ class LineSplitter:
 class _Exchange:
     """Collects a command's output and handles the sudo prompt / ready markers on stderr."""
 
-    def __init__(self, prompt: str, ready: str, password: Optional[str], stdin: Optional[bytes],
+    def __init__(self, prompt: str, ready: str, password: Optional[str], stdin: Optional[Stdin],
                  wait_ready: bool, on_output: Optional[OutputCallback],
                  limit: int = OUTPUT_MAX_BYTES, stdout_to: Optional[FileSink] = None,
                  streamed: bool = False):
@@ -289,7 +296,8 @@ class _Exchange:
         self.pid: Optional[int] = None  # from the ready line: the command's process group
         self.announced = False
         self.password = password
-        self.stdin = stdin
+        self.stdin: Optional[BinaryIO] = io.BytesIO(stdin) if isinstance(stdin, bytes) else stdin
+        self.feeding: Optional[BinaryIO] = None    # the stdin being sent, once sudo is satisfied
         self.waiting = wait_ready
         stream = PassedOn if streamed else BoundedStream
         self.stdout: BoundedStream | FileSink = (
@@ -306,9 +314,17 @@ class _Exchange:
             self._release_stdin()
 
     def _release_stdin(self) -> None:
-        if self.stdin:
-            self.to_send.append(self.stdin)
+        self.feeding = self.stdin
         self.close_stdin = True
+
+    def stdin_piece(self) -> bytes:
+        """The next piece of the command's stdin (b"" when none is due now, or none is left)."""
+        if self.feeding is None:
+            return b""
+        piece = self.feeding.read(STDIN_PIECE)
+        if not piece:
+            self.feeding = None
+        return piece
 
     def feed_stderr(self, data: bytes) -> None:
         if self.announced:
@@ -413,7 +429,7 @@ class BaseConnection:
         self.become_password = become_password
 
     def run(self, script: str, *, become: bool = False, timeout: Optional[float] = None,
-            stdin: Optional[bytes] = None, on_output: Optional[OutputCallback] = None,
+            stdin: Optional[Stdin] = None, on_output: Optional[OutputCallback] = None,
             shell: str = "/bin/sh", cancellable: bool = True,
             stdout_to: Optional[BinaryIO] = None,
             stdout_max_bytes: Optional[int] = None,
@@ -423,6 +439,8 @@ class BaseConnection:
         kept up to `output_max_bytes()` (see `BoundedStream`); with `streamed`, both streams
         go whole to `on_output` and are kept nowhere (`PassedOn`).
 
+        `stdin`: bytes, or a binary file read from where it stands, a piece at a time as the
+        command takes it (a bundle of gigabytes is never in memory).
         With `stdout_to`, stdout is written into that file instead (a pulled archive: never
         in memory); past `stdout_max_bytes` (required then) the command is stopped and
         `OutputTooLarge` raised. With `idle_timeout`, `CommandTimeout` ("no output line for N
@@ -494,7 +512,10 @@ class BaseConnection:
             cancelled_at = _check_cancel(cancel, exchange, cancelled_at)
             while exchange.to_send:
                 running.write_stdin(exchange.to_send.pop(0))
-            if exchange.close_stdin and not stdin_closed:
+            piece = exchange.stdin_piece()    # one piece a round: the output is read between
+            if piece:
+                running.write_stdin(piece)
+            if exchange.close_stdin and exchange.feeding is None and not stdin_closed:
                 running.close_stdin()
                 stdin_closed = True
             now = time.monotonic()
@@ -504,6 +525,8 @@ class BaseConnection:
                 raise CommandTimeout(f"no output {'' if to_file else 'line '}for "
                                      f"{idle_timeout:g} s (timeouts.idle), stopped")
             wait = POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - now))
+            if exchange.feeding is not None:
+                wait = 0.0    # more stdin to send: only look at what came
             chunks = running.read(wait)
             for stream, data in chunks:
                 if stream == "stdout":

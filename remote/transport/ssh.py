@@ -244,9 +244,6 @@ class SSHConnection(BaseConnection):
             self.gateway.close()
 
 
-STDIN_PIECE = 256 * 1024
-
-
 class _SSHCommand(RunningCommand):
     """A command on its own channel of the host's transport."""
 
@@ -256,13 +253,16 @@ class _SSHCommand(RunningCommand):
         self.transport = transport
         self.host_name = host_name
         self.liveness = liveness
+        self.stdin_gone = False
 
     def write_stdin(self, data: bytes) -> None:
-        # In pieces: paramiko's sendall keeps what is left as `s = s[sent:]`, a copy of the rest
-        # after each send of at most a window's worth, so one 114 MB write (a bundle) copied
-        # gigabytes and took minutes; pieces of STDIN_PIECE bound each copy.
-        for start in range(0, len(data), STDIN_PIECE):
-            self.channel.sendall(data[start:start + STDIN_PIECE])
+        # at most STDIN_PIECE bytes (base.py: the loop sends a command's stdin in pieces)
+        if self.stdin_gone:
+            return
+        try:
+            self.channel.sendall(data)
+        except OSError:    # the channel closed: the command exited, it reads no more
+            self.stdin_gone = True
 
     def close_stdin(self) -> None:
         self.channel.shutdown_write()
