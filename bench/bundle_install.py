@@ -20,8 +20,8 @@ alone (the hosts' start is not in it).
    (`read_bundle`, which also takes its sha256), the archive over a Paramiko SSH session (the
    transport's library, paramiko's default cipher order) into a file on one host, then on all N
    at once from one process (as `provision` sends it), its `tar -x` on the host alone, and the
-   push's host command (`unpack_command`: `tar -x` with `sha256sum` of the same bytes beside
-   it) from that file.
+   push's host command (`unpack_command`: `tar -x` with the sha256 of the same bytes beside
+   it) from that file, and that file's sha256 by coreutils' sha256sum and by openssl.
 2. cache, cold: 2N+1 fresh online hosts; playbooks/cache.yaml on sandbox1 (apt-cacher-ng and
    devpi-server; timed apart, no prefetch) and the inventory's `cache: {host: sandbox1}`; then N
    hosts provisioned through it: each file goes origin -> cache -> host.
@@ -144,7 +144,7 @@ def push_anatomy(hosts: SandboxHosts, bundle: Path) -> dict:
     """Where a push goes, part by part as remote/bundle/push.py does them: the control
     machine's check, the archive over SSH into a file on one host, then on every host at once
     (one process, as `provision` sends it), its `tar -x` on the host, and the push's host
-    command (tar -x and sha256sum beside it) from that file."""
+    command (tar -x and a sha256 beside it) from that file, and the two hashers alone."""
     scratch = "/var/tmp/gpuprov-bench-push"
     started = time.monotonic()
     checked = read_bundle(bundle, locks_dir=REPO / "playbooks" / "locks", validate_dir=VALIDATE_DIR)
@@ -169,6 +169,9 @@ def push_anatomy(hosts: SandboxHosts, bundle: Path) -> dict:
                             "--no-same-owner --no-same-permissions")
         unpack_s = _timed_root(hosts, one, f"rm -rf {scratch} && /bin/sh -c "
                                f"{shlex.quote(unpack_command(scratch, checked.sha256))} < {scratch}.tar")
+        hashers = {key: _timed_root(hosts, one, f"{tool} < {scratch}.tar > /dev/null")
+                   for key, tool in (("host_sha256sum_s", "sha256sum"),
+                                     ("host_openssl_sha256_s", "openssl dgst -sha256 -r"))}
     finally:
         del data
         for name in hosts.names:
@@ -177,7 +180,7 @@ def push_anatomy(hosts: SandboxHosts, bundle: Path) -> dict:
     return {"control_check_s": check_s, "ssh_one_host_s": alone[one],
             "ssh_one_host_mb_per_s": round(size / alone[one], 1),
             f"ssh_{len(hosts.names)}_hosts_at_once_s": all_s, "host_untar_s": tar_s,
-            "host_untar_with_sha256_s": unpack_s}
+            "host_untar_with_sha256_s": unpack_s, **hashers}
 
 
 def offline(work: Path, bundle: Path, count: int, timeout: float) -> dict:

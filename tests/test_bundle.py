@@ -424,12 +424,13 @@ def test_a_bundle_larger_than_the_memory_the_control_process_may_use_still_gets_
     assert proc.stdout.splitlines() == [f"0 {zeros.hexdigest()}"] * 2, proc.stdout + proc.stderr
 
 
-def _unpack(archive: Path, root: Path, sha256: str) -> subprocess.CompletedProcess:
+def _unpack(archive: Path, root: Path, sha256: str, path: str = "") -> subprocess.CompletedProcess:
     """The host's side of a push (`unpack_command`), run by this machine's /bin/sh and
-    coreutils as a host's runs it, the archive's bytes on its stdin."""
+    coreutils as a host's runs it, the archive's bytes on its stdin (`path`: its PATH)."""
     with open(archive, "rb") as f:
         return subprocess.run(["/bin/sh", "-c", unpack_command(str(root), sha256)], stdin=f,
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=60,
+                              env={"PATH": path} if path else None)
 
 
 def test_the_archive_s_sha256_is_taken_in_the_check_s_one_pass(bundle):
@@ -467,3 +468,26 @@ def test_a_host_unpacks_only_the_archive_that_was_checked_and_leaves_nothing_els
     deb = next(data for member, data in members if member.name == f"apt/{DEB}")
     assert (root / ".complete").is_file() and (root / "apt" / DEB).read_bytes() == deb
     assert "Signed-By: " in (root / "sources.d" / "gpuprov-bundle.sources").read_text()
+
+
+@pytest.mark.parametrize("hasher", ["openssl", "python3", "sha256sum"])
+def test_each_hasher_a_host_may_have_takes_the_stream_s_sha256(bundle, tmp_path, hasher):
+    """A host with only openssl, only python3 or only coreutils' sha256sum to hash with (a
+    PATH of this machine's tools with just that one) unpacks the checked archive and refuses
+    one changed byte."""
+    import shutil
+
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in ("tee", "tar", "mkfifo", "mkdir", "rm", "mv", "touch", hasher):
+        (tools / tool).symlink_to(shutil.which(tool))
+    checked = read_bundle(bundle)
+    hosts = tmp_path / "host"
+    hosts.mkdir()
+    flipped = _rewrite(bundle, tmp_path / "flipped.tar", _flip(f"apt/{DEB}"))
+    bad = _unpack(flipped, hosts / checked.id, checked.sha256, str(tools))
+    assert bad.returncode != 0 and "the bundle arrived changed" in bad.stderr, bad.stderr
+    assert list(hosts.iterdir()) == []
+    good = _unpack(bundle, hosts / checked.id, checked.sha256, str(tools))
+    assert good.returncode == 0, good.stderr
+    assert (hosts / checked.id / ".complete").is_file()

@@ -50,12 +50,24 @@ def probe_command(root: str) -> str:
     return f"[ -f {shlex.quote(root)}/.complete ] && echo {PRESENT} || true"
 
 
+# The stream's sha256 on the host, by the first there of: openssl's and python3's (OpenSSL's
+# SHA-256, which uses the CPU's SHA instructions) or coreutils' sha256sum (its own C code, about
+# 8 times the CPU: docs/explanation/figures.md, "Installing from a bundle against the fleet
+# cache"). Each prints the hex digest first.
+HASHER = ("if command -v openssl >/dev/null 2>&1; then openssl dgst -sha256 -r; "
+          "elif command -v python3 >/dev/null 2>&1; then python3 -c 'import hashlib, sys\n"
+          "h = hashlib.sha256()\n"
+          "for b in iter(lambda: sys.stdin.buffer.read(1 << 20), b\"\"): h.update(b)\n"
+          "print(h.hexdigest())'; "
+          "else sha256sum; fi")
+
+
 def unpack_command(root: str, sha256: str) -> str:
     """Unpack the archive on stdin as `root` if its bytes have `sha256` (the module docstring).
 
     POSIX sh and coreutils (a stock Debian or Ubuntu host): `tee` copies the stream into a fifo
-    that `sha256sum` reads in the background while `tar -x` unpacks; tar reads its input to the
-    end (GNU tar drains a pipe after the archive's end), so the hash is of every byte sent."""
+    that HASHER reads in the background while `tar -x` unpacks; tar reads its input to the end
+    (GNU tar drains a pipe after the archive's end), so the hash is of every byte sent."""
     r = shlex.quote(root)
     sources = ("Types: deb\n"
                f"URIs: file:{root}/apt\n"
@@ -66,7 +78,7 @@ def unpack_command(root: str, sha256: str) -> str:
         f"R={r}; T=$R.partial.$$; S={shlex.quote(sha256)}",
         "trap 'rm -rf \"$T\" \"$T.fifo\" \"$T.sum\"' EXIT",
         'mkdir -p "$T" && mkfifo "$T.fifo" || exit 1',
-        'sha256sum < "$T.fifo" > "$T.sum" & H=$!',
+        f'({HASHER}) < "$T.fifo" > "$T.sum" & H=$!',
         'tee "$T.fifo" | tar -x -f - -C "$T" --no-same-owner --no-same-permissions || '
         '{ wait "$H"; exit 1; }',
         'wait "$H" && read -r GOT REST < "$T.sum" || exit 1',
