@@ -14,7 +14,8 @@ pushed bundle on the host, so every round pushes it whole. With --before, the tr
 `--ciphers`: instead, what the SSH session's cipher and MAC cost the bulk stream: --size-mb
 MB from memory over one Paramiko session into `cat > /dev/null` on the sandbox host, in 256 KiB
 pieces (remote/transport's), with each cipher/MAC pair of CIPHERS alone on offer (paramiko's
-Transport.get_security_options(), https://docs.paramiko.org/en/stable/api/transport.html), the
+Transport.get_security_options() through SSHClient.connect's transport_factory, as in
+https://github.com/paramiko/paramiko/issues/2310), the
 pairs alternating for --rounds rounds. paramiko's own order puts aes128-ctr with hmac-sha2-256
 first; remote/transport/ssh.py puts AES-GCM first.
 

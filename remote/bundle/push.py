@@ -4,7 +4,7 @@ The host keeps each bundle unpacked in `/var/lib/gpuprov/bundles/<id>/` (the id 
 manifest, which names every file). A host that already has the bundle whole gets nothing: one
 probe, and the step is `ok`; else the archive goes over the SSH session's stdin once (streamed
 from the file: the control machine never holds it in memory) and is unpacked into a folder
-beside that one while `sha256sum` hashes the same bytes as they arrive (`tee` into a fifo); the
+beside that one while the host hashes the same bytes as they arrive (`tee` into a fifo); the
 folder is given the apt source that reads its repository and renamed into place only if that
 sha256 is the archive's as `read_bundle` took it. A failed transfer or check leaves nothing
 behind and fails that host alone, saying so.
@@ -66,8 +66,9 @@ def unpack_command(root: str, sha256: str) -> str:
     """Unpack the archive on stdin as `root` if its bytes have `sha256` (the module docstring).
 
     POSIX sh and coreutils (a stock Debian or Ubuntu host): `tee` copies the stream into a fifo
-    that HASHER reads in the background while `tar -x` unpacks; tar reads its input to the end
-    (GNU tar drains a pipe after the archive's end), so the hash is of every byte sent."""
+    that HASHER reads in the background while `tar -x` unpacks. Had tar stopped reading before
+    the stream's end, tee would stop too (SIGPIPE) and the hash would not match: the check
+    fails closed, never passes on bytes it did not see."""
     r = shlex.quote(root)
     sources = ("Types: deb\n"
                f"URIs: file:{root}/apt\n"
