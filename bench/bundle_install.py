@@ -16,10 +16,12 @@ alone (the hosts' start is not in it).
    bundle built before instead (then no build time).
 1. offline: N OFFLINE sandbox hosts (`sandbox up --offline`), the bundle named by the
    inventory's `bundle:` on their group: the push over SSH and the install from it.
-   Then where the push's time goes, part by part: the archive over a Paramiko SSH session (the
-   transport's library) into a file on one host, then on all N at once from one process (as
-   `provision` sends it), its `tar -x` on the host, and the host's `sha256sum -c` of what was
-   unpacked.
+   Then where the push's time goes, part by part: the control machine's check of the archive
+   (`read_bundle`, which also takes its sha256), the archive over a Paramiko SSH session (the
+   transport's library, paramiko's default cipher order) into a file on one host, then on all N
+   at once from one process (as `provision` sends it), its `tar -x` on the host alone, and the
+   push's host command (`unpack_command`: `tar -x` with the sha256 of the same bytes beside
+   it) from that file, and that file's sha256 by coreutils' sha256sum and by openssl.
 2. cache, cold: 2N+1 fresh online hosts; playbooks/cache.yaml on sandbox1 (apt-cacher-ng and
    devpi-server; timed apart, no prefetch) and the inventory's `cache: {host: sandbox1}`; then N
    hosts provisioned through it: each file goes origin -> cache -> host.
@@ -42,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -53,8 +56,10 @@ from pathlib import Path
 import yaml
 
 from remote import sandbox
-from remote.bundle.archive import SUMS
+from remote.bundle.archive import read_bundle
 from remote.bundle.build import build_bundle
+from remote.bundle.push import unpack_command
+from remote.paths import VALIDATE_DIR
 from tests.sandbox_fixture import SandboxHosts, connect
 
 from .common import REPO, BenchError, machine
@@ -136,10 +141,14 @@ def _send(hosts: SandboxHosts, name: str, data: bytes, target: str, took: dict) 
 
 
 def push_anatomy(hosts: SandboxHosts, bundle: Path) -> dict:
-    """Where a push goes, part by part as remote/bundle/push.py does them: the archive over SSH
-    into a file on one host, then on every host at once (one process, as `provision` sends
-    it), its `tar -x` on the host, and the `sha256sum -c` of what was unpacked."""
+    """Where a push goes, part by part as remote/bundle/push.py does them: the control
+    machine's check, the archive over SSH into a file on one host, then on every host at once
+    (one process, as `provision` sends it), its `tar -x` on the host, and the push's host
+    command (tar -x and a sha256 beside it) from that file, and the two hashers alone."""
     scratch = "/var/tmp/gpuprov-bench-push"
+    started = time.monotonic()
+    checked = read_bundle(bundle, locks_dir=REPO / "playbooks" / "locks", validate_dir=VALIDATE_DIR)
+    check_s = round(time.monotonic() - started, 1)
     data = bundle.read_bytes()
     one = hosts.names[0]
     alone: dict = {}
@@ -158,15 +167,20 @@ def push_anatomy(hosts: SandboxHosts, bundle: Path) -> dict:
             raise BenchError(f"could not send the archive to {scratch}.tar on every host")
         tar_s = _timed_root(hosts, one, f"mkdir -p {scratch} && tar -x -f {scratch}.tar -C {scratch} "
                             "--no-same-owner --no-same-permissions")
-        check_s = _timed_root(hosts, one, f"cd {scratch} && sha256sum -c --quiet --strict {SUMS}")
+        unpack_s = _timed_root(hosts, one, f"rm -rf {scratch} && /bin/sh -c "
+                               f"{shlex.quote(unpack_command(scratch, checked.sha256))} < {scratch}.tar")
+        hashers = {key: _timed_root(hosts, one, f"{tool} < {scratch}.tar > /dev/null")
+                   for key, tool in (("host_sha256sum_s", "sha256sum"),
+                                     ("host_openssl_sha256_s", "openssl dgst -sha256 -r"))}
     finally:
         del data
         for name in hosts.names:
             hosts.run(name, f"rm -rf {scratch} {scratch}.tar", user="root")
     size = bundle.stat().st_size / 1e6
-    return {"ssh_one_host_s": alone[one], "ssh_one_host_mb_per_s": round(size / alone[one], 1),
+    return {"control_check_s": check_s, "ssh_one_host_s": alone[one],
+            "ssh_one_host_mb_per_s": round(size / alone[one], 1),
             f"ssh_{len(hosts.names)}_hosts_at_once_s": all_s, "host_untar_s": tar_s,
-            "host_sha256_check_s": check_s}
+            "host_untar_with_sha256_s": unpack_s, **hashers}
 
 
 def offline(work: Path, bundle: Path, count: int, timeout: float) -> dict:

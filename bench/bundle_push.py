@@ -11,6 +11,14 @@ PYTHONPATH at the tree measured), and takes its VmHWM at exit (its own peak RSS;
 ru_maxrss would count the pre-exec copy of this process). The recipe's one step removes the
 pushed bundle on the host, so every round pushes it whole. With --before, the trees alternate.
 
+`--ciphers`: instead, what the SSH session's cipher and MAC cost the bulk stream: --size-mb
+MB from memory over one Paramiko session into `cat > /dev/null` on the sandbox host, in 256 KiB
+pieces (remote/transport's), with each cipher/MAC pair of CIPHERS alone on offer (paramiko's
+Transport.get_security_options() through SSHClient.connect's transport_factory, as in
+https://github.com/paramiko/paramiko/issues/2310), the
+pairs alternating for --rounds rounds. paramiko's own order puts aes128-ctr with hmac-sha2-256
+first; remote/transport/ssh.py puts AES-GCM first.
+
 Needs root (a sandbox host).
 """
 from __future__ import annotations
@@ -116,15 +124,90 @@ def push(tree: Path, inventory: Path, recipe: Path, bundle: Path, work: Path) ->
     return {"wall_s": round(elapsed, 2), "peak_rss_mib": round(int(peak.read_text()) / 1024, 1)}
 
 
+CIPHERS = [("aes128-ctr", "hmac-sha2-256"), ("aes128-ctr", "hmac-sha2-256-etm@openssh.com"),
+           ("aes128-gcm@openssh.com", ""), ("aes256-gcm@openssh.com", "")]
+
+
+def stream(host: dict, known_hosts: Path, cipher: str, mac: str, size_mb: int) -> dict:
+    """`size_mb` MB over one Paramiko session with `cipher` and `mac` alone on offer."""
+    import paramiko
+
+    def only(sock, **kwargs):   # noqa: ANN001, ANN003, ANN202  paramiko's transport_factory
+        transport = paramiko.Transport(sock, **kwargs)
+        options = transport.get_security_options()
+        options.ciphers = (cipher,)
+        if mac:
+            options.digests = (mac,)
+        return transport
+
+    client = paramiko.SSHClient()
+    client.load_host_keys(str(known_hosts))
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    client.connect(host["address"], port=host["port"], username="root",
+                   key_filename=host["identity_file"], look_for_keys=False, allow_agent=False,
+                   timeout=10, transport_factory=only)
+    try:
+        transport = client.get_transport()
+        assert transport is not None
+        piece = memoryview(hashlib.sha256(b"bench").digest() * (1 << 13))    # 256 KiB
+        channel = transport.open_session()
+        started, cpu = time.monotonic(), time.process_time()
+        channel.exec_command("cat > /dev/null")
+        for _ in range(size_mb * 4):
+            channel.sendall(piece)
+        channel.shutdown_write()
+        rc = channel.recv_exit_status()
+        elapsed, cpu = time.monotonic() - started, time.process_time() - cpu
+        if rc != 0:
+            raise BenchError(f"cat > /dev/null exited {rc}")
+        agreed = f"{transport.local_cipher}+{transport.local_mac or ''}"
+    finally:
+        client.close()
+    return {"agreed": agreed, "s": round(elapsed, 2), "mb_per_s": round(size_mb * 1.048576 / elapsed, 1),
+            "client_cpu_s": round(cpu, 2)}
+
+
+def ciphers(args: argparse.Namespace) -> dict:
+    from tests.sandbox_fixture import SandboxHosts
+
+    result: dict = {"machine": machine(), "size_mb": args.size_mb, "rounds": []}
+    state = Path(tempfile.mkdtemp(prefix="gpuprov-sandbox-"))
+    try:
+        inventory = sandbox.up(1, state, progress=lambda line: None)
+        hosts = SandboxHosts(inventory, state)
+        host = hosts.hosts[hosts.names[0]]
+        for n in range(args.rounds):
+            order = CIPHERS if n % 2 == 0 else list(reversed(CIPHERS))
+            row = {f"{c}+{m}": stream(host, hosts.known_hosts, c, m, args.size_mb) for c, m in order}
+            print(json.dumps(row), flush=True)
+            result["rounds"].append(row)
+    finally:
+        sandbox.down(state, progress=lambda line: None)
+        shutil.rmtree(state, ignore_errors=True)
+    for key in result["rounds"][0]:
+        rate = [r[key]["mb_per_s"] for r in result["rounds"]]
+        cpu = [r[key]["client_cpu_s"] for r in result["rounds"]]
+        print(f"  {key:45} {statistics.median(rate):6.1f} MB/s median ({min(rate)}-{max(rate)}), "
+              f"client CPU {statistics.median(cpu):.1f} s")
+    return result
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-mb", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--before", type=Path, help="another gpuprov tree to measure alike (e.g. /work/main)")
+    ap.add_argument("--ciphers", action="store_true",
+                    help="the SSH bulk rate of each cipher/MAC pair instead (see above)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("needs root (a sandbox host)")
+    if args.ciphers:
+        out = ciphers(args)
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=1) + "\n")
+        return 0
     trees = {"this": REPO} | ({"before": args.before.resolve()} if args.before else {})
     result: dict = {"machine": machine(), "size_mb": args.size_mb, "trees": {k: str(v) for k, v in trees.items()},
                     "rounds": []}

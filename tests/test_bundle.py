@@ -11,6 +11,7 @@ import base64
 import hashlib
 import io
 import re
+import subprocess
 import tarfile
 import zipfile
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 from remote.bundle import BundleError, read_bundle
 from remote.bundle.archive import SCHEMA, validate_files, write_archive
+from remote.bundle.push import unpack_command
 from remote.paths import VALIDATE_DIR
 from tests.conftest import write_yaml
 
@@ -420,3 +422,72 @@ def test_a_bundle_larger_than_the_memory_the_control_process_may_use_still_gets_
                           env=dict(os.environ, PYTHONPATH=str(REPO), MALLOC_ARENA_MAX="2"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines() == [f"0 {zeros.hexdigest()}"] * 2, proc.stdout + proc.stderr
+
+
+def _unpack(archive: Path, root: Path, sha256: str, path: str = "") -> subprocess.CompletedProcess:
+    """The host's side of a push (`unpack_command`), run by this machine's /bin/sh and
+    coreutils as a host's runs it, the archive's bytes on its stdin (`path`: its PATH)."""
+    with open(archive, "rb") as f:
+        return subprocess.run(["/bin/sh", "-c", unpack_command(str(root), sha256)], stdin=f,
+                              capture_output=True, text=True, timeout=60,
+                              env={"PATH": path} if path else None)
+
+
+def test_the_archive_s_sha256_is_taken_in_the_check_s_one_pass(bundle):
+    """read_bundle's sha256 is that of every byte of the file, what the push sends."""
+    assert read_bundle(bundle).sha256 == hashlib.sha256(bundle.read_bytes()).hexdigest()
+
+
+def test_a_host_unpacks_only_the_archive_that_was_checked_and_leaves_nothing_else(bundle, tmp_path):
+    """The host unpacks the checked archive; a byte changed on the way, a stream cut short,
+    or another archive with the same id (the same files in another order: it agrees with its
+    own SHA256SUMS, which the host's check once passed) fail with nothing left behind."""
+    checked = read_bundle(bundle)
+    hosts = tmp_path / "host"
+    hosts.mkdir()
+    root = hosts / checked.id
+    first = tmp_path / "first.tar"
+    with tarfile.open(bundle) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    with tarfile.open(first, "w", format=tarfile.PAX_FORMAT) as tar:
+        for member, data in members[-1:] + members[:-1]:
+            tar.addfile(member, io.BytesIO(data))
+    assert read_bundle(first).id == checked.id
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(bundle.read_bytes()[:bundle.stat().st_size // 2])
+    for archive in (_rewrite(bundle, tmp_path / "flipped.tar", _flip(f"apt/{DEB}")), cut, first):
+        bad = _unpack(archive, root, checked.sha256)
+        assert bad.returncode != 0, archive
+        if archive != cut:     # tar may be first to say a cut stream ended early
+            assert "the bundle arrived changed: its sha256 here is " in bad.stderr, bad.stderr
+            assert f"not {checked.sha256} as checked before the push" in bad.stderr, bad.stderr
+        assert list(hosts.iterdir()) == [], archive
+    good = _unpack(bundle, root, checked.sha256)
+    assert good.returncode == 0, good.stderr
+    assert sorted(p.name for p in hosts.iterdir()) == [checked.id]
+    deb = next(data for member, data in members if member.name == f"apt/{DEB}")
+    assert (root / ".complete").is_file() and (root / "apt" / DEB).read_bytes() == deb
+    assert "Signed-By: " in (root / "sources.d" / "gpuprov-bundle.sources").read_text()
+
+
+@pytest.mark.parametrize("hasher", ["openssl", "python3", "sha256sum"])
+def test_each_hasher_a_host_may_have_takes_the_stream_s_sha256(bundle, tmp_path, hasher):
+    """A host with only openssl, only python3 or only coreutils' sha256sum to hash with (a
+    PATH of this machine's tools with just that one) unpacks the checked archive and refuses
+    one changed byte."""
+    import shutil
+
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in ("tee", "tar", "mkfifo", "mkdir", "rm", "mv", "touch", hasher):
+        (tools / tool).symlink_to(shutil.which(tool))
+    checked = read_bundle(bundle)
+    hosts = tmp_path / "host"
+    hosts.mkdir()
+    flipped = _rewrite(bundle, tmp_path / "flipped.tar", _flip(f"apt/{DEB}"))
+    bad = _unpack(flipped, hosts / checked.id, checked.sha256, str(tools))
+    assert bad.returncode != 0 and "the bundle arrived changed" in bad.stderr, bad.stderr
+    assert list(hosts.iterdir()) == []
+    good = _unpack(bundle, hosts / checked.id, checked.sha256, str(tools))
+    assert good.returncode == 0, good.stderr
+    assert (hosts / checked.id / ".complete").is_file()

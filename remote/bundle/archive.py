@@ -21,7 +21,9 @@ download), so the list of them comes last.
 in those folders, with plain names; each file's sha256 and size as the manifest says; nothing
 missing, nothing extra; the locks the same as the recipe's (when it has them); every wheel's
 sha256 one its lock allows; its validate/ the same files as this gpuprov's. The first thing
-wrong is one line naming the file (BundleError, an InputError: exit status 2).
+wrong is one line naming the file (BundleError, an InputError: exit status 2). In the same
+pass it takes the sha256 of the archive's bytes, all of them, as read: the digest of exactly
+the archive it checked, which each host compares with what it received (remote/bundle/push.py).
 """
 from __future__ import annotations
 
@@ -32,9 +34,10 @@ import os
 import re
 import tarfile
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Optional
+from typing import Any, BinaryIO, Iterable, Iterator, Optional
 
 from ..config.aptlock import parse_apt_lock
 from ..config.lockfile import parse_lock
@@ -65,12 +68,13 @@ class BundleError(InputError):
 
 @dataclass
 class Bundle:
-    """A checked bundle: its archive, manifest and id (the first 16 hex digits of the
-    manifest's sha256, which names every file's)."""
+    """A checked bundle: its archive, manifest, id (the first 16 hex digits of the manifest's
+    sha256, which names every file's) and the archive's own sha256."""
 
     path: Path
     manifest: dict[str, Any]
     id: str
+    sha256: str     # of the whole archive, as read_bundle read and checked it
 
     @property
     def files(self) -> dict[str, dict[str, Any]]:
@@ -118,6 +122,65 @@ class HashingReader:
         data = self.f.read(size)
         self.digest.update(data)
         return data
+
+
+class ArchiveReader:
+    """The archive's file read once, front to back, for tarfile ("r:": it reads the headers
+    and seeks over the data) and for the members' hashes (`member`, big pieces straight from
+    the file: tarfile's stream mode copies every byte three times over in 10 KiB pieces, most of
+    a check's time once). Every byte read or sought over is hashed into the archive's sha256
+    in the order of the file, on a thread of its own (hashlib lets go of the GIL for large
+    updates), beside the members' hashes. A seek backwards is refused: nothing is read twice."""
+
+    def __init__(self, f: BinaryIO):
+        self.f = f
+        self.pos = 0
+        self._digest = hashlib.sha256()
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="bundle-sha256")
+        self._last: Optional[Future[None]] = None
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.f.read(size)
+        if data:
+            self.pos += len(data)
+            if self._last is not None:
+                self._last.result()
+            self._last = self._pool.submit(self._digest.update, data)
+        return data
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        if whence != os.SEEK_SET or offset < self.pos:
+            raise io.UnsupportedOperation("a bundle is read front to back, once")
+        while self.pos < offset and self.read(min(CHUNK, offset - self.pos)):
+            pass
+        return self.pos
+
+    def member(self, member: tarfile.TarInfo) -> Iterator[bytes]:
+        """The data of `member` (the header just read), a piece at a time; EOFError if the
+        archive ends first."""
+        self.seek(member.offset_data)
+        left = member.size
+        while left:
+            data = self.read(min(CHUNK, left))
+            if not data:
+                raise EOFError(f"{member.name}: the archive ends inside it")
+            left -= len(data)
+            yield data
+
+    def hexdigest(self) -> str:
+        """The sha256 of every byte the file holds: what is left is read (and hashed) first."""
+        while self.read(CHUNK):
+            pass
+        if self._last is not None:
+            self._last.result()
+        return self._digest.hexdigest()
+
+    def close(self) -> None:
+        self._pool.shutdown()
+        self.f.close()
 
 
 class ArchiveWriter:
@@ -212,16 +275,7 @@ def validate_files(folder: Path) -> dict[str, Path]:
     return {"validate/" + rel: path for rel, path in package_files(folder).items()}
 
 
-def _hash_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> str:
-    digest = hashlib.sha256()
-    f = tar.extractfile(member)
-    assert f is not None   # a regular file (checked by the caller)
-    for block in iter(lambda: f.read(CHUNK), b""):
-        digest.update(block)
-    return digest.hexdigest()
-
-
-def read_bundle(path: Path, locks_dir: Optional[Path] = None,  # noqa: C901  one pass over the archive, one check per kind of member
+def read_bundle(path: Path, locks_dir: Optional[Path] = None,
                 validate_dir: Optional[Path] = None) -> Bundle:
     """The bundle at `path`, checked (see the module docstring); BundleError naming the first
     file that is wrong. `locks_dir`: the recipe's locks, which the bundle's must equal;
@@ -231,9 +285,21 @@ def read_bundle(path: Path, locks_dir: Optional[Path] = None,  # noqa: C901  one
     against the manifest, which comes last (gpuprov bundle writes it once every file is in;
     an archive with it first is read the same)."""
     try:
-        tar = tarfile.open(path, "r|")     # a stream: read once, whatever its size
+        reader = ArchiveReader(open(path, "rb"))
     except FileNotFoundError:
         raise BundleError("no such bundle (gpuprov bundle makes one)", path) from None
+    except OSError as exc:
+        raise BundleError(f"not a bundle archive: {exc}", path) from None
+    try:
+        return _read_bundle(path, reader, locks_dir, validate_dir)
+    finally:
+        reader.close()
+
+
+def _read_bundle(path: Path, reader: ArchiveReader, locks_dir: Optional[Path],  # noqa: C901  one pass over the archive, one check per kind of member
+                 validate_dir: Optional[Path]) -> Bundle:
+    try:
+        tar = tarfile.open(fileobj=reader, mode="r:")     # type: ignore[call-overload]
     except (OSError, tarfile.TarError) as exc:
         raise BundleError(f"not a bundle archive: {exc}", path) from None
     raw: Optional[bytes] = None
@@ -251,8 +317,7 @@ def read_bundle(path: Path, locks_dir: Optional[Path] = None,  # noqa: C901  one
                     if (raw if name == MANIFEST else sums) is not None or member.size > MAX_MANIFEST:
                         raise BundleError(f"{name}: twice in the archive, or too large: not a bundle "
                                           "made by gpuprov bundle", path)
-                    f = tar.extractfile(member)
-                    data = f.read() if f is not None else b""
+                    data = b"".join(reader.member(member))
                     if name == MANIFEST:
                         raw = data
                     else:
@@ -262,13 +327,16 @@ def read_bundle(path: Path, locks_dir: Optional[Path] = None,  # noqa: C901  one
                     why = "twice in the archive" if name in seen else "not in the bundle manifest"
                     raise BundleError(f"{name}: {why}: the bundle was changed after it was built", path)
                 if name.startswith("locks/") and member.size + sum(map(len, locks.values())) <= MAX_MANIFEST:
-                    f = tar.extractfile(member)     # kept to read after the manifest: bounded
-                    data = f.read() if f is not None else b""
+                    data = b"".join(reader.member(member))   # kept to read after the manifest: bounded
                     digest = hashlib.sha256(data).hexdigest()
                     locks[name] = data
                 else:
-                    digest = _hash_member(tar, member)
+                    sha = hashlib.sha256()
+                    for data in reader.member(member):
+                        sha.update(data)
+                    digest = sha.hexdigest()
                 seen[name] = (digest, member.size)
+        whole = reader.hexdigest()
     except (OSError, tarfile.TarError, EOFError) as exc:
         raise BundleError(f"not a whole bundle archive: {exc}", path) from None
     if raw is None:
@@ -293,7 +361,7 @@ def read_bundle(path: Path, locks_dir: Optional[Path] = None,  # noqa: C901  one
     _check_locks(path, manifest, locks, locks_dir)
     if validate_dir is not None:
         _check_validate(path, manifest, validate_dir)
-    return Bundle(path, manifest, hashlib.sha256(raw).hexdigest()[:16])
+    return Bundle(path, manifest, hashlib.sha256(raw).hexdigest()[:16], whole)
 
 
 def _check_validate(path: Path, manifest: dict[str, Any], validate_dir: Path) -> None:
