@@ -5,7 +5,7 @@
 
 The bundle is made here: the real validate/, a stand-in uv wheel with its lock, and one
 stand-in .deb of --size-mb MB (incompressible bytes), written with its manifest first, so that
-an older gpuprov (`--before`, e.g. /work/main at a commit whose push read the archive whole)
+an older gpuprov (`--before`: a checkout, e.g. a `git worktree` at a commit whose push read the archive whole)
 reads it too. Each round runs `provision --bundle` in a fresh process (`python -m invoke`, with
 PYTHONPATH at the tree measured), and takes its VmHWM at exit (its own peak RSS; wait4's
 ru_maxrss would count the pre-exec copy of this process). The recipe's one step removes the
@@ -196,7 +196,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-mb", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--before", type=Path, help="another gpuprov tree to measure alike (e.g. /work/main)")
+    ap.add_argument("--before", type=Path,
+                    help="another gpuprov checkout to measure alike (e.g. a worktree of an older commit)")
     ap.add_argument("--ciphers", action="store_true",
                     help="the SSH bulk rate of each cipher/MAC pair instead (see above)")
     ap.add_argument("--json", type=Path)

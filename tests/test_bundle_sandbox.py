@@ -20,23 +20,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, invoke, write_yaml
+from tests.conftest import invoke, write_yaml
 from tests.http_stub import serve
 from tests.sandbox_fixture import SandboxHosts, own_hosts
 from tests.test_bundle_aptrepo import APT_LOCK, _bundle, site, standin  # noqa: F401 - fixtures
+from tests.test_bundle_distro import small_locks
 
 pytestmark = [pytest.mark.slow, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="sandbox hosts need root")]
 
 VENV = "/home/admin/.gpuprov/venv"
-PINS = ["six==1.17.0", "packaging==24.2"]
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +49,7 @@ def built(tmp_path_factory):
     """A recipe like cuda-wheels.yaml (apt python3-venv and g++, then a pip_lock), its locks,
     and its bundle built by `gpuprov bundle`."""
     work = tmp_path_factory.mktemp("bundle")
-    locks = work / "locks"
-    locks.mkdir()
-    shutil.copyfile(REPO / "playbooks" / "locks" / "uv.txt", locks / "uv.txt")
-    (work / "requirements.in").write_text("\n".join(PINS) + "\n")
-    subprocess.run([sys.executable, "-m", "uv", "pip", "compile", "requirements.in", "--no-config",
-                    "--generate-hashes", "--universal", "--python-version", "3.10", "-q",
-                    "-o", "locks/cuda-13.0-wheels.txt"], cwd=work, check=True, timeout=300)
+    locks = small_locks(work)
     recipe = write_yaml(work / "wheels.yaml", {"name": "CUDA from wheels (bundle test)", "steps": [
         {"name": "python3-venv and a C++ compiler", "become": True,
          "apt": {"packages": ["python3-venv", "g++"], "update_cache": True}},
