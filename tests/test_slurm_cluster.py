@@ -145,7 +145,7 @@ def test_drain_failed_drains_with_the_reason_and_leaves_an_admins_drain_alone(cl
     run_id = run_id_of(logs)
     info = cluster.node_info()
     for node in ("n1", "n3"):
-        assert info[node]["state_flags"] == ["DRAIN"]
+        assert info[node]["state_flags"] == ["DRAIN"], (node, info[node], out, err)
         assert info[node]["reason"].startswith(
             f"gpuprov {run_id}: system: nvidia-smi not found"), info[node]["reason"]
     assert info["n2"]["reason"] == "admin: fan 3 replaced"  # never touched
