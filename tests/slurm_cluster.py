@@ -73,8 +73,9 @@ class SlurmCluster:
 
     def __init__(self, nodes: int = 3, gpus: int = 2, conf_extra: str = "",
                  name: str = "gpuprovtest", scripts: Optional[dict[str, str]] = None,
-                 wait_idle: bool = True):
+                 wait_idle: bool = True, slurmd_timeout: int = 10):
         self.count = nodes
+        self.slurmd_timeout = slurmd_timeout
         self.gpus = gpus
         self.name = name
         self.nodes = [f"n{i}" for i in range(1, nodes + 1)]
@@ -149,7 +150,7 @@ SwitchType=switch/none
 ReturnToService=2
 SlurmdParameters=config_overrides
 SchedulerParameters=batch_sched_delay=0
-SlurmdTimeout=10
+SlurmdTimeout={self.slurmd_timeout}
 GresTypes=gpu
 {self.conf_extra}
 {node_line}

@@ -71,6 +71,21 @@ def run(cluster, tmp_path, capsys):
     return go
 
 
+def start_validate(cluster: SlurmCluster, tmp_path: Path, vars_: dict,
+                   *options: str) -> subprocess.Popen:
+    """`invoke validate --host hpc1` as its own process (to be signalled, or watched line by
+    line), output and errors together on its stdout."""
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({"hosts": {"hpc1": {
+        "connection": "local", "slurm": {"partition": "debug", "conf": str(cluster.conf)},
+        "vars": vars_}}}))
+    return subprocess.Popen(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "validate", "--host",
+         "hpc1", "--inventory", str(inventory), *options],
+        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+
+
 def run_id_of(logs: Path) -> str:
     return next((logs / "hpc1").iterdir()).name
 
@@ -154,6 +169,72 @@ def test_drain_failed_drains_with_the_reason_and_leaves_an_admins_drain_alone(cl
     assert data["hosts"]["n2"]["validation"].startswith("skipped")
     assert not (logs / "n2").exists()
     assert cluster.reservations() == []
+
+
+def test_a_failed_node_slurm_set_down_meanwhile_is_drained_and_stays_drained(cluster):
+    """n1 failed its validation, and its slurmd stopped answering before the drain: slurmctld
+    set it DOWN, "Not responding". That is no one's note (ReturnToService=2 here, 1 or 2 on
+    most clusters, returns the node by itself once slurmd answers), so the drain goes over
+    it, and the node stays drained after its slurmd is back. Before, the node was "left
+    alone" and took jobs again."""
+    from remote.scheduler.slurm import gate
+
+    pid = cluster.slurmd_pid("n1")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        assert wait_until(lambda: cluster.node_info()["n1"]["reason"] == "Not responding",
+                          90), cluster.node_info()["n1"]
+        reason = "gpuprov 20261127T000000.000Z-0000: system: nvidia-smi not found"
+        done = subprocess.run(["sh", "-c", gate.drain_command("n1", reason)], env=cluster.env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert wait_until(lambda: "NOT_RESPONDING" not in cluster.node_info()["n1"]["state_flags"],
+                      90), cluster.node_info()["n1"]
+    info = cluster.node_info()["n1"]
+    assert "DRAIN" in info["state_flags"] and info["reason"] == reason, info
+
+
+def test_a_node_that_missed_a_ping_is_waited_for_and_validated(tmp_path):
+    """A node that is IDLE+NOT_RESPONDING (it missed slurmctld's last ping: a busy machine,
+    or the moment after `scontrol update state=resume`) is asked about again for a few
+    seconds instead of being reported down at once. Here n1's slurmd is killed until Slurm
+    flags it, the run starts, and slurmd comes back once the run says it waits. SlurmdTimeout
+    60 s: n1 stays NOT_RESPONDING, not DOWN, for the test's length."""
+    why = missing_reason()
+    if why:
+        pytest.skip(why)
+    cluster = SlurmCluster(2, name="gpuprovlate", slurmd_timeout=60)
+    proc = None
+    try:
+        os.kill(cluster.slurmd_pid("n1"), signal.SIGKILL)
+
+        def late() -> bool:
+            info = cluster.node_info()["n1"]
+            return info["state"] == "idle" and info["state_flags"] == ["NOT_RESPONDING"]
+        assert wait_until(late, 60), cluster.node_info()["n1"]
+        proc = start_validate(cluster, tmp_path, {"validate_args": passing(cluster)},
+                              "--json", str(tmp_path / "r.json"))
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if "to answer Slurm (NOT_RESPONDING)" in line:
+                break
+        assert "hpc1 " in seen[-1] and "waiting up to 15 s for n1 to answer Slurm" in seen[-1], \
+            "".join(seen)
+        cluster.start_node("n1")
+        out, _ = proc.communicate(timeout=180)
+        out = "".join(seen) + out
+        assert proc.returncode == 0, out
+        data = json.loads((tmp_path / "r.json").read_text())
+        assert all(data["hosts"][n]["validation"].startswith("passed") for n in cluster.nodes), out
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        cluster.stop()
 
 
 def test_resume_passed_takes_back_gpuprov_drained_nodes_that_now_pass(cluster, run):
@@ -244,15 +325,8 @@ def parent(pid: int) -> int:
 
 
 def test_a_node_that_dies_mid_job_is_not_validated(cluster, tmp_path):
-    inventory = tmp_path / "inventory.yaml"
-    inventory.write_text(yaml.safe_dump({"hosts": {"hpc1": {
-        "connection": "local", "slurm": {"partition": "debug", "conf": str(cluster.conf)},
-        "vars": {"validate_args": passing(cluster)}}}}))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "validate", "--host",
-         "hpc1", "--inventory", str(inventory), "--json", str(tmp_path / "r.json")],
-        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True)
+    proc = start_validate(cluster, tmp_path, {"validate_args": passing(cluster)},
+                          "--json", str(tmp_path / "r.json"))
     try:
         # n2's task has started: kill its slurmd, its slurmstepd and the task, as a power cut
         assert wait_until(lambda: node_tasks(cluster, "n2"), 60), "n2's task never started"
@@ -284,15 +358,9 @@ def test_an_interrupted_run_leaves_a_taken_back_node_drained_as_it_was(cluster, 
     slow = tmp_path / "slowpy"
     slow.write_text("#!/bin/sh\nsleep 60\nexec python3 \"$@\"\n")
     slow.chmod(0o755)
-    inventory = tmp_path / "inventory.yaml"
-    inventory.write_text(yaml.safe_dump({"hosts": {"hpc1": {
-        "connection": "local", "slurm": {"partition": "debug", "conf": str(cluster.conf)},
-        "vars": {"validate_python": str(slow), "validate_args": passing(cluster)}}}}))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "validate", "--host",
-         "hpc1", "--inventory", str(inventory), "--resume-passed", "--drain-failed"],
-        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True)
+    proc = start_validate(cluster, tmp_path, {"validate_python": str(slow),
+                                              "validate_args": passing(cluster)},
+                          "--resume-passed", "--drain-failed")
     try:
         assert wait_until(lambda: node_tasks(cluster, "n1"), 60), "n1's task never started"
         proc.send_signal(signal.SIGTERM)

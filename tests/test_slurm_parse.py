@@ -349,10 +349,17 @@ def test_only_a_reason_of_gpuprovs_own_shape_makes_the_drain_its_own(reason, our
     assert [n.name for n in plan.resume] == (["n1"] if ours else [])
 
 
-@pytest.mark.parametrize("reason, ours", OWN_REASONS + [("", True)])
+# Slurm's own "Not responding" (a DOWN node that missed its pings) is no one's note: drained
+# over, or the node would come back to service by itself (gate._SLURMS_OWN_GLOB).
+DRAINED_OVER = OWN_REASONS + [("", True), ("Not responding", True),
+                              ("Not responding, admin checking cables", False)]
+
+
+@pytest.mark.parametrize("reason, ours", DRAINED_OVER)
 def test_the_drain_command_overwrites_only_gpuprovs_own_reasons(tmp_path, reason, ours):
-    """The drain command's shell rule agrees with the Python one: run by a real sh, with
-    `scontrol` a function that shows the held reason as 22.05 does and records an update."""
+    """The drain command's shell rule agrees with the Python one (and takes Slurm's own "Not
+    responding" as no one's): run by a real sh, with `scontrol` a function that shows the held
+    reason as 22.05 does and records an update."""
     record = tmp_path / "updated"
     stub = (f"scontrol() {{ if [ \"$1\" = show ]; then printf '   Reason=%s [root@2026-11-27T00:00:00]\\n' "
             f"'{reason}'; else echo \"$@\" > {record}; fi; }}\n")

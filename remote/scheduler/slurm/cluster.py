@@ -2,6 +2,7 @@
 step one command there:
 1. survey (`list_nodes`): who we are, the node list (`scontrol show nodes --json`, or `sinfo
    --json` where scontrol has no --json: 22.05), the inventory's hostlist expanded by Slurm;
+   asked again for a few seconds while a node only misses a ping (NOT_RESPONDING, not DOWN);
 2. `plan`: validate the partition's nodes that can run jobs; list the down ones and the ones
    drained by someone else with their state and reason; take back gpuprov's drained ones
    with --resume-passed;
@@ -31,6 +32,15 @@ from .settings import SlurmSettings
 
 SURVEY_TIMEOUT_S = 120.0
 GATE_TIMEOUT_S = 120.0
+# A node flagged NOT_RESPONDING but not DOWN missed slurmctld's last ping: right after
+# `scontrol update state=resume` (slurm.md gotcha 10), or while its machine was busy. It clears
+# at the next ping it answers (pings go SlurmdTimeout/3 apart: src/slurmctld/controller.c,
+# `ping_interval`), or turns DOWN after SlurmdTimeout. Reporting it down at once sent such
+# nodes home unvalidated (a CI run saw a loaded machine do it); the survey is asked again,
+# every LATE_POLL_S, for up to LATE_WAIT_S. Both values chosen, not sourced: long enough for
+# a short stall or a resume, short enough that a node really going down costs little.
+LATE_WAIT_S = 15.0
+LATE_POLL_S = 2.0
 
 
 def survey_script(settings: SlurmSettings) -> str:
@@ -74,8 +84,27 @@ class SlurmCluster:
     # ------------------------------------------------------------------ 1. survey, 2. plan
     def list_nodes(self) -> list[Node]:
         self.user, nodes, self.wanted = self.survey()
+        deadline = time.monotonic() + LATE_WAIT_S
+        late = self._late(nodes)
+        if late:
+            self.session.reporter.running(
+                self.name, f"waiting up to {LATE_WAIT_S:.0f} s for {', '.join(late)} to "
+                           "answer Slurm (NOT_RESPONDING)")
+        while late and time.monotonic() < deadline:
+            self.session.sleep(LATE_POLL_S)
+            self.user, nodes, self.wanted = self.survey()
+            late = self._late(nodes)
         self.record["user"] = self.user
         return list(nodes.values())
+
+    def _late(self, nodes: dict[str, Node]) -> list[str]:
+        """The nodes this run would validate but for a missed ping (NOT_RESPONDING and no
+        other state that keeps jobs off; not drained by someone else)."""
+        keep = set(self.wanted) if self.wanted is not None else None
+        return [n.name for n in nodes.values()
+                if self.settings.partition in n.partitions
+                and (keep is None or n.name in keep) and n.late
+                and (not n.drained or n.drained_by_gpuprov)]
 
     def plan(self, nodes: Sequence[NodeView], resume_passed: bool) -> Plan:
         slurm_nodes = {n.name: n for n in nodes if isinstance(n, Node)}

@@ -105,15 +105,24 @@ def parse_each_node(out: str) -> dict[str, tuple[int, str]]:
 _OURS_GLOB = "'gpuprov health: '*|'gpuprov '" + "[0-9]" * 8 + "T*"
 
 
+# The reason slurmctld itself gives a node it set DOWN for missing its pings
+# (src/slurmctld/ping_nodes.c: set_node_down_ptr(node_ptr, "Not responding")); scontrol shows
+# it followed by " [user@time]". No one's note: with ReturnToService=1 or 2 such a node comes
+# back to service by itself once its slurmd answers (slurm.conf(5)), so a node that failed
+# validation meanwhile must be drained over it, or it would take jobs again.
+_SLURMS_OWN_GLOB = "'Not responding'|'Not responding ['*"
+
+
 def drain_command(node: str, reason: str) -> str:
     """Drain `node` with `reason`, unless someone else drained it meanwhile (an admin during
     the run): a reason that is not gpuprov's is never overwritten, as LBNL NHC does not
     "overwrite notes which were not placed by NHC" (github.com/mej/nhc,
     helpers/node-mark-offline). Else a later --resume-passed would take the admin's node for
-    gpuprov's. Such a node is left alone: the command says so and fails."""
+    gpuprov's. Such a node is left alone: the command says so and fails. Slurm's own "Not
+    responding" is no one's note and is drained over."""
     node_q = shlex.quote(node)
     return (f"held=$(scontrol show node {node_q} | sed -n 's/^ *Reason=//p'); "
-            f"case \"$held\" in ''|{_OURS_GLOB}) "
+            f"case \"$held\" in ''|{_OURS_GLOB}|{_SLURMS_OWN_GLOB}) "
             f"scontrol update nodename={node_q} state=drain reason={shlex.quote(reason)};; "
             f"*) echo \"left alone, drained by someone else meanwhile: $held\"; false;; esac")
 

@@ -62,6 +62,11 @@ class Node:
         return bool(self.states & UNAVAILABLE)
 
     @property
+    def late(self) -> bool:
+        """Kept off only by a missed ping (cluster.LATE_WAIT_S says why that may pass)."""
+        return self.states & UNAVAILABLE == {"NOT_RESPONDING"}
+
+    @property
     def drained_by_gpuprov(self) -> bool:
         return self.drained and GPUPROV_REASON.match(self.reason) is not None
 
