@@ -125,3 +125,19 @@ def test_usable_slurm_nodes_from_scontrol_one_liners():
                + "NodeName=n4 NodeAddr=10.0.0.4 State=IDLE* Partitions=debug\n"
                + "NodeName=n5 NodeAddr=10.0.0.5 State=MIXED Partitions=debug Reason=a Partitions=x\n")
     assert usable_nodes(hostile, "debug") == [("n5", "10.0.0.5")]
+
+
+def test_slurm_nodes_that_only_missed_a_ping_are_late_not_usable():
+    """`scontrol show nodes -o` of the test cluster with n1's and n3's slurmd killed a moment
+    before (SlurmdTimeout 60: IDLE+NOT_RESPONDING, not yet DOWN), n2 drained by an admin:
+    n1 and n3 are worth asking about again (`late`), n2 is not; a DOWN node never is."""
+    from remote.scheduler.slurm.nodes import late_nodes, usable_nodes
+
+    text = (FIXTURES / "scontrol_show_nodes_o_late.txt").read_text()
+    assert usable_nodes(text, "debug") == []
+    assert late_nodes(text, "debug") == ["n1", "n3"]
+    down = text.replace("State=IDLE+NOT_RESPONDING", "State=DOWN+NOT_RESPONDING", 1)
+    assert late_nodes(down, "debug") == ["n3"]
+    sinfo_style = "NodeName=n7 NodeAddr=10.0.0.7 State=IDLE* Partitions=debug\n"
+    assert late_nodes(sinfo_style, "debug") == ["n7"]
+    assert late_nodes(sinfo_style.replace("IDLE*", "IDLE+DRAIN*"), "debug") == []

@@ -9,9 +9,10 @@ engine the session, results and the verdict of a results.json. Never a scheduler
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Optional, Protocol, Sequence, TypeVar
 
 from ..engine.jobs.logs import summarize
 from ..errors import PullError, Where
@@ -21,6 +22,31 @@ from ..transport.connection import COMMIT_FILE, publish_pull
 if TYPE_CHECKING:
     from ..engine.jobs.validate import Validate
     from ..engine.session import HostSession
+
+# How long a run lists a cluster's nodes again while some are kept off only for a moment
+# (Scheduler.late_nodes), and how often. Chosen, not sourced: long enough for a short stall
+# or a resume, short enough that a node really going down costs little.
+LATE_WAIT_S = 15.0
+LATE_POLL_S = 2.0
+Listing = TypeVar("Listing")
+
+
+def list_until_answered(listing: Callable[[], Listing], late: Callable[[Listing], list[str]],
+                        announce: Callable[[list[str]], None],
+                        sleep: Callable[[float], None] = time.sleep) -> Listing:
+    """`listing()`, asked again every LATE_POLL_S for up to LATE_WAIT_S while `late` of it
+    names nodes kept off only for a moment (`announce`d once); the last listing."""
+    deadline = time.monotonic() + LATE_WAIT_S
+    listed = listing()
+    names = late(listed)
+    if names:
+        announce(names)
+    while names and time.monotonic() < deadline:
+        sleep(LATE_POLL_S)
+        listed = listing()
+        names = late(listed)
+    return listed
+
 
 class NodeView(Protocol):
     """A node as its scheduler reports it, for the recap and the run's record."""
@@ -186,6 +212,10 @@ class Scheduler(Protocol):
         """(name, address) of each node `nodes_script` listed that can run a job now (not
         drained, down or failing), in the scheduler's order; what the login node printed is
         untrusted: names and addresses are checked."""
+
+    def late_nodes(self, settings: Any, out: str) -> list[str]:
+        """The nodes `nodes_script` listed that are kept off only for a moment (Slurm: a
+        missed ping), worth listing again for a few seconds before they are left out."""
 
     def on_node(self, settings: Any, node: str, script: str, job_name: str) -> str:
         """A script for the login node that runs `script` on `node` as a job of its own

@@ -30,7 +30,7 @@ from ..base import RunContext
 from .cluster import SlurmCluster
 from .gate import drain_command, drain_reason, each_node_command, parse_each_node
 from .job import with_conf
-from .nodes import usable_nodes
+from .nodes import late_nodes, usable_nodes
 from .settings import SlurmSettings, load_slurm
 
 
@@ -64,6 +64,10 @@ class Slurm:
     def usable_nodes(self, settings: Any, out: str) -> list[tuple[str, str]]:
         assert isinstance(settings, SlurmSettings)
         return usable_nodes(out, settings.partition)
+
+    def late_nodes(self, settings: Any, out: str) -> list[str]:
+        assert isinstance(settings, SlurmSettings)
+        return late_nodes(out, settings.partition)
 
     def on_node(self, settings: Any, node: str, script: str, job_name: str) -> str:
         assert isinstance(settings, SlurmSettings)

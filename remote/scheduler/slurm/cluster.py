@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 from ...engine.jobs.validate import suite_args
 from ...errors import CommandTimeout
 from ...transport.connection import LineSplitter, PullLimits
-from ..base import NodeRecord, NodeView, Plan, RouteFailed, RunContext
+from ..base import LATE_WAIT_S, NodeRecord, NodeView, Plan, RouteFailed, RunContext, list_until_answered
 from . import gate
 from .job import JobOutput, job_command, salloc_options, step_options, task_script, with_conf
 from .nodes import Node, NodeListError, parse_nodes, plan_nodes
@@ -32,15 +32,6 @@ from .settings import SlurmSettings
 
 SURVEY_TIMEOUT_S = 120.0
 GATE_TIMEOUT_S = 120.0
-# A node flagged NOT_RESPONDING but not DOWN missed slurmctld's last ping: right after
-# `scontrol update state=resume` (slurm.md gotcha 10), or while its machine was busy. It clears
-# at the next ping it answers (pings go SlurmdTimeout/3 apart: src/slurmctld/controller.c,
-# `ping_interval`), or turns DOWN after SlurmdTimeout. Reporting it down at once sent such
-# nodes home unvalidated (a CI run saw a loaded machine do it); the survey is asked again,
-# every LATE_POLL_S, for up to LATE_WAIT_S. Both values chosen, not sourced: long enough for
-# a short stall or a resume, short enough that a node really going down costs little.
-LATE_WAIT_S = 15.0
-LATE_POLL_S = 2.0
 
 
 def survey_script(settings: SlurmSettings) -> str:
@@ -83,24 +74,20 @@ class SlurmCluster:
 
     # ------------------------------------------------------------------ 1. survey, 2. plan
     def list_nodes(self) -> list[Node]:
-        self.user, nodes, self.wanted = self.survey()
-        deadline = time.monotonic() + LATE_WAIT_S
-        late = self._late(nodes)
-        if late:
-            self.session.reporter.running(
-                self.name, f"waiting up to {LATE_WAIT_S:.0f} s for {', '.join(late)} to "
-                           "answer Slurm (NOT_RESPONDING)")
-        while late and time.monotonic() < deadline:
-            self.session.sleep(LATE_POLL_S)
-            self.user, nodes, self.wanted = self.survey()
-            late = self._late(nodes)
+        def announce(late: list[str]) -> None:
+            self.session.reporter.running(self.name, f"waiting up to {LATE_WAIT_S:.0f} s for "
+                                                     f"{', '.join(late)} to answer Slurm "
+                                                     "(NOT_RESPONDING)")
+        self.user, nodes, self.wanted = list_until_answered(
+            self.survey, lambda surveyed: self._late(surveyed[1], surveyed[2]), announce,
+            self.session.sleep)
         self.record["user"] = self.user
         return list(nodes.values())
 
-    def _late(self, nodes: dict[str, Node]) -> list[str]:
+    def _late(self, nodes: dict[str, Node], wanted: Optional[list[str]]) -> list[str]:
         """The nodes this run would validate but for a missed ping (NOT_RESPONDING and no
         other state that keeps jobs off; not drained by someone else)."""
-        keep = set(self.wanted) if self.wanted is not None else None
+        keep = set(wanted) if wanted is not None else None
         return [n.name for n in nodes.values()
                 if self.settings.partition in n.partitions
                 and (keep is None or n.name in keep) and n.late

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from ...runid import RUN_ID_TEXT
 from ..base import Plan, natural_order
@@ -37,6 +37,12 @@ UNAVAILABLE = {"DOWN", "FUTURE", "UNKNOWN", "ERROR", "NOT_RESPONDING", "POWERED_
                "REBOOT_REQUESTED", "INVALID_REG", "INVALID", "MAINTENANCE", "PLANNED",
                "BLOCKED"}
 DRAINED = {"DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "POWER_DRAIN"}
+# A node flagged NOT_RESPONDING but not DOWN missed slurmctld's last ping: right after
+# `scontrol update state=resume` (slurm.md gotcha 10), or while its machine was busy. It clears
+# at the next ping it answers (pings go SlurmdTimeout/3 apart: src/slurmctld/controller.c,
+# `ping_interval`), or turns DOWN after SlurmdTimeout. Reporting it down at once sent such
+# nodes home unvalidated (a CI run saw a loaded machine do it): such a node is "late", and
+# the node list is asked for again for a few seconds (base.LATE_WAIT_S).
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,7 @@ class Node:
 
     @property
     def late(self) -> bool:
-        """Kept off only by a missed ping (cluster.LATE_WAIT_S says why that may pass)."""
+        """Kept off only by a missed ping (see above: that may pass in a moment)."""
         return self.states & UNAVAILABLE == {"NOT_RESPONDING"}
 
     @property
@@ -203,23 +209,35 @@ _KEEPS_OFF = {"DRAIN", "FAIL", "NOT_RESPONDING", "MAINTENANCE", "POWERED_DOWN",
 ONE_LINE_MAX_NODES = 100_000
 
 
-def usable_nodes(text: str, partition: str) -> list[tuple[str, str]]:
-    """(NodeName, NodeAddr) of each node of `scontrol show nodes -o` (one line per node) in
-    `partition` that can run a job now; a line whose name or address is not plain is left
-    out (what the login node printed is untrusted), as is everything after `Reason=` (free
-    text)."""
-    found: list[tuple[str, str]] = []
+def _one_line_nodes(text: str, partition: str) -> Iterator[tuple[str, str, str, set[str]]]:
+    """(NodeName, NodeAddr, base state, flags) of each node of `scontrol show nodes -o` (one
+    line per node) in `partition`, once each; a line whose name or address is not plain is
+    left out (what the login node printed is untrusted), as is everything after `Reason=`
+    (free text). A trailing '*' (sinfo's way) is the flag NOT_RESPONDING."""
+    seen: set[str] = set()
     for line in text.splitlines()[:ONE_LINE_MAX_NODES]:
         fields = dict(word.split("=", 1) for word in line.split(" Reason=")[0].split()
                       if "=" in word)
         name, address = fields.get("NodeName", ""), fields.get("NodeAddr", "")
         state = fields.get("State", "")
         words = state.rstrip("*").split("+")
+        flags = set(words[1:]) | ({"NOT_RESPONDING"} if state.endswith("*") else set())
         if (not _NAME.fullmatch(name) or not _ADDRESS.fullmatch(address)
-                or partition not in fields.get("Partitions", "").split(",")
-                or state.endswith("*") or words[0] not in _RUNS
-                or _KEEPS_OFF & set(words[1:])):
+                or partition not in fields.get("Partitions", "").split(",") or name in seen):
             continue
-        if name not in (n for n, _ in found):
-            found.append((name, address))
-    return found
+        seen.add(name)
+        yield name, address, words[0], flags
+
+
+def usable_nodes(text: str, partition: str) -> list[tuple[str, str]]:
+    """(NodeName, NodeAddr) of each node of `scontrol show nodes -o` in `partition` that can
+    run a job now."""
+    return [(name, address) for name, address, base, flags in _one_line_nodes(text, partition)
+            if base in _RUNS and not _KEEPS_OFF & flags]
+
+
+def late_nodes(text: str, partition: str) -> list[str]:
+    """The nodes of `scontrol show nodes -o` in `partition` kept off only by a missed ping
+    (`Node.late`)."""
+    return [name for name, _, base, flags in _one_line_nodes(text, partition)
+            if base in _RUNS and _KEEPS_OFF & flags == {"NOT_RESPONDING"}]
