@@ -378,6 +378,20 @@ def test_validate_python_is_remembered_without_validating(farm, inventory, work)
         assert "h1 | /opt/made-up/bin/python" in " ".join(result.out.split()), result.out
 
 
+def test_logs_of_a_host_never_validated_is_nothing_to_pull_not_a_failed_validation(work):
+    """`gpuprov logs` for a host only provisioned (no validation run in its ~/.gpuprov): one
+    plain line and exit 0, as the exit-code page says; not 3 ("validation failed")."""
+    inv, rec = _local_setup(work)
+    result = gpuprov("provision", "-i", str(inv), "--recipe", str(rec), "--host", "a",
+                     "--no-validate", cwd=work, home=work)
+    assert result.rc == 0, result.out + result.err
+    result = gpuprov("logs", "-i", str(inv), "--host", "a", cwd=work, home=work)
+    assert result.rc == 0, result.out + result.err
+    assert ("a: no validation run on the host, nothing to pull (`gpuprov validate --host a` "
+            "runs one)") in result.out.splitlines()
+    assert "FAILED" not in result.out and not result.err
+
+
 def test_recipe_validate_must_be_a_boolean(work):
     inv, rec = _local_setup(work, "validate: 'no'\n" + RECIPE)
     result = gpuprov("provision", "-i", str(inv), "--recipe", str(rec), "--host", "a",

@@ -136,7 +136,12 @@ class PullLogs:
     def __call__(self, session: HostSession) -> None:
         run_id = latest_run_id(session)
         if run_id is None:
-            session.conclude(Outcome(OUTCOME, "no validation run found on the host", False))
+            # Nothing to pull (a host only provisioned) is no failed validation: said plainly,
+            # exit 0, as `gpuprov report` over runs without validation (remote/exitcodes.NOTHING).
+            name = session.host.name
+            session.conclude(Outcome(OUTCOME, "none on the host: nothing to pull", True))
+            session.reporter.note(f"{name}: no validation run on the host, nothing to pull "
+                                  f"(`gpuprov validate --host {name}` runs one)")
             return
         dest = run_dir(self.logs_dir, session.host.name, run_id)
         text, ok = pull_run(session, run_id, 0, dest)
