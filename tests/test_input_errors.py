@@ -99,6 +99,15 @@ def test_serial_in_an_included_recipe_is_refused(work):
     _assert_one_line(result, work / "inner.yaml", 3, "'serial' belongs in the recipe that is run")
 
 
+def test_validate_in_an_included_recipe_is_refused_not_ignored(work):
+    """An included `validate: false` used to be ignored (the run validated anyway); it says how
+    the whole run goes, so like `serial` it belongs in the recipe that is run."""
+    (work / "inner.yaml").write_text("steps:\n  - shell: a\nvalidate: false\n")
+    result, _, _ = _run(work, GOOD_INVENTORY, "steps:\n  - include: inner.yaml\n")
+    _assert_one_line(result, work / "inner.yaml", 3,
+                     "'validate' belongs in the recipe that is run, not in an included one")
+
+
 @pytest.mark.parametrize("option,value,expected", [
     ("--serial", "1,x", "--serial must be a whole number of hosts (0: all), a percentage"),
     ("--serial", "-1", "not '-1'"),
