@@ -127,6 +127,25 @@ def test_bad_values_are_one_line_and_exit_2(work, args, message):
     assert not (work / "mark-a").exists()
 
 
+@pytest.mark.parametrize("name,text,line,found", [
+    ("list.json", "\n\n[1, 2]\n", 3, "a list"),
+    ("vars.yaml", "# the cluster's vars\n---\n- a\n- b\n", 3, "a list"),
+    ("vars.yaml", "# one word, not NAME: VALUE\n\nfast\n", 3, "a single value"),
+])
+def test_an_extra_vars_file_that_is_not_a_mapping_is_named_with_its_line(work, name, text,
+                                                                          line, found):
+    """`-e @FILE` holding a list or a single value (ansible-playbook refuses those too): one
+    line naming the file and the line the value starts on, exit 2, no host touched."""
+    inv, rec = _local_setup(work)
+    (work / name).write_text(text)
+    result = gpuprov("provision", "-i", str(inv), "--recipe", str(rec), "--host", "a",
+                     "-e", f"@{name}", "--no-validate", cwd=work, home=work)
+    assert result.rc == 2, result.out + result.err
+    assert result.err == (f"error: {name}:{line}: an extra vars file must be a mapping of "
+                          f"NAME: VALUE, not {found}\n"), result.err
+    assert not (work / "mark-a").exists() and not (work / "logs").exists()
+
+
 # 2. Ansible's habits, with Ansible's meaning.
 
 def test_list_hosts_with_limit_patterns(work):
