@@ -23,6 +23,9 @@ INVENTORY_CASES = [
     ("no hosts", "vars: {a: 1}\n", 1, "defines no hosts"),
     ("bad policy", "host_key_policy: yolo\nhosts: {h1: {}}\n", 1, "host_key_policy must be one of"),
     ("bad name", "hosts:\n  ../etc: {}\n", 2, "may hold only letters"),
+    ("a value", "# the fleet\n\nh1\n", 3,
+     "an inventory must be a mapping with 'hosts:', not a single value"),
+    ("a list", "---\n- h1\n", 2, "an inventory must be a mapping with 'hosts:', not a list"),
 ]
 
 RECIPE_CASES = [
@@ -43,6 +46,10 @@ RECIPE_CASES = [
     ("quoted template", "vars: {a: b}\nsteps:\n  - shell: echo '{{ a }}'\n", 3, "do not put quotes"),
     ("bad pip req", "steps:\n  - pip: {packages: ['torch>>2'], venv: /v}\n", 2, "is not a requirement"),
     ("bad apt name", "steps:\n  - apt: {packages: ['Foo Bar']}\n", 2, "is not a package name"),
+    ("a value", "# the site's recipe\n\njust words\n", 3,
+     "a recipe must be a mapping with 'steps:', not a single value"),
+    ("a list", "# steps alone\n- shell: x\n", 2,
+     "a recipe must be a mapping with 'steps:', not a list"),
     ("empty", "", None, "recipe is empty"),
     ("binary", "\x00\x01\x02", None, "binary file"),
     ("deep nesting", "steps: " + "[" * 200 + "]" * 200 + "\n", 1, "nesting deeper than"),

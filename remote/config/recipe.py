@@ -291,12 +291,14 @@ class _Loader(Generic[K]):
         return step
 
 
+RECIPE_MAPPING = "a recipe must be a mapping with 'steps:'"
+
+
 def _read_yaml_recipe(path: Path) -> YamlMap:
     """The format: a YAML mapping with the top-level keys of `TOP_KEYS`, with positions."""
-    data = load_yaml(path, "recipe")
-    if not isinstance(data, YamlMap):
-        raise InputError("a recipe must be a mapping with 'steps:'", path,
-                         getattr(data, "where", Where(str(path), 1)).line)
+    data = load_yaml(path, "recipe", mapping=RECIPE_MAPPING)
+    if not isinstance(data, YamlMap):  # `~`: a null document
+        raise InputError(RECIPE_MAPPING, path, 1)
     check_keys(data, TOP_KEYS, "recipe")
     return data
 
