@@ -398,17 +398,31 @@ def test_validate_python_is_remembered_without_validating(farm, inventory, work)
 
 
 def test_logs_of_a_host_never_validated_is_nothing_to_pull_not_a_failed_validation(work):
-    """`gpuprov logs` for a host only provisioned (no validation run in its ~/.gpuprov): one
-    plain line and exit 0, as the exit-code page says; not 3 ("validation failed")."""
+    """`gpuprov logs` for a host only provisioned (no validation run in its ~/.gpuprov), or one
+    whose latest run folder was removed by hand: one plain line and exit 0, as the exit-code
+    page says; not 3 ("validation failed")."""
     inv, rec = _local_setup(work)
     result = gpuprov("provision", "-i", str(inv), "--recipe", str(rec), "--host", "a",
                      "--no-validate", cwd=work, home=work)
     assert result.rc == 0, result.out + result.err
+    runs = work / ".gpuprov" / "a" / "runs"
+    run_id = "20261122T055742.123Z-14af"
+    for case in ("provisioned only", "its run folder removed by hand"):
+        if case != "provisioned only":
+            runs.mkdir(parents=True, exist_ok=True)
+            (runs / "latest").symlink_to(run_id)
+        result = gpuprov("logs", "-i", str(inv), "--host", "a", cwd=work, home=work)
+        assert result.rc == 0, (case, result.out + result.err)
+        assert ("a: no validation run on the host, nothing to pull (`gpuprov validate --host a` "
+                "runs one)") in result.out.splitlines(), case
+        assert "FAILED" not in result.out and not result.err, case
+    # a run that is there is pulled as before
+    (runs / run_id).mkdir()
+    (runs / run_id / "results.json").write_text(json.dumps(
+        {"ok": True, "checks": [{"name": "system", "required": True, "status": "pass"}]}))
     result = gpuprov("logs", "-i", str(inv), "--host", "a", cwd=work, home=work)
-    assert result.rc == 0, result.out + result.err
-    assert ("a: no validation run on the host, nothing to pull (`gpuprov validate --host a` "
-            "runs one)") in result.out.splitlines()
-    assert "FAILED" not in result.out and not result.err
+    assert result.rc == 0 and f"{run_id}: passed (1 checks)" in result.out, result.out
+    assert (work / "logs" / "a" / run_id / "results.json").is_file()
 
 
 def test_recipe_validate_must_be_a_boolean(work):

@@ -117,8 +117,10 @@ def waivers_used(data: dict[str, Any]) -> str:
 
 
 def latest_run_id(session: HostSession) -> Optional[str]:
-    """The run id `runs/latest` names on the host, if any."""
-    res = session.conn.run(f"readlink {remote_root(session.host.name)}/runs/latest",
+    """The run id `runs/latest` names on the host, if any and its folder is there (one removed
+    by hand leaves the link behind: no validation run either)."""
+    res = session.conn.run(f"cd {remote_root(session.host.name)}/runs 2>/dev/null && run=$(readlink latest) "
+                           '&& [ -d "$run" ] && printf "%s\\n" "$run"',
                            timeout=min(READLINK_TIMEOUT_S, session.inventory.timeouts.command))
     run_id = res.out.strip()
     # any other shape (`..`, `.`) is refused by transfer.pull, before anything is made or pulled
