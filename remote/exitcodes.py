@@ -28,5 +28,9 @@ MEANINGS = {
     EXIT_BROKEN_PIPE: "the reader went away (`gpuprov provision -h | head -3`): ended quietly",
 }
 ORDER = "When several apply, 1 comes before 4, and 4 before 3."
+# Nothing to show is no failure: the command says so in a line and exits 0.
+NOTHING = ("Nothing to show is not a failure: `gpuprov logs` for a host with no validation run "
+           "(one only provisioned) and `gpuprov report` over no validation results say so and "
+           "exit 0.")
 HELP = ("Exit status: " + "; ".join(f"{code} {text}" for code, text in MEANINGS.items()
                                     if code != EXIT_BROKEN_PIPE) + ". " + ORDER)

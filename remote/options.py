@@ -67,17 +67,18 @@ def _name(key: Any, given: str) -> str:
     return key
 
 
+VARS_FILE_MAPPING = "an extra vars file must be a mapping of NAME: VALUE"
+
+
 def _vars_file(path: str) -> dict[str, Any]:
     if not path:
         raise InputError("--var @FILE needs a file name after @")
     try:
-        data = load_yaml(path, "extra vars file")
+        data: Optional[YamlMap] = load_yaml(path, "extra vars file", mapping=VARS_FILE_MAPPING)
     except OSError as exc:
         raise InputError(f"--var @{path}: cannot read it: {exc.strerror}") from None
     if data is None:
         return {}
-    if not isinstance(data, YamlMap):
-        raise InputError("an extra vars file must be a mapping of NAME: VALUE", path, 1)
     for key in data:
         if not isinstance(key, str) or not key.isidentifier():
             raise data.at(key).error(f"{key!r} is not a valid variable name")

@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from remote.bundle import build, distro
+from remote.bundle import build, distro, read_bundle
+from remote.bundle.archive import BundleError
 from remote.errors import InputError
+from remote.paths import VALIDATE_DIR
 from tests.conftest import REPO, invoke, write_yaml
 
 PINS = ["six==1.17.0", "packaging==24.2"]
@@ -153,3 +155,31 @@ def test_only_this_machine_s_own_distribution_and_architecture_read_its_sources(
     assert not build.own_sources(here, other_arch)
     assert not build.own_sources(other, os.uname().machine)
     assert not build.own_sources(here, os.uname().machine, mirror="http://mirror.example/debian")
+
+
+@pytest.mark.slow
+def test_the_rebuild_command_repeats_the_mirrors_without_their_password(tmp_path):
+    """`--mirror` and `--security-mirror` choose where the bundle's .debs come from, so the
+    command the manifest records, which every error about a file the bundle lacks quotes,
+    repeats them; a password in a mirror's URL stays out of the bundle. The recipe has no apt
+    step, so the mirrors (nothing listens at 127.0.0.1:9) are never asked."""
+    locks = small_locks(tmp_path)
+    recipe = write_yaml(tmp_path / "r.yaml", {"name": "no .debs", "steps": [{"shell": "true"}]})
+    out = tmp_path / "b.tar"
+    result = invoke("bundle", "--cuda", "13.0", "--out", str(out), "--recipe", str(recipe),
+                    "--locks", str(locks), "--mirror", "http://builder:s3cret@127.0.0.1:9/debian",
+                    "--security-mirror", "http://127.0.0.1:9/debian-security", cwd=tmp_path,
+                    timeout=600)
+    assert result.rc == 0, result.out + result.err
+    rebuild = (f"gpuprov bundle --cuda 13.0 --distro {build.this_distro()} --recipe r.yaml "
+               "--mirror http://127.0.0.1:9/debian --security-mirror "
+               "http://127.0.0.1:9/debian-security --out b.tar")
+    assert b"s3cret" not in out.read_bytes() and "s3cret" not in result.out + result.err
+    # what provision says when this gpuprov's validate/ has a file the bundle lacks
+    ours = tmp_path / "validate"
+    shutil.copytree(VALIDATE_DIR, ours, ignore=shutil.ignore_patterns("__pycache__"))
+    (ours / "checks" / "new_check.py").write_text("")
+    with pytest.raises(BundleError) as caught:
+        read_bundle(out, validate_dir=ours)
+    assert str(caught.value).endswith(f"rebuild it with `{rebuild}`"), caught.value
+    assert read_bundle(out).route().rebuild == rebuild   # the kinds' errors on the host quote it

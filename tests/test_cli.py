@@ -127,6 +127,25 @@ def test_bad_values_are_one_line_and_exit_2(work, args, message):
     assert not (work / "mark-a").exists()
 
 
+@pytest.mark.parametrize("name,text,line,found", [
+    ("list.json", "\n\n[1, 2]\n", 3, "a list"),
+    ("vars.yaml", "# the cluster's vars\n---\n- a\n- b\n", 3, "a list"),
+    ("vars.yaml", "# one word, not NAME: VALUE\n\nfast\n", 3, "a single value"),
+])
+def test_an_extra_vars_file_that_is_not_a_mapping_is_named_with_its_line(work, name, text,
+                                                                          line, found):
+    """`-e @FILE` holding a list or a single value (ansible-playbook refuses those too): one
+    line naming the file and the line the value starts on, exit 2, no host touched."""
+    inv, rec = _local_setup(work)
+    (work / name).write_text(text)
+    result = gpuprov("provision", "-i", str(inv), "--recipe", str(rec), "--host", "a",
+                     "-e", f"@{name}", "--no-validate", cwd=work, home=work)
+    assert result.rc == 2, result.out + result.err
+    assert result.err == (f"error: {name}:{line}: an extra vars file must be a mapping of "
+                          f"NAME: VALUE, not {found}\n"), result.err
+    assert not (work / "mark-a").exists() and not (work / "logs").exists()
+
+
 # 2. Ansible's habits, with Ansible's meaning.
 
 def test_list_hosts_with_limit_patterns(work):
@@ -376,6 +395,34 @@ def test_validate_python_is_remembered_without_validating(farm, inventory, work)
         result = gpuprov("provision", "-i", str(inv), "--recipe", str(show), "--host", "h1",
                          "-v", "--no-validate", cwd=work, home=work)
         assert "h1 | /opt/made-up/bin/python" in " ".join(result.out.split()), result.out
+
+
+def test_logs_of_a_host_never_validated_is_nothing_to_pull_not_a_failed_validation(work):
+    """`gpuprov logs` for a host only provisioned (no validation run in its ~/.gpuprov), or one
+    whose latest run folder was removed by hand: one plain line and exit 0, as the exit-code
+    page says; not 3 ("validation failed")."""
+    inv, rec = _local_setup(work)
+    result = gpuprov("provision", "-i", str(inv), "--recipe", str(rec), "--host", "a",
+                     "--no-validate", cwd=work, home=work)
+    assert result.rc == 0, result.out + result.err
+    runs = work / ".gpuprov" / "a" / "runs"
+    run_id = "20261122T055742.123Z-14af"
+    for case in ("provisioned only", "its run folder removed by hand"):
+        if case != "provisioned only":
+            runs.mkdir(parents=True, exist_ok=True)
+            (runs / "latest").symlink_to(run_id)
+        result = gpuprov("logs", "-i", str(inv), "--host", "a", cwd=work, home=work)
+        assert result.rc == 0, (case, result.out + result.err)
+        assert ("a: no validation run on the host, nothing to pull (`gpuprov validate --host a` "
+                "runs one)") in result.out.splitlines(), case
+        assert "FAILED" not in result.out and not result.err, case
+    # a run that is there is pulled as before
+    (runs / run_id).mkdir()
+    (runs / run_id / "results.json").write_text(json.dumps(
+        {"ok": True, "checks": [{"name": "system", "required": True, "status": "pass"}]}))
+    result = gpuprov("logs", "-i", str(inv), "--host", "a", cwd=work, home=work)
+    assert result.rc == 0 and f"{run_id}: passed (1 checks)" in result.out, result.out
+    assert (work / "logs" / "a" / run_id / "results.json").is_file()
 
 
 def test_recipe_validate_must_be_a_boolean(work):

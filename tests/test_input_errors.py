@@ -23,6 +23,9 @@ INVENTORY_CASES = [
     ("no hosts", "vars: {a: 1}\n", 1, "defines no hosts"),
     ("bad policy", "host_key_policy: yolo\nhosts: {h1: {}}\n", 1, "host_key_policy must be one of"),
     ("bad name", "hosts:\n  ../etc: {}\n", 2, "may hold only letters"),
+    ("a value", "# the fleet\n\nh1\n", 3,
+     "an inventory must be a mapping with 'hosts:', not a single value"),
+    ("a list", "---\n- h1\n", 2, "an inventory must be a mapping with 'hosts:', not a list"),
 ]
 
 RECIPE_CASES = [
@@ -43,6 +46,10 @@ RECIPE_CASES = [
     ("quoted template", "vars: {a: b}\nsteps:\n  - shell: echo '{{ a }}'\n", 3, "do not put quotes"),
     ("bad pip req", "steps:\n  - pip: {packages: ['torch>>2'], venv: /v}\n", 2, "is not a requirement"),
     ("bad apt name", "steps:\n  - apt: {packages: ['Foo Bar']}\n", 2, "is not a package name"),
+    ("a value", "# the site's recipe\n\njust words\n", 3,
+     "a recipe must be a mapping with 'steps:', not a single value"),
+    ("a list", "# steps alone\n- shell: x\n", 2,
+     "a recipe must be a mapping with 'steps:', not a list"),
     ("empty", "", None, "recipe is empty"),
     ("binary", "\x00\x01\x02", None, "binary file"),
     ("deep nesting", "steps: " + "[" * 200 + "]" * 200 + "\n", 1, "nesting deeper than"),
@@ -97,6 +104,15 @@ def test_serial_in_an_included_recipe_is_refused(work):
     (work / "inner.yaml").write_text("steps:\n  - shell: a\nserial: 1\n")
     result, _, _ = _run(work, GOOD_INVENTORY, "steps:\n  - include: inner.yaml\n")
     _assert_one_line(result, work / "inner.yaml", 3, "'serial' belongs in the recipe that is run")
+
+
+def test_validate_in_an_included_recipe_is_refused_not_ignored(work):
+    """An included `validate: false` used to be ignored (the run validated anyway); it says how
+    the whole run goes, so like `serial` it belongs in the recipe that is run."""
+    (work / "inner.yaml").write_text("steps:\n  - shell: a\nvalidate: false\n")
+    result, _, _ = _run(work, GOOD_INVENTORY, "steps:\n  - include: inner.yaml\n")
+    _assert_one_line(result, work / "inner.yaml", 3,
+                     "'validate' belongs in the recipe that is run, not in an included one")
 
 
 @pytest.mark.parametrize("option,value,expected", [

@@ -36,6 +36,7 @@ from __future__ import annotations
 import email.utils
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -520,8 +521,13 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
     apt_base = apt_base or str(load_yaml(STACK, "recipe")["vars"]["nvidia_repo_base"])
     packages = recipe_packages(recipe) if with_debs else []
     deb_files = recipe_deb_files(recipe) if with_debs else {}
+    # The command that makes this bundle again (the manifest's, quoted in every error about a
+    # file it lacks): the mirrors too, their passwords left out (it is read on every host).
+    mirrors = "".join(f" {option} {shlex.quote(_without_password(url))}" for option, url in
+                      (("--mirror", mirror), ("--security-mirror", security_mirror)) if url)
     command = (f"gpuprov bundle --cuda {cuda}{' --torch' if torch else ''} --distro {distro_name} "
-               f"--recipe {recipe.name}{f' --apt-repo {apt_repo}' if apt_repo else ''} --out {out.name}")
+               f"--recipe {recipe.name}{f' --apt-repo {apt_repo}' if apt_repo else ''}{mirrors} "
+               f"--out {out.name}")
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     key = BundleKey(f"{cuda} {distro_name}") if packages or apt_lock else None

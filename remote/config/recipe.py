@@ -43,6 +43,12 @@ TOP_KEYS = {"name", "description", "vars", "steps", "handlers", "validate", "ser
 # Play keywords of a canary rollout (Ansible's `serial` and `max_fail_percentage`), read from the
 # top recipe only and checked by the engine's planner (engine/rollout.py) with their positions.
 ROLLOUT_KEYS = ("serial", "max_fail_percentage")
+# Keys that say how the whole run goes, so only the recipe that is run may say them: an
+# include inlines steps (and may be conditional per host), as Ansible's import_tasks file holds
+# tasks and no play keywords. An included recipe that says one is refused, never ignored.
+RUN_KEYS = {"serial": "it says how the run goes through hosts",
+            "max_fail_percentage": "it says how the run goes through hosts",
+            "validate": "it says whether the run validates after the steps"}
 MAX_INCLUDE_DEPTH = 20
 MAX_SECONDS = 10_000_000  # ~116 days: anything above is a typo (and .inf/.nan are refused)
 MAX_RETRIES = 1000
@@ -169,10 +175,10 @@ class _Loader(Generic[K]):
                 expect(data["validate"], bool, data.at("validate"), "'validate'")
                 self.validate = bool(data["validate"])
             self.rollout = {key: (data[key], data.at(key)) for key in ROLLOUT_KEYS if key in data}
-        for key in ROLLOUT_KEYS if stack else ():
+        for key, why in RUN_KEYS.items() if stack else ():
             if key in data:
                 raise data.at(key).error(f"'{key}' belongs in the recipe that is run, not in "
-                                         f"an included one (it says how the run goes through hosts)")
+                                         f"an included one ({why})")
         self._add_vars(data)
         steps_raw = data.get("steps")
         if steps_raw is None:
@@ -285,12 +291,14 @@ class _Loader(Generic[K]):
         return step
 
 
+RECIPE_MAPPING = "a recipe must be a mapping with 'steps:'"
+
+
 def _read_yaml_recipe(path: Path) -> YamlMap:
     """The format: a YAML mapping with the top-level keys of `TOP_KEYS`, with positions."""
-    data = load_yaml(path, "recipe")
-    if not isinstance(data, YamlMap):
-        raise InputError("a recipe must be a mapping with 'steps:'", path,
-                         getattr(data, "where", Where(str(path), 1)).line)
+    data = load_yaml(path, "recipe", mapping=RECIPE_MAPPING)
+    if not isinstance(data, YamlMap):  # `~`: a null document
+        raise InputError(RECIPE_MAPPING, path, 1)
     check_keys(data, TOP_KEYS, "recipe")
     return data
 

@@ -24,6 +24,7 @@ MAX_BYTES = 4 * 1024 * 1024
 # inventory (1000 hosts of 10 fields are ~21000 values).
 MAX_NODES = 100_000
 PLAIN_TAGS = {"tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"}
+NULL_TAG = "tag:yaml.org,2002:null"  # `~`, `null`: PyYAML's resolved tag for an empty value
 
 
 class YamlMap(dict[str, Any]):
@@ -147,10 +148,12 @@ def read_text(path: str | Path, what: str = "file") -> str:
     return text
 
 
-def load_yaml(path: str | Path, what: str = "file") -> Any:
+def load_yaml(path: str | Path, what: str = "file", mapping: str = "") -> Any:
     """Load one YAML document from `path` with positions kept; raise `InputError` on any flaw.
 
-    `what` names the kind of file in messages ("inventory", "recipe").
+    `what` names the kind of file in messages ("inventory", "recipe"). With `mapping` (the
+    message), a document that is a list or a value other than null is refused at the line it
+    starts on (a scalar keeps no position once read, so this is the one place that knows it).
     """
     name = str(path)
     text = read_text(path, what)
@@ -164,6 +167,9 @@ def load_yaml(path: str | Path, what: str = "file") -> Any:
         node = loader.get_single_node()
         if node is None:
             raise InputError(f"{what} has no content (only comments?)", name)
+        if mapping and not isinstance(node, MappingNode) and node.tag != NULL_TAG:
+            found = "a list" if isinstance(node, SequenceNode) else "a single value"
+            raise InputError(f"{mapping}, not {found}", name, node.start_mark.line + 1)
         return _convert(loader, node)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

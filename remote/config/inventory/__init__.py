@@ -21,7 +21,7 @@ from .ansible_ini import read_ini_inventory
 from .ansible_yaml import GROUP_KEYS as ANSIBLE_GROUP_KEYS
 from .ansible_yaml import read_ansible_yaml_inventory
 from .model import CacheSettings, Group, Host, Inventory, SchedulerEntry, SettingsReaders, Timeouts
-from .yaml_reader import TOP_KEYS, read_yaml_inventory
+from .yaml_reader import INVENTORY_MAPPING, TOP_KEYS, read_yaml_inventory
 
 __all__ = ["CacheSettings", "Group", "Host", "Inventory", "SchedulerEntry", "SettingsReaders",
            "Timeouts", "inventory_format", "load_inventory"]
@@ -78,7 +78,7 @@ def _sniff(path: Path) -> tuple[str, Any]:
         if not isinstance(data, YamlMap):
             return "ini", text
     else:
-        data = load_yaml(path, "inventory")
+        data = load_yaml(path, "inventory", mapping=INVENTORY_MAPPING)
     if isinstance(data, YamlMap) and data and all(
             key not in TOP_KEYS and (group is None or isinstance(group, dict)
                                      and all(k in ANSIBLE_GROUP_KEYS for k in group))

@@ -108,10 +108,13 @@ VALIDATE_VARS = {
 Parts = list[tuple[Path, YamlMap]]  # the file and those it includes, the including one first
 
 
+INVENTORY_MAPPING = "an inventory must be a mapping with 'hosts:'"
+
+
 def _read(path: Path, data: Any = None) -> YamlMap:
-    data = load_yaml(path, "inventory") if data is None else data
+    data = load_yaml(path, "inventory", mapping=INVENTORY_MAPPING) if data is None else data
     if not isinstance(data, YamlMap):
-        raise InputError("an inventory must be a mapping with 'hosts:'", path,
+        raise InputError(INVENTORY_MAPPING, path,
                          getattr(data, "where", Where(str(path), 1)).line)
     check_keys(data, TOP_KEYS, "inventory")
     return data

@@ -117,8 +117,10 @@ def waivers_used(data: dict[str, Any]) -> str:
 
 
 def latest_run_id(session: HostSession) -> Optional[str]:
-    """The run id `runs/latest` names on the host, if any."""
-    res = session.conn.run(f"readlink {remote_root(session.host.name)}/runs/latest",
+    """The run id `runs/latest` names on the host, if any and its folder is there (one removed
+    by hand leaves the link behind: no validation run either)."""
+    res = session.conn.run(f"cd {remote_root(session.host.name)}/runs 2>/dev/null && run=$(readlink latest) "
+                           '&& [ -d "$run" ] && printf "%s\\n" "$run"',
                            timeout=min(READLINK_TIMEOUT_S, session.inventory.timeouts.command))
     run_id = res.out.strip()
     # any other shape (`..`, `.`) is refused by transfer.pull, before anything is made or pulled
@@ -136,7 +138,12 @@ class PullLogs:
     def __call__(self, session: HostSession) -> None:
         run_id = latest_run_id(session)
         if run_id is None:
-            session.conclude(Outcome(OUTCOME, "no validation run found on the host", False))
+            # Nothing to pull (a host only provisioned) is no failed validation: said plainly,
+            # exit 0, as `gpuprov report` over runs without validation (remote/exitcodes.NOTHING).
+            name = session.host.name
+            session.conclude(Outcome(OUTCOME, "none on the host: nothing to pull", True))
+            session.reporter.note(f"{name}: no validation run on the host, nothing to pull "
+                                  f"(`gpuprov validate --host {name}` runs one)")
             return
         dest = run_dir(self.logs_dir, session.host.name, run_id)
         text, ok = pull_run(session, run_id, 0, dest)
