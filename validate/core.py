@@ -76,12 +76,15 @@ class CheckSkipped(Exception):
 
 
 class Spec(object):
-    def __init__(self, name, target, requirement, quick, about):
+    def __init__(self, name, target, requirement, quick, about, torch=True):
         self.name = name
         self.target = target  # "module:function" under validate.checks
         self.requirement = requirement  # "always" | "gpu" | "never"
         self.quick = quick
         self.about = about
+        # the check imports torch (validate/torchenv.py); a run whose checks all say False never
+        # does: a Slurm prolog's `--checks xid` costs no torch import, and a broken torch cannot stop it
+        self.torch = torch
 
     def required(self, device_mode):
         if self.requirement == "always":
@@ -93,13 +96,17 @@ class Spec(object):
 
 CHECKS = [
     Spec("system", "system:run", "always", True,
-         "OS, CPU, memory, nvidia-smi (driver, GPUs, ECC, remapped rows, PCIe, clocks, throttling), nvcc"),
+         "OS, CPU, memory, nvidia-smi (driver, GPUs, ECC, remapped rows, PCIe, clocks, throttling), nvcc",
+         torch=False),
     Spec("node", "node:run", "gpu", True,
-         "the node against its inventory profile (--profile): GPU count and model, PCIe generation and width"),
+         "the node against its inventory profile (--profile): GPU count and model, PCIe generation and width",
+         torch=False),
     Spec("cudnn_compile", "cudnn:run_compile", "gpu", True,
-         "find cuDNN and the CUDA toolkit, build the C++ softmax sample"),
+         "find cuDNN and the CUDA toolkit, build the C++ softmax sample",
+         torch=False),
     Spec("cudnn_sample", "cudnn:run_sample", "gpu", True,
-         "run the sample; softmax sums to 1 and top-5 equals the CPU reference"),
+         "run the sample; softmax sums to 1 and top-5 equals the CPU reference",
+         torch=False),
     Spec("torch_import", "torch_checks:run_import", "always", True,
          "torch/torchvision import, versions, build CUDA, TF32 flags"),
     Spec("torch_cuda", "torch_checks:run_cuda", "gpu", True,
@@ -117,15 +124,18 @@ CHECKS = [
     Spec("memory", "memory:run", "gpu", False,
          "write/verify patterns over most of each GPU's free memory"),
     Spec("xid", "xid:run", "gpu", True,
-         "NVIDIA Xid errors in the kernel log since boot (journalctl -k, dmesg or --kernel-log)"),
+         "NVIDIA Xid errors in the kernel log since boot (journalctl -k, dmesg or --kernel-log)",
+         torch=False),
     Spec("fabric", "fabric:run", "gpu", True,
-         "NVSwitch boards: Fabric Manager running, every GPU in the NVLink fabric"),
+         "NVSwitch boards: Fabric Manager running, every GPU in the NVLink fabric",
+         torch=False),
     Spec("p2p", "multigpu:run_p2p", "gpu", False,
          "GPU-to-GPU copy bandwidth matrix vs the topology (nvidia-smi topo -m)"),
     Spec("nccl", "multigpu:run_nccl", "gpu", False,
          "all-reduce bus bandwidth over all GPUs (torch.distributed, one process per GPU)"),
     Spec("infiniband", "ib:run", "gpu", True,
-         "InfiniBand/RoCE ports (sysfs): state, rate, link layer vs the profile; error counters grown during the run"),
+         "InfiniBand/RoCE ports (sysfs): state, rate, link layer vs the profile; error counters grown during the run",
+         torch=False),
     Spec("profile", "profiling:run", "never", False,
          "layer-wise time of ResNet20 (CIFAR-10) and ResNet50, CPU vs GPU; top ops; chrome traces"),
     Spec("fusion", "fusion:run", "never", False,
