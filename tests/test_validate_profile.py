@@ -253,6 +253,57 @@ def test_no_hca_is_not_applicable_unless_the_profile_expects_ports(tmp_path):
     assert rc == 1 and "found no InfiniBand/RoCE device" in check(doc, "infiniband")["reason"]
 
 
+P2P_CPU = "not applicable: --device cpu, no GPUs to copy between"
+NO_NVSWITCH = "no NVSwitch on this board: Fabric Manager not needed"
+
+
+@pytest.mark.parametrize("args, gpus, rc, want, line", [
+    # named, and cannot apply here: n/a with its reason, neither a failure nor a pass
+    (["--checks", "node"], 8, 0,
+     {"node": ("skip", False, "not applicable: no node profile with gpus or pcie (--profile)")},
+     "VALIDATED: no check counted; not counted: node n/a"),
+    (["--checks", "infiniband", "--sysfs-root", "EMPTY"], 8, 0,
+     {"infiniband": ("skip", False, "not applicable: no InfiniBand/RoCE device (EMPTY/class/infiniband)")},
+     "VALIDATED: no check counted; not counted: infiniband n/a"),
+    (["--checks", "fabric"], 8, 0, {"fabric": ("skip", False, NO_NVSWITCH)},
+     "VALIDATED: no check counted; not counted: fabric n/a"),
+    # p2p in a CPU-only validation: no GPU to copy between, whatever the host has
+    (["--device", "cpu", "--checks", "p2p"], 8, 0, {"p2p": ("skip", False, P2P_CPU)},
+     "VALIDATED: no check counted; not counted: p2p n/a"),
+    # beside checks that apply: those decide, the n/a one neither hides their failure nor fails
+    (["--checks", "node,fabric", "--profile", json.dumps(H100_PROFILE)], 8, 0,
+     {"node": ("pass", True, None), "fabric": ("skip", False, NO_NVSWITCH)},
+     "VALIDATED: node pass; not counted: fabric n/a"),
+    (["--checks", "node,fabric", "--profile", json.dumps(H100_PROFILE)], 7, 1,
+     {"node": ("fail", True, None), "fabric": ("skip", False, NO_NVSWITCH)},
+     "NOT VALIDATED: node fail; not counted: fabric n/a"),
+    # a check that applies under --device cpu (nvidia-smi answers) counts when named
+    (["--device", "cpu", "--checks", "node,p2p", "--profile", json.dumps(H100_PROFILE)], 7, 1,
+     {"node": ("fail", True, None), "p2p": ("skip", False, P2P_CPU)},
+     "NOT VALIDATED: node fail; not counted: p2p n/a"),
+])
+def test_a_named_check_that_cannot_apply_is_na_not_a_failure(tmp_path, args, gpus, rc, want, line):
+    """`--checks X` where X cannot apply on this host (no profile, no HCA, no NVSwitch: the
+    stand-in nvidia-smi serves recorded H100s; p2p in a CPU-only validation): X is reported
+    (skip, `waived: <reason>`), is not required, and the verdict is that of the checks that
+    apply (before: X stayed required and its skip made a healthy node NOT VALIDATED)."""
+    empty = tmp_path / "nohca"
+    empty.mkdir()
+    args = [a.replace("EMPTY", str(empty)) for a in args]
+    got_rc, doc, err = validate(tmp_path, *args, gpus=gpus)
+    assert got_rc == rc, err
+    for name, (status, required, waived) in want.items():
+        c = check(doc, name)
+        assert (c["status"], c["required"], c["waived"]) == (
+            status, required, waived.replace("EMPTY", str(empty)) if waived else None), c
+    assert "[validate] %s (" % line in err, err
+    assert doc["ok"] is (rc == 0)
+    waived = [n for n, w in want.items() if w[2]]
+    log = (tmp_path / "out" / "validate.log").read_text()
+    assert "required checks waived (not applicable here): " + "; ".join(
+        "%s: %s" % (n, check(doc, n)["waived"]) for n in waived) in log
+
+
 # ---------------------------------------------------------------------------
 # (c) waivers and measuring again
 

@@ -61,7 +61,9 @@ def build_parser():
         description="Validate a GPU instance: cuDNN sample, torch CUDA checks, benchmarks, GPU health.",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
-    p.add_argument("--checks", metavar="A,B", help="run only these checks (they become required)")
+    p.add_argument("--checks", metavar="A,B",
+                   help="run only these checks (they become required, unless one cannot apply here: "
+                        "p2p on one GPU, fabric without NVSwitch; that one is reported n/a and not counted)")
     p.add_argument("--skip", metavar="A,B", help="do not run these checks")
     p.add_argument("--models", metavar="LIST|classic|all",
                    help="bench models: comma list, 'classic' (the 31 classic torchvision classifiers, "
@@ -433,9 +435,12 @@ def main(argv=None, stream=None):
         flush_outputs(False)
     ok = flush_outputs(True)
     warned = [r.name for r in results if r.warnings]
-    ctx.progress("%s: %s%s (%.1fs); see %s" % (
+    # named in --checks and not counted: n/a here
+    uncounted = [r for r in results if r.name in (opts.checks or []) and r.waived and not r.required]
+    ctx.progress("%s: %s%s%s (%.1fs); see %s" % (
         "VALIDATED" if ok else "NOT VALIDATED",
-        ", ".join("%s %s" % (r.name, r.status) for r in results if r.required),
+        ", ".join("%s %s" % (r.name, r.status) for r in results if r.required) or "no check counted",
+        "; not counted: %s" % ", ".join("%s n/a" % r.name for r in uncounted) if uncounted else "",
         "; warnings from %s" % ", ".join(warned) if warned else "",
         time.perf_counter() - t0, os.path.join(ctx.out_dir, output.LOG)), check="validate")
     if interrupted:

@@ -47,8 +47,14 @@ Two things a check may say besides pass/fail/skip:
   when the user running validate may not read the kernel log).  The check is
   recorded as ``skip`` with ``required: false`` and ``waived: <reason>`` (and,
   for an unchecked part, a warning), so the run can still be validated and
-  says what it did not check.  A check named in ``--checks`` is never waived:
-  the user asked for it, so its skip is "not validated".
+  says what it did not check.  A check named in ``--checks`` that could not
+  check a part (``xid`` with an unreadable log) is not waived: the user asked
+  for it, so its skip is "not validated".  One that cannot apply here (``p2p``
+  on one GPU or under ``--device cpu``, ``fabric`` without NVSwitch, ``node``
+  without a profile) is n/a even when named: waived with its reason, never a
+  failure nor a pass.  Whether a check applies is the check's own call: one
+  that has something to run under ``--device cpu`` (``torch_cuda`` reports
+  CUDA's state, ``inference`` classifies on the CPU) runs and counts when named.
 """
 
 from __future__ import annotations
@@ -165,6 +171,7 @@ class Result(object):
         self.python_warnings = []
         self.skip_reason = None
         self.waived = None
+        self.unchecked = False
         self.findings = []
         self.waivers = []
 
@@ -208,11 +215,13 @@ class Result(object):
         self.note("warning: " + message)
 
     def waive(self, reason, warning=True):
-        """End as skipped and not required (unless a problem was recorded or
-        the check was named in --checks): it does not apply to this machine.
-        ``warning``: the skip leaves something unchecked (say so on top)."""
+        """End as skipped and not required (unless a problem was recorded): it does not
+        apply to this machine.  ``warning``: the skip leaves something unchecked (say so
+        on top), and a check named in --checks that could not check it stays required;
+        without, the check cannot apply here (p2p on one GPU) and is n/a even when named."""
         self.skip_reason = reason
         self.waived = reason
+        self.unchecked = warning
         if warning:
             self.warn(reason)
 
@@ -316,7 +325,8 @@ def _resolve(target):
 
 def run_check(ctx, spec, required, named=False):
     """Run one check in isolation; any exception becomes a failed result.
-    ``named``: the check was named in --checks, so it cannot be waived."""
+    ``named``: the check was named in --checks, so a waiver for a part it could not
+    check does not release it (one that cannot apply here does: n/a, with its reason)."""
     res = Result(spec.name, required)
     ctx.current = res
     ctx.progress("start: %s" % spec.about)
@@ -354,7 +364,7 @@ def run_check(ctx, spec, required, named=False):
         warnings.showwarning = saved_showwarning
     res.elapsed_s = time.perf_counter() - t0
     _finish(res)
-    if res.status == SKIP and res.waived and not named:
+    if res.status == SKIP and res.waived and not (named and res.unchecked):
         res.required = False
     ctx.current = None
     word = {PASS: "PASS", FAIL: "FAIL", SKIP: "SKIP"}[str(res.status)]
