@@ -103,6 +103,35 @@ def test_another_model_and_a_slower_pcie_link_than_the_profile_are_named(tmp_pat
         in reason
 
 
+@pytest.mark.parametrize("gpus, want", [(7, H100_PROFILE), (8, {"gpus": {"count": 8, "model": "NVIDIA B200"},
+                                                             "pcie": {"gen": 6, "width": 16}})])
+def test_judging_recorded_gpus_finds_what_the_live_node_check_finds(tmp_path, gpus, want):
+    """The same node, live (the stand-in nvidia-smi serving the recorded H100 `gpus` times)
+    and as recorded figures through `--judge --profile`: the same gaps, the same actions."""
+    import subprocess
+    import sys
+
+    rc, doc, err = validate(tmp_path, "--checks", "node", "--profile", json.dumps(want), gpus=gpus)
+    assert rc == 1, err
+    live = check(doc, "node")["reason"]  # each gap, with " [action: ...]" where it names one
+    header, row = open(os.path.join(FIX, "h100_590_query_gpu.csv")).read().splitlines()[:2]
+    f = dict(zip([h.strip() for h in header.split(",")], [c.strip() for c in row.split(",")]))
+    # the bus ids the stand-in gives each GPU (its BUS list), as a live run reads them
+    bus = ["00000000:%02X:00.0" % b for b in (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)]
+    recorded = {"gpus": [{"name": f["name"], "pci_device_id": f["pci.device_id"],
+                          "pci_sub_device_id": f["pci.sub_device_id"], "pci_bus_id": bus[i],
+                          "pcie_link_gen_max": int(f["pcie.link.gen.max"]),
+                          "pcie_link_width_max": int(f["pcie.link.width.max"])} for i in range(gpus)]}
+    path = tmp_path / "figures.json"
+    path.write_text(json.dumps(recorded))
+    p = subprocess.run([sys.executable, "-m", "validate", "--judge", str(path), "--profile", json.dumps(want)],
+                       cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    assert p.returncode == 1, p.stderr
+    judged = json.loads(p.stdout)["node"]["gaps"]
+    assert "; ".join(g["what"] + (" [action: %s]" % g["action"] if g["action"] else "") for g in judged) == live
+    assert len(judged) == {7: 1, 8: 9}[gpus]  # 7: the count; 8: the model, then each GPU's link
+
+
 def test_without_a_profile_the_node_check_does_not_apply(tmp_path):
     rc, doc, err = validate(tmp_path, "--checks", "system,infiniband", "--sysfs-root", str(IB_H100))
     assert rc == 0, err  # infiniband: 9 ports up, no profile: nothing to fail

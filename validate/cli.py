@@ -347,14 +347,15 @@ def _judge(args, stream):
     if args[0] != "--judge" or len(args) not in (2, 4) or (len(args) == 4 and args[2] != "--profile"):
         stream.write("validate: error: usage: python3 -m validate --judge FILE.json [--profile FILE|JSON]\n")
         return 2
-    if len(args) == 4:  # the profile's floors and tolerance, as a run on the node would use them
+    prof = None
+    if len(args) == 4:  # the profile's node, floors and tolerance, as a run on the node would use them
         try:
             prof = profile.load(args[3], CHECK_NAMES)
         except profile.BadProfile as exc:
             stream.write("validate: error: %s\n" % exc)
             return 2
         expectations.use_profile(prof["floors"], prof["tolerance"])
-    return judge.main(args[1], stderr=stream)
+    return judge.main(args[1], stderr=stream, prof=prof)
 
 
 def main(argv=None, stream=None):
