@@ -119,9 +119,11 @@ def commands_page() -> str:
     out += _table(("option", "what it does"), _argparse_rows(validate_cli.build_parser()))
     out += ["## python3 -m validate --health", "", _first_paragraph(health), ""]
     out += _table(("option", "what it does"), _argparse_rows(health.build_parser()))
-    out += ["## python3 -m validate --judge FILE.json", "",
+    out += ["## python3 -m validate --judge FILE.json [--profile FILE|JSON]", "",
             "Judges recorded figures against [the expectations table](expectations.md) "
-            "(`validate/judge.py`); no torch.", ""]
+            "(`validate/judge.py`); no torch. With `--profile`, its floors and tolerance apply, "
+            "and the recorded `gpus` are held against its GPU count, model and PCIe link by the "
+            "node check's own judge (the result's `node`).", ""]
     return "\n".join(out)
 
 

@@ -320,8 +320,8 @@ def validate(host: Optional[str], inventory: str, suite: str = "quick",
     ssh_route = Validate(suite, Path(logs_dir))
     job: Job = RecordStack(ssh_route, Path(logs_dir))
     expand = None
-    if any(h.scheduler for h in hosts):
-        job = cluster_job = ClusterValidate(ssh_route, SCHEDULERS, drain_failed, resume_passed)
+    if any(h.scheduler for h in hosts):  # the other hosts run `job`, as when selected alone
+        job = cluster_job = ClusterValidate(ssh_route, SCHEDULERS, drain_failed, resume_passed, ssh_job=job)
         expand = cluster_job.with_nodes
     if evidence:  # after an RMA verdict (remote/evidence/); a login node has no results.json
         job = AfterRMA(job, CollectEvidence(Path(logs_dir)))

@@ -106,3 +106,33 @@ def test_a_converged_host_sends_its_kept_manifest_until_its_stack_changes(
     assert starts.read_text().count("start") == 3
     assert [p["name"] for p in fourth["packages"]] == ["newwheel"]
     assert fourth["environment"] == str(venv)
+
+
+def test_validate_with_a_cluster_in_the_selection_records_each_hosts_stack(farm, work, inventory, capsys):
+    """`validate --host h1,login1` where login1 is a cluster's login node (here unreachable: a
+    closed port on loopback): h1 goes the SSH route as it does alone, and its run folder keeps
+    the stack it was validated on, as when it is selected alone (before: a selection holding a
+    cluster sent h1 down the bare SSH route, and its run had no stack.json)."""
+    import os
+
+    from remote import cli
+
+    kernel_log = work / "kern.log"
+    kernel_log.write_text("[    1.000000] Linux version 6.1.0\n")
+    os.chmod(kernel_log, 0o644)
+    hosts = {"h1": farm.host_entry(farm.addresses[0], vars={
+                 "validate_args": f"--checks xid --kernel-log {kernel_log}",
+                 "validate_python": "/usr/bin/python3"}),
+             "login1": {"address": "127.0.0.1", "port": 9, "user": farm.user, "slurm": {"partition": "debug"}}}
+    inv = inventory(hosts)
+    for selection, rc in (("h1", 0), ("h1,login1", 4)):  # 4: the unreachable login node
+        got = cli.validate(host=selection, inventory=str(inv), logs_dir=str(work / "logs"),
+                           json_path=str(work / "result.json"))
+        out = capsys.readouterr().out
+        assert got == rc, out
+        run = _run_dir(work, "h1")
+        assert json.loads((run / "results.json").read_text())["ok"] is True
+        assert (run / "stack.json").is_file(), f"{selection}: no stack.json in {run}"
+        manifest = json.loads((run / "stack.json").read_text())
+        assert manifest["schema"] == 1 and manifest["environment"] == "/usr", selection
+        assert "stack manifest: " in (run / "provision.log").read_text()

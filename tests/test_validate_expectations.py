@@ -17,10 +17,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.join(ROOT, "tests", "fixtures", "validate")
 
 
-def _judge(tmp_path, doc):
+def _judge(tmp_path, doc, profile=None):
     path = tmp_path / "figures.json"
     path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
-    p = subprocess.run([sys.executable, "-m", "validate", "--judge", str(path)], cwd=ROOT,
+    extra = ["--profile", json.dumps(profile)] if profile is not None else []
+    p = subprocess.run([sys.executable, "-m", "validate", "--judge", str(path)] + extra, cwd=ROOT,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
     return p.returncode, (json.loads(p.stdout) if p.stdout else None), p.stderr
 
@@ -134,12 +135,66 @@ def test_an_unknown_model_has_no_reference_and_absent_figures_are_not_judged(tmp
     assert rc == 3
 
 
+def _recorded_h100():
+    """The real H100's row of nvidia-smi --query-gpu (h100_590_query_gpu.csv: pci.device_id
+    0x233010DE, sub 0x16C110DE, bus 00000000:00:09.0, pcie.link.gen.max 5, width.max 16) in
+    --judge's keys, with Fryer's ~730 bf16 TFLOPS (research notes 2.4)."""
+    header, row = open(os.path.join(FIX, "h100_590_query_gpu.csv")).read().splitlines()[:2]
+    f = dict(zip([h.strip() for h in header.split(",")], [c.strip() for c in row.split(",")]))
+    return {"name": f["name"], "pci_device_id": f["pci.device_id"], "pci_sub_device_id": f["pci.sub_device_id"],
+            "pci_bus_id": f["pci.bus_id"], "pcie_link_gen_max": int(f["pcie.link.gen.max"]),
+            "pcie_link_width_max": int(f["pcie.link.width.max"]), "bf16_tflops": 730}
+
+
+H100_8 = {"gpus": {"count": 8, "model": "NVIDIA H100 80GB HBM3"}, "pcie": {"gen": 5, "width": 16}}
+
+
+@pytest.mark.parametrize("count, change, prof, rc, gaps", [
+    # as the profile says: the node passes, its figures too
+    (8, {}, H100_8, 0, []),
+    # a table key names the model as well as nvidia-smi's name (found by PCI id)
+    (8, {}, {"gpus": {"count": 8, "model": "H100 SXM"}}, 0, []),
+    # a GPU fell off the bus: fewer than the profile says, every figure healthy
+    (7, {}, H100_8, 1, [("expected 8 x NVIDIA H100 80GB HBM3, found 7", "reboot the node")]),
+    (9, {}, H100_8, 1, [("expected 8 x NVIDIA H100 80GB HBM3, found 9", None)]),
+    # another model than the profile's: the wrong machine, no action on it
+    (8, {}, {"gpus": {"count": 8, "model": "NVIDIA B200"}}, 1,
+     [("expected 8 x NVIDIA B200, found 8 x NVIDIA H100 80GB HBM3", None)]),
+    # one GPU whose slot trains at most Gen4 x8 on a Gen5 x16 profile
+    (8, {3: {"pcie_link_gen_max": 4, "pcie_link_width_max": 8}}, H100_8, 1,
+     [("GPU 00000000:00:09.0: PCIe link at most gen 4 x8, expected gen 5 x16", "drain and replace (RMA)")]),
+    # no PCIe link recorded against a profile that asks for one: not judged, said (exit 3)
+    (8, {i: {"pcie_link_gen_max": None} for i in range(8)}, H100_8, 3, []),
+])
+def test_judge_holds_the_recorded_gpus_against_the_profile(tmp_path, count, change, prof, rc, gaps):
+    """`--judge FILE --profile P` judges the node as a live run's node check does: GPU count,
+    model and PCIe link, each gap with its action (before: only the figures were judged, and a
+    7-GPU node passed an 8 x H100 profile)."""
+    gpus = [dict(_recorded_h100(), **change.get(i, {})) for i in range(count)]
+    got_rc, out, err = _judge(tmp_path, {"gpus": gpus}, prof)
+    assert (got_rc, err) == (rc, ""), out
+    assert [(g["what"], g["action"]) for g in out["node"]["gaps"]] == gaps
+    assert out["node"]["found"]["count"] == count
+    assert all(f["verdict"] == "pass" for f in out["figures"])  # the figures alone would pass
+    assert out["verdict"] == {0: "pass", 1: "fail", 3: "no reference"}[rc]
+
+
+def test_judge_without_gpus_in_the_profile_or_the_figures_does_not_judge_the_node(tmp_path):
+    rc, out, _ = _judge(tmp_path, {"gpus": [_recorded_h100()]}, {"floors": {"bf16_tflops": 600}})
+    assert rc == 0 and out["node"] is None
+    rc, out, _ = _judge(tmp_path, {"p2p_gbs": {"0-1": 380.0}}, H100_8)
+    assert rc == 3 and out["node"]["verdict"] == "no reference"
+    assert out["node"]["reason"] == "no gpus recorded: the node is not judged"
+
+
 @pytest.mark.parametrize("text,why", [
     ("{", "not JSON: Expecting property name enclosed in double quotes: line 1 column 2"),
     ("[]", "the document is not a JSON object"),
     ('{"gpus": [{"name": "NVIDIA H100", "bf16_tflops": "fast"}]}', "gpus[0].bf16_tflops: not a non-negative"),
     ('{"gpus": [{"pci_device_id": "2330"}]}', "gpus[0]: not a PCI id like 0x233010DE"),
     ('{"p2p_gbs": {"0to1": 3}}', "p2p_gbs: '0to1' is not a pair"),
+    ('{"gpus": [{"name": "NVIDIA H100", "pcie_link_gen_max": "five"}]}',
+     "gpus[0].pcie_link_gen_max: not a non-negative number: 'five'"),
 ])
 def test_bad_input_is_one_line_naming_the_file_exit_2(tmp_path, text, why):
     rc, out, err = _judge(tmp_path, text)

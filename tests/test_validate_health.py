@@ -290,8 +290,19 @@ def test_nccl_orchestration_with_gloo_and_two_processes(tmp_path):
 
 
 def test_p2p_skips_with_the_reason_without_gpus(tmp_path):
+    # --device cpu: p2p has nothing to run on, whatever the host: not applicable (n/a)
     res = _run(_ctx(tmp_path), "p2p")
-    assert res.status == "skip" and res.reason == "no GPUs: nothing to copy between"
+    assert (res.status, res.reason, res.waived) == (
+        "skip", "not applicable: --device cpu, no GPUs to copy between",
+        "not applicable: --device cpu, no GPUs to copy between")
+    if not os.path.exists("/dev/nvidia0"):
+        # a GPU validation (--device auto) on a machine without one: the missing GPU is the failure
+        from validate import cli, core
+
+        opts = cli.parse_args(["--out", str(tmp_path), "--iters", "3", "--warmup", "1"])
+        cli.resolve_defaults(opts)
+        res = _run(core.Context(opts, str(tmp_path), stream=open(os.devnull, "w")), "p2p")
+        assert res.status == "fail" and res.reason.startswith("CUDA not available (") and res.waived is None
 
 
 def test_floors_apply_only_to_a_node_of_one_model():

@@ -103,6 +103,35 @@ def test_another_model_and_a_slower_pcie_link_than_the_profile_are_named(tmp_pat
         in reason
 
 
+@pytest.mark.parametrize("gpus, want", [(7, H100_PROFILE), (8, {"gpus": {"count": 8, "model": "NVIDIA B200"},
+                                                             "pcie": {"gen": 6, "width": 16}})])
+def test_judging_recorded_gpus_finds_what_the_live_node_check_finds(tmp_path, gpus, want):
+    """The same node, live (the stand-in nvidia-smi serving the recorded H100 `gpus` times)
+    and as recorded figures through `--judge --profile`: the same gaps, the same actions."""
+    import subprocess
+    import sys
+
+    rc, doc, err = validate(tmp_path, "--checks", "node", "--profile", json.dumps(want), gpus=gpus)
+    assert rc == 1, err
+    live = check(doc, "node")["reason"]  # each gap, with " [action: ...]" where it names one
+    header, row = open(os.path.join(FIX, "h100_590_query_gpu.csv")).read().splitlines()[:2]
+    f = dict(zip([h.strip() for h in header.split(",")], [c.strip() for c in row.split(",")]))
+    # the bus ids the stand-in gives each GPU (its BUS list), as a live run reads them
+    bus = ["00000000:%02X:00.0" % b for b in (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)]
+    recorded = {"gpus": [{"name": f["name"], "pci_device_id": f["pci.device_id"],
+                          "pci_sub_device_id": f["pci.sub_device_id"], "pci_bus_id": bus[i],
+                          "pcie_link_gen_max": int(f["pcie.link.gen.max"]),
+                          "pcie_link_width_max": int(f["pcie.link.width.max"])} for i in range(gpus)]}
+    path = tmp_path / "figures.json"
+    path.write_text(json.dumps(recorded))
+    p = subprocess.run([sys.executable, "-m", "validate", "--judge", str(path), "--profile", json.dumps(want)],
+                       cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    assert p.returncode == 1, p.stderr
+    judged = json.loads(p.stdout)["node"]["gaps"]
+    assert "; ".join(g["what"] + (" [action: %s]" % g["action"] if g["action"] else "") for g in judged) == live
+    assert len(judged) == {7: 1, 8: 9}[gpus]  # 7: the count; 8: the model, then each GPU's link
+
+
 def test_without_a_profile_the_node_check_does_not_apply(tmp_path):
     rc, doc, err = validate(tmp_path, "--checks", "system,infiniband", "--sysfs-root", str(IB_H100))
     assert rc == 0, err  # infiniband: 9 ports up, no profile: nothing to fail
@@ -251,6 +280,57 @@ def test_no_hca_is_not_applicable_unless_the_profile_expects_ports(tmp_path):
     rc, doc, err = validate(tmp_path, "--checks", "infiniband", "--sysfs-root", str(empty),
                             "--profile", json.dumps(H100_PROFILE))
     assert rc == 1 and "found no InfiniBand/RoCE device" in check(doc, "infiniband")["reason"]
+
+
+P2P_CPU = "not applicable: --device cpu, no GPUs to copy between"
+NO_NVSWITCH = "no NVSwitch on this board: Fabric Manager not needed"
+
+
+@pytest.mark.parametrize("args, gpus, rc, want, line", [
+    # named, and cannot apply here: n/a with its reason, neither a failure nor a pass
+    (["--checks", "node"], 8, 0,
+     {"node": ("skip", False, "not applicable: no node profile with gpus or pcie (--profile)")},
+     "VALIDATED: no check counted; not counted: node n/a"),
+    (["--checks", "infiniband", "--sysfs-root", "EMPTY"], 8, 0,
+     {"infiniband": ("skip", False, "not applicable: no InfiniBand/RoCE device (EMPTY/class/infiniband)")},
+     "VALIDATED: no check counted; not counted: infiniband n/a"),
+    (["--checks", "fabric"], 8, 0, {"fabric": ("skip", False, NO_NVSWITCH)},
+     "VALIDATED: no check counted; not counted: fabric n/a"),
+    # p2p in a CPU-only validation: no GPU to copy between, whatever the host has
+    (["--device", "cpu", "--checks", "p2p"], 8, 0, {"p2p": ("skip", False, P2P_CPU)},
+     "VALIDATED: no check counted; not counted: p2p n/a"),
+    # beside checks that apply: those decide, the n/a one neither hides their failure nor fails
+    (["--checks", "node,fabric", "--profile", json.dumps(H100_PROFILE)], 8, 0,
+     {"node": ("pass", True, None), "fabric": ("skip", False, NO_NVSWITCH)},
+     "VALIDATED: node pass; not counted: fabric n/a"),
+    (["--checks", "node,fabric", "--profile", json.dumps(H100_PROFILE)], 7, 1,
+     {"node": ("fail", True, None), "fabric": ("skip", False, NO_NVSWITCH)},
+     "NOT VALIDATED: node fail; not counted: fabric n/a"),
+    # a check that applies under --device cpu (nvidia-smi answers) counts when named
+    (["--device", "cpu", "--checks", "node,p2p", "--profile", json.dumps(H100_PROFILE)], 7, 1,
+     {"node": ("fail", True, None), "p2p": ("skip", False, P2P_CPU)},
+     "NOT VALIDATED: node fail; not counted: p2p n/a"),
+])
+def test_a_named_check_that_cannot_apply_is_na_not_a_failure(tmp_path, args, gpus, rc, want, line):
+    """`--checks X` where X cannot apply on this host (no profile, no HCA, no NVSwitch: the
+    stand-in nvidia-smi serves recorded H100s; p2p in a CPU-only validation): X is reported
+    (skip, `waived: <reason>`), is not required, and the verdict is that of the checks that
+    apply (before: X stayed required and its skip made a healthy node NOT VALIDATED)."""
+    empty = tmp_path / "nohca"
+    empty.mkdir()
+    args = [a.replace("EMPTY", str(empty)) for a in args]
+    got_rc, doc, err = validate(tmp_path, *args, gpus=gpus)
+    assert got_rc == rc, err
+    for name, (status, required, waived) in want.items():
+        c = check(doc, name)
+        assert (c["status"], c["required"], c["waived"]) == (
+            status, required, waived.replace("EMPTY", str(empty)) if waived else None), c
+    assert "[validate] %s (" % line in err, err
+    assert doc["ok"] is (rc == 0)
+    waived = [n for n, w in want.items() if w[2]]
+    log = (tmp_path / "out" / "validate.log").read_text()
+    assert "required checks waived (not applicable here): " + "; ".join(
+        "%s: %s" % (n, check(doc, n)["waived"]) for n in waived) in log
 
 
 # ---------------------------------------------------------------------------

@@ -255,6 +255,39 @@ def test_bare_python_without_torch_gives_a_clean_report(tmp_path):
 
 
 # --------------------------------------------------------------------------
+# a selection with no torch check never imports torch
+
+
+def test_a_selection_without_torch_checks_never_imports_torch(tmp_path):
+    """`--checks xid` (a Slurm prolog's health check) on a node whose torch is broken: a
+    torch whose import kills the interpreter, as a torch built against missing CUDA
+    libraries can (a real package on PYTHONPATH ahead of the installed one; nothing
+    validate/ calls is replaced). The run never imports it, passes, and records torch as
+    not examined (null) rather than a version or "cpu"."""
+    broken = tmp_path / "broken" / "torch"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("import os\nos.abort()  # a broken install\n")
+    kernel_log = tmp_path / "kern.log"
+    kernel_log.write_text("[    1.000000] Linux version 6.1.0 (gcc)\n")
+    pkg = ship(tmp_path)
+    env = {"PYTHONPATH": str(broken.parent)}
+    probe = subprocess.run([sys.executable, "-c", "import torch"], env=dict(os.environ, **env),
+                           stderr=subprocess.PIPE, timeout=60)
+    assert probe.returncode < 0  # really broken: the interpreter dies on `import torch`
+    out = tmp_path / "out"
+    proc = run_validate(sys.executable, pkg, ["--out", str(out), "--quick", "--checks", "xid",
+                                              "--kernel-log", str(kernel_log)], env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = load(out)
+    assert by_name(doc)["xid"]["status"] == "pass"
+    assert {k: doc["host"][k] for k in ("torch", "torchvision", "cuda", "device")} == \
+        {"torch": None, "torchvision": None, "cuda": None, "device": None}
+    # options only torch checks use stay unset: nothing ran with them
+    assert [doc["options"][k] for k in ("warmup", "iters", "batch", "stress_seconds")] == [None] * 4
+    assert "torch -, torchvision -, CUDA (torch build) -" in (out / "validate.log").read_text()
+
+
+# --------------------------------------------------------------------------
 # bad command lines: exit 2, one line, nothing written
 
 

@@ -61,7 +61,9 @@ def build_parser():
         description="Validate a GPU instance: cuDNN sample, torch CUDA checks, benchmarks, GPU health.",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
-    p.add_argument("--checks", metavar="A,B", help="run only these checks (they become required)")
+    p.add_argument("--checks", metavar="A,B",
+                   help="run only these checks (they become required, unless one cannot apply here: "
+                        "p2p on one GPU, fabric without NVSwitch; that one is reported n/a and not counted)")
     p.add_argument("--skip", metavar="A,B", help="do not run these checks")
     p.add_argument("--models", metavar="LIST|classic|all",
                    help="bench models: comma list, 'classic' (the 31 classic torchvision classifiers, "
@@ -188,8 +190,17 @@ def _known_models():
         return set(n for n in dir(tv.models) if not n.startswith("_"))
 
 
-def resolve_defaults(opts):
-    """Fill warm-up/iterations/batch from the device the run will use."""
+def needs_torch(plan):
+    """Whether a selected check of ``plan`` (``select``) imports torch (``Spec.torch``)."""
+    return any(chosen and spec.torch for spec, chosen, _, _ in plan)
+
+
+def resolve_defaults(opts, torch_needed=True):
+    """Fill warm-up/iterations/batch from the device the run will use.  Without a
+    check that uses torch (``torch_needed`` false) they stay as given (None: not
+    used), and torch is not asked."""
+    if not torch_needed:
+        return
     gpu = False
     if opts.device != "cpu":
         gpu = torchenv.cuda_state()["available"]
@@ -250,28 +261,33 @@ def options_document(opts):
     }
 
 
-def host_document(ctx):
+def host_document(ctx, torch_needed=True):
+    """What the run saw of the host.  Without a check that uses torch (``torch_needed``
+    false) torch is not asked: torch, torchvision and cuda are null (not examined), and
+    so is the device unless ``--device cpu`` named it."""
     doc = host.basic_facts()
     smi = ctx.shared.get("nvidia_smi") or {}
     gpus = smi.get("gpus") or []
-    state = torchenv.cuda_state()
+    state = torchenv.cuda_state() if torch_needed else {"available": False, "build_cuda": None}
     doc["gpu_name"] = gpus[0].get("name") if gpus else None
     doc["gpu_count"] = len(gpus)
     doc["driver"] = gpus[0].get("driver_version") if gpus else None
-    torch_mod = torchenv._load("torch")[0]
+    torch_mod = torchenv._load("torch")[0] if torch_needed else None
     if not gpus and state["available"] and torch_mod is not None:
         try:
             doc["gpu_count"] = torch_mod.cuda.device_count()
             doc["gpu_name"] = torch_mod.cuda.get_device_name(0)
         except Exception:
             pass
-    doc["torch"] = torchenv.version_of("torch")
-    doc["torchvision"] = torchenv.version_of("torchvision")
+    doc["torch"] = torchenv.version_of("torch") if torch_needed else None
+    doc["torchvision"] = torchenv.version_of("torchvision") if torch_needed else None
     doc["cuda"] = state.get("build_cuda")
     if ctx.device_used:
         doc["device"] = ctx.device_used
     elif ctx.device_mode == "cpu":
         doc["device"] = "cpu"
+    elif not torch_needed:
+        doc["device"] = None  # nothing ran on a device, and torch was not asked which it would be
     else:
         doc["device"] = "cuda" if state["available"] else "cpu"
     return doc
@@ -331,14 +347,15 @@ def _judge(args, stream):
     if args[0] != "--judge" or len(args) not in (2, 4) or (len(args) == 4 and args[2] != "--profile"):
         stream.write("validate: error: usage: python3 -m validate --judge FILE.json [--profile FILE|JSON]\n")
         return 2
-    if len(args) == 4:  # the profile's floors and tolerance, as a run on the node would use them
+    prof = None
+    if len(args) == 4:  # the profile's node, floors and tolerance, as a run on the node would use them
         try:
             prof = profile.load(args[3], CHECK_NAMES)
         except profile.BadProfile as exc:
             stream.write("validate: error: %s\n" % exc)
             return 2
         expectations.use_profile(prof["floors"], prof["tolerance"])
-    return judge.main(args[1], stderr=stream)
+    return judge.main(args[1], stderr=stream, prof=prof)
 
 
 def main(argv=None, stream=None):
@@ -373,7 +390,8 @@ def main(argv=None, stream=None):
     plan = select(opts)
     ctx.progress("%s %s: %d of %d checks, device %s, output %s" % (
         TOOL, __version__, sum(1 for p in plan if p[1]), len(plan), opts.device, ctx.out_dir), check="validate")
-    resolve_defaults(opts)
+    torch_needed = needs_torch(plan)
+    resolve_defaults(opts, torch_needed)
     results: list[Any] = []
     interrupted = False
     prof = opts.profile_doc or profile.empty()
@@ -388,7 +406,8 @@ def main(argv=None, stream=None):
         req = [r for r in results if r.required]
         ok = final and not interrupted and all(r.status == PASS for r in req)
         doc = output.results_document(started, time.perf_counter() - t0, ok,
-                                      options_document(opts), host_document(ctx), results, unreferenced)
+                                      options_document(opts), host_document(ctx, torch_needed), results,
+                                      unreferenced)
         output.write_json_atomic(os.path.join(ctx.out_dir, output.RESULTS), doc)
         if final:
             output.write_log(os.path.join(ctx.out_dir, output.LOG), doc, results)
@@ -417,9 +436,12 @@ def main(argv=None, stream=None):
         flush_outputs(False)
     ok = flush_outputs(True)
     warned = [r.name for r in results if r.warnings]
-    ctx.progress("%s: %s%s (%.1fs); see %s" % (
+    # named in --checks and not counted: n/a here
+    uncounted = [r for r in results if r.name in (opts.checks or []) and r.waived and not r.required]
+    ctx.progress("%s: %s%s%s (%.1fs); see %s" % (
         "VALIDATED" if ok else "NOT VALIDATED",
-        ", ".join("%s %s" % (r.name, r.status) for r in results if r.required),
+        ", ".join("%s %s" % (r.name, r.status) for r in results if r.required) or "no check counted",
+        "; not counted: %s" % ", ".join("%s n/a" % r.name for r in uncounted) if uncounted else "",
         "; warnings from %s" % ", ".join(warned) if warned else "",
         time.perf_counter() - t0, os.path.join(ctx.out_dir, output.LOG)), check="validate")
     if interrupted:

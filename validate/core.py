@@ -47,8 +47,14 @@ Two things a check may say besides pass/fail/skip:
   when the user running validate may not read the kernel log).  The check is
   recorded as ``skip`` with ``required: false`` and ``waived: <reason>`` (and,
   for an unchecked part, a warning), so the run can still be validated and
-  says what it did not check.  A check named in ``--checks`` is never waived:
-  the user asked for it, so its skip is "not validated".
+  says what it did not check.  A check named in ``--checks`` that could not
+  check a part (``xid`` with an unreadable log) is not waived: the user asked
+  for it, so its skip is "not validated".  One that cannot apply here (``p2p``
+  on one GPU or under ``--device cpu``, ``fabric`` without NVSwitch, ``node``
+  without a profile) is n/a even when named: waived with its reason, never a
+  failure nor a pass.  Whether a check applies is the check's own call: one
+  that has something to run under ``--device cpu`` (``torch_cuda`` reports
+  CUDA's state, ``inference`` classifies on the CPU) runs and counts when named.
 """
 
 from __future__ import annotations
@@ -76,12 +82,15 @@ class CheckSkipped(Exception):
 
 
 class Spec(object):
-    def __init__(self, name, target, requirement, quick, about):
+    def __init__(self, name, target, requirement, quick, about, torch=True):
         self.name = name
         self.target = target  # "module:function" under validate.checks
         self.requirement = requirement  # "always" | "gpu" | "never"
         self.quick = quick
         self.about = about
+        # the check imports torch (validate/torchenv.py); a run whose checks all say False never
+        # does: a Slurm prolog's `--checks xid` costs no torch import, and a broken torch cannot stop it
+        self.torch = torch
 
     def required(self, device_mode):
         if self.requirement == "always":
@@ -93,13 +102,17 @@ class Spec(object):
 
 CHECKS = [
     Spec("system", "system:run", "always", True,
-         "OS, CPU, memory, nvidia-smi (driver, GPUs, ECC, remapped rows, PCIe, clocks, throttling), nvcc"),
+         "OS, CPU, memory, nvidia-smi (driver, GPUs, ECC, remapped rows, PCIe, clocks, throttling), nvcc",
+         torch=False),
     Spec("node", "node:run", "gpu", True,
-         "the node against its inventory profile (--profile): GPU count and model, PCIe generation and width"),
+         "the node against its inventory profile (--profile): GPU count and model, PCIe generation and width",
+         torch=False),
     Spec("cudnn_compile", "cudnn:run_compile", "gpu", True,
-         "find cuDNN and the CUDA toolkit, build the C++ softmax sample"),
+         "find cuDNN and the CUDA toolkit, build the C++ softmax sample",
+         torch=False),
     Spec("cudnn_sample", "cudnn:run_sample", "gpu", True,
-         "run the sample; softmax sums to 1 and top-5 equals the CPU reference"),
+         "run the sample; softmax sums to 1 and top-5 equals the CPU reference",
+         torch=False),
     Spec("torch_import", "torch_checks:run_import", "always", True,
          "torch/torchvision import, versions, build CUDA, TF32 flags"),
     Spec("torch_cuda", "torch_checks:run_cuda", "gpu", True,
@@ -117,15 +130,18 @@ CHECKS = [
     Spec("memory", "memory:run", "gpu", False,
          "write/verify patterns over most of each GPU's free memory"),
     Spec("xid", "xid:run", "gpu", True,
-         "NVIDIA Xid errors in the kernel log since boot (journalctl -k, dmesg or --kernel-log)"),
+         "NVIDIA Xid errors in the kernel log since boot (journalctl -k, dmesg or --kernel-log)",
+         torch=False),
     Spec("fabric", "fabric:run", "gpu", True,
-         "NVSwitch boards: Fabric Manager running, every GPU in the NVLink fabric"),
+         "NVSwitch boards: Fabric Manager running, every GPU in the NVLink fabric",
+         torch=False),
     Spec("p2p", "multigpu:run_p2p", "gpu", False,
          "GPU-to-GPU copy bandwidth matrix vs the topology (nvidia-smi topo -m)"),
     Spec("nccl", "multigpu:run_nccl", "gpu", False,
          "all-reduce bus bandwidth over all GPUs (torch.distributed, one process per GPU)"),
     Spec("infiniband", "ib:run", "gpu", True,
-         "InfiniBand/RoCE ports (sysfs): state, rate, link layer vs the profile; error counters grown during the run"),
+         "InfiniBand/RoCE ports (sysfs): state, rate, link layer vs the profile; error counters grown during the run",
+         torch=False),
     Spec("profile", "profiling:run", "never", False,
          "layer-wise time of ResNet20 (CIFAR-10) and ResNet50, CPU vs GPU; top ops; chrome traces"),
     Spec("fusion", "fusion:run", "never", False,
@@ -155,6 +171,7 @@ class Result(object):
         self.python_warnings = []
         self.skip_reason = None
         self.waived = None
+        self.unchecked = False
         self.findings = []
         self.waivers = []
 
@@ -198,11 +215,13 @@ class Result(object):
         self.note("warning: " + message)
 
     def waive(self, reason, warning=True):
-        """End as skipped and not required (unless a problem was recorded or
-        the check was named in --checks): it does not apply to this machine.
-        ``warning``: the skip leaves something unchecked (say so on top)."""
+        """End as skipped and not required (unless a problem was recorded): it does not
+        apply to this machine.  ``warning``: the skip leaves something unchecked (say so
+        on top), and a check named in --checks that could not check it stays required;
+        without, the check cannot apply here (p2p on one GPU) and is n/a even when named."""
         self.skip_reason = reason
         self.waived = reason
+        self.unchecked = warning
         if warning:
             self.warn(reason)
 
@@ -306,7 +325,8 @@ def _resolve(target):
 
 def run_check(ctx, spec, required, named=False):
     """Run one check in isolation; any exception becomes a failed result.
-    ``named``: the check was named in --checks, so it cannot be waived."""
+    ``named``: the check was named in --checks, so a waiver for a part it could not
+    check does not release it (one that cannot apply here does: n/a, with its reason)."""
     res = Result(spec.name, required)
     ctx.current = res
     ctx.progress("start: %s" % spec.about)
@@ -344,7 +364,7 @@ def run_check(ctx, spec, required, named=False):
         warnings.showwarning = saved_showwarning
     res.elapsed_s = time.perf_counter() - t0
     _finish(res)
-    if res.status == SKIP and res.waived and not named:
+    if res.status == SKIP and res.waived and not (named and res.unchecked):
         res.required = False
     ctx.current = None
     word = {PASS: "PASS", FAIL: "FAIL", SKIP: "SKIP"}[str(res.status)]

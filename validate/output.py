@@ -32,7 +32,9 @@ RESULTS_FIELDS = (
      "what a node that passes still needs once idle (a pending row remap: reset the GPU)"),
     ("options", "object", "the options the run was given, defaults filled in"),
     ("host", "object", "what the run saw: hostname, os, kernel, arch, python, cpu, cpus, memory_gib, "
-                       "gpu_name, gpu_count, driver, torch, torchvision, cuda, device"),
+                       "gpu_name, gpu_count, driver, torch, torchvision, cuda, device; torch, "
+                       "torchvision, cuda and device are null when no selected check uses torch "
+                       "(torch not examined; device stays `cpu` under `--device cpu`)"),
     ("checks", "list", "one object per check, in the order they ran (below)"),
     ("no_reference", "list", "the GPU models no floor judges (table or profile): measured, said "
                              "on top of validate.log, never a pass or a failure"),

@@ -27,7 +27,7 @@ import json
 import os
 from typing import Any, Optional
 
-from . import expectations
+from . import actions, expectations
 
 FLOOR_FIGURES = expectations.GPU_FIGURES + ("p2p_gbs", "nccl_busbw_gbs")
 LINK_LAYERS = ("InfiniBand", "Ethernet")
@@ -171,6 +171,21 @@ def empty() -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------
 # the node against it
+
+
+def judges_node(profile):
+    """Whether the profile says what the node's GPUs must be (count, model, PCIe link)."""
+    return bool(profile and (profile["gpus"]["count"] or profile["gpus"]["model"]
+                             or profile["pcie"]["gen"] or profile["pcie"]["width"]))
+
+
+def node_gaps(profile, gpus):
+    """[(gap, action)] of nvidia-smi's GPU rows against the profile: the GPU count and model
+    (fewer GPUs than expected: reboot the node; another model: no action, the wrong machine),
+    then each GPU's PCIe link (drain and replace).  The one judge of a node against its
+    profile: the node check on a live node, ``--judge --profile`` on recorded figures."""
+    out = [(gap, actions.REBOOT_NODE if kind == "missing" else None) for gap, kind in gpu_gaps(profile, gpus)]
+    return out + [(gap, actions.DRAIN_RMA) for gap in pcie_gaps(profile, gpus)]
 
 
 def describe_gpus(count, model):

@@ -18,8 +18,9 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
+from ..engine.jobs import Job
 from ..engine.jobs.logs import OUTCOME
 from ..engine.jobs.validate import Validate
 from ..engine.results import HostResult, Outcome
@@ -38,15 +39,19 @@ class ClusterState:
 
 class ClusterValidate:
     """`validate` on a selection holding clusters: a host whose inventory entry names a
-    scheduler of `schedulers` goes that scheduler's route, the others to `inner` (the SSH
-    route). Per-node rows are collected here for `with_nodes` (one entry per cluster, written
-    by that cluster's worker only)."""
+    scheduler of `schedulers` goes that scheduler's route, the others to `ssh_job`: the job
+    such a host runs when selected alone (`validate`'s SSH route with its stack record), else
+    `inner` (the SSH route; after `provision`'s recipe, whose job records the stack itself).
+    Per-node rows are collected here for `with_nodes` (one entry per cluster, written by that
+    cluster's worker only)."""
 
     outcome = OUTCOME
 
     def __init__(self, inner: Validate, schedulers: Mapping[str, Scheduler],
-                 drain_failed: bool = False, resume_passed: bool = False):
+                 drain_failed: bool = False, resume_passed: bool = False,
+                 ssh_job: Optional[Job] = None):
         self.inner = inner
+        self.ssh_job: Job = ssh_job if ssh_job is not None else inner
         self.schedulers = schedulers
         self.drain_failed = drain_failed
         self.resume_passed = resume_passed
@@ -57,7 +62,7 @@ class ClusterValidate:
     def __call__(self, session: HostSession) -> None:
         entry = session.host.scheduler
         if entry is None:
-            self.inner(session)
+            self.ssh_job(session)
             return
         state = ClusterState()
         with self._lock:

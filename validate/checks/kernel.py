@@ -52,6 +52,9 @@ def _with_numba(cuda, numba, a, x, y, warmup, iters):
 
 
 def run(ctx, res):
+    if ctx.device_mode == "cpu":
+        res.waive("not applicable: --device cpu, a CUDA kernel has nothing to run on", warning=False)
+        return
     try:
         np = torchenv.get("numpy")
     except torchenv.Missing as exc:
@@ -73,9 +76,6 @@ def run(ctx, res):
             numba = None
     if backend is None:
         res.skip("neither CuPy nor Numba is installed (pip install cupy-cuda12x or numba)")
-        return
-    if ctx.device_mode == "cpu":
-        res.skip("--device cpu: a CUDA kernel has nothing to run on")
         return
     rng = np.random.default_rng(0)
     x = rng.standard_normal(N, dtype=np.float32)

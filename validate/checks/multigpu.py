@@ -53,7 +53,10 @@ def node_sku(names):
 def run_p2p(ctx, res):
     torch = ctx.torch()
     device = ctx.device(res)
-    if device != "cuda":
+    if ctx.device_mode == "cpu":
+        res.waive("not applicable: --device cpu, no GPUs to copy between", warning=False)
+        return
+    if device != "cuda":  # --device auto without a GPU: ctx.device recorded the failure
         res.skip("no GPUs: nothing to copy between")
         return
     count = torch.cuda.device_count()

@@ -11,7 +11,7 @@ model than expected names no action (the wrong machine, not a sick one).
 Without a profile the check does not apply and is waived.
 """
 
-from .. import actions, host, profile
+from .. import host, profile
 from .. import smi as smi_mod
 
 FIELDS = ["index", "name", "pci.bus_id", "pci.device_id", "pci.sub_device_id",
@@ -30,8 +30,7 @@ def gpu_rows():
 
 def run(ctx, res):
     prof = ctx.profile
-    if not prof or not (prof["gpus"]["count"] or prof["gpus"]["model"] or prof["pcie"]["gen"]
-                        or prof["pcie"]["width"]):
+    if not profile.judges_node(prof):
         res.waive("not applicable: no node profile with gpus or pcie (--profile)", warning=False)
         return
     rows = gpu_rows()
@@ -40,9 +39,7 @@ def run(ctx, res):
         return
     res.figures.update({"expected": {"gpus": prof["gpus"], "pcie": prof["pcie"]},
                         "found": {"count": len(rows), "names": sorted(set(r.get("name") or "?" for r in rows))}})
-    for gap, kind in profile.gpu_gaps(prof, rows):
-        res.problem(gap, actions.REBOOT_NODE if kind == "missing" else None)
-    for gap in profile.pcie_gaps(prof, rows):
-        res.problem(gap, actions.DRAIN_RMA)
+    for gap, action in profile.node_gaps(prof, rows):
+        res.problem(gap, action)
     res.summary = "%d x %s%s" % (len(rows), "/".join(res.figures["found"]["names"]) or "no GPU",
                                  "; as the profile says" if not res.problems else "")
