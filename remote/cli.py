@@ -251,6 +251,7 @@ def provision(host: Optional[str], recipe: str, inventory: str, check: bool = Fa
         job = AfterRMA(job, CollectEvidence(Path(logs_dir)))
     return _execute(inv, hosts, rec.name, job, extra_vars, forks_n,
                     outputs, ask_become_pass, logs_dir, check=check, expand=expand,
+                    mode="check (nothing will change)" if check else "apply",
                     rollout=rollout, bundle=checked.route() if checked is not None else None)
 
 def inventory_bundle(inv: Inventory, hosts: list[Host]) -> Optional[Path]:
@@ -384,7 +385,8 @@ def logs(host: Optional[str], inventory: str, logs_dir: str = LOGS_DIR,
     if not hosts:
         return EXIT_OK
     return _execute(inv, hosts, "logs", PullLogs(Path(logs_dir)), {}, 16, Outputs(), False,
-                    logs_dir, write_logs=False)
+                    logs_dir, write_logs=False,
+                    mode=f"the latest validation run of each into {logs_dir}/<host>/<run>/")
 
 
 def evidence(host: Optional[str], inventory: str, logs_dir: str = LOGS_DIR,
@@ -549,12 +551,12 @@ def failures(results: dict[str, HostResult], logs_dir: Optional[Path],
 
 def _execute(inv: Inventory, hosts: list[Host], title: str, job: Job, extra_vars: dict[str, Any],
              forks: int, outputs: Outputs, ask_become_pass: bool, logs_dir: str,
-             check: bool = False, write_logs: bool = True,
+             check: bool = False, write_logs: bool = True, mode: str = "",
              expand: Optional[Callable[[dict[str, HostResult]], dict[str, HostResult]]] = None,
              rollout: Optional[Rollout] = None, bundle: Optional[BundleRoute] = None) -> int:
-    """Run `job` on `hosts` (batch after batch with `rollout`); `expand` turns the hosts'
-    results into the rows shown (a cluster's login node gains a row per node) and may raise
-    `InputError` (exit status 2)."""
+    """Run `job` on `hosts` (batch after batch with `rollout`); `mode`: what the run does, for
+    its first line (provision's "apply"); `expand` turns the hosts' results into the rows shown
+    (a cluster's login node gains a row per node) and may raise `InputError` (exit status 2)."""
     password = become_password(ask_become_pass)
     redact = Redactor([password] if password else [])
     for name in inv.secrets:
@@ -568,8 +570,11 @@ def _execute(inv: Inventory, hosts: list[Host], title: str, job: Job, extra_vars
                          logs_dir=Path(logs_dir) if write_logs else None, run_id=new_run_id(),
                          bundle=bundle)
     run = Run(inv, hosts, options, reporter, redact)
-    mode = "check (nothing will change)" if check else "apply"
-    reporter.note(f"{title}: {len(hosts)} host(s), {mode}, run {options.run_id}")
+    # `mode`: what the run does (provision's apply or check); a run that writes no run folder
+    # (a pull) has no run id to show
+    said = [f"{len(hosts)} host(s)"] + ([mode] if mode else []) + (
+        [f"run {options.run_id}"] if write_logs else [])
+    reporter.note(f"{title}: {', '.join(said)}")
     status = EXIT_OK
     with _sigterm_as_interrupt():
         try:

@@ -8,7 +8,8 @@ Imports nothing.
 """
 EXIT_OK = 0
 EXIT_STEP_FAILED = 1          # a step failed on at least one host, or a job's own work did
-                              # (`gpuprov evidence` could not collect a host's evidence)
+                              # (`gpuprov evidence` could not collect a host's evidence,
+                              # `gpuprov logs` could not pull a host's run: no verdict either)
 EXIT_INPUT = 2                # bad input: nothing was contacted
 EXIT_VALIDATION_FAILED = 3    # every step ran, but validation failed on at least one host
 EXIT_UNREACHABLE = 4          # a host could not be reached (and no step failed elsewhere)
@@ -20,7 +21,7 @@ EXIT_BROKEN_PIPE = 141        # the reader went away (`| head`): 128 + SIGPIPE, 
 MEANINGS = {
     EXIT_OK: "every selected host succeeded",
     EXIT_STEP_FAILED: "a step failed on a host (for `gpuprov evidence`: its evidence could not "
-                      "be collected)",
+                      "be collected; for `gpuprov logs`: its run could not be pulled)",
     EXIT_INPUT: "bad input (one line on stderr, no host contacted)",
     EXIT_VALIDATION_FAILED: "validation failed on a host (its steps succeeded)",
     EXIT_UNREACHABLE: "a host was unreachable",

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import secrets
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -423,6 +426,45 @@ def test_logs_of_a_host_never_validated_is_nothing_to_pull_not_a_failed_validati
     result = gpuprov("logs", "-i", str(inv), "--host", "a", cwd=work, home=work)
     assert result.rc == 0 and f"{run_id}: passed (1 checks)" in result.out, result.out
     assert (work / "logs" / "a" / run_id / "results.json").is_file()
+
+
+def test_logs_whose_pull_fails_exit_1_not_a_failed_validation(farm, inventory, work):
+    """`gpuprov logs` whose pull fails on the host (its tar cannot read a file of the run's
+    folder: exit 2, "Permission denied") exits 1, a job's own work that failed, as the exit-code
+    page says; it exited 3 ("validation failed") and the recap said "not validated" although
+    nothing was judged. The header has no "apply" (provision's mode word): logs applies nothing."""
+    name = f"pull-{secrets.token_hex(3)}"
+    inv = inventory(hosts={name: farm.host_entry(farm.addresses[0])})
+    folder = Path(pwd.getpwnam(farm.user).pw_dir) / ".gpuprov" / name
+    run_id = "20261122T055742.123Z-14af"
+    run = folder / "runs" / run_id
+    run.mkdir(parents=True)
+    (run / "results.json").write_text(json.dumps(
+        {"ok": True, "checks": [{"name": "system", "required": True, "status": "pass"}]}))
+    unreadable = run / "root-only.log"
+    unreadable.write_text("x\n")
+    os.chmod(unreadable, 0o600)  # root's: the login user's tar cannot open it
+    for path in (folder.parent, folder, folder / "runs", run):
+        os.chmod(path, 0o755)
+    (folder / "runs" / "latest").symlink_to(run_id)
+    try:
+        failed = gpuprov("logs", "-i", str(inv), "--host", name, cwd=work, home=work)
+        stored = sorted(p.name for p in (work / "logs").rglob("*"))
+        os.chmod(unreadable, 0o644)
+        pulled = gpuprov("logs", "-i", str(inv), "--host", name, cwd=work, home=work)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert failed.rc == 1, failed.out + failed.err
+    [reason] = [line for line in failed.out.split("\nFAILED\n")[1].splitlines()
+                if line.startswith(f"{name}: ")]
+    assert reason.startswith(f"{name}: pull: {run_id}: not pulled: "), reason
+    assert "Permission denied" in reason and "validat" not in reason, reason
+    assert "not validated" not in failed.out, failed.out
+    assert failed.out.startswith("logs: 1 host(s), ") and "apply" not in failed.out.splitlines()[0]
+    assert stored == [name], f"nothing stored: {stored}"
+    # once tar can read it, the run is pulled and its verdict shown, exit 0, as before
+    assert pulled.rc == 0 and f"{run_id}: passed (1 checks)" in pulled.out, pulled.out
+    assert (work / "logs" / name / run_id / "root-only.log").is_file()
 
 
 def test_recipe_validate_must_be_a_boolean(work):

@@ -80,6 +80,13 @@ def host(farm, work, tools):
     name = f"evil-{secrets.token_hex(3)}"
     inventory = write_yaml(work / "inventory.yaml", {
         "known_hosts": [str(farm.known_hosts)], "hosts": {name: farm.host_entry(ADDRESS)}})
+    # the run folder the crafted `readlink` names is there, as on a host that ran validate
+    # (`gpuprov logs` asks for it before it pulls)
+    home = Path(pwd.getpwnam(farm.user).pw_dir)
+    (home / ".gpuprov" / name / "runs" / RUN1).mkdir(parents=True)
+    for path in (home / ".gpuprov", home / ".gpuprov" / name, home / ".gpuprov" / name / "runs",
+                 home / ".gpuprov" / name / "runs" / RUN1):
+        shutil.chown(path, farm.user)
     yield name, inventory
     shutil.rmtree(Path(pwd.getpwnam(farm.user).pw_dir) / ".gpuprov" / name, ignore_errors=True)
 
@@ -133,7 +140,7 @@ def test_logs_pull_cannot_touch_other_runs(host, tools, work, run_id, files, vic
     before = tree(work / "logs")
     answer(tools, run_id, files)
     result = invoke("logs", "--host", name, "--inventory", str(inventory), cwd=work)
-    assert result.rc == 3, result.out + result.err
+    assert result.rc == 1, result.out + result.err  # not pulled (remote/exitcodes.py)
     assert tree(work / "logs") == before
     reason = "already exists" if run_id == RUN1 else "is not one gpuprov makes"
     assert reason in result.out, result.out
@@ -166,7 +173,7 @@ def test_a_pulled_stack_manifest_cannot_stand_in_for_the_control_sides(host, too
     answer(tools, RUN1, {"results.json": json.dumps({"checks": [], "ok": True}).encode(),
                          control_file: b"[" * 100_000})
     result = invoke("logs", "--host", name, "--inventory", str(inventory), cwd=work)
-    assert result.rc == 3, result.out + result.err
+    assert result.rc == 1, result.out + result.err  # not pulled (remote/exitcodes.py)
     assert f"{control_file}, which only the control side writes" in result.out, result.out
     assert tree(work / "logs") == {name: None}, "nothing stored"
 
@@ -239,7 +246,7 @@ def test_oversized_archives_are_refused_before_writing(host, tools, work, archiv
                    "--inventory", str(inventory)],
         work / "peak_kib", env={"PYTHONPATH": str(REPO), "PATH": os.environ["PATH"]},
         cwd=str(work), timeout=120)
-    assert rc == 3, (rc, out, err)
+    assert rc == 1, (rc, out, err)
     assert reason in out, out
     assert tree(work / "logs") == {name: None}, "only the host's folder, empty"
     assert rss < MAX_RSS_MIB, f"peak RSS {rss:.0f} MiB"
@@ -316,8 +323,8 @@ def test_a_dribbled_pull_ends_at_the_inventorys_command_timeout(farm, host, tool
                         timeout=120)
     except subprocess.TimeoutExpired:
         pytest.fail("the pull was still going after 120 s, the inventory says 10")
-    assert result.rc == 3, result.out + result.err  # validation failed (not validated)
-    assert "not validated: the pull timed out after 10 s" in result.out, result.out
+    assert result.rc == 1, result.out + result.err  # not pulled: no verdict (remote/exitcodes.py)
+    assert "not pulled: the pull timed out after 10 s" in result.out, result.out
     assert tree(work / "logs") == {name: None}, "nothing stored"
 
 

@@ -19,6 +19,7 @@ from ..results import Outcome
 from ..session import HostSession
 
 OUTCOME = "validation"
+PULL = "pull"  # the outcome of a `logs` pull that failed: no verdict
 # A pull (at most 256 MiB) and a readlink get this long, or the inventory's timeouts.command
 # when that is shorter; a pull also fails after timeouts.idle without a byte.
 PULL_TIMEOUT_S = 600.0
@@ -30,9 +31,10 @@ def remote_root(host_name: str) -> str:
     return f'"$HOME"/.gpuprov/{shlex.quote(host_name)}'
 
 
-def pull_run(session: HostSession, run_id: str, rc: Optional[int], dest: Path) -> tuple[str, bool]:
-    """Pull validation run `run_id`'s output folder from the host into `dest`; (recap text, ok)
-    judged from its results.json and the validation's exit status `rc`."""
+def pull_run(session: HostSession, run_id: str, dest: Path) -> None:
+    """Pull validation run `run_id`'s output folder from the host into `dest`; `PullError` with
+    the reason when it did not come home (refused, too large, timed out, tar failed on the
+    host): no verdict, the caller's to word (`summarize` judges what did come)."""
     remote = f"{remote_root(session.host.name)}/runs/{shlex.quote(run_id)}"
     try:
         # streamed into a file beside `dest` and capped: never whole in memory
@@ -41,14 +43,15 @@ def pull_run(session: HostSession, run_id: str, rc: Optional[int], dest: Path) -
                           idle_timeout=timeouts.idle)
     except PullError as exc:
         session.log.event(f"pull failed: {exc}")
-        return f"not validated: {exc}", False
+        raise
     except CommandTimeout as exc:
         session.log.event(f"pull {exc}")
-        return f"not validated: the pull {exc}", False
+        raise PullError(f"the pull {exc}") from None
     if res.rc != 0:
-        return f"not validated: no output on the host ({res.err.strip()[:200]})", False
+        said = "; ".join(line.strip() for line in res.err.strip().splitlines())
+        session.log.event(f"pull failed: exit {res.rc}: {said}")
+        raise PullError(f"no output on the host ({printable_line(said)[:200]})")
     session.log.event(f"pulled {res.stdout_bytes} bytes into {dest}: {', '.join(names)}")
-    return summarize(dest / COMMIT_FILE, rc)
 
 
 # A results.json larger than this is not read (remote.resultsfile, the one reader).
@@ -146,7 +149,14 @@ class PullLogs:
                                   f"(`gpuprov validate --host {name}` runs one)")
             return
         dest = run_dir(self.logs_dir, session.host.name, run_id)
-        text, ok = pull_run(session, run_id, 0, dest)
+        try:
+            pull_run(session, run_id, dest)
+        except PullError as exc:
+            # Not pulled: nothing was judged, so no verdict either; the job's own work failed
+            # (exit 1, remote/exitcodes.py), not a validation.
+            session.conclude(Outcome(PULL, f"{run_id}: not pulled: {exc}", False))
+            return
+        text, ok = summarize(dest / COMMIT_FILE, 0)
         # The pull succeeded even when the validation it fetched had failed.
         session.conclude(Outcome(OUTCOME, f"{run_id}: {text}", ok or text.startswith("failed")))
         session.reporter.note(f"{session.host.name}: logs of run {run_id} in {dest}")

@@ -25,13 +25,13 @@ from validate.core import CHECK_NAMES
 
 from ...config.inventory import yaml_reader
 from ...config.templating import is_template
-from ...errors import CommandTimeout, GpuprovError, InputError, Where
+from ...errors import CommandTimeout, GpuprovError, InputError, PullError, Where
 from ...paths import VALIDATE_DIR
 from ...runfolder import run_dir
-from ...transport.connection import LineSplitter, pack, unpack_command
+from ...transport.connection import COMMIT_FILE, LineSplitter, pack, unpack_command
 from ..results import Outcome
 from ..session import HostSession
-from .logs import OUTCOME, pull_run, remote_root
+from .logs import OUTCOME, pull_run, remote_root, summarize
 
 SUITES = ("quick", "full")
 UNPACK_FAILED = 90  # the exit status of `validate_command` when the package did not unpack
@@ -272,5 +272,10 @@ class Validate:
             session.conclude(Outcome(OUTCOME, f"not validated: {what} ({res.err.strip()[:200]})",
                                      False))
             return
-        text, ok = pull_run(session, run_id, res.rc, run_dir(self.logs_dir, host.name, run_id))
-        session.conclude(Outcome(OUTCOME, text, ok))
+        dest = run_dir(self.logs_dir, host.name, run_id)
+        try:
+            pull_run(session, run_id, dest)
+        except PullError as exc:  # this run's output did not come home: it is not validated
+            session.conclude(Outcome(OUTCOME, f"not validated: {exc}", False))
+            return
+        session.conclude(Outcome(OUTCOME, *summarize(dest / COMMIT_FILE, res.rc)))
