@@ -26,6 +26,9 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
+import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -37,6 +40,7 @@ from remote import cli
 from remote.evidence import RMA
 from remote.report import build_report
 from tests.conftest import REPO, write_yaml
+from tests.procs import kill_pids, sigint_as_in_a_terminal, wait_gone, wait_until
 from tests.sshd import TEST_USER, server_with_tools
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]  # real sshd, started as root
@@ -232,6 +236,43 @@ def test_a_host_without_the_script_still_gives_the_rest(host, tools, work, capsy
                                                       "xid.log"]
     assert manifest["gpus"][0]["serial"] == SERIAL
     assert "missing: nvidia-bug-report.log.gz" in out, out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_mid_gather_leaves_nothing_on_the_host(host, tools, work, sig):
+    """Ctrl-C (or SIGTERM) while the host gathers (its full bug report hangs): exit 130, the
+    collector stopped, and the host's working folder (~/.gpuprov/<host>/evidence-<run>/, with
+    the results pushed and the package unpacked) removed. It stayed behind, half-gathered: the
+    clean-up's own command was stopped by the same cancel."""
+    name, inventory = host
+    (tools / "hang").touch()
+    earlier_run(work, name)
+    calls = tools / "calls"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "evidence", "--host", name,
+         "--inventory", str(inventory)], cwd=work, env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=sigint_as_in_a_terminal)
+    hung = None
+    try:
+        assert wait_until(lambda: calls.exists() and "pid=" in calls.read_text(), 60), \
+            "the bug report never started"
+        hung = int(calls.read_text().split("pid=")[1].split()[0])
+        [stage] = gpuprov_folder(name).glob("evidence-*")
+        assert (stage / "in" / "results.json").is_file() and (stage / "pkg").is_dir()
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        gone = hung is None or wait_gone(hung, 10)
+        if not gone:
+            kill_pids([hung])
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    assert "Traceback" not in err and "interrupted" in out, out + err
+    assert gone, "the hung bug report was left running"
+    assert not list(gpuprov_folder(name).glob("evidence-*")), "the host's working folder is removed"
 
 
 def tarball(entries) -> bytes:

@@ -167,9 +167,12 @@ class CollectEvidence:
 
     @staticmethod
     def _clean(session: HostSession, stage: str) -> None:
+        """Remove the host's working folder `stage`, whatever happened: after Ctrl-C or SIGTERM
+        too, so not cancellable (the cancel that stopped the collector stopped this as well, and
+        a half-gathered folder stayed behind)."""
         try:
-            session.conn.run(f"rm -rf {stage}", timeout=CLEANUP_TIMEOUT_S, become=session.host.become,
-                             become_user=session.host.become_user)
+            session.conn.run(f"rm -rf {stage}", timeout=CLEANUP_TIMEOUT_S, cancellable=False,
+                             become=session.host.become, become_user=session.host.become_user)
         except GpuprovError as exc:
             session.log.event(f"evidence: could not remove {stage} on the host: {exc}")
 
