@@ -287,6 +287,30 @@ def test_a_selection_without_torch_checks_never_imports_torch(tmp_path):
     assert "torch -, torchvision -, CUDA (torch build) -" in (out / "validate.log").read_text()
 
 
+def test_the_gpu_count_is_null_unless_a_check_counted_the_gpus(tmp_path):
+    """`--checks xid` asks nvidia-smi nothing for the record (the system check does): the
+    record said `gpu_count: 0`, "no GPUs" on a node it never counted; now null (not examined),
+    as torch's fields are, and the log says "GPUs -". With the system check the count is what
+    nvidia-smi said (0 here, with no nvidia-smi: counted, none)."""
+    kernel_log = tmp_path / "kern.log"
+    kernel_log.write_text("[    1.000000] Linux version 6.1.0 (gcc)\n")
+    pkg = ship(tmp_path)
+    found = {}
+    for checks in ("xid", "system,xid"):
+        out = tmp_path / checks
+        proc = run_validate(sys.executable, pkg, ["--out", str(out), "--checks", checks,
+                                                  "--kernel-log", str(kernel_log)], timeout=120)
+        assert proc.returncode in (0, 1), proc.stderr
+        doc = load(out)
+        found[checks] = {k: doc["host"][k] for k in ("gpu_count", "gpu_name", "driver")}
+        if checks == "xid":
+            assert "driver -, GPUs -, device" in (out / "validate.log").read_text()
+    assert found["xid"] == {"gpu_count": None, "gpu_name": None, "driver": None}
+    smi = shutil.which("nvidia-smi")
+    counted = found["system,xid"]["gpu_count"]
+    assert isinstance(counted, int) and (smi is not None or counted == 0), found
+
+
 # --------------------------------------------------------------------------
 # bad command lines: exit 2, one line, nothing written
 

@@ -269,13 +269,15 @@ def options_document(opts):
 def host_document(ctx, torch_needed=True):
     """What the run saw of the host.  Without a check that uses torch (``torch_needed``
     false) torch is not asked: torch, torchvision and cuda are null (not examined), and
-    so is the device unless ``--device cpu`` named it."""
+    so is the device unless ``--device cpu`` named it.  The GPUs are nvidia-smi's as the
+    system check found them (else torch's, when it sees CUDA); without either, gpu_count
+    is null (not examined), never 0."""
     doc = host.basic_facts()
-    smi = ctx.shared.get("nvidia_smi") or {}
-    gpus = smi.get("gpus") or []
+    smi = ctx.shared.get("nvidia_smi")  # set by the system check alone
+    gpus = (smi or {}).get("gpus") or []
     state = torchenv.cuda_state() if torch_needed else {"available": False, "build_cuda": None}
     doc["gpu_name"] = gpus[0].get("name") if gpus else None
-    doc["gpu_count"] = len(gpus)
+    doc["gpu_count"] = len(gpus) if smi is not None else None
     doc["driver"] = gpus[0].get("driver_version") if gpus else None
     torch_mod = torchenv._load("torch")[0] if torch_needed else None
     if not gpus and state["available"] and torch_mod is not None:

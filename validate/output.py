@@ -34,7 +34,9 @@ RESULTS_FIELDS = (
     ("host", "object", "what the run saw: hostname, os, kernel, arch, python, cpu, cpus, memory_gib, "
                        "gpu_name, gpu_count, driver, torch, torchvision, cuda, device; torch, "
                        "torchvision, cuda and device are null when no selected check uses torch "
-                       "(torch not examined; device stays `cpu` under `--device cpu`)"),
+                       "(torch not examined; device stays `cpu` under `--device cpu`); gpu_count "
+                       "is null (not examined, never 0) when neither the system check (nvidia-smi) "
+                       "nor torch counted the GPUs"),
     ("checks", "list", "one object per check, in the order they ran (below)"),
     ("no_reference", "list", "the GPU models no floor judges (table or profile): measured, said "
                              "on top of validate.log, never a pass or a failure"),
@@ -166,7 +168,7 @@ def render_log(doc, results):
     lines.append(
         "python %s, torch %s, torchvision %s, CUDA (torch build) %s, driver %s, GPUs %s%s, device %s"
         % (host.get("python"), _fmt(host.get("torch")), _fmt(host.get("torchvision")),
-           _fmt(host.get("cuda")), _fmt(host.get("driver")), host.get("gpu_count"),
+           _fmt(host.get("cuda")), _fmt(host.get("driver")), _fmt(host.get("gpu_count")),
            (" (%s)" % host["gpu_name"]) if host.get("gpu_name") else "", host.get("device"))
     )
     opts = doc["options"]
