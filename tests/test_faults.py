@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -353,6 +356,40 @@ def test_interrupt_stops_remote_commands_keeps_recap_and_logs(farm, work, invent
         assert [s["status"] for s in data[name]["steps"]] == ["ok", "changed"]
         assert (work / f"{name}.done").exists()
     print(f"{sig.name}: run stopped {stopped_in:.2f}s after the signal")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupting_validate_leaves_no_unpacked_package_on_the_host(farm, work, sig):
+    """Ctrl-C (or SIGTERM) while a host validates: exit 130, the validation stopped, and the
+    package it unpacked (~/.gpuprov/<host>/pkg-<run>/) removed; it stayed behind, as the
+    command's `rm` was stopped with the rest of it. The run's output folder is kept."""
+    name = f"v-{secrets.token_hex(3)}"
+    python = work / "python"  # the host's `validate_python`: says it started, then runs long
+    python.write_text(f"#!/bin/sh\necho $$ > {work}/started\nexec sleep 300\n")
+    os.chmod(python, 0o755)
+    inv = write_yaml(work / "inventory.yaml", {
+        "known_hosts": [str(farm.known_hosts)], "hosts": {name: farm.host_entry(farm.addresses[0])}})
+    folder = Path(pwd.getpwnam(farm.user).pw_dir) / ".gpuprov" / name
+    proc = _start_invoke("validate", "--host", name, "--inventory", str(inv), "--var",
+                         f"validate_python={python}", cwd=work)
+    try:
+        assert wait_for_file(work / "started", 60), "the validation never started"
+        started = int((work / "started").read_text())
+        assert [p.name for p in folder.glob("pkg-*")], "the package is unpacked while it runs"
+        out, err, _ = _stop_run(proc, sig)
+        gone = wait_gone(started, 8)
+        left = sorted(p.name for p in folder.iterdir())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        if (work / "started").exists():
+            kill_pids([int((work / "started").read_text())])
+        shutil.rmtree(folder, ignore_errors=True)
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    assert "Traceback" not in err and gone, err
+    assert not [n for n in left if n.startswith("pkg-")], left
+    assert "runs" in left, left
 
 
 def _signalled_while_a_host_waits_for_its_banner(farm, work, sig, task_args):

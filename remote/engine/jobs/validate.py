@@ -25,7 +25,7 @@ from validate.core import CHECK_NAMES
 
 from ...config.inventory import yaml_reader
 from ...config.templating import is_template
-from ...errors import CommandTimeout, GpuprovError, InputError, PullError, Where
+from ...errors import CommandTimeout, GpuprovError, InputError, Interrupted, PullError, Where
 from ...paths import VALIDATE_DIR
 from ...runfolder import run_dir
 from ...transport.connection import COMMIT_FILE, LineSplitter, pack, unpack_command
@@ -35,6 +35,9 @@ from .logs import OUTCOME, pull_run, remote_root, summarize
 
 SUITES = ("quick", "full")
 UNPACK_FAILED = 90  # the exit status of `validate_command` when the package did not unpack
+# The `rm` of an unpacked package after Ctrl-C; a Ctrl-C waits for it (ours, unsourced: the
+# package is a few hundred files, removed in well under a second).
+CLEANUP_TIMEOUT_S = 10.0
 
 
 def package_bytes() -> bytes:
@@ -53,7 +56,7 @@ def validate_command(host_name: str, python: str, run_id: str, args: list[str],
     """
     root = remote_root(host_name)
     out = f'{root}/runs/{shlex.quote(run_id)}'
-    pkg = f'{root}/pkg-{shlex.quote(run_id)}'
+    pkg = package_folder(host_name, run_id)
     quoted = " ".join(shlex.quote(a) for a in args)
     if package_dir:
         where = shlex.quote(package_dir)
@@ -69,6 +72,21 @@ def validate_command(host_name: str, python: str, run_id: str, args: list[str],
             f'cd {pkg} && PYTHONUNBUFFERED=1 "$PY" -m validate --out {out} {quoted}\n'
             f"rc=$?\ncd / && rm -rf {pkg}\n"
             f"ln -sfn {shlex.quote(run_id)} {root}/runs/latest\nexit $rc")
+
+
+def package_folder(host_name: str, run_id: str) -> str:
+    """Where a run unpacks the pushed package on the host (removed after it), a shell word."""
+    return f'{remote_root(host_name)}/pkg-{shlex.quote(run_id)}'
+
+
+def remove_package(session: HostSession, run_id: str) -> None:
+    """Remove the package a run unpacked on the host, after the run was cancelled too (so not
+    cancellable); a failure is logged, the run goes on stopping."""
+    folder = package_folder(session.host.name, run_id)
+    try:
+        session.conn.run(f"rm -rf {folder}", timeout=CLEANUP_TIMEOUT_S, cancellable=False)
+    except GpuprovError as exc:
+        session.log.event(f"validate: could not remove {folder} on the host: {exc}")
 
 
 def choose_python(host_name: str, python: str, remember: bool = False) -> str:
@@ -257,6 +275,12 @@ class Validate:
                                                     remember=bool(chosen), package_dir=from_bundle),
                                    stdin=stdin, timeout=self.timeout or timeouts.command,
                                    idle_timeout=idle_bound(timeouts.idle, args), on_output=lines)
+        except Interrupted:
+            # Ctrl-C or SIGTERM stopped the command's whole process group, the `rm` of the
+            # unpacked package with it: removed here (the run's output folder is kept)
+            if not from_bundle:
+                remove_package(session, run_id)
+            raise
         except CommandTimeout as exc:
             lines.flush()
             session.stalled = f"validation {exc}"
