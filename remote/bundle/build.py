@@ -57,7 +57,7 @@ from ..lock.apt import REPO
 from ..paths import RECIPES_DIR, VALIDATE_DIR
 from . import aptrepo
 from . import distro as target_apt
-from .archive import SCHEMA, SHA256, ArchiveWriter, BundleError, sha256_file, validate_files
+from .archive import SCHEMA, SHA256, ArchiveWriter, BundleError, validate_files
 
 TOOL_TIMEOUT_S = 3600          # one download tool's run: a torch row is several GB
 UV_LOCK = "uv.txt"
@@ -319,7 +319,9 @@ def fetch_debs(packages: list[str], dest: Path, extra_stanzas: tuple[str, ...] =
     sources, or the private configuration in `env`), and their
     `Packages` index: those same index stanzas, each pointing at its file here, and
     `extra_stanzas` (of .debs already beside them). (Package name -> version, file name ->
-    sha256.) `options`: apt's -o options (`kept_cache`; made here, in `dest`, when None)."""
+    the sha256 apt's index lists for it: the file is not read here; whoever copies it checks
+    it against that, as the archive does.) `options`: apt's -o options (`kept_cache`; made
+    here, in `dest`, when None)."""
     own_cache = options is None
     options = (kept_cache(dest, env) if packages else ()) if options is None else options
     if closure is None:    # else the caller's, with its `index`, made while the wheels downloaded
@@ -363,10 +365,11 @@ def fetch_debs(packages: list[str], dest: Path, extra_stanzas: tuple[str, ...] =
         if key not in files or key in stanzas:
             continue
         deb = files[key]
-        digest = sha256_file(deb)
-        if digest != fields.get("SHA256"):
-            raise BundleError(f"{deb.name}: its sha256 is not the one apt's index lists for "
-                              f"{key[0]}={key[1]}: the download was changed")
+        # The index's SHA256, not the file's: the archive hashes each file once, as it copies
+        # it in, and refuses one that is not this (`ArchiveWriter.add`, given it as `expect`)
+        digest = fields.get("SHA256", "")
+        if not SHA256.fullmatch(digest):
+            raise BundleError(f"apt-cache show lists no SHA256 for {key[0]}={key[1]}")
         # named as in Debian's pool, without the epoch: apt would read `%3a` in a file: URI
         # back as a colon
         plain = f"{key[0]}_{key[1].partition(':')[2] or key[1]}_{fields.get('Architecture', 'all')}.deb"
