@@ -51,7 +51,8 @@ def test_each_deb_is_read_once_and_carried_with_the_sha256_of_apt_s_index(tmp_pa
     _opened.clear()
     _listening.append(True)
     try:
-        build.build_bundle("13.0", out, recipe=recipe, locks_dir=locks, progress=lambda line: None)
+        build.build_bundle(build.BundleOptions("13.0", str(out), recipe=str(recipe), locks=str(locks)),
+                           progress=lambda line: None)
     finally:
         _listening.clear()
     bundle = read_bundle(out, locks_dir=locks)

@@ -44,7 +44,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 from urllib.parse import unquote
@@ -54,7 +54,7 @@ from ..config.yamlfile import load_yaml
 from ..errors import InputError
 from ..lock import LOCKS_DIR, PYPI, STACK, lock_name, stack_rows
 from ..lock.apt import REPO
-from ..paths import RECIPES_DIR, VALIDATE_DIR
+from ..paths import RECIPES_DIR, VALIDATE_DIR, recipe_path
 from . import aptrepo
 from . import distro as target_apt
 from .archive import SCHEMA, SHA256, ArchiveWriter, BundleError, validate_files
@@ -62,6 +62,53 @@ from .archive import SCHEMA, SHA256, ArchiveWriter, BundleError, validate_files
 TOOL_TIMEOUT_S = 3600          # one download tool's run: a torch row is several GB
 UV_LOCK = "uv.txt"
 DEFAULT_RECIPE = RECIPES_DIR / "cuda-wheels.yaml"
+
+
+URL = {"url": True}     # an option holding a URL: its password stays out of the manifest
+
+
+@dataclass(frozen=True)
+class BundleOptions:
+    """The options of `gpuprov bundle`, named and defaulted as the task in tasks.py names them:
+    the task hands all of its parameters to this class, so an option the task gains and this
+    class lacks fails every build, and one this class has is in the command the manifest
+    records (`rebuild_command`). Every option but `out` changes what the bundle holds."""
+
+    cuda: str
+    out: str
+    torch: bool = False
+    distro: str = ""           # this machine's
+    arch: str = "x86_64"
+    index_url: str = field(default="", metadata=URL)      # PyPI
+    recipe: str = ""           # cuda-wheels.yaml
+    locks: str = ""            # playbooks/locks
+    debs: bool = True
+    apt_repo: str = ""
+    apt_base: str = field(default="", metadata=URL)       # stack.yaml's nvidia_repo_base
+    mirror: str = field(default="", metadata=URL)
+    security_mirror: str = field(default="", metadata=URL)
+
+
+def rebuild_command(options: BundleOptions) -> str:
+    """The command that makes this bundle again (the manifest's, quoted in every error about a
+    file it lacks, on every host): each option that is not its default, from the fields of
+    `options`; `--out` as the archive's name; a URL without its password."""
+    words = ["gpuprov", "bundle"]
+    for option in fields(options):
+        value = getattr(options, option.name)
+        flag = "--" + option.name.replace("_", "-")
+        if value == option.default:
+            continue
+        if isinstance(value, bool):    # Invoke's flags: --torch, and --no-debs for a True default
+            words.append(flag if value else "--no-" + option.name.replace("_", "-"))
+            continue
+        shown = str(value)
+        if option.name == "out":
+            shown = Path(shown).name
+        elif option.metadata.get("url"):
+            shown = _without_password(shown)
+        words += [flag, shlex.quote(shown)]
+    return " ".join(words)
 
 
 @dataclass(frozen=True)
@@ -507,14 +554,17 @@ def apt_environment(distro_name: str, arch: str, folder: Path, mirror: str = "",
     return env
 
 
-def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "",  # noqa: C901  one step after the other, each with its progress line
-                 arch: str = "x86_64", index_url: str = PYPI, recipe: Path = DEFAULT_RECIPE,
-                 locks_dir: Path = LOCKS_DIR, with_debs: bool = True, apt_repo: str = "",
-                 apt_base: str = "", mirror: str = "", security_mirror: str = "",
+def build_bundle(options: BundleOptions,  # noqa: C901  one step after the other, each with its progress line
                  progress: Callable[[str], None] = print) -> BuildReport:
-    """Build the bundle of row `cuda` into `out` (see the module docstring)."""
+    """Build the bundle `options` describe (see the module docstring)."""
     started = time.monotonic()
-    distro_name = distro_name or this_distro()
+    cuda, out, torch, arch = options.cuda, Path(options.out), options.torch, options.arch
+    distro_name = options.distro or this_distro()
+    index_url = options.index_url or PYPI
+    recipe = Path(recipe_path(options.recipe)) if options.recipe else DEFAULT_RECIPE
+    locks_dir = Path(options.locks) if options.locks else LOCKS_DIR
+    with_debs, apt_repo, apt_base = options.debs, options.apt_repo, options.apt_base
+    mirror, security_mirror = options.mirror, options.security_mirror
     distro = _target(cuda, distro_name, arch, with_debs, mirror, security_mirror)
     names = [lock_name(cuda, torch), UV_LOCK]
     locks = [read_lock(locks_dir / name) for name in names]
@@ -524,13 +574,7 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
     apt_base = apt_base or str(load_yaml(STACK, "recipe")["vars"]["nvidia_repo_base"])
     packages = recipe_packages(recipe) if with_debs else []
     deb_files = recipe_deb_files(recipe) if with_debs else {}
-    # The command that makes this bundle again (the manifest's, quoted in every error about a
-    # file it lacks): the mirrors too, their passwords left out (it is read on every host).
-    mirrors = "".join(f" {option} {shlex.quote(_without_password(url))}" for option, url in
-                      (("--mirror", mirror), ("--security-mirror", security_mirror)) if url)
-    command = (f"gpuprov bundle --cuda {cuda}{' --torch' if torch else ''} --distro {distro_name} "
-               f"--recipe {recipe.name}{f' --apt-repo {apt_repo}' if apt_repo else ''}{mirrors} "
-               f"--out {out.name}")
+    command = rebuild_command(replace(options, distro=distro_name))
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     key = BundleKey(f"{cuda} {distro_name}") if packages or apt_lock else None
@@ -646,18 +690,10 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
     return report
 
 
-def run_bundle(cuda: str, out: str, torch: bool = False, distro: str = "", arch: str = "x86_64",
-               index_url: str = "", recipe: str = "", locks_dir: str = "",
-               debs: bool = True, apt_repo: str = "", apt_base: str = "", mirror: str = "",
-               security_mirror: str = "") -> int:
+def run_bundle(options: BundleOptions) -> int:
     """`gpuprov bundle`: build; one line and exit status 2 on bad input or a failed fetch."""
     try:
-        build_bundle(cuda, Path(out), torch=torch, distro_name=distro, arch=arch,
-                     index_url=index_url or PYPI,
-                     recipe=Path(recipe) if recipe else DEFAULT_RECIPE,
-                     locks_dir=Path(locks_dir) if locks_dir else LOCKS_DIR, with_debs=debs,
-                     apt_repo=apt_repo, apt_base=apt_base, mirror=mirror,
-                     security_mirror=security_mirror)
+        build_bundle(options)
     except InputError as exc:
         print(f"bundle: {exc}", file=sys.stderr)
         return 2
