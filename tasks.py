@@ -314,7 +314,8 @@ def lock(c, cuda=None, torch_index=None, out=None, apt=False, apt_repo=None, apt
             "out": "the archive to write (whole, or not at all)",
             "index-url": "the index the wheels come from (default PyPI); one with a password: "
                          "set $GPUPROV_BUNDLE_INDEX instead, which no other user can read",
-            "recipe": "the recipe whose apt packages it carries (default cuda-wheels.yaml)",
+            "recipe": "the recipe whose apt packages and deb files it carries (default "
+                      "cuda-wheels.yaml)",
             "locks": "the folder of the locks (default: playbooks/locks)",
             "debs": "carry the recipe's Debian packages (default; --no-debs: wheels only)",
             "apt-repo": "also carry the .debs of the row's apt lock for this NVIDIA repository "

@@ -19,6 +19,9 @@ archive (or a mirror of it: `--mirror`).
   --clearsign`) with an ed25519 key generated for this bundle, whose secret half is thrown
   away with its temporary GNUPGHOME.
 
+- The file of each `deb` step of the recipe, checked against the step's sha256; a templated
+  url or sha256 rendered from the recipe's vars and the facts `--distro` and `--arch` tell
+  (`recipe_deb_steps`), or, where it reads what only the host knows, named and left out.
 - With `--apt-repo REPO`, the .debs of the row's apt lock for NVIDIA's REPO (`gpuprov lock
   --apt`), each checked against the lock's sha256 (remote/bundle/aptrepo.py), in the same signed
   repository; their dependencies outside NVIDIA's index come with the recipe's packages.
@@ -50,8 +53,11 @@ from typing import Any, Callable, Optional
 from urllib.parse import unquote
 
 from ..config.lockfile import LockFile, read_lock
+from ..config.recipe import Step, load_recipe
+from ..config.templating import names_in, render_value, var_order
 from ..config.yamlfile import load_yaml
-from ..errors import InputError
+from ..errors import InputError, TemplateError
+from ..kinds import KINDS
 from ..lock import LOCKS_DIR, PYPI, STACK, lock_name, stack_rows
 from ..lock.apt import REPO
 from ..paths import RECIPES_DIR, VALIDATE_DIR, recipe_path
@@ -237,48 +243,120 @@ def _same_version(a: str, b: str) -> bool:
         return a == b
 
 
-def _recipe_steps(recipe: Path, seen: Optional[set[Path]] = None) -> list[dict[str, Any]]:
-    """The steps of `recipe` and of the recipes it includes (a literal `include`), in order."""
-    seen = seen if seen is not None else set()
-    if recipe in seen:
-        return []
-    seen.add(recipe)
-    data = load_yaml(recipe, "recipe")
-    out: list[dict[str, Any]] = []
-    for step in (data.get("steps") or []) if isinstance(data, dict) else []:
-        if not isinstance(step, dict):
-            continue
-        if isinstance(step.get("include"), str) and "{{" not in step["include"]:
-            out += _recipe_steps(recipe.parent / step["include"], seen)
-        out.append(step)
-    return out
+def _recipe_steps(recipe: Path) -> list[Step[Any]]:
+    """The steps of `recipe` and of the recipes it includes, in order, loaded as provision
+    loads them (InputError naming the file and line of a flaw)."""
+    return load_recipe(recipe, KINDS).steps
 
 
 def recipe_packages(recipe: Path) -> list[str]:
     """The literal package names of `recipe`'s apt steps (and of the recipes it includes); a
-    templated name is left out (it is the host's, known only there)."""
+    templated name is left out (it is the host's, known only there; cuda.yaml's
+    cuda-toolkit-{{ cuda_pkg_suffix }} is NVIDIA's, which `--apt-repo` carries)."""
     out: list[str] = []
     for step in _recipe_steps(recipe):
-        apt = step.get("apt")
-        if isinstance(apt, dict) and apt.get("state", "present") == "present":
-            packages = apt.get("packages")
+        if step.kind.name == "apt" and step.args.get("state", "present") == "present":
+            packages = step.args.get("packages")
             names = packages.split() if isinstance(packages, str) else packages or []
             out += [str(n).split("=")[0] for n in names if "{{" not in str(n)]
     return list(dict.fromkeys(out))
 
 
-def recipe_deb_files(recipe: Path) -> dict[str, str]:
-    """The literal `deb` steps of `recipe` (and of the recipes it includes): url -> sha256. A
-    templated url or sha256 is left out (the host's, known only there); the deb kind then names
-    it on a host that needs it."""
-    out: dict[str, str] = {}
-    for step in _recipe_steps(recipe):
-        deb = step.get("deb")
-        if isinstance(deb, dict) and isinstance(deb.get("url"), str) and isinstance(deb.get("sha256"), str):
-            url, sha = deb["url"], deb["sha256"]
-            if "{{" not in url + sha and SHA256.fullmatch(sha):
-                out[url] = sha
+class HostFact(Exception):
+    """A template read a fact of the host that the bundle's target does not tell."""
+
+
+class TargetFacts(dict[str, str]):
+    """The facts the bundle's target tells (`target_facts`); reading any other one raises
+    HostFact, where a plain dict would give Jinja an undefined value (which `is defined`
+    would read as the host lacking it)."""
+
+    def __missing__(self, key: str) -> str:
+        raise HostFact(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key]
+
+
+def target_facts(distro_name: str, arch: str) -> TargetFacts:
+    """The facts every host of `--distro` and `--arch` has, as the host's own probes name and
+    write them (remote/engine/facts.py: ID, VERSION_ID and VERSION_CODENAME of os-release,
+    `uname -m`); pkg_manager is apt on each of DISTROS."""
+    distro = DISTROS[distro_name]
+    return TargetFacts(distro_id=distro.os_id, distro_version=distro.version,
+                       distro_codename=target_apt.ARCHIVES[distro_name].codename, arch=arch,
+                       pkg_manager="apt")
+
+
+@dataclass(frozen=True)
+class DebStep:
+    """A recipe's `deb` step as the bundle sees it: its url and sha256 rendered for the target
+    (`why` empty), or why they are not known until the host (`why`)."""
+
+    name: str
+    url: str
+    sha256: str
+    why: str = ""
+
+
+def recipe_deb_steps(recipe: Path, distro_name: str, arch: str, cuda: str,
+                     apt_base: str = "") -> list[DebStep]:
+    """The `deb` steps of `recipe` (and of the recipes it includes), their url and sha256
+    rendered as provision renders them (remote/config/templating.py), from the recipe's own
+    vars (its defaults; `cuda_version` the bundle's row, `nvidia_repo_base` `--apt-base` when
+    given) and the facts the target tells (`target_facts`). A step whose url or sha256 reads
+    anything else (another fact, the host's name, a var that does) is the host's, known only
+    there: it comes back with `why`, and the deb kind names it on a host that needs it. The
+    inventory's and --var's values are not seen here: a host whose vars give another sha256
+    finds no file in the bundle, and is told so."""
+    loaded = load_recipe(recipe, KINDS)
+    steps = [step for step in loaded.steps if step.kind.name == "deb"]
+    if not steps:
+        return []
+    raw = dict(loaded.vars, cuda_version=cuda)
+    if apt_base:
+        raw["nvidia_repo_base"] = apt_base
+    context: dict[str, Any] = {"facts": target_facts(distro_name, arch)}
+    known: dict[str, Any] = {}
+    unknown: dict[str, str] = {}
+    for name in var_order(raw, loaded.vars_where):
+        try:
+            known[name] = render_value(raw[name], {**context, **known, "vars": known})
+        except HostFact as exc:
+            unknown[name] = f"facts.{exc}"
+        except TemplateError as exc:
+            unknown[name] = _host_only(raw[name], unknown, known) or str(exc)
+    out = []
+    for step in steps:
+        name = str(step.args["name"])
+        try:
+            url, sha = (str(render_value(step.args[key], {**context, **known, "vars": known}))
+                        for key in ("url", "sha256"))
+        except (HostFact, TemplateError) as exc:
+            read = (f"facts.{exc}" if isinstance(exc, HostFact) else
+                    _host_only([step.args["url"], step.args["sha256"]], unknown, known) or str(exc))
+            out.append(DebStep(name, step.args["url"], step.args["sha256"],
+                               f"its url or sha256 reads {read}, known only on the host"))
+            continue
+        if not SHA256.fullmatch(sha):
+            out.append(DebStep(name, url, sha, f"its sha256 renders to {sha!r} for {distro_name} "
+                                               f"{arch}, not 64 hex digits"))
+        else:
+            out.append(DebStep(name, url, sha))
     return out
+
+
+def _host_only(value: Any, unknown: dict[str, str], known: dict[str, Any]) -> Optional[str]:
+    """What `value`'s templates read that only the host knows (a fact, through a var or not;
+    its name; a var the recipe leaves to the inventory or --var), or None."""
+    for name in sorted(names_in(value)):
+        if name in unknown:
+            return unknown[name]
+        if name == "host":
+            return "host (its name)"
+        if name not in known and name not in ("facts", "vars"):
+            return f"{name} (not in the recipe's vars: the inventory's or --var's)"
+    return None
 
 
 def fetch_deb_files(debs: dict[str, str], dest: Path) -> dict[str, tuple[str, str]]:
@@ -573,7 +651,13 @@ def build_bundle(options: BundleOptions,  # noqa: C901  one step after the other
     apt_lock = aptrepo.read_lock(locks_dir, apt_repo, cuda) if apt_repo else None
     apt_base = apt_base or str(load_yaml(STACK, "recipe")["vars"]["nvidia_repo_base"])
     packages = recipe_packages(recipe) if with_debs else []
-    deb_files = recipe_deb_files(recipe) if with_debs else {}
+    deb_steps = (recipe_deb_steps(recipe, distro_name, arch, cuda, options.apt_base)
+                 if with_debs else [])
+    deb_files = {step.url: step.sha256 for step in deb_steps if not step.why}
+    for step in deb_steps:
+        if step.why:
+            progress(f"bundle: not carried: deb {step.name} ({_without_password(step.url)}): "
+                     f"{step.why}; a host that needs it is told so")
     command = rebuild_command(replace(options, distro=distro_name))
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
