@@ -36,6 +36,7 @@ renamed into place when whole: an interrupted or failed build leaves no half bun
 """
 from __future__ import annotations
 
+import dataclasses
 import email.utils
 import hashlib
 import os
@@ -47,7 +48,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 from urllib.parse import unquote
@@ -100,7 +101,7 @@ def rebuild_command(options: BundleOptions) -> str:
     file it lacks, on every host): each option that is not its default, from the fields of
     `options`; `--out` as the archive's name; a URL without its password."""
     words = ["gpuprov", "bundle"]
-    for option in fields(options):
+    for option in dataclasses.fields(options):
         value = getattr(options, option.name)
         flag = "--" + option.name.replace("_", "-")
         if value == option.default:
