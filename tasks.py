@@ -314,7 +314,8 @@ def lock(c, cuda=None, torch_index=None, out=None, apt=False, apt_repo=None, apt
             "out": "the archive to write (whole, or not at all)",
             "index-url": "the index the wheels come from (default PyPI); one with a password: "
                          "set $GPUPROV_BUNDLE_INDEX instead, which no other user can read",
-            "recipe": "the recipe whose apt packages it carries (default cuda-wheels.yaml)",
+            "recipe": "the recipe whose apt packages and deb files it carries (default "
+                      "cuda-wheels.yaml)",
             "locks": "the folder of the locks (default: playbooks/locks)",
             "debs": "carry the recipe's Debian packages (default; --no-debs: wheels only)",
             "apt-repo": "also carry the .debs of the row's apt lock for this NVIDIA repository "
@@ -324,18 +325,17 @@ def lock(c, cuda=None, torch_index=None, out=None, apt=False, apt_repo=None, apt
                       "for its own distribution, else deb.debian.org or archive.ubuntu.com)",
             "security-mirror": "its security archive from this mirror (default: the "
                                "distribution's, or --mirror for Ubuntu)"})
-def bundle(c, cuda, out, torch=False, distro="", arch="x86_64", index_url=None, recipe=None,
-           locks=None, debs=True, apt_repo="", apt_base="", mirror="", security_mirror=""):
+def bundle(c, cuda, out, torch=False, distro="", arch="x86_64", index_url="", recipe="",
+           locks="", debs=True, apt_repo="", apt_base="", mirror="", security_mirror=""):
     """Build one archive with a row's locked wheels, uv and the recipe's .debs (air-gapped sites)."""
-    from remote import paths
-    from remote.bundle import run_bundle
-
     _refuse_invoke_options(c)
     index_url = index_url or os.environ.get("GPUPROV_BUNDLE_INDEX") or ""
-    _exit(run_bundle(cuda, out, torch=torch, distro=distro, arch=arch, index_url=index_url,
-                     recipe=paths.recipe_path(recipe or "cuda-wheels.yaml"), locks_dir=locks or "",
-                     debs=debs, apt_repo=apt_repo, apt_base=apt_base, mirror=mirror,
-                     security_mirror=security_mirror))
+    # every option, as given (before any import adds a name here): BundleOptions is their one
+    # list, and the manifest's rebuild command is made from it
+    options = {name: value for name, value in locals().items() if name != "c"}
+    from remote.bundle import BundleOptions, run_bundle
+
+    _exit(run_bundle(BundleOptions(**options)))
 
 
 @task(positional=["action"],

@@ -37,6 +37,7 @@ from bench.common import machine, stats
 from remote.bundle.build import (
     DEFAULT_RECIPE,
     DISTROS,
+    BundleOptions,
     build_bundle,
     dependency_closure,
     marker_environment,
@@ -89,7 +90,8 @@ def _gpuprov(cuda: str, locks: Path, recipe: Path, out: Path) -> dict:
     # the last round's bundle goes before the clock starts (as the floor's scratch folder
     # does): replacing it would time the freeing of its 1.2 GB
     out.unlink(missing_ok=True)
-    report = build_bundle(cuda, out, recipe=recipe, locks_dir=locks, progress=lambda line: None)
+    report = build_bundle(BundleOptions(cuda, str(out), recipe=str(recipe), locks=str(locks)),
+                          progress=lambda line: None)
     return {"wheel_s": round(report.wheel_s, 2), "deb_s": round(report.deb_s, 2),
             "total_s": round(report.total_s, 2), "bytes": out.stat().st_size,
             "wheels": report.wheels, "debs": report.debs}

@@ -271,7 +271,7 @@ def test_provision_with_a_tampered_bundle_exits_2_before_any_host_is_contacted(b
 def test_a_build_that_fails_leaves_no_half_bundle(tmp_path, monkeypatch, capsys):
     """Real pip against an index where nothing listens: the build stops with one line, exit 2,
     and neither the archive nor its temporary folder is left."""
-    from remote.bundle import run_bundle
+    from remote.bundle import BundleOptions, run_bundle
     from tests.conftest import REPO
 
     locks = tmp_path / "locks"
@@ -280,8 +280,8 @@ def test_a_build_that_fails_leaves_no_half_bundle(tmp_path, monkeypatch, capsys)
     (locks / "uv.txt").write_text((REPO / "playbooks" / "locks" / "uv.txt").read_text())
     monkeypatch.setenv("PIP_RETRIES", "0")
     out = tmp_path / "out" / "site.bundle.tar"
-    rc = run_bundle("13.0", str(out), index_url="http://127.0.0.1:9/simple", locks_dir=str(locks),
-                    debs=False)
+    rc = run_bundle(BundleOptions("13.0", str(out), index_url="http://127.0.0.1:9/simple",
+                                  locks=str(locks), debs=False))
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("bundle: pip download failed") and len(err.strip().splitlines()) == 1
     assert list(out.parent.iterdir()) == []
@@ -291,7 +291,7 @@ def test_a_failed_build_says_why_even_where_gpg_and_apt_are_missing(tmp_path, mo
     """The key and the package list are made while the wheels download: on a machine without
     gpg or apt, a download that fails first is still what the one line says, and nothing is
     left (cleaning up the key's folder must not raise for the missing gpgconf)."""
-    from remote.bundle import run_bundle
+    from remote.bundle import BundleOptions, run_bundle
     from remote.bundle.build import DISTROS, this_distro
     from tests.conftest import REPO
 
@@ -304,7 +304,8 @@ def test_a_failed_build_says_why_even_where_gpg_and_apt_are_missing(tmp_path, mo
     monkeypatch.setenv("PIP_RETRIES", "0")
     monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))     # pip runs as sys.executable -m pip
     out = tmp_path / "out" / "site.bundle.tar"
-    rc = run_bundle("13.0", str(out), index_url="http://127.0.0.1:9/simple", locks_dir=str(locks))
+    rc = run_bundle(BundleOptions("13.0", str(out), index_url="http://127.0.0.1:9/simple",
+                                  locks=str(locks)))
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("bundle: pip download failed") and len(err.strip().splitlines()) == 1, err
     assert list(out.parent.iterdir()) == []
@@ -491,3 +492,66 @@ def test_each_hasher_a_host_may_have_takes_the_stream_s_sha256(bundle, tmp_path,
     good = _unpack(bundle, hosts / checked.id, checked.sha256, str(tools))
     assert good.returncode == 0, good.stderr
     assert (hosts / checked.id / ".complete").is_file()
+
+
+# The command the manifest records (`rebuild_command`), parsed back with gpuprov's own command
+# line: every option of `gpuprov bundle` changes what it holds (but --out, kept as a name).
+
+def _parse(argv: list[str]):
+    """`gpuprov ARGV` as gpuprov's Program parses it (tasks.py's tasks): the task's context."""
+    from remote.program import GpuprovProgram, load_tasks
+
+    program = GpuprovProgram(namespace=load_tasks(), name="gpuprov", binary="gpuprov")
+    program.create_config()
+    program.parse_core(argv)
+    program.parse_collection()
+    program.parse_tasks()
+    (task,) = program.tasks
+    return task.name, {arg.name: arg for arg in task.args.values()}
+
+
+def test_every_option_of_gpuprov_bundle_comes_back_from_the_recorded_command():
+    """Each option the task has (its argument spec, as the parser reads it) set to a value
+    that is not its default: the recorded command, parsed again, gives each back (a URL
+    without its password, --out as the archive's name), and nothing else."""
+    import dataclasses
+    import shlex
+
+    from remote.bundle import BundleOptions
+    from remote.bundle.build import rebuild_command
+
+    _, spec = _parse(["gpuprov", "bundle", "--cuda", "13.0", "--out", "b.tar"])
+    fields = {f.name: f for f in dataclasses.fields(BundleOptions)}
+    assert sorted(spec) == sorted(fields)        # the task hands each option through
+    argv, given, expected = ["gpuprov", "bundle"], {}, {}
+    for name, arg in spec.items():
+        flag = "--" + name.replace("_", "-")
+        field = fields[name]
+        default = None if field.default is dataclasses.MISSING else field.default
+        assert arg.default == default, name     # the task's default is the class's
+        if arg.kind is bool:
+            argv.append(f"--no-{name.replace('_', '-')}" if default else flag)
+            given[name] = expected[name] = not default
+        elif field.metadata.get("url"):
+            given[name] = f"http://builder:s3cret@mirror.example/{name}"
+            expected[name] = f"http://mirror.example/{name}"
+            argv += [flag, given[name]]
+        else:
+            given[name] = f"/srv/site's {name}/x.tar"      # quoted in the command
+            expected[name] = "x.tar" if name == "out" else given[name]
+            argv += [flag, given[name]]
+    parsed = {name: arg.value for name, arg in _parse(argv)[1].items()}
+    assert parsed == given                     # every option was set, away from its default
+    command = rebuild_command(BundleOptions(**parsed))
+    assert "s3cret" not in command and command.startswith("gpuprov bundle ")
+    task, back = _parse(shlex.split(command))
+    assert task == "bundle"
+    assert {name: arg.value for name, arg in back.items()} == expected
+
+
+def test_options_left_at_their_default_are_left_out_of_the_recorded_command():
+    from remote.bundle import BundleOptions
+    from remote.bundle.build import rebuild_command
+
+    assert rebuild_command(BundleOptions("13.0", "/tmp/b.tar", distro="debian12")) == \
+        "gpuprov bundle --cuda 13.0 --out b.tar --distro debian12"

@@ -158,22 +158,26 @@ def test_only_this_machine_s_own_distribution_and_architecture_read_its_sources(
 
 
 @pytest.mark.slow
-def test_the_rebuild_command_repeats_the_mirrors_without_their_password(tmp_path):
-    """`--mirror` and `--security-mirror` choose where the bundle's .debs come from, so the
-    command the manifest records, which every error about a file the bundle lacks quotes,
-    repeats them; a password in a mirror's URL stays out of the bundle. The recipe has no apt
-    step, so the mirrors (nothing listens at 127.0.0.1:9) are never asked."""
+def test_the_rebuild_command_repeats_the_options_without_their_passwords(tmp_path):
+    """`--mirror` and `--security-mirror` choose where the bundle's .debs come from, the index
+    (here from $GPUPROV_BUNDLE_INDEX, as the docs advise for one with a password) the wheels,
+    `--no-debs`, `--recipe` and `--locks` what comes at all: the command the manifest records,
+    which every error about a file the bundle lacks quotes, repeats each of them; a password in
+    a URL stays out of the bundle. The recipe has no apt step, so the mirrors (nothing listens
+    at 127.0.0.1:9) are never asked. (Every option, as data: tests/test_bundle.py.)"""
     locks = small_locks(tmp_path)
     recipe = write_yaml(tmp_path / "r.yaml", {"name": "no .debs", "steps": [{"shell": "true"}]})
     out = tmp_path / "b.tar"
     result = invoke("bundle", "--cuda", "13.0", "--out", str(out), "--recipe", str(recipe),
                     "--locks", str(locks), "--mirror", "http://builder:s3cret@127.0.0.1:9/debian",
-                    "--security-mirror", "http://127.0.0.1:9/debian-security", cwd=tmp_path,
-                    timeout=600)
+                    "--security-mirror", "http://127.0.0.1:9/debian-security", "--no-debs",
+                    cwd=tmp_path, timeout=600,
+                    env={"GPUPROV_BUNDLE_INDEX": "https://builder:s3cret@pypi.org/simple/"})
     assert result.rc == 0, result.out + result.err
-    rebuild = (f"gpuprov bundle --cuda 13.0 --distro {build.this_distro()} --recipe r.yaml "
+    rebuild = (f"gpuprov bundle --cuda 13.0 --out b.tar --distro {build.this_distro()} "
+               f"--index-url https://pypi.org/simple/ --recipe {recipe} --locks {locks} --no-debs "
                "--mirror http://127.0.0.1:9/debian --security-mirror "
-               "http://127.0.0.1:9/debian-security --out b.tar")
+               "http://127.0.0.1:9/debian-security")
     assert b"s3cret" not in out.read_bytes() and "s3cret" not in result.out + result.err
     # what provision says when this gpuprov's validate/ has a file the bundle lacks
     ours = tmp_path / "validate"

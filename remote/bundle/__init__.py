@@ -21,7 +21,7 @@ May import: `remote.errors`, `remote.config`, `remote.paths`, `remote.lock`, `re
 from __future__ import annotations
 
 from .archive import Bundle, BundleError, read_bundle
-from .build import run_bundle
+from .build import BundleOptions, run_bundle
 from .push import PushBundle
 
-__all__ = ["Bundle", "BundleError", "PushBundle", "read_bundle", "run_bundle"]
+__all__ = ["Bundle", "BundleError", "BundleOptions", "PushBundle", "read_bundle", "run_bundle"]

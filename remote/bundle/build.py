@@ -19,6 +19,9 @@ archive (or a mirror of it: `--mirror`).
   --clearsign`) with an ed25519 key generated for this bundle, whose secret half is thrown
   away with its temporary GNUPGHOME.
 
+- The file of each `deb` step of the recipe, checked against the step's sha256; a templated
+  url or sha256 rendered from the recipe's vars and the facts `--distro` and `--arch` tell
+  (`recipe_deb_steps`), or, where it reads what only the host knows, named and left out.
 - With `--apt-repo REPO`, the .debs of the row's apt lock for NVIDIA's REPO (`gpuprov lock
   --apt`), each checked against the lock's sha256 (remote/bundle/aptrepo.py), in the same signed
   repository; their dependencies outside NVIDIA's index come with the recipe's packages.
@@ -33,6 +36,7 @@ renamed into place when whole: an interrupted or failed build leaves no half bun
 """
 from __future__ import annotations
 
+import dataclasses
 import email.utils
 import hashlib
 import os
@@ -44,24 +48,74 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 from urllib.parse import unquote
 
 from ..config.lockfile import LockFile, read_lock
+from ..config.recipe import Step, load_recipe
+from ..config.templating import names_in, render_value, var_order
 from ..config.yamlfile import load_yaml
-from ..errors import InputError
+from ..errors import InputError, TemplateError
+from ..kinds import KINDS
 from ..lock import LOCKS_DIR, PYPI, STACK, lock_name, stack_rows
 from ..lock.apt import REPO
-from ..paths import RECIPES_DIR, VALIDATE_DIR
+from ..paths import RECIPES_DIR, VALIDATE_DIR, recipe_path
 from . import aptrepo
 from . import distro as target_apt
-from .archive import SCHEMA, SHA256, ArchiveWriter, BundleError, sha256_file, validate_files
+from .archive import SCHEMA, SHA256, ArchiveWriter, BundleError, validate_files
 
 TOOL_TIMEOUT_S = 3600          # one download tool's run: a torch row is several GB
 UV_LOCK = "uv.txt"
 DEFAULT_RECIPE = RECIPES_DIR / "cuda-wheels.yaml"
+
+
+URL = {"url": True}     # an option holding a URL: its password stays out of the manifest
+
+
+@dataclass(frozen=True)
+class BundleOptions:
+    """The options of `gpuprov bundle`, named and defaulted as the task in tasks.py names them:
+    the task hands all of its parameters to this class, so an option the task gains and this
+    class lacks fails every build, and one this class has is in the command the manifest
+    records (`rebuild_command`). Every option but `out` changes what the bundle holds."""
+
+    cuda: str
+    out: str
+    torch: bool = False
+    distro: str = ""           # this machine's
+    arch: str = "x86_64"
+    index_url: str = field(default="", metadata=URL)      # PyPI
+    recipe: str = ""           # cuda-wheels.yaml
+    locks: str = ""            # playbooks/locks
+    debs: bool = True
+    apt_repo: str = ""
+    apt_base: str = field(default="", metadata=URL)       # stack.yaml's nvidia_repo_base
+    mirror: str = field(default="", metadata=URL)
+    security_mirror: str = field(default="", metadata=URL)
+
+
+def rebuild_command(options: BundleOptions) -> str:
+    """The command that makes this bundle again (the manifest's, quoted in every error about a
+    file it lacks, on every host): each option that is not its default, from the fields of
+    `options`; `--out` as the archive's name; a URL without its password."""
+    words = ["gpuprov", "bundle"]
+    for option in dataclasses.fields(options):
+        value = getattr(options, option.name)
+        flag = "--" + option.name.replace("_", "-")
+        if value == option.default:
+            continue
+        if isinstance(value, bool):    # Invoke's flags: --torch, and --no-debs for a True default
+            words.append(flag if value else "--no-" + option.name.replace("_", "-"))
+            continue
+        shown = str(value)
+        if option.name == "out":
+            shown = Path(shown).name
+        elif option.metadata.get("url"):
+            shown = _without_password(shown)
+        words += [flag, shlex.quote(shown)]
+    return " ".join(words)
 
 
 @dataclass(frozen=True)
@@ -190,48 +244,120 @@ def _same_version(a: str, b: str) -> bool:
         return a == b
 
 
-def _recipe_steps(recipe: Path, seen: Optional[set[Path]] = None) -> list[dict[str, Any]]:
-    """The steps of `recipe` and of the recipes it includes (a literal `include`), in order."""
-    seen = seen if seen is not None else set()
-    if recipe in seen:
-        return []
-    seen.add(recipe)
-    data = load_yaml(recipe, "recipe")
-    out: list[dict[str, Any]] = []
-    for step in (data.get("steps") or []) if isinstance(data, dict) else []:
-        if not isinstance(step, dict):
-            continue
-        if isinstance(step.get("include"), str) and "{{" not in step["include"]:
-            out += _recipe_steps(recipe.parent / step["include"], seen)
-        out.append(step)
-    return out
+def _recipe_steps(recipe: Path) -> list[Step[Any]]:
+    """The steps of `recipe` and of the recipes it includes, in order, loaded as provision
+    loads them (InputError naming the file and line of a flaw)."""
+    return load_recipe(recipe, KINDS).steps
 
 
 def recipe_packages(recipe: Path) -> list[str]:
     """The literal package names of `recipe`'s apt steps (and of the recipes it includes); a
-    templated name is left out (it is the host's, known only there)."""
+    templated name is left out (it is the host's, known only there; cuda.yaml's
+    cuda-toolkit-{{ cuda_pkg_suffix }} is NVIDIA's, which `--apt-repo` carries)."""
     out: list[str] = []
     for step in _recipe_steps(recipe):
-        apt = step.get("apt")
-        if isinstance(apt, dict) and apt.get("state", "present") == "present":
-            packages = apt.get("packages")
+        if step.kind.name == "apt" and step.args.get("state", "present") == "present":
+            packages = step.args.get("packages")
             names = packages.split() if isinstance(packages, str) else packages or []
             out += [str(n).split("=")[0] for n in names if "{{" not in str(n)]
     return list(dict.fromkeys(out))
 
 
-def recipe_deb_files(recipe: Path) -> dict[str, str]:
-    """The literal `deb` steps of `recipe` (and of the recipes it includes): url -> sha256. A
-    templated url or sha256 is left out (the host's, known only there); the deb kind then names
-    it on a host that needs it."""
-    out: dict[str, str] = {}
-    for step in _recipe_steps(recipe):
-        deb = step.get("deb")
-        if isinstance(deb, dict) and isinstance(deb.get("url"), str) and isinstance(deb.get("sha256"), str):
-            url, sha = deb["url"], deb["sha256"]
-            if "{{" not in url + sha and SHA256.fullmatch(sha):
-                out[url] = sha
+class HostFact(Exception):
+    """A template read a fact of the host that the bundle's target does not tell."""
+
+
+class TargetFacts(dict[str, str]):
+    """The facts the bundle's target tells (`target_facts`); reading any other one raises
+    HostFact, where a plain dict would give Jinja an undefined value (which `is defined`
+    would read as the host lacking it)."""
+
+    def __missing__(self, key: str) -> str:
+        raise HostFact(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key]
+
+
+def target_facts(distro_name: str, arch: str) -> TargetFacts:
+    """The facts every host of `--distro` and `--arch` has, as the host's own probes name and
+    write them (remote/engine/facts.py: ID, VERSION_ID and VERSION_CODENAME of os-release,
+    `uname -m`); pkg_manager is apt on each of DISTROS."""
+    distro = DISTROS[distro_name]
+    return TargetFacts(distro_id=distro.os_id, distro_version=distro.version,
+                       distro_codename=target_apt.ARCHIVES[distro_name].codename, arch=arch,
+                       pkg_manager="apt")
+
+
+@dataclass(frozen=True)
+class DebStep:
+    """A recipe's `deb` step as the bundle sees it: its url and sha256 rendered for the target
+    (`why` empty), or why they are not known until the host (`why`)."""
+
+    name: str
+    url: str
+    sha256: str
+    why: str = ""
+
+
+def recipe_deb_steps(recipe: Path, distro_name: str, arch: str, cuda: str,
+                     apt_base: str = "") -> list[DebStep]:
+    """The `deb` steps of `recipe` (and of the recipes it includes), their url and sha256
+    rendered as provision renders them (remote/config/templating.py), from the recipe's own
+    vars (its defaults; `cuda_version` the bundle's row, `nvidia_repo_base` `--apt-base` when
+    given) and the facts the target tells (`target_facts`). A step whose url or sha256 reads
+    anything else (another fact, the host's name, a var that does) is the host's, known only
+    there: it comes back with `why`, and the deb kind names it on a host that needs it. The
+    inventory's and --var's values are not seen here: a host whose vars give another sha256
+    finds no file in the bundle, and is told so."""
+    loaded = load_recipe(recipe, KINDS)
+    steps = [step for step in loaded.steps if step.kind.name == "deb"]
+    if not steps:
+        return []
+    raw = dict(loaded.vars, cuda_version=cuda)
+    if apt_base:
+        raw["nvidia_repo_base"] = apt_base
+    context: dict[str, Any] = {"facts": target_facts(distro_name, arch)}
+    known: dict[str, Any] = {}
+    unknown: dict[str, str] = {}
+    for name in var_order(raw, loaded.vars_where):
+        try:
+            known[name] = render_value(raw[name], {**context, **known, "vars": known})
+        except HostFact as exc:
+            unknown[name] = f"facts.{exc}"
+        except TemplateError as exc:
+            unknown[name] = _host_only(raw[name], unknown, known) or str(exc)
+    out = []
+    for step in steps:
+        name = str(step.args["name"])
+        try:
+            url, sha = (str(render_value(step.args[key], {**context, **known, "vars": known}))
+                        for key in ("url", "sha256"))
+        except (HostFact, TemplateError) as exc:
+            read = (f"facts.{exc}" if isinstance(exc, HostFact) else
+                    _host_only([step.args["url"], step.args["sha256"]], unknown, known) or str(exc))
+            out.append(DebStep(name, step.args["url"], step.args["sha256"],
+                               f"its url or sha256 reads {read}, known only on the host"))
+            continue
+        if not SHA256.fullmatch(sha):
+            out.append(DebStep(name, url, sha, f"its sha256 renders to {sha!r} for {distro_name} "
+                                               f"{arch}, not 64 hex digits"))
+        else:
+            out.append(DebStep(name, url, sha))
     return out
+
+
+def _host_only(value: Any, unknown: dict[str, str], known: dict[str, Any]) -> Optional[str]:
+    """What `value`'s templates read that only the host knows (a fact, through a var or not;
+    its name; a var the recipe leaves to the inventory or --var), or None."""
+    for name in sorted(names_in(value)):
+        if name in unknown:
+            return unknown[name]
+        if name == "host":
+            return "host (its name)"
+        if name not in known and name not in ("facts", "vars"):
+            return f"{name} (not in the recipe's vars: the inventory's or --var's)"
+    return None
 
 
 def fetch_deb_files(debs: dict[str, str], dest: Path) -> dict[str, tuple[str, str]]:
@@ -319,7 +445,9 @@ def fetch_debs(packages: list[str], dest: Path, extra_stanzas: tuple[str, ...] =
     sources, or the private configuration in `env`), and their
     `Packages` index: those same index stanzas, each pointing at its file here, and
     `extra_stanzas` (of .debs already beside them). (Package name -> version, file name ->
-    sha256.) `options`: apt's -o options (`kept_cache`; made here, in `dest`, when None)."""
+    the sha256 apt's index lists for it: the file is not read here; whoever copies it checks
+    it against that, as the archive does.) `options`: apt's -o options (`kept_cache`; made
+    here, in `dest`, when None)."""
     own_cache = options is None
     options = (kept_cache(dest, env) if packages else ()) if options is None else options
     if closure is None:    # else the caller's, with its `index`, made while the wheels downloaded
@@ -363,10 +491,11 @@ def fetch_debs(packages: list[str], dest: Path, extra_stanzas: tuple[str, ...] =
         if key not in files or key in stanzas:
             continue
         deb = files[key]
-        digest = sha256_file(deb)
-        if digest != fields.get("SHA256"):
-            raise BundleError(f"{deb.name}: its sha256 is not the one apt's index lists for "
-                              f"{key[0]}={key[1]}: the download was changed")
+        # The index's SHA256, not the file's: the archive hashes each file once, as it copies
+        # it in, and refuses one that is not this (`ArchiveWriter.add`, given it as `expect`)
+        digest = fields.get("SHA256", "")
+        if not SHA256.fullmatch(digest):
+            raise BundleError(f"apt-cache show lists no SHA256 for {key[0]}={key[1]}")
         # named as in Debian's pool, without the epoch: apt would read `%3a` in a file: URI
         # back as a colon
         plain = f"{key[0]}_{key[1].partition(':')[2] or key[1]}_{fields.get('Architecture', 'all')}.deb"
@@ -504,14 +633,17 @@ def apt_environment(distro_name: str, arch: str, folder: Path, mirror: str = "",
     return env
 
 
-def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "",  # noqa: C901  one step after the other, each with its progress line
-                 arch: str = "x86_64", index_url: str = PYPI, recipe: Path = DEFAULT_RECIPE,
-                 locks_dir: Path = LOCKS_DIR, with_debs: bool = True, apt_repo: str = "",
-                 apt_base: str = "", mirror: str = "", security_mirror: str = "",
+def build_bundle(options: BundleOptions,  # noqa: C901  one step after the other, each with its progress line
                  progress: Callable[[str], None] = print) -> BuildReport:
-    """Build the bundle of row `cuda` into `out` (see the module docstring)."""
+    """Build the bundle `options` describe (see the module docstring)."""
     started = time.monotonic()
-    distro_name = distro_name or this_distro()
+    cuda, out, torch, arch = options.cuda, Path(options.out), options.torch, options.arch
+    distro_name = options.distro or this_distro()
+    index_url = options.index_url or PYPI
+    recipe = Path(recipe_path(options.recipe)) if options.recipe else DEFAULT_RECIPE
+    locks_dir = Path(options.locks) if options.locks else LOCKS_DIR
+    with_debs, apt_repo, apt_base = options.debs, options.apt_repo, options.apt_base
+    mirror, security_mirror = options.mirror, options.security_mirror
     distro = _target(cuda, distro_name, arch, with_debs, mirror, security_mirror)
     names = [lock_name(cuda, torch), UV_LOCK]
     locks = [read_lock(locks_dir / name) for name in names]
@@ -520,14 +652,14 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
     apt_lock = aptrepo.read_lock(locks_dir, apt_repo, cuda) if apt_repo else None
     apt_base = apt_base or str(load_yaml(STACK, "recipe")["vars"]["nvidia_repo_base"])
     packages = recipe_packages(recipe) if with_debs else []
-    deb_files = recipe_deb_files(recipe) if with_debs else {}
-    # The command that makes this bundle again (the manifest's, quoted in every error about a
-    # file it lacks): the mirrors too, their passwords left out (it is read on every host).
-    mirrors = "".join(f" {option} {shlex.quote(_without_password(url))}" for option, url in
-                      (("--mirror", mirror), ("--security-mirror", security_mirror)) if url)
-    command = (f"gpuprov bundle --cuda {cuda}{' --torch' if torch else ''} --distro {distro_name} "
-               f"--recipe {recipe.name}{f' --apt-repo {apt_repo}' if apt_repo else ''}{mirrors} "
-               f"--out {out.name}")
+    deb_steps = (recipe_deb_steps(recipe, distro_name, arch, cuda, options.apt_base)
+                 if with_debs else [])
+    deb_files = {step.url: step.sha256 for step in deb_steps if not step.why}
+    for step in deb_steps:
+        if step.why:
+            progress(f"bundle: not carried: deb {step.name} ({_without_password(step.url)}): "
+                     f"{step.why}; a host that needs it is told so")
+    command = rebuild_command(replace(options, distro=distro_name))
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     key = BundleKey(f"{cuda} {distro_name}") if packages or apt_lock else None
@@ -643,18 +775,10 @@ def build_bundle(cuda: str, out: Path, torch: bool = False, distro_name: str = "
     return report
 
 
-def run_bundle(cuda: str, out: str, torch: bool = False, distro: str = "", arch: str = "x86_64",
-               index_url: str = "", recipe: str = "", locks_dir: str = "",
-               debs: bool = True, apt_repo: str = "", apt_base: str = "", mirror: str = "",
-               security_mirror: str = "") -> int:
+def run_bundle(options: BundleOptions) -> int:
     """`gpuprov bundle`: build; one line and exit status 2 on bad input or a failed fetch."""
     try:
-        build_bundle(cuda, Path(out), torch=torch, distro_name=distro, arch=arch,
-                     index_url=index_url or PYPI,
-                     recipe=Path(recipe) if recipe else DEFAULT_RECIPE,
-                     locks_dir=Path(locks_dir) if locks_dir else LOCKS_DIR, with_debs=debs,
-                     apt_repo=apt_repo, apt_base=apt_base, mirror=mirror,
-                     security_mirror=security_mirror)
+        build_bundle(options)
     except InputError as exc:
         print(f"bundle: {exc}", file=sys.stderr)
         return 2

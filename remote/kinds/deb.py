@@ -104,7 +104,8 @@ class Deb(Kind[DebState]):
             raise PlanError(f"deb {args['name']}: {redacted_url(str(args['url']))} (sha256 "
                             f"{args['sha256'][:12]}...) is not in the bundle: make it again with "
                             f"`{args['_bundle_rebuild']}`, which carries the recipe's deb steps "
-                            "(a templated url is the host's, known only there: write it out)")
+                            "(one whose url or sha256 reads a fact or var only the host knows is not: "
+                            "write it out)")
         script = (f"echo {q(args['sha256'])}'  '{q(path)} | sha256sum -c --quiet - >/dev/null 2>&1 || "
                   f"{{ printf 'checksum mismatch for %s\\n' {q(path)} >&2; exit 1; }}\n"
                   f"DEBIAN_FRONTEND=noninteractive dpkg -i {q(path)}")
