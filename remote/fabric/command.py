@@ -147,8 +147,9 @@ def _cancel_jobs(conn: BaseConnection, login: Host, run_id: str) -> None:
 
 def cluster_nodes(engine: Run, login: Host, vars_: dict[str, Any], run_id: str,
                   opened: list[BaseConnection]) -> list[Node]:
-    """The usable nodes of `login`'s cluster (its partition, none drained or down), each
-    reached through the login node's connection (appended to `opened`)."""
+    """The usable nodes of `login`'s cluster (its partition, only the nodes its entry names
+    when it names some, none drained or down), each reached through the login node's
+    connection (appended to `opened`)."""
     assert login.scheduler is not None
     scheduler, settings = SCHEDULERS[login.scheduler.key], login.scheduler.settings
     conn = engine.connect(login)
@@ -200,6 +201,8 @@ def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, An
                                                                   extra_vars)[0], run_id, opened)
         except GpuprovError as exc:
             reporter.close()
+            if isinstance(exc, InputError) and exc.line:
+                raise  # the inventory's own line (slurm.nodes naming a node it cannot have)
             raise InputError(f"{logins[0].name}: {exc}", inventory.path) from None
     names = [n.host.name for n in nodes]
     reporter.set_hosts(names)
