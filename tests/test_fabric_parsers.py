@@ -159,3 +159,23 @@ def test_a_taken_port_is_told_from_each_servers_own_message():
     assert TOOLS["ib_write_bw"].port_in_use(perftest_out)
     assert not TOOLS["ib_write_bw"].port_in_use(text("ib_write_bw_gbits.txt"))
     assert not TOOLS["all_reduce_perf"].port_in_use("Couldn't listen to port 1")
+
+
+def test_the_slurm_rows_listing_keeps_to_the_nodes_hostlist():
+    """The Slurm row reads `nodes_script`'s answer: with `nodes: n[1-2]` expanded by Slurm,
+    only n1 and n2 count, for the nodes paired and for those worth waiting for (n3 only missed
+    a ping, but is not asked for); no names at all is Slurm's own reason, at the key's line."""
+    from remote.errors import InputError, Where
+    from remote.scheduler.slurm import Slurm
+    from remote.scheduler.slurm.settings import SlurmSettings
+
+    settings = SlurmSettings("debug", Where("inventory.yaml", 4), {"nodes": Where("inventory.yaml", 6)},
+                             nodes="n[1-2]", host="hpc1")
+    late = (FIXTURES / "scontrol_show_nodes_o_late.txt").read_text()
+    assert Slurm().late_nodes(settings, f"@@hostnames\nn1\nn2\n@@nodes\n{late}") == ["n1"]
+    usable = (FIXTURES / "scontrol_show_nodes_o.txt").read_text()
+    assert Slurm().usable_nodes(settings, f"@@hostnames\nn1\nn2\n@@nodes\n{usable}") == [
+        ("n1", "127.0.0.1")]
+    with pytest.raises(InputError, match=r"inventory.yaml:6: host 'hpc1': slurm.nodes 'n\[1-2\]' "
+                                         r"is not a hostlist Slurm reads \(Invalid hostlist: x\)"):
+        Slurm().usable_nodes(settings, f"@@hostnames\n@@said Invalid hostlist: x\n@@nodes\n{usable}")
