@@ -94,9 +94,27 @@ def _holder(kind: str, address: str):
     return held, [peer]
 
 
-def _two_nodes(farm, inventory, ports: str):
+def _fabric_with_port_taken(farm, inventory, work, capsys, kind: str, others: int = 0,
+                            before=None):
+    """`gpuprov fabric` over h1 and h2 while `kind` (`_holder`) takes a port on h2, with
+    `fabric_ports` that port and the `others` above it (`before(port)` just before the run);
+    (exit status, output, the --json's fabric, the port)."""
+    from remote import cli
+
+    held, peers = _holder(kind, farm.addresses[1])
+    port = held.getsockname()[1]
     hosts = {"h1": farm.host_entry(farm.addresses[0]), "h2": farm.host_entry(farm.addresses[1])}
-    return inventory(hosts, vars={"fabric_seconds": 1, "fabric_ports": ports})
+    inv = inventory(hosts, vars={"fabric_seconds": 1, "fabric_ports": f"{port}-{port + others}"})
+    try:
+        if before is not None:
+            before(port)
+        rc = cli.fabric(host="all", inventory=str(inv), logs_dir=str(work / "logs"),
+                        json_path=str(work / "out.json"))
+        out = capsys.readouterr().out
+    finally:
+        for sock in [held, *peers]:
+            sock.close()
+    return rc, out, json.loads((work / "out.json").read_text())["fabric"], port
 
 
 @pytest.mark.parametrize("kind", ["listener", "connection"])
@@ -106,19 +124,7 @@ def test_a_taken_port_is_tried_again_then_the_pair_is_not_measured(farm, invento
     each of the 3 tries finds it taken (a listener: seen by ss before the server starts; a
     connection's port: iperf3's own "unable to start listener for connections: Address
     already in use"). The pair is not measured, and no node or link is a suspect: exit 1."""
-    from remote import cli
-
-    held, others = _holder(kind, farm.addresses[1])
-    port = held.getsockname()[1]
-    try:
-        inv = _two_nodes(farm, inventory, f"{port}-{port}")
-        rc = cli.fabric(host="all", inventory=str(inv), logs_dir=str(work / "logs"),
-                        json_path=str(work / "out.json"))
-        out = capsys.readouterr().out
-    finally:
-        for sock in [held, *others]:
-            sock.close()
-    doc = json.loads((work / "out.json").read_text())["fabric"]
+    rc, out, doc, port = _fabric_with_port_taken(farm, inventory, work, capsys, kind)
     assert rc == 1, out
     assert doc["suspect_nodes"] == [] and doc["suspect_links"] == [], out
     assert doc["nodes"] == {"h1": "not measured", "h2": "not measured"}, out
@@ -137,23 +143,13 @@ def test_a_port_taken_under_the_tool_is_tried_again_on_another(farm, inventory, 
     import random
     import socket
 
-    from remote import cli
+    def first_pick_is_taken(port: int) -> None:
+        with socket.socket() as probe:
+            probe.bind((farm.addresses[1], port + 1))  # the other port is free
+        random.seed(next(s for s in range(1000) if random.Random(s).randint(port, port + 1) == port))
 
-    held, others = _holder("connection", farm.addresses[1])
-    port = held.getsockname()[1]
-    with socket.socket() as probe:
-        probe.bind((farm.addresses[1], port + 1))  # the other port is free
-    seed = next(s for s in range(1000) if random.Random(s).randint(port, port + 1) == port)
-    try:
-        inv = _two_nodes(farm, inventory, f"{port}-{port + 1}")
-        random.seed(seed)
-        rc = cli.fabric(host="all", inventory=str(inv), logs_dir=str(work / "logs"),
-                        json_path=str(work / "out.json"))
-        out = capsys.readouterr().out
-    finally:
-        for sock in [held, *others]:
-            sock.close()
-    doc = json.loads((work / "out.json").read_text())["fabric"]
+    rc, out, doc, port = _fabric_with_port_taken(farm, inventory, work, capsys, "connection",
+                                                 others=1, before=first_pick_is_taken)
     assert rc == 0, out
     [pair] = doc["pairs"]
     assert pair["value"] > 0 and pair["detail"]["ports_in_use"] == [port], pair
