@@ -120,7 +120,7 @@ def judge_pairs(pairs: list[PairResult], floors: dict[str, float],
                     cuts[(tool, r)] = reference * relative
                     said.append(f"round {r}: {reference:.3g}")
             how[tool] = (f"below {relative:g} x the round's median of the nodes' best pairs "
-                         f"({', '.join(said)} {unit})" if said else "no figure: every pair failed")
+                         f"({', '.join(said)} {unit})" if said else "no figure: no pair completed")
         for pair in mine:
             cut = cuts.get((tool, pair.round))
             pair.slow = cut is not None and pair.value is not None and pair.value < cut
