@@ -10,7 +10,8 @@ that cannot be reached, or dies mid-test, fails its own pairs only: each pair's 
 caught and kept as its result, and the round goes on.
 
 A server whose port is taken on its node (another program listens there, or holds it for a
-connection of its own: the dynamic ports overlap Linux's ephemeral ones) is no bad link: the
+connection of its own: the dynamic ports overlap Linux's ephemeral ones, ip_local_port_range
+32768-60999 by default, Documentation/networking/ip-sysctl.rst) is no bad link: the
 pair is tried again on another port, up to PORT_TRIES times, and after that it is "not
 measured", never judged. The port is seen taken before the server starts when `ss` lists a
 listener on it (so the client never talks to a stranger), else from the tool's own message
