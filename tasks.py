@@ -197,7 +197,8 @@ def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None,
           "html": "also write the matrix of pairs as an HTML heat map to this file",
           "var": "set variables: fabric_seconds=N (each test, default 3), fabric_tool=iperf3, "
                  "fabric_floor='{\"iperf3\": 20}' (floor per tool, in its unit), "
-                 "fabric_relative=0.5 (slow below this share of the median)",
+                 "fabric_relative=0.5 (slow below this share of the median), "
+                 "fabric_ports=49152-65471 (the servers' ports)",
           "list-hosts": LIST_HOSTS,
           "ask-become-pass": "prompt for the sudo password (else $GPUPROV_BECOME_PASSWORD)",
           "drain-failed": "Slurm clusters: drain the suspect nodes, with the reason, through "

@@ -53,7 +53,9 @@ def test_bad_settings_are_one_line_and_exit_2(tmp_path, capsys):
     for vars_, message in (({"fabric_seconds": -1}, "fabric_seconds must be a number"),
                            ({"fabric_tool": "ping"}, "fabric_tool must be one of"),
                            ({"fabric_floor": {"iperf3": "fast"}}, "fabric_floor: 'iperf3'"),
-                           ({"fabric_relative": 2}, "fabric_relative must be between")):
+                           ({"fabric_relative": 2}, "fabric_relative must be between"),
+                           ({"fabric_ports": "80-90"}, "fabric_ports must be FIRST-LAST"),
+                           ({"fabric_ports": "50010-50000"}, "fabric_ports must be FIRST-LAST")):
         inv = write_inventory(tmp_path, vars_)
         assert cli.fabric(host="all", inventory=str(inv), logs_dir=str(tmp_path / "l")) == 2
         err = capsys.readouterr().err
@@ -85,5 +87,7 @@ def test_settings_given_with_var_are_read_as_numbers(tmp_path, capsys):
 
     settings = read_settings(load_inventory(str(inv)), {"fabric_seconds": "2",
                                                         "fabric_relative": "0.25",
-                                                        "fabric_floor": '{"iperf3": 20}'})
+                                                        "fabric_floor": '{"iperf3": 20}',
+                                                        "fabric_ports": "50000-50999"})
     assert (settings.seconds, settings.relative, settings.floors) == (2.0, 0.25, {"iperf3": 20.0})
+    assert settings.ports == (50000, 50999)

@@ -141,3 +141,41 @@ def test_slurm_nodes_that_only_missed_a_ping_are_late_not_usable():
     sinfo_style = "NodeName=n7 NodeAddr=10.0.0.7 State=IDLE* Partitions=debug\n"
     assert late_nodes(sinfo_style, "debug") == ["n7"]
     assert late_nodes(sinfo_style.replace("IDLE*", "IDLE+DRAIN*"), "debug") == []
+
+
+def test_a_taken_port_is_told_from_each_servers_own_message():
+    """What each server prints when its port is taken. iperf3's is captured (abridged) from
+    iperf 3.12 beside a real listener (tests/test_fabric_ssh.py runs it for real); perftest's server
+    cannot run here (it opens an RDMA device before its socket, and this machine has none), so
+    its line is the format string of linux-rdma/perftest src/perftest_communication.c
+    (ethernet_server_connect: "Couldn't listen to port %d"), printed as it prints it."""
+    iperf3_out = ('{"start": {"connected": []}, "intervals": [], "end": {}, "error": "error - '
+                  'unable to start listener for connections: Address already in use"}\n')
+    assert TOOLS["iperf3"].port_in_use(iperf3_out)
+    assert not TOOLS["iperf3"].port_in_use(text("iperf3_server.json"))
+    perftest_out = ("\n************************************\n* Waiting for client to connect... *\n"
+                    "************************************\nCouldn't listen to port 52011\n"
+                    " Unable to init the socket connection\n")
+    assert TOOLS["ib_write_bw"].port_in_use(perftest_out)
+    assert not TOOLS["ib_write_bw"].port_in_use(text("ib_write_bw_gbits.txt"))
+    assert not TOOLS["all_reduce_perf"].port_in_use("Couldn't listen to port 1")
+
+
+def test_the_slurm_rows_listing_keeps_to_the_nodes_hostlist():
+    """The Slurm row reads `nodes_script`'s answer: with `nodes: n[1-2]` expanded by Slurm,
+    only n1 and n2 count, for the nodes paired and for those worth waiting for (n3 only missed
+    a ping, but is not asked for); no names at all is Slurm's own reason, at the key's line."""
+    from remote.errors import InputError, Where
+    from remote.scheduler.slurm import Slurm
+    from remote.scheduler.slurm.settings import SlurmSettings
+
+    settings = SlurmSettings("debug", Where("inventory.yaml", 4), {"nodes": Where("inventory.yaml", 6)},
+                             nodes="n[1-2]", host="hpc1")
+    late = (FIXTURES / "scontrol_show_nodes_o_late.txt").read_text()
+    assert Slurm().late_nodes(settings, f"@@hostnames\nn1\nn2\n@@nodes\n{late}") == ["n1"]
+    usable = (FIXTURES / "scontrol_show_nodes_o.txt").read_text()
+    assert Slurm().usable_nodes(settings, f"@@hostnames\nn1\nn2\n@@nodes\n{usable}") == [
+        ("n1", "127.0.0.1")]
+    with pytest.raises(InputError, match=r"inventory.yaml:6: host 'hpc1': slurm.nodes 'n\[1-2\]' "
+                                         r"is not a hostlist Slurm reads \(Invalid hostlist: x\)"):
+        Slurm().usable_nodes(settings, f"@@hostnames\n@@said Invalid hostlist: x\n@@nodes\n{usable}")

@@ -45,3 +45,17 @@ def test_verdict(case):
         assert verdict.nodes == case["nodes_verdict"]
     for tool in {p.tool for p in pairs}:
         assert ("floor" in verdict.references[tool]) == (tool in case.get("floors", {}))
+
+
+def test_a_pair_not_measured_is_not_judged():
+    """n0 -> n1 was not measured (every port taken on n1): neither a failed pair nor a link
+    suspect, and n0 and n1 are judged by their other pairs."""
+    pairs = [PairResult("n0", "n1", "iperf3", None, measured=False, error="not measured: ..."),
+             PairResult("n1", "n2", "iperf3", 9.0), PairResult("n2", "n3", "iperf3", 9.1),
+             PairResult("n3", "n0", "iperf3", 9.2),
+             PairResult("n0", "n2", "iperf3", 9.0, round=2), PairResult("n1", "n3", "iperf3", 9.1, round=2)]
+    verdict = judge(pairs, ["n0", "n1", "n2", "n3"])
+    assert verdict.suspect_nodes == [] and verdict.suspect_links == []
+    assert set(verdict.nodes.values()) == {"ok"}
+    alone = judge(pairs[:1], ["n0", "n1"])
+    assert alone.suspect_nodes == [] and alone.nodes == {"n0": "not measured", "n1": "not measured"}

@@ -120,6 +120,68 @@ def test_the_nodes_of_a_cluster_are_paired_through_slurm(slurm, work, capsys):
     assert not (work / "logs" / "n2").exists()
 
 
+def cluster_inventory(work, slurm, **slurm_keys):
+    """An inventory of the login node hpc1 alone (`slurm:` plus `slurm_keys`), 1 s tests."""
+    inventory = work / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({
+        "vars": {"fabric_seconds": 1},
+        "hosts": {"hpc1": {"connection": "local",
+                           "slurm": {"partition": "debug", "conf": str(slurm.conf),
+                                     **slurm_keys}}}}, sort_keys=False))
+    return inventory
+
+
+def test_the_nodes_hostlist_of_slurm_chooses_the_nodes_paired(slurm, work, capsys):
+    """`slurm.nodes: n[1-2]` (expanded by Slurm, as `validate` does): only n1 and n2 are paired,
+    n3 of the same partition runs nothing."""
+    import json
+
+    from remote import cli
+
+    inventory = cluster_inventory(work, slurm, nodes="n[1-2]")
+    rc = cli.fabric(host="hpc1", inventory=str(inventory), logs_dir=str(work / "logs"),
+                    json_path=str(work / "out.json"))
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    doc = json.loads((work / "out.json").read_text())["fabric"]
+    assert [(p["client"], p["server"]) for p in doc["pairs"]] == [("n1", "n2")], out
+    assert doc["pairs"][0]["value"] > 0
+    assert sorted(p.name for p in (work / "logs").iterdir() if p.name != "hpc1") == ["n1", "n2"]
+
+
+def _line_of(path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+@pytest.mark.parametrize("partition, hostlist, message", [
+    ("debug", "n[2-9]", "slurm.nodes names nodes the cluster does not have: n4, n5, n6, n7, n8, n9"),
+    ("small", "n[1-3]", "slurm.nodes names nodes outside partition 'small': n3"),
+    ("debug", "n[3-1]", "slurm.nodes 'n[3-1]' is not a hostlist Slurm reads (Invalid hostlist: n[3-1])"),
+])
+def test_a_hostlist_naming_nodes_it_cannot_have_is_one_line_and_exit_2(slurm, work, capsys,
+                                                                      partition, hostlist, message):
+    """As `validate`'s survey: a name Slurm does not know, a node outside the partition, or a
+    hostlist Slurm cannot read is the inventory's line, exit 2, and no node runs anything
+    (without the check, the partition's usable nodes were paired). `small`, a partition of
+    n1 and n2, is made for this test with scontrol."""
+    from remote import cli
+
+    slurm.run("scontrol", "create", "PartitionName=small", "Nodes=n[1-2]")
+    try:
+        inventory = cluster_inventory(work, slurm, nodes=hostlist)
+        inventory.write_text(inventory.read_text().replace("partition: debug",
+                                                           f"partition: {partition}"))
+        rc = cli.fabric(host="hpc1", inventory=str(inventory), logs_dir=str(work / "logs"))
+        err = capsys.readouterr().err
+    finally:
+        slurm.run("scontrol", "delete", "PartitionName=small")
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1, err
+    assert f"inventory.yaml:{_line_of(inventory, 'nodes:')}: host 'hpc1': {message}" in lines[0], err
+    logs = work / "logs"
+    assert not logs.exists() or [p.name for p in logs.iterdir()] in ([], ["hpc1"]), err
+
+
 def fabric_iperf3() -> list[int]:
     """PIDs of iperf3 processes the test cluster's jobs run (bound to 127.0.0.1 by fabric)."""
     import subprocess

@@ -75,3 +75,81 @@ def test_a_bad_fabric_floor_in_a_node_profile_is_one_line_exit_2(farm, inventory
     err = capsys.readouterr().err
     assert rc == 2 and "node_profile: fabric: 'iperf3': 'fast' is not a tool of" in err, err
     assert not (work / "logs").exists()
+
+
+def _holder(kind: str, address: str):
+    """A real socket that takes a port on `address`: a listener (ss lists it), or one end of a
+    connection (ss -l does not: only the tool's own message tells); closed by the caller."""
+    import socket
+
+    held = socket.socket()
+    held.bind((address, 0))
+    if kind == "listener":
+        held.listen(1)
+        return held, []
+    peer = socket.socket()
+    peer.bind(("127.0.0.1", 0))
+    peer.listen(1)
+    held.connect(peer.getsockname())
+    return held, [peer]
+
+
+def _fabric_with_port_taken(farm, inventory, work, capsys, kind: str, others: int = 0,
+                            before=None):
+    """`gpuprov fabric` over h1 and h2 while `kind` (`_holder`) takes a port on h2, with
+    `fabric_ports` that port and the `others` above it (`before(port)` just before the run);
+    (exit status, output, the --json's fabric, the port)."""
+    from remote import cli
+
+    held, peers = _holder(kind, farm.addresses[1])
+    port = held.getsockname()[1]
+    hosts = {"h1": farm.host_entry(farm.addresses[0]), "h2": farm.host_entry(farm.addresses[1])}
+    inv = inventory(hosts, vars={"fabric_seconds": 1, "fabric_ports": f"{port}-{port + others}"})
+    try:
+        if before is not None:
+            before(port)
+        rc = cli.fabric(host="all", inventory=str(inv), logs_dir=str(work / "logs"),
+                        json_path=str(work / "out.json"))
+        out = capsys.readouterr().out
+    finally:
+        for sock in [held, *peers]:
+            sock.close()
+    return rc, out, json.loads((work / "out.json").read_text())["fabric"], port
+
+
+@pytest.mark.parametrize("kind", ["listener", "connection"])
+def test_a_taken_port_is_tried_again_then_the_pair_is_not_measured(farm, inventory, work,
+                                                                  capsys, kind):
+    """h2's server port is taken on h2 by a real socket, and `fabric_ports` leaves no other:
+    each of the 3 tries finds it taken (a listener: seen by ss before the server starts; a
+    connection's port: iperf3's own "unable to start listener for connections: Address
+    already in use"). The pair is not measured, and no node or link is a suspect: exit 1."""
+    rc, out, doc, port = _fabric_with_port_taken(farm, inventory, work, capsys, kind)
+    assert rc == 1, out
+    assert doc["suspect_nodes"] == [] and doc["suspect_links"] == [], out
+    assert doc["nodes"] == {"h1": "not measured", "h2": "not measured"}, out
+    [pair] = doc["pairs"]
+    assert pair["measured"] is False and pair["ok"] is False, pair
+    said = f"not measured: port {port}, {port}, {port} in use on h2 (3 tries)"
+    assert pair["error"].startswith(said), pair
+    assert f"h1 -> h2: {said}" in out and "SUSPECT" not in out
+
+
+def test_a_port_taken_under_the_tool_is_tried_again_on_another(farm, inventory, work, capsys):
+    """A connection holds the first port picked on h2 (ss -l does not list it): iperf3's
+    server fails with its "Address already in use", the pair is tried again on the other port
+    of `fabric_ports` and measured there. (The first pick is made known by seeding Python's
+    `random`, which only the port picker uses.)"""
+    import random
+    import socket
+
+    def first_pick_is_taken(port: int) -> None:
+        with socket.socket() as probe:
+            probe.bind((farm.addresses[1], port + 1))  # the other port is free
+        random.seed(next(s for s in range(1000) if random.Random(s).randint(port, port + 1) == port))
+
+    rc, out, doc, port = _fabric_with_port_taken(farm, inventory, work, capsys, "connection",
+                                                 others=1, before=first_pick_is_taken)
+    assert rc == 0, out
+    [pair] = doc["pairs"]
+    assert pair["value"] > 0 and pair["detail"]["ports_in_use"] == [port], pair

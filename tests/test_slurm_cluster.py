@@ -381,6 +381,8 @@ def test_an_interrupted_run_leaves_a_taken_back_node_drained_as_it_was(cluster, 
     ({"partition": "nope"}, "slurm.partition 'nope' is not a partition of the cluster "
                             "(it has: debug, gpu)"),
     ({"nodes": "n[2-9]"}, "slurm.nodes names nodes the cluster does not have: n4, n5"),
+    ({"nodes": "n[3-1]"}, "slurm.nodes 'n[3-1]' is not a hostlist Slurm reads "
+                          "(Invalid hostlist: n[3-1])"),
 ])
 def test_an_unknown_partition_or_node_is_one_line_and_exit_2(cluster, run, spec, message):
     rc, out, err, data, logs = run(slurm_extra=spec)

@@ -2,7 +2,8 @@
 the options and the inventory, then hands over here.
 
 Exit status (remote.exitcodes): 0 no suspect, 3 a suspect node or link was found (as a failed
-validation), 4 a node could not be reached (it is a suspect too, with why), 130 interrupted.
+validation), 4 a node could not be reached (it is a suspect too, with why), 1 a pair could not
+be measured (every port tried was taken on its server's node), 130 interrupted.
 
 May import: `remote.engine`, `remote.output`, `remote.scheduler` (draining through Slurm),
 `remote.errors`, `remote.runfolder`, `remote.runid`, and this package.
@@ -15,14 +16,20 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, TextIO
+from typing import Any, Callable, Optional, TextIO
 
 from ..config.inventory import Host, Inventory
 from ..engine.options import RunOptions
 from ..engine.run import Run
 from ..engine.varlayers import layered_vars
 from ..errors import GpuprovError, InputError
-from ..exitcodes import EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_VALIDATION_FAILED
+from ..exitcodes import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_STEP_FAILED,
+    EXIT_UNREACHABLE,
+    EXIT_VALIDATION_FAILED,
+)
 from ..fileio import write_atomic
 from ..output.junit import write_junit
 from ..output.recap import Reporter
@@ -55,7 +62,8 @@ class Exports:
 
 def read_settings(inventory: Inventory, extra_vars: dict[str, Any]) -> Settings:
     """The run's settings from the inventory's `vars:` and `--var`: `fabric_seconds`,
-    `fabric_tool`, `fabric_floor` ({tool: figure in its unit}), `fabric_relative`;
+    `fabric_tool`, `fabric_floor` ({tool: figure in its unit}), `fabric_relative`,
+    `fabric_ports` (`FIRST-LAST`, the servers' ports);
     `InputError` naming the inventory at a bad one."""
     raw = dict(inventory.vars)
     raw.update(extra_vars)
@@ -97,7 +105,22 @@ def read_settings(inventory: Inventory, extra_vars: dict[str, Any]) -> Settings:
             0 < relative < 1):
         raise bad("fabric_relative", f"fabric_relative must be between 0 and 1, not {relative!r}")
     settings.relative = float(relative)
+    ports = raw.get("fabric_ports")
+    if ports is not None:
+        settings.ports = _port_range(ports, bad)
     return settings
+
+
+def _port_range(value: Any, bad: Callable[[str, str], InputError]) -> tuple[int, int]:
+    """`fabric_ports`: `FIRST-LAST` (or one port), unprivileged, room left above LAST for
+    ib_write_bw's port per HCA."""
+    text = str(value).strip()
+    first, _, last = text.partition("-")
+    if not first.isdigit() or not (last or first).isdigit() or not (
+            1024 <= int(first) <= int(last or first) <= 65535 - 64):
+        raise bad("fabric_ports", f"fabric_ports must be FIRST-LAST, ports of 1024 to "
+                                  f"{65535 - 64}, not {value!r}")
+    return int(first), int(last or first)
 
 
 def profile_floors(settings: Settings, profiles: list[Any]) -> None:
@@ -147,8 +170,9 @@ def _cancel_jobs(conn: BaseConnection, login: Host, run_id: str) -> None:
 
 def cluster_nodes(engine: Run, login: Host, vars_: dict[str, Any], run_id: str,
                   opened: list[BaseConnection]) -> list[Node]:
-    """The usable nodes of `login`'s cluster (its partition, none drained or down), each
-    reached through the login node's connection (appended to `opened`)."""
+    """The usable nodes of `login`'s cluster (its partition, only the nodes its entry names
+    when it names some, none drained or down), each reached through the login node's
+    connection (appended to `opened`)."""
     assert login.scheduler is not None
     scheduler, settings = SCHEDULERS[login.scheduler.key], login.scheduler.settings
     conn = engine.connect(login)
@@ -200,6 +224,8 @@ def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, An
                                                                   extra_vars)[0], run_id, opened)
         except GpuprovError as exc:
             reporter.close()
+            if isinstance(exc, InputError) and exc.line:
+                raise  # the inventory's own line (slurm.nodes naming a node it cannot have)
             raise InputError(f"{logins[0].name}: {exc}", inventory.path) from None
     names = [n.host.name for n in nodes]
     reporter.set_hosts(names)
@@ -248,6 +274,14 @@ def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, An
     if drain_failed and verdict.suspect_nodes:
         _drain(engine, logins, verdict.suspect_nodes, verdict.reasons, run_id, out)
     _export(exports, verdict, results, names, run_id, redact, logs_dir, fabric.round_seconds)
+    return exit_status(pairs, nodes, verdict)
+
+
+def exit_status(pairs: list[PairResult], nodes: list[Node], verdict: Any) -> int:
+    """1 before 4 before 3 (remote.exitcodes.ORDER): a pair not measured is a step that could
+    not run, an unreachable node is 4, a suspect 3."""
+    if any(not p.measured for p in pairs):
+        return EXIT_STEP_FAILED
     if any(n.error for n in nodes):
         return EXIT_UNREACHABLE
     return EXIT_VALIDATION_FAILED if verdict.suspect_nodes or verdict.suspect_links else EXIT_OK

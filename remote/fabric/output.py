@@ -27,6 +27,8 @@ from .verdict import PairResult, Verdict
 def _cell(pair: Optional[PairResult]) -> str:
     if pair is None:
         return "."
+    if not pair.measured:
+        return "?"
     if pair.value is None:
         return "FAIL"
     return f"{pair.value:.3g}{'*' if pair.slow else ''}"
@@ -37,12 +39,13 @@ def _matrix(verdict: Verdict) -> dict[tuple[str, str], PairResult]:
 
 
 def matrix_text(verdict: Verdict, nodes: list[str]) -> str:
-    """Rows send, columns receive; `*` a slow pair, FAIL a failed one, `.` not paired."""
+    """Rows send, columns receive; `*` a slow pair, FAIL a failed one, `?` one not measured,
+    `.` not paired."""
     cells = _matrix(verdict)
     units = sorted({f"{p.tool} in {p.unit}" for p in verdict.pairs if p.tool != "-"})
     width = max([len(n) for n in nodes] + [7])  # "0.0901*"
     lines = [f"fabric matrix ({'; '.join(units) or 'no tool'}): row sends, column receives; "
-             "* slow, FAIL failed, . not paired",
+             "* slow, FAIL failed, ? not measured, . not paired",
              " " * width + " " + " ".join(n.rjust(width) for n in nodes)]
     for row in nodes:
         lines.append(row.ljust(width) + " " + " ".join(
@@ -57,7 +60,9 @@ def matrix_text(verdict: Verdict, nodes: list[str]) -> str:
     if not verdict.suspect_nodes and not verdict.suspect_links:
         lines.append("no suspect: every pair within its bound")
     for pair in verdict.pairs:
-        if pair.value is None:
+        if not pair.measured:
+            lines.append(printable(f"{pair.client} -> {pair.server}: {pair.error}"))
+        elif pair.value is None:
             lines.append(printable(f"failed {pair.client} -> {pair.server}: {pair.error}"))
     return "\n".join(lines) + "\n"
 
@@ -108,8 +113,8 @@ def matrix_html(verdict: Verdict, nodes: list[str], run_id: str) -> str:
         out: list[dict[str, Any]] = []
         for col in nodes:
             pair = None if row == col else cells.get((row, col))
-            if pair is None:
-                out.append({"kind": "none", "text": "-" if row == col else "."})
+            if pair is None or not pair.measured:
+                out.append({"kind": "none", "text": "-" if row == col else "?" if pair else "."})
             elif pair.value is None:
                 out.append({"kind": "fail", "title": escaped(pair.error)})
             else:
@@ -193,7 +198,8 @@ def write_prometheus(path: Path, verdict: Verdict, run_id: str) -> None:
     for pair in verdict.pairs:
         if pair.value is not None:
             value.labels(pair.client, pair.server, pair.tool, pair.unit).set(pair.value)
-        good.labels(pair.client, pair.server, pair.tool).set(0 if pair.bad else 1)
+        good.labels(pair.client, pair.server, pair.tool).set(1 if pair.measured and not pair.bad
+                                                             else 0)
     for node, state in verdict.nodes.items():
         suspect.labels(node, run_id).set(1 if state == "suspect" else 0)
     for a, b in verdict.suspect_links:

@@ -9,6 +9,14 @@ limit or Ctrl-C still stops it (`stop_servers`, with commands that ignore the ca
 that cannot be reached, or dies mid-test, fails its own pairs only: each pair's error is
 caught and kept as its result, and the round goes on.
 
+A server whose port is taken on its node (another program listens there, or holds it for a
+connection of its own: the dynamic ports overlap Linux's ephemeral ones, ip_local_port_range
+32768-60999 by default, Documentation/networking/ip-sysctl.rst) is no bad link: the
+pair is tried again on another port, up to PORT_TRIES times, and after that it is "not
+measured", never judged. The port is seen taken before the server starts when `ss` lists a
+listener on it (so the client never talks to a stranger), else from the tool's own message
+(`Tool.port_in_use`).
+
 May import: `remote.engine` (connections through the run's pool), `remote.errors`, `plan`,
 `tools`, `verdict`.
 """
@@ -21,7 +29,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, Protocol
 
 from ..config.inventory import Host
@@ -39,8 +47,14 @@ CONTROL_TIMEOUT_S = 15.0  # starting and stopping a server
 # start (gpuprov's choice, unsourced; mpirun over ssh starts in a few seconds).
 CLIENT_SLACK_S = 20.0
 SERVER_WAIT_S = 2.0  # after the client: how long the server gets to write its result and exit
-# Ports the servers listen on: the IANA dynamic range (RFC 6335, section 6: 49152-65535).
+# Ports the servers listen on: the IANA dynamic range (RFC 6335, section 6: 49152-65535), less
+# 64 for ib_write_bw's one port per HCA above the one picked; `fabric_ports` gives another.
 PORTS = (49152, 65535 - 64)
+# A pair whose server finds its port taken is tried on another this many times in all
+# (gpuprov's choice, unsourced: 3 random ports of thousands all taken means the node's ports
+# are exhausted, not unlucky).
+PORT_TRIES = 3
+IN_USE = "@@inuse"  # the server's script: a listener holds the port, the server not started
 _SERVER_LINE = re.compile(r"@@server ([0-9]{1,9}) (/tmp/gpuprov-fabric\.[A-Za-z0-9]{6,32})")
 
 
@@ -51,6 +65,26 @@ class Settings:
     floors: dict[str, float] = field(default_factory=dict)
     relative: float = 0.5
     floors_from: str = "inventory fabric_floor"  # what the floors are, as the verdict says it
+    ports: tuple[int, int] = PORTS  # the servers' ports, first and last
+
+
+class PortInUse(Exception):
+    """The server's port was taken on its node: the pair is tried again on another."""
+
+
+class NotMeasured(Exception):
+    """Every port tried was taken: the pair was not measured (which says nothing of the link)."""
+
+
+def pick_port(ports: tuple[int, int], tried: list[int]) -> int:
+    """A random port of `ports` not tried yet (any of them once all were)."""
+    first, last = ports
+    if len(set(tried)) > last - first:
+        return random.randint(first, last)
+    while True:
+        port = random.randint(first, last)
+        if port not in tried:
+            return port
 
 
 class Link(Protocol):
@@ -138,23 +172,25 @@ class FabricRun:
                 node.conn.close()
 
     # ---------------------------------------------------------------- one pair
-    def _spec(self, client: Node, server: Node, tool: Tool) -> PairSpec:
+    def _spec(self, client: Node, server: Node, tool: Tool, port: int) -> PairSpec:
         hcas = [h for h in client.hcas if h in (server.probe.hcas if server.probe else [])]
         if tool.name == "ib_write_bw" and not hcas:
             hcas = (client.probe.hcas if client.probe else [])[:1]
         gpus = min(client.probe.gpus if client.probe else 1, server.probe.gpus if server.probe else 1)
-        return PairSpec(client.address, server.address, random.randint(*PORTS),
-                        self.settings.seconds, hcas, gpus)
+        return PairSpec(client.address, server.address, port, self.settings.seconds, hcas, gpus)
 
     def _server_script(self, command: str, limit: float, port: int) -> str:
-        """The server in the background (its output into a private file), its PID said, the
-        wait until its port listens (ss, iproute2; without ss, a moment) said, then the wait
-        for its end and its output (the first 256 KiB), the file removed."""
-        return (f"f=$(mktemp /tmp/gpuprov-fabric.XXXXXXXX) || exit 1\n"
+        """`IN_USE` when ss (iproute2) lists a listener on the port already; else the server
+        in the background (its output into a private file), its PID said, the wait until its
+        port listens or it ended (without ss, a moment) said, then the wait for its end and
+        its output (the first 256 KiB), the file removed."""
+        listens = f"ss -Hltn 'sport = :{port}' | grep -q ."
+        return (f"if command -v ss >/dev/null 2>&1 && {listens}; then echo {IN_USE}; exit 0; fi\n"
+                f"f=$(mktemp /tmp/gpuprov-fabric.XXXXXXXX) || exit 1\n"
                 f"timeout -k 2 {limit:g} sh -c {shlex.quote(command)} >\"$f\" 2>&1 </dev/null &\n"
                 f"p=$!\necho \"@@server $p $f\"\n"
                 f"if command -v ss >/dev/null 2>&1; then i=0; while [ $i -lt 100 ] && "
-                f"! ss -Hltn 'sport = :{port}' | grep -q .; do sleep 0.02; i=$((i+1)); done; "
+                f"kill -0 $p 2>/dev/null && ! {listens}; do sleep 0.02; i=$((i+1)); done; "
                 f"else sleep 0.5; fi\n"
                 f"echo @@listening\nwait $p\nhead -c 262144 \"$f\"; rm -f \"$f\"\n")
 
@@ -190,6 +226,8 @@ class FabricRun:
         with self._lock:
             self._servers.discard((node.host.name, server.pid, server.path))
         text = out.out
+        if text.split("\n", 1)[0].strip() == IN_USE:
+            return IN_USE
         cut = text.find("@@listening")
         return text[cut + len("@@listening"):] if cut >= 0 else ""
 
@@ -224,6 +262,8 @@ class FabricRun:
             self._measure(client, server, result)
         except (GpuprovError, OSError) as exc:
             result.value, result.error = None, _short(exc)
+        except NotMeasured as exc:
+            result.value, result.error, result.measured = None, str(exc), False
         except ToolOutputError as exc:
             result.value, result.error = None, f"{result.tool}: {_short(exc)}"
         result.elapsed_s = time.monotonic() - started
@@ -241,14 +281,36 @@ class FabricRun:
             wanted = self.settings.tool or " or ".join(TOOLS)
             raise HostError(f"no tool on both nodes: install {wanted} (iperf3 works everywhere)")
         result.tool, result.unit = tool.name, tool.unit
-        spec = self._spec(client, server, tool)
-        limit = spec.seconds * max(1, len(spec.hcas)) + CLIENT_SLACK_S
-        command = tool.server(spec)
-        if command is None:
-            self._client(client, tool, spec, limit, result)
+        spec = self._spec(client, server, tool, pick_port(self.settings.ports, []))
+        if tool.server(spec) is None:  # no server of gpuprov's, no port
+            self._client(client, tool, spec, result)
             return
+        tried = [spec.port]
+        while True:
+            try:
+                self._served(client, server, tool, spec, result)
+            except PortInUse:
+                if len(tried) >= PORT_TRIES:
+                    raise NotMeasured(f"not measured: port {', '.join(map(str, tried))} in use "
+                                      f"on {server.host.name} ({len(tried)} tries); the link "
+                                      "was not tested") from None
+                spec = replace(spec, port=pick_port(self.settings.ports, tried))
+                tried.append(spec.port)
+                continue
+            if len(tried) > 1:
+                result.detail["ports_in_use"] = tried[:-1]
+            return
+
+    def _served(self, client: Node, server: Node, tool: Tool, spec: PairSpec,
+                result: PairResult) -> None:
+        """One try of a pair with a server: `PortInUse` when the server's port was taken
+        (whatever the client said meanwhile: it may have reached a stranger, or nobody)."""
+        limit = self._limit(spec)
+        command = tool.server(spec)
+        assert command is not None
         listening = threading.Event()
         started = Server(server, 0, "")
+        failed: Optional[Exception] = None
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="server") as pool:
             serving = pool.submit(self._serve, server, self._server_script(
                 command, limit + SERVER_WAIT_S, spec.port), limit + SERVER_WAIT_S, started,
@@ -256,9 +318,11 @@ class FabricRun:
             try:
                 listening.wait(CONTROL_TIMEOUT_S)
                 if serving.done():
-                    serving.result()  # raises why the server could not start
-                    raise ToolOutputError("the server ended before the client started")
-                self._client(client, tool, spec, limit, result)
+                    failed = ToolOutputError("the server ended before the client started")
+                else:
+                    self._client(client, tool, spec, result)
+            except (GpuprovError, OSError, ToolOutputError) as exc:
+                failed = exc
             finally:
                 try:
                     server_out = serving.result(timeout=SERVER_WAIT_S)
@@ -266,13 +330,20 @@ class FabricRun:
                     if started.pid:
                         self._stop_server(server, started.pid, started.path)
                     server_out = serving.result()
+        if server_out == IN_USE or tool.port_in_use(server_out):
+            raise PortInUse(spec.port)
+        if failed is not None:
+            raise failed
         tool.check_server(server_out, spec)
 
-    def _client(self, client: Node, tool: Tool, spec: PairSpec, limit: float,
-                result: PairResult) -> None:
+    @staticmethod
+    def _limit(spec: PairSpec) -> float:
+        return spec.seconds * max(1, len(spec.hcas)) + CLIENT_SLACK_S
+
+    def _client(self, client: Node, tool: Tool, spec: PairSpec, result: PairResult) -> None:
         assert client.conn is not None
         began = time.monotonic()
-        out = client.conn.run(f"exec 2>&1; {tool.client(spec)}", timeout=limit)
+        out = client.conn.run(f"exec 2>&1; {tool.client(spec)}", timeout=self._limit(spec))
         result.test_s = time.monotonic() - began
         result.value, result.detail = tool.parse(out.out, spec)
 

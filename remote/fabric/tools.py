@@ -4,8 +4,9 @@ across the two nodes where both have GPUs, nccl-tests and mpirun, `iperf3` over 
 otherwise.
 
 A row gives the server's command (started in the background on the receiving node, None when
-the tool has no server), the client's command (run on the sending node) and the parser of
-what the client printed. What a node prints is untrusted: each parser reads at most
+the tool has no server), the client's command (run on the sending node), the parser of what
+the client printed, and how the server says its port was taken (then the pair is tried again
+on another port, `run`). What a node prints is untrusted: each parser reads at most
 `OUTPUT_MAX` bytes, takes only the figure it knows where to find, refuses a figure that is not
 a finite number in the tool's range, and never reads a node's name from the output (the run
 knows which pair it measured).
@@ -98,6 +99,8 @@ class Tool(Protocol):
 
     def check_server(self, server_out: str, spec: PairSpec) -> None: ...
 
+    def port_in_use(self, server_out: str) -> bool: ...
+
 
 def _finite(value: Any, top: float, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -168,6 +171,21 @@ class Iperf3:
                 raise ToolOutputError(f"the iperf3 server was reached from {str(remote)[:60]!r}, "
                                       f"not from the partner {spec.client_address}")
 
+    def port_in_use(self, server_out: str) -> bool:
+        return _IPERF3_IN_USE.search(server_out[:OUTPUT_MAX]) is not None
+
+
+# iperf3's server when its port is taken: IELISTEN's text, "unable to start listener for
+# connections", then `: ` and strerror(errno) (esnet/iperf src/iperf_error.c, IELISTEN and the
+# `perr` suffix, at c9b74229), in -J's "error" field; strerror(EADDRINUSE) is glibc's "Address
+# already in use". Seen from iperf 3.12 (Debian 12) beside a real listener on its port:
+# "error - unable to start listener for connections: Address already in use".
+_IPERF3_IN_USE = re.compile(r"unable to start listener for connections: Address already in use")
+# perftest's server side when bind() fails on its port: "Couldn't listen to port %d"
+# (linux-rdma/perftest src/perftest_communication.c, ethernet_server_connect, at 00b55b66).
+# It binds the wildcard address with SO_REUSEADDR, so a taken port is what fails it.
+_PERFTEST_IN_USE = re.compile(r"Couldn't listen to port [0-9]+")
+
 
 _IB_HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[Gb/sec\]\s+BW average\[Gb/sec\]")
 
@@ -216,6 +234,9 @@ class IbWriteBw:
 
     def check_server(self, server_out: str, spec: PairSpec) -> None:
         return None
+
+    def port_in_use(self, server_out: str) -> bool:
+        return _PERFTEST_IN_USE.search(server_out[:OUTPUT_MAX]) is not None
 
 
 def parse_ib_write_bw(text: str) -> list[float]:
@@ -268,6 +289,9 @@ class NcclAllReduce:
 
     def check_server(self, server_out: str, spec: PairSpec) -> None:
         return None
+
+    def port_in_use(self, server_out: str) -> bool:
+        return False  # no server of gpuprov's: MPI picks its own ports
 
 
 def parse_all_reduce(text: str) -> float:

@@ -9,7 +9,9 @@ the reference little (a plain median of the pairs moves with them: a bad node of
 of the 6 pairs). Per round, because rounds differ in how many pairs run at once (N, then N/2):
 where the nodes share something (a switch's uplink, or here the test machine's cores) a round
 of fewer pairs runs faster, and its pairs are not the others' yardstick. A failed pair (a tool
-error, a node that died, a time limit) counts as bad.
+error, a node that died, a time limit) counts as bad; a pair not measured (every port tried
+was taken on its server's node: `run`) is not judged at all, and a node with no other pair is
+"not measured", never a suspect.
 
 Then the nodes: a node whose every pair is bad is a suspect ("slow with every partner"). A bad
 pair whose two nodes each have a good pair elsewhere points at the link between them: a
@@ -46,6 +48,7 @@ class PairResult:
     elapsed_s: float = 0.0  # the whole pair: server started, client run, server stopped
     test_s: float = 0.0     # the client's command alone
     detail: dict[str, Any] = field(default_factory=dict)
+    measured: bool = True   # False: the test never ran (every port tried was taken): not judged
     # set by `judge`
     slow: bool = False
     judged_by: str = ""
@@ -55,12 +58,14 @@ class PairResult:
 
     @property
     def bad(self) -> bool:
-        return self.value is None or self.slow
+        """Slow or failed; a pair not measured is neither (it says nothing of the link)."""
+        return self.measured and (self.value is None or self.slow)
 
     def to_json(self) -> dict[str, Any]:
         return {"client": self.client, "server": self.server, "tool": self.tool,
                 "value": self.value, "unit": self.unit, "round": self.round,
-                "ok": not self.bad, "slow": self.slow, "error": self.error or None,
+                "ok": self.measured and not self.bad, "measured": self.measured,
+                "slow": self.slow, "error": self.error or None,
                 "judged_by": self.judged_by, "elapsed_s": round(self.elapsed_s, 3), "test_s": round(self.test_s, 3),
                 **({"detail": self.detail} if self.detail else {})}
 
@@ -115,7 +120,7 @@ def judge_pairs(pairs: list[PairResult], floors: dict[str, float],
                     cuts[(tool, r)] = reference * relative
                     said.append(f"round {r}: {reference:.3g}")
             how[tool] = (f"below {relative:g} x the round's median of the nodes' best pairs "
-                         f"({', '.join(said)} {unit})" if said else "no figure: every pair failed")
+                         f"({', '.join(said)} {unit})" if said else "no figure: no pair completed")
         for pair in mine:
             cut = cuts.get((tool, pair.round))
             pair.slow = cut is not None and pair.value is not None and pair.value < cut
@@ -130,7 +135,9 @@ def judge(pairs: list[PairResult], nodes: list[str], floors: Optional[dict[str, 
     mine: dict[str, list[PairResult]] = {n: [] for n in nodes}
     for pair in pairs:
         for node in pair.nodes():
-            mine.setdefault(node, []).append(pair)
+            mine.setdefault(node, [])
+            if pair.measured:
+                mine[node].append(pair)
     suspects, reasons = [], {}
     for node, theirs in mine.items():
         if theirs and all(p.bad for p in theirs):
@@ -154,6 +161,8 @@ def judge(pairs: list[PairResult], nodes: list[str], floors: Optional[dict[str, 
             verdicts[node] = "ok (bad link)"
             reasons[node] = "bad link with " + ", ".join(
                 a if b == node else b for a, b in links if node in (a, b))
+        elif not mine[node]:
+            verdicts[node] = "not measured"
         else:
             verdicts[node] = "ok"
     return Verdict(pairs, verdicts, reasons, suspects,

@@ -206,12 +206,15 @@ class Scheduler(Protocol):
 
     def nodes_script(self, settings: Any) -> str:
         """A script for the login node that lists the nodes of the inventory entry's
-        partition, read by `usable_nodes` (`gpuprov fabric` on a cluster)."""
+        partition (and expands the nodes it names, if it does), read by `usable_nodes`
+        (`gpuprov fabric` on a cluster)."""
 
     def usable_nodes(self, settings: Any, out: str) -> list[tuple[str, str]]:
         """(name, address) of each node `nodes_script` listed that can run a job now (not
-        drained, down or failing), in the scheduler's order; what the login node printed is
-        untrusted: names and addresses are checked."""
+        drained, down or failing), only those the inventory entry names when it names some,
+        in the scheduler's order; what the login node printed is untrusted: names and
+        addresses are checked. `InputError` (file:line) when the entry names a node the
+        cluster has not, or one outside the partition (as `Cluster.list_nodes`)."""
 
     def late_nodes(self, settings: Any, out: str) -> list[str]:
         """The nodes `nodes_script` listed that are kept off only for a moment (Slurm: a

@@ -7,6 +7,8 @@ each step's stdin), brings each node's results home to `logs/<node>/<run>/`, and
 drains the nodes that failed and resumes the ones gpuprov drained that now pass.
 
 - `settings` the inventory's `slurm:` key, checked before any host is contacted
+- `hostlist` the `nodes:` hostlist, expanded by Slurm and checked against its nodes (validate
+             and fabric)
 - `nodes`    what Slurm says about its nodes (every JSON shape from 22.05 to 24.11), and which
              of them a run takes, skips or gives back
 - `job`      the command each task runs, the salloc and srun lines, and the labelled output
@@ -22,15 +24,16 @@ and the validate job's helpers, and `..base`. Never `cli`, `..route` or another 
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import Any, Optional
 
 from ...errors import Where
 from ...runfolder import CLUSTER_RECORD
 from ..base import RunContext
 from .cluster import SlurmCluster
 from .gate import drain_command, drain_reason, each_node_command, parse_each_node
+from .hostlist import hostnames_lines, split_sections, wanted_nodes
 from .job import with_conf
-from .nodes import late_nodes, usable_nodes
+from .nodes import late_nodes, one_line_nodes, usable_nodes
 from .settings import SlurmSettings, load_slurm
 
 
@@ -59,15 +62,26 @@ class Slurm:
 
     def nodes_script(self, settings: Any) -> str:
         assert isinstance(settings, SlurmSettings)
-        return with_conf(settings, "scontrol show nodes -o")
+        return with_conf(settings, "\n".join([*hostnames_lines(settings),
+                                              'echo "@@nodes"; scontrol show nodes -o']) + "\n")
+
+    def _listed(self, settings: Any, out: str) -> tuple[str, Optional[list[str]]]:
+        """`nodes_script`'s listing, and the nodes `slurm.nodes` asks for (checked: an
+        `InputError` at its file:line names what is wrong)."""
+        assert isinstance(settings, SlurmSettings)
+        sections = split_sections(out)
+        listed = sections.get("nodes", "")
+        wanted = wanted_nodes(settings, settings.host, sections,
+                              {n.name: n.partitions for n in one_line_nodes(listed)})
+        return listed, wanted
 
     def usable_nodes(self, settings: Any, out: str) -> list[tuple[str, str]]:
-        assert isinstance(settings, SlurmSettings)
-        return usable_nodes(out, settings.partition)
+        listed, wanted = self._listed(settings, out)
+        return usable_nodes(listed, settings.partition, wanted)
 
     def late_nodes(self, settings: Any, out: str) -> list[str]:
-        assert isinstance(settings, SlurmSettings)
-        return late_nodes(out, settings.partition)
+        listed, wanted = self._listed(settings, out)
+        return late_nodes(listed, settings.partition, wanted)
 
     def on_node(self, settings: Any, node: str, script: str, job_name: str) -> str:
         assert isinstance(settings, SlurmSettings)

@@ -17,7 +17,6 @@ step one command there:
 from __future__ import annotations
 
 import secrets
-import shlex
 import time
 from typing import Optional, Sequence
 
@@ -26,6 +25,7 @@ from ...errors import CommandTimeout
 from ...transport.connection import LineSplitter, PullLimits
 from ..base import LATE_WAIT_S, NodeRecord, NodeView, Plan, RouteFailed, RunContext, list_until_answered
 from . import gate
+from .hostlist import hostnames_lines, last_line, split_sections, wanted_nodes
 from .job import JobOutput, job_command, salloc_options, step_options, task_script, with_conf
 from .nodes import Node, NodeListError, parse_nodes, plan_nodes
 from .settings import SlurmSettings
@@ -36,25 +36,10 @@ GATE_TIMEOUT_S = 120.0
 
 def survey_script(settings: SlurmSettings) -> str:
     """Who runs the jobs, the nodes' hostlist expanded, the node listing: one round trip."""
-    lines = ['echo "@@user"; id -un']
-    if settings.nodes:
-        lines.append(f'echo "@@hostnames"; scontrol show hostnames {shlex.quote(settings.nodes)} '
-                     '|| echo "@@failed"')
+    lines = ['echo "@@user"; id -un', *hostnames_lines(settings)]
     # 23.02+ lists nodes one by one in scontrol's JSON; 22.05's scontrol has no --json
     lines.append('echo "@@nodes"; scontrol show nodes --json 2>/dev/null || sinfo --json')
     return with_conf(settings, "\n".join(lines) + "\n")
-
-
-def split_sections(out: str) -> dict[str, str]:
-    """`@@name` lines start sections: {name: the text up to the next one}."""
-    sections: dict[str, list[str]] = {}
-    current: Optional[list[str]] = None
-    for line in out.splitlines():
-        if line in ("@@user", "@@hostnames", "@@nodes", "@@failed"):
-            current = sections.setdefault(line[2:], [])
-        elif current is not None:
-            current.append(line)
-    return {name: "\n".join(lines) for name, lines in sections.items()}
 
 
 class SlurmCluster:
@@ -105,7 +90,7 @@ class SlurmCluster:
         parts = split_sections(res.out)
         if res.rc != 0 or "nodes" not in parts:
             raise RouteFailed(f"Slurm did not list its nodes on {self.name} (exit {res.rc}: "
-                               f"{_last_line(res.err) or 'no output'}); is Slurm's client "
+                               f"{last_line(res.err) or 'no output'}); is Slurm's client "
                                "installed there, and slurm.conf (conf:) right?")
         try:
             nodes = parse_nodes(parts["nodes"])
@@ -117,21 +102,8 @@ class SlurmCluster:
             raise settings.position("partition").error(
                 f"host '{self.name}': slurm.partition '{settings.partition}' is not a "
                 f"partition of the cluster (it has: {', '.join(partitions) or 'none'})")
-        wanted: Optional[list[str]] = None
-        if settings.nodes:
-            if "failed" in parts or not parts.get("hostnames", "").strip():
-                raise settings.position("nodes").error(
-                    f"host '{self.name}': slurm.nodes '{settings.nodes}' is not a hostlist "
-                    f"Slurm reads ({_last_line(res.err) or 'no names'})")
-            wanted = parts["hostnames"].split()
-            unknown = [n for n in wanted if n not in nodes]
-            outside = [n for n in wanted if n in nodes
-                       and settings.partition not in nodes[n].partitions]
-            if unknown or outside:
-                what = (f"names nodes the cluster does not have: {', '.join(unknown[:10])}"
-                        if unknown else f"names nodes outside partition "
-                        f"'{settings.partition}': {', '.join(outside[:10])}")
-                raise settings.position("nodes").error(f"host '{self.name}': slurm.nodes {what}")
+        wanted = wanted_nodes(settings, self.name, parts,
+                              {name: node.partitions for name, node in nodes.items()})
         user = parts.get("user", "").strip() or "root"
         return user, nodes, wanted
 
@@ -150,7 +122,7 @@ class SlurmCluster:
             # the reservation may exist even though the resume failed: removed in release
             self.reservation = name if "Reservation created" in res.out else None
             raise RouteFailed(f"could not reserve the nodes for this run (needs root or "
-                               f"SlurmUser, or become: true): {_last_line(res.err + res.out)}")
+                               f"SlurmUser, or become: true): {last_line(res.err + res.out)}")
         self.reservation = name
         self.record["reservation"] = name
 
@@ -306,8 +278,3 @@ class SlurmCluster:
             return {}
         self.session.log.command("slurm", script, res.rc, res.elapsed_s, res.out, res.err)
         return gate.parse_each_node(res.out)
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
-

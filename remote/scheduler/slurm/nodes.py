@@ -209,12 +209,31 @@ _KEEPS_OFF = {"DRAIN", "FAIL", "NOT_RESPONDING", "MAINTENANCE", "POWERED_DOWN",
 ONE_LINE_MAX_NODES = 100_000
 
 
-def _one_line_nodes(text: str, partition: str) -> Iterator[tuple[str, str, str, set[str]]]:
-    """(NodeName, NodeAddr, base state, flags) of each node of `scontrol show nodes -o` (one
-    line per node) in `partition`, once each; a line whose name or address is not plain is
-    left out (what the login node printed is untrusted), as is everything after `Reason=`
-    (free text). A trailing '*' (sinfo's way) is the flag NOT_RESPONDING."""
-    seen: set[str] = set()
+@dataclass(frozen=True)
+class ListedNode:
+    """One line of `scontrol show nodes -o`: what `gpuprov fabric` needs of a node."""
+
+    name: str
+    address: str
+    base: str              # the base state, e.g. IDLE
+    flags: frozenset[str]  # DRAIN, NOT_RESPONDING, ...
+    partitions: tuple[str, ...]
+
+    @property
+    def usable(self) -> bool:
+        return self.base in _RUNS and not _KEEPS_OFF & self.flags
+
+    @property
+    def late(self) -> bool:
+        return self.base in _RUNS and _KEEPS_OFF & self.flags == {"NOT_RESPONDING"}
+
+
+def one_line_nodes(text: str) -> list[ListedNode]:
+    """Each node of `scontrol show nodes -o` (one line per node), once; a line whose name or
+    address is not plain is left out (what the login node printed is untrusted), as is
+    everything after `Reason=` (free text). A trailing '*' (sinfo's way) is the flag
+    NOT_RESPONDING."""
+    found: dict[str, ListedNode] = {}
     for line in text.splitlines()[:ONE_LINE_MAX_NODES]:
         fields = dict(word.split("=", 1) for word in line.split(" Reason=")[0].split()
                       if "=" in word)
@@ -222,22 +241,29 @@ def _one_line_nodes(text: str, partition: str) -> Iterator[tuple[str, str, str, 
         state = fields.get("State", "")
         words = state.rstrip("*").split("+")
         flags = set(words[1:]) | ({"NOT_RESPONDING"} if state.endswith("*") else set())
-        if (not _NAME.fullmatch(name) or not _ADDRESS.fullmatch(address)
-                or partition not in fields.get("Partitions", "").split(",") or name in seen):
+        if not _NAME.fullmatch(name) or not _ADDRESS.fullmatch(address) or name in found:
             continue
-        seen.add(name)
-        yield name, address, words[0], flags
+        found[name] = ListedNode(name, address, words[0], frozenset(flags),
+                                 tuple(p for p in fields.get("Partitions", "").split(",") if p))
+    return list(found.values())
 
 
-def usable_nodes(text: str, partition: str) -> list[tuple[str, str]]:
-    """(NodeName, NodeAddr) of each node of `scontrol show nodes -o` in `partition` that can
-    run a job now."""
-    return [(name, address) for name, address, base, flags in _one_line_nodes(text, partition)
-            if base in _RUNS and not _KEEPS_OFF & flags]
+def _chosen(text: str, partition: str, wanted: Optional[Iterable[str]]) -> Iterator[ListedNode]:
+    """The listed nodes of `partition`, only the `wanted` ones when given, in Slurm's order."""
+    keep = set(wanted) if wanted is not None else None
+    for node in one_line_nodes(text):
+        if partition in node.partitions and (keep is None or node.name in keep):
+            yield node
 
 
-def late_nodes(text: str, partition: str) -> list[str]:
-    """The nodes of `scontrol show nodes -o` in `partition` kept off only by a missed ping
-    (`Node.late`)."""
-    return [name for name, _, base, flags in _one_line_nodes(text, partition)
-            if base in _RUNS and _KEEPS_OFF & flags == {"NOT_RESPONDING"}]
+def usable_nodes(text: str, partition: str,
+                 wanted: Optional[Iterable[str]] = None) -> list[tuple[str, str]]:
+    """(NodeName, NodeAddr) of each node of `scontrol show nodes -o` in `partition` (and
+    `wanted`, the inventory's hostlist expanded, when given) that can run a job now."""
+    return [(n.name, n.address) for n in _chosen(text, partition, wanted) if n.usable]
+
+
+def late_nodes(text: str, partition: str, wanted: Optional[Iterable[str]] = None) -> list[str]:
+    """The nodes of `scontrol show nodes -o` in `partition` (and `wanted`) kept off only by a
+    missed ping (`Node.late`)."""
+    return [n.name for n in _chosen(text, partition, wanted) if n.late]

@@ -85,6 +85,7 @@ class SlurmSettings:
     extra_args: tuple[str, ...] = ()
     conf: Optional[str] = None
     fanout: int = DEFAULT_FANOUT
+    host: str = ""  # the login node's name in the inventory, for messages
 
     def position(self, key: str) -> Where:
         return self.at.get(key, self.where)
@@ -139,7 +140,7 @@ def load_slurm(spec: Any, where: Where, host: str) -> SlurmSettings:
             raise pos("conf").error(f"{what}.conf must be an absolute path on the login node, "
                                     f"not {conf!r}")
         values["conf"] = conf
-    return SlurmSettings(where=where, at=at, **values)
+    return SlurmSettings(where=where, at=at, host=host, **values)
 
 
 def _shaped(value: Any, shape: re.Pattern[str], where: Where, must: str) -> str:
