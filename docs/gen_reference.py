@@ -242,7 +242,7 @@ def exit_codes_page() -> str:
     out += [exitcodes.ORDER + " Ansible's `ansible-playbook` exits 2 for a failed host and 4 for "
             "an unreachable one; gpuprov keeps 2 for bad input, so a script can tell a wrong "
             "command from a host that needs a look. `gpuprov report --fail-on-outlier` exits 1 "
-            "on a flag. " + exitcodes.NOTHING, ""]
+            "on a flag. " + exitcodes.NOTHING + " " + exitcodes.PULLED, ""]
     out += ["## python3 -m validate", "", _exit_paragraph(validate_cli), ""]
     out += ["## python3 -m validate --health", "", _exit_paragraph(health), ""]
     return "\n".join(out)

@@ -33,5 +33,9 @@ ORDER = "When several apply, 1 comes before 4, and 4 before 3."
 NOTHING = ("Nothing to show is not a failure: `gpuprov logs` for a host with no validation run "
            "(one only provisioned) and `gpuprov report` over no validation results say so and "
            "exit 0.")
+# A pull is `logs`'s whole job: the verdict it fetched is shown, not its exit status.
+PULLED = ("`gpuprov logs` exits 0 once it pulled a host's run, whatever the verdict it shows "
+          "(passed, failed or not validated), so `gpuprov logs && gpuprov report` goes on "
+          "after a failed validation; `gpuprov validate`'s status is the verdict.")
 HELP = ("Exit status: " + "; ".join(f"{code} {text}" for code, text in MEANINGS.items()
                                     if code != EXIT_BROKEN_PIPE) + ". " + ORDER)

@@ -467,6 +467,48 @@ def test_logs_whose_pull_fails_exit_1_not_a_failed_validation(farm, inventory, w
     assert (work / "logs" / name / run_id / "root-only.log").is_file()
 
 
+def test_logs_exits_0_whatever_the_verdict_it_pulled(farm, inventory, work):
+    """`gpuprov logs` that pulled a run exits 0 and shows its verdict, whichever it is, as the
+    exit-code page says (`gpuprov logs && gpuprov report` goes on): it exited 0 for "failed: X"
+    but 3 for "not validated: X skipped" and for a results.json it could not read."""
+    tag = secrets.token_hex(3)
+    run_id = "20261122T055742.123Z-14af"
+    verdicts = {
+        "failed": ({"ok": False, "checks": [{"name": "gpu", "required": True, "status": "fail"}]},
+                   f"{run_id}: failed: gpu"),
+        "skipped": ({"ok": False, "checks": [{"name": "nccl", "required": True, "status": "skip"}]},
+                    f"{run_id}: not validated: nccl skipped"),
+        "unreadable": ("{not json", f"{run_id}: not validated: no readable results.json"),
+    }
+    home = Path(pwd.getpwnam(farm.user).pw_dir)
+    hosts, folders = {}, []
+    for case, (results, _) in verdicts.items():
+        name = f"{case}-{tag}"
+        hosts[name] = farm.host_entry(farm.addresses[0])
+        folder = home / ".gpuprov" / name
+        folders.append(folder)
+        (folder / "runs" / run_id).mkdir(parents=True)
+        (folder / "runs" / run_id / "results.json").write_text(
+            results if isinstance(results, str) else json.dumps(results))
+        (folder / "runs" / "latest").symlink_to(run_id)
+        for path in (folder, *folder.rglob("*")):  # the login user's, as a validation leaves it
+            os.lchown(path, pwd.getpwnam(farm.user).pw_uid, -1)
+    inv = inventory(hosts=hosts)
+    try:
+        results = {case: gpuprov("logs", "-i", str(inv), "--host", f"{case}-{tag}",
+                                 cwd=work, home=work) for case in verdicts}
+    finally:
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
+    for case, (_, verdict) in verdicts.items():
+        result = results[case]
+        assert result.rc == 0, (case, result.out + result.err)
+        row = next(line for line in result.out.splitlines() if line.startswith(f"{case}-{tag} "))
+        assert verdict in row, (case, result.out)
+        assert "\nFAILED\n" not in result.out, (case, result.out)
+        assert (work / "logs" / f"{case}-{tag}" / run_id / "results.json").is_file(), case
+
+
 def test_recipe_validate_must_be_a_boolean(work):
     inv, rec = _local_setup(work, "validate: 'no'\n" + RECIPE)
     result = gpuprov("provision", "-i", str(inv), "--recipe", str(rec), "--host", "a",
