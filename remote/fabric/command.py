@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,13 +115,13 @@ def read_settings(inventory: Inventory, extra_vars: dict[str, Any]) -> Settings:
 def _port_range(value: Any, bad: Callable[[str, str], InputError]) -> tuple[int, int]:
     """`fabric_ports`: `FIRST-LAST` (or one port), unprivileged, room left above LAST for
     ib_write_bw's port per HCA."""
-    text = str(value).strip()
-    first, _, last = text.partition("-")
-    if not first.isdigit() or not (last or first).isdigit() or not (
-            1024 <= int(first) <= int(last or first) <= 65535 - 64):
+    # ASCII digits only: str.isdigit() also takes '²', which int() refuses (a traceback)
+    found = re.fullmatch(r"([0-9]{1,5})(?:-([0-9]{1,5}))?", str(value).strip())
+    first, last = (int(found[1]), int(found[2] or found[1])) if found else (0, 0)
+    if not 1024 <= first <= last <= 65535 - 64:
         raise bad("fabric_ports", f"fabric_ports must be FIRST-LAST, ports of 1024 to "
                                   f"{65535 - 64}, not {value!r}")
-    return int(first), int(last or first)
+    return first, last
 
 
 def profile_floors(settings: Settings, profiles: list[Any]) -> None:
