@@ -23,7 +23,7 @@ from ..config.inventory import Host, Inventory
 from ..engine.options import RunOptions
 from ..engine.run import Run
 from ..engine.varlayers import layered_vars
-from ..errors import GpuprovError, InputError
+from ..errors import GpuprovError, HostError, InputError
 from ..exitcodes import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -35,7 +35,7 @@ from ..fileio import write_atomic
 from ..output.junit import write_junit
 from ..output.recap import Reporter
 from ..output.runlog import Redactor
-from ..output.term import printable
+from ..output.term import printable, printable_line
 from ..runid import new_run_id
 from ..scheduler import SCHEDULERS
 from ..scheduler.base import LATE_WAIT_S, list_until_answered
@@ -178,9 +178,20 @@ def cluster_nodes(engine: Run, login: Host, vars_: dict[str, Any], run_id: str,
     scheduler, settings = SCHEDULERS[login.scheduler.key], login.scheduler.settings
     conn = engine.connect(login)
     opened.append(conn)
+
+    def listing() -> str:
+        """The login node's listing; `HostError` with its reason when the scheduler gave none
+        (its controller down: an empty listing would read as a cluster without the nodes
+        the inventory names, and blame its line)."""
+        res = conn.run(scheduler.nodes_script(settings), timeout=DRAIN_TIMEOUT_S)
+        if res.rc != 0:
+            said = [line for line in res.err.splitlines() if line.strip()]
+            raise HostError(f"{scheduler.noun} did not list its nodes (exit {res.rc}: "
+                            f"{printable_line(said[-1])[:300] if said else 'no output'})")
+        return res.out
+
     listed = list_until_answered(
-        lambda: conn.run(scheduler.nodes_script(settings), timeout=DRAIN_TIMEOUT_S).out,
-        lambda out: scheduler.late_nodes(settings, out),
+        listing, lambda out: scheduler.late_nodes(settings, out),
         lambda late: engine.reporter.running(login.name, f"waiting up to {LATE_WAIT_S:.0f} s "
                                                          f"for {', '.join(late)} to answer "
                                                          f"{scheduler.noun}"))
