@@ -55,7 +55,10 @@ def test_bad_settings_are_one_line_and_exit_2(tmp_path, capsys):
                            ({"fabric_floor": {"iperf3": "fast"}}, "fabric_floor: 'iperf3'"),
                            ({"fabric_relative": 2}, "fabric_relative must be between"),
                            ({"fabric_ports": "80-90"}, "fabric_ports must be FIRST-LAST"),
-                           ({"fabric_ports": "50010-50000"}, "fabric_ports must be FIRST-LAST")):
+                           ({"fabric_ports": "50010-50000"}, "fabric_ports must be FIRST-LAST"),
+                           # not ASCII digits (int() refuses '²'), or half a range
+                           ({"fabric_ports": "50000-5000²"}, "fabric_ports must be FIRST-LAST"),
+                           ({"fabric_ports": "50000-"}, "fabric_ports must be FIRST-LAST")):
         inv = write_inventory(tmp_path, vars_)
         assert cli.fabric(host="all", inventory=str(inv), logs_dir=str(tmp_path / "l")) == 2
         err = capsys.readouterr().err

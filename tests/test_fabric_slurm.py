@@ -182,6 +182,29 @@ def test_a_hostlist_naming_nodes_it_cannot_have_is_one_line_and_exit_2(slurm, wo
     assert not logs.exists() or [p.name for p in logs.iterdir()] in ([], ["hpc1"]), err
 
 
+@pytest.mark.slow  # scontrol tries its controller for ~9 s before it gives up
+def test_a_controller_that_does_not_answer_is_said_not_blamed_on_the_hostlist(work, capsys):
+    """The login node's slurm.conf names a controller that does not answer (port 9, nothing
+    there): `scontrol show hostnames` still expands `nodes:` (it reads only the file), but
+    `scontrol show nodes` fails. The run says so, with scontrol's reason, exit 2; before, the
+    empty listing was read as a cluster without n1 and n2, and the inventory's `nodes:` line
+    was blamed for naming nodes the cluster does not have."""
+    from remote import cli
+
+    conf = work / "slurm.conf"
+    conf.write_text("ClusterName=gone\nSlurmctldHost=localhost\nSlurmctldPort=9\n"
+                    "NodeName=n[1-3] CPUs=1 State=UNKNOWN\nPartitionName=debug Nodes=n[1-3]\n")
+    inventory = work / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({"hosts": {"hpc1": {"connection": "local", "slurm": {
+        "partition": "debug", "conf": str(conf), "nodes": "n[1-2]"}}}}))
+    rc = cli.fabric(host="hpc1", inventory=str(inventory), logs_dir=str(work / "logs"))
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "hpc1: Slurm did not list its nodes (exit 1: slurm_load_node error: Unable to contact " \
+           "slurm controller" in err, err
+    assert "does not have" not in err, err
+
+
 def fabric_iperf3() -> list[int]:
     """PIDs of iperf3 processes the test cluster's jobs run (bound to 127.0.0.1 by fabric)."""
     import subprocess

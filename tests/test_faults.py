@@ -392,6 +392,36 @@ def test_interrupting_validate_leaves_no_unpacked_package_on_the_host(farm, work
     assert "runs" in left, left
 
 
+@pytest.mark.slow  # waits out timeouts.idle (3 s) on a real sshd
+def test_a_stalled_validation_leaves_no_unpacked_package_on_the_host(farm, work):
+    """A validation that stalls past timeouts.idle is stopped (its whole process group, the
+    `rm` of the package with it): the host is "not validated", and the package it unpacked
+    (~/.gpuprov/<host>/pkg-<run>/) is removed as after Ctrl-C; it stayed behind."""
+    name = f"v-{secrets.token_hex(3)}"
+    python = work / "python"  # the host's `validate_python`: says it started, then is silent
+    python.write_text(f"#!/bin/sh\necho $$ > {work}/started\nexec sleep 300\n")
+    os.chmod(python, 0o755)
+    inv = write_yaml(work / "inventory.yaml", {
+        "known_hosts": [str(farm.known_hosts)], "timeouts": {"idle": 3},
+        "hosts": {name: farm.host_entry(farm.addresses[0])}})
+    folder = Path(pwd.getpwnam(farm.user).pw_dir) / ".gpuprov" / name
+    try:
+        proc = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO),
+                               "validate", "--host", name, "--inventory", str(inv), "--var",
+                               f"validate_python={python}"], cwd=work, capture_output=True,
+                              text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        gone = wait_gone(int((work / "started").read_text()), 8)
+        left = sorted(p.name for p in folder.iterdir())
+    finally:
+        if (work / "started").exists():
+            kill_pids([int((work / "started").read_text())])
+        shutil.rmtree(folder, ignore_errors=True)
+    assert proc.returncode == 3 and "no output line for 3 s" in proc.stdout, \
+        (proc.returncode, proc.stdout, proc.stderr)
+    assert gone, "the stalled validation was left running"
+    assert not [n for n in left if n.startswith("pkg-")], left
+
+
 def _signalled_while_a_host_waits_for_its_banner(farm, work, sig, task_args):
     """Run `invoke TASK_ARGS(inventory)` against one host that accepts TCP and never sends an
     SSH banner (banner wait 60 s), send `sig` once the host is reached; (rc, out, err, seconds

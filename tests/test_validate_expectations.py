@@ -202,6 +202,19 @@ def test_bad_input_is_one_line_naming_the_file_exit_2(tmp_path, text, why):
     assert err.startswith("validate: error: %s: %s" % (tmp_path / "figures.json", why)) and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("value", ["Infinity", "4.5"])
+def test_a_pcie_link_that_is_not_a_whole_number_is_bad_input(tmp_path, value):
+    """A recorded link of `Infinity` (json reads it) or 4.5 is no link nvidia-smi reports:
+    bad input, one line, exit 2 (before: with --profile, Infinity ended in a traceback and
+    exit 1, "a figure failed"; 4.5 was judged as gen 4)."""
+    text = '{"gpus": [{"name": "NVIDIA H100 80GB HBM3", "pcie_link_gen_max": %s}]}' % value
+    rc, out, err = _judge(tmp_path, text, H100_8)
+    assert rc == 2 and out is None, err
+    assert err.startswith("validate: error: %s: gpus[0].pcie_link_gen_max: not a whole number: %s"
+                          % (tmp_path / "figures.json", {"Infinity": "inf"}.get(value, value))), err
+    assert err.count("\n") == 1
+
+
 def test_a_mig_slice_is_judged_by_its_share():
     # 1g.10gb: 16 of 132 SMs; a healthy H100 slice (Fryer 730 x share) passes, a third of it fails
     share = 16 / 132.0

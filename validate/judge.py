@@ -59,7 +59,9 @@ def _gpu(index, g):
         raise BadInput("gpus[%d]: %s" % (index, exc)) from None
     for k in ("pcie_link_gen_max", "pcie_link_width_max"):
         if g.get(k) is not None:
-            _number("gpus[%d].%s" % (index, k), g[k])
+            # a link is a whole number (nvidia-smi's); `_row` makes it an int (inf would raise)
+            if not _number("gpus[%d].%s" % (index, k), g[k]).is_integer():
+                raise BadInput("gpus[%d].%s: not a whole number: %r" % (index, k, g[k]))
     return model, how
 
 

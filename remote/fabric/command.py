@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from ..config.inventory import Host, Inventory
 from ..engine.options import RunOptions
 from ..engine.run import Run
 from ..engine.varlayers import layered_vars
-from ..errors import GpuprovError, InputError
+from ..errors import GpuprovError, HostError, InputError
 from ..exitcodes import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -34,7 +35,7 @@ from ..fileio import write_atomic
 from ..output.junit import write_junit
 from ..output.recap import Reporter
 from ..output.runlog import Redactor
-from ..output.term import printable
+from ..output.term import printable, printable_line
 from ..runid import new_run_id
 from ..scheduler import SCHEDULERS
 from ..scheduler.base import LATE_WAIT_S, list_until_answered
@@ -114,13 +115,13 @@ def read_settings(inventory: Inventory, extra_vars: dict[str, Any]) -> Settings:
 def _port_range(value: Any, bad: Callable[[str, str], InputError]) -> tuple[int, int]:
     """`fabric_ports`: `FIRST-LAST` (or one port), unprivileged, room left above LAST for
     ib_write_bw's port per HCA."""
-    text = str(value).strip()
-    first, _, last = text.partition("-")
-    if not first.isdigit() or not (last or first).isdigit() or not (
-            1024 <= int(first) <= int(last or first) <= 65535 - 64):
+    # ASCII digits only: str.isdigit() also takes '²', which int() refuses (a traceback)
+    found = re.fullmatch(r"([0-9]{1,5})(?:-([0-9]{1,5}))?", str(value).strip())
+    first, last = (int(found[1]), int(found[2] or found[1])) if found else (0, 0)
+    if not 1024 <= first <= last <= 65535 - 64:
         raise bad("fabric_ports", f"fabric_ports must be FIRST-LAST, ports of 1024 to "
                                   f"{65535 - 64}, not {value!r}")
-    return int(first), int(last or first)
+    return first, last
 
 
 def profile_floors(settings: Settings, profiles: list[Any]) -> None:
@@ -177,9 +178,20 @@ def cluster_nodes(engine: Run, login: Host, vars_: dict[str, Any], run_id: str,
     scheduler, settings = SCHEDULERS[login.scheduler.key], login.scheduler.settings
     conn = engine.connect(login)
     opened.append(conn)
+
+    def listing() -> str:
+        """The login node's listing; `HostError` with its reason when the scheduler gave none
+        (its controller down: an empty listing would read as a cluster without the nodes
+        the inventory names, and blame its line)."""
+        res = conn.run(scheduler.nodes_script(settings), timeout=DRAIN_TIMEOUT_S)
+        if res.rc != 0:
+            said = [line for line in res.err.splitlines() if line.strip()]
+            raise HostError(f"{scheduler.noun} did not list its nodes (exit {res.rc}: "
+                            f"{printable_line(said[-1])[:300] if said else 'no output'})")
+        return res.out
+
     listed = list_until_answered(
-        lambda: conn.run(scheduler.nodes_script(settings), timeout=DRAIN_TIMEOUT_S).out,
-        lambda out: scheduler.late_nodes(settings, out),
+        listing, lambda out: scheduler.late_nodes(settings, out),
         lambda late: engine.reporter.running(login.name, f"waiting up to {LATE_WAIT_S:.0f} s "
                                                          f"for {', '.join(late)} to answer "
                                                          f"{scheduler.noun}"))

@@ -80,8 +80,8 @@ def package_folder(host_name: str, run_id: str) -> str:
 
 
 def remove_package(session: HostSession, run_id: str) -> None:
-    """Remove the package a run unpacked on the host, after the run was cancelled too (so not
-    cancellable); a failure is logged, the run goes on stopping."""
+    """Remove the package a run unpacked on the host, after the run was cancelled or timed
+    out too (so not cancellable); a failure is logged, the run goes on stopping."""
     folder = package_folder(session.host.name, run_id)
     try:
         session.conn.run(f"rm -rf {folder}", timeout=CLEANUP_TIMEOUT_S, cancellable=False)
@@ -283,6 +283,10 @@ class Validate:
             raise
         except CommandTimeout as exc:
             lines.flush()
+            # a timeout stops the command's process group as well (the host's `timeout`, or
+            # the client's stop): its `rm` of the package did not run either
+            if not from_bundle:
+                remove_package(session, run_id)
             session.stalled = f"validation {exc}"
             session.conclude(Outcome(OUTCOME, f"not validated: {exc}", False))
             log.event(f"validate {exc}")
