@@ -283,7 +283,7 @@ def test_no_hca_is_not_applicable_unless_the_profile_expects_ports(tmp_path):
 
 
 P2P_CPU = "not applicable: --device cpu, no GPUs to copy between"
-NO_NVSWITCH = "no NVSwitch on this board: Fabric Manager not needed"
+NO_HCA = "not applicable: no InfiniBand/RoCE device (EMPTY/class/infiniband)"
 
 
 @pytest.mark.parametrize("args, gpus, rc, want, line", [
@@ -292,20 +292,17 @@ NO_NVSWITCH = "no NVSwitch on this board: Fabric Manager not needed"
      {"node": ("skip", False, "not applicable: no node profile with gpus or pcie (--profile)")},
      "VALIDATED: no check counted; not counted: node n/a"),
     (["--checks", "infiniband", "--sysfs-root", "EMPTY"], 8, 0,
-     {"infiniband": ("skip", False, "not applicable: no InfiniBand/RoCE device (EMPTY/class/infiniband)")},
+     {"infiniband": ("skip", False, NO_HCA)},
      "VALIDATED: no check counted; not counted: infiniband n/a"),
-    (["--checks", "fabric"], 8, 0, {"fabric": ("skip", False, NO_NVSWITCH)},
-     "VALIDATED: no check counted; not counted: fabric n/a"),
+    # fabric named alone reads the GPUs' fabric state itself: the recorded H100s joined theirs
+    (["--checks", "fabric"], 8, 0, {"fabric": ("pass", True, None)}, "VALIDATED: fabric pass"),
     # p2p in a CPU-only validation: no GPU to copy between, whatever the host has
     (["--device", "cpu", "--checks", "p2p"], 8, 0, {"p2p": ("skip", False, P2P_CPU)},
      "VALIDATED: no check counted; not counted: p2p n/a"),
     # beside checks that apply: those decide, the n/a one neither hides their failure nor fails
-    (["--checks", "node,fabric", "--profile", json.dumps(H100_PROFILE)], 8, 0,
-     {"node": ("pass", True, None), "fabric": ("skip", False, NO_NVSWITCH)},
-     "VALIDATED: node pass; not counted: fabric n/a"),
-    (["--checks", "node,fabric", "--profile", json.dumps(H100_PROFILE)], 7, 1,
-     {"node": ("fail", True, None), "fabric": ("skip", False, NO_NVSWITCH)},
-     "NOT VALIDATED: node fail; not counted: fabric n/a"),
+    (["--device", "cpu", "--checks", "node,p2p", "--profile", json.dumps(H100_PROFILE)], 8, 0,
+     {"node": ("pass", True, None), "p2p": ("skip", False, P2P_CPU)},
+     "VALIDATED: node pass; not counted: p2p n/a"),
     # a check that applies under --device cpu (nvidia-smi answers) counts when named
     (["--device", "cpu", "--checks", "node,p2p", "--profile", json.dumps(H100_PROFILE)], 7, 1,
      {"node": ("fail", True, None), "p2p": ("skip", False, P2P_CPU)},
@@ -329,8 +326,29 @@ def test_a_named_check_that_cannot_apply_is_na_not_a_failure(tmp_path, args, gpu
     assert doc["ok"] is (rc == 0)
     waived = [n for n, w in want.items() if w[2]]
     log = (tmp_path / "out" / "validate.log").read_text()
-    assert "required checks waived (not applicable here): " + "; ".join(
-        "%s: %s" % (n, check(doc, n)["waived"]) for n in waived) in log
+    assert ("required checks waived (not applicable here): " + "; ".join(
+        "%s: %s" % (n, check(doc, n)["waived"]) for n in waived) in log) is bool(waived)
+
+
+def test_fabric_named_alone_reads_the_gpus_fabric_state_itself(tmp_path, monkeypatch):
+    """`--checks fabric` without the system check: the GPUs' NVLink fabric state comes from
+    nvidia-smi -q all the same. The recorded H100 capture with its Fabric section turned to
+    "In Progress" (Fabric Manager has not registered the GPUs), on a machine whose sysfs shows
+    no NVSwitch (a VM given the GPUs but not the switches): a finding, reboot the node.
+    Before, the check saw no switch and no fabric state, and a named check came out n/a."""
+    with open(os.path.join(FIX, "h100_590_smi_q.txt")) as f:
+        text = f.read()
+    sick = text.replace("State                                          : Completed",
+                        "State                                          : In Progress")
+    assert sick != text
+    (tmp_path / "q.txt").write_text(sick)
+    monkeypatch.setenv("FAKE_SMI_Q", str(tmp_path / "q.txt"))
+    rc, doc, err = validate(tmp_path, "--checks", "fabric", gpus=2)
+    assert rc == 1, err
+    c = check(doc, "fabric")
+    assert (c["status"], c["required"]) == ("fail", True), c
+    assert "GPU 0 (00000000:18:00.0): NVLink fabric state In Progress" in err, err
+    assert "[validate] NOT VALIDATED: fabric fail (" in err, err
 
 
 # ---------------------------------------------------------------------------

@@ -19,7 +19,9 @@ process name (comm ``nv-fabricmanage``, the kernel's 15-character cut of
 
 import os
 
-from .. import actions
+from .. import actions, host
+from ..gpu_state import smi_q_health
+from ..smi import parse_smi_q
 
 NVIDIA_VENDOR = "0x10de"
 BRIDGE_OTHER_CLASS = "0x0680"  # PCI class 06 (bridge), subclass 80 (other): NVSwitch
@@ -90,10 +92,27 @@ def judge(switches, fm_pids, gpus):
     return out
 
 
+def gpus_fabric(ctx):
+    """Each GPU's index, bus id and NVLink fabric state: the system check's reading, or, when
+    fabric runs without it (``--checks fabric``), ``nvidia-smi -q``'s own.  Without this a
+    board whose switches are not visible read as "no NVSwitch" and the named check as n/a,
+    though its GPUs' fabric was not Completed."""
+    shared = ctx.shared.get("nvidia_smi")
+    if shared is not None:
+        return shared.get("gpus") or []
+    smi_path = host.find_nvidia_smi()
+    if smi_path is None:
+        return []
+    q = host.run_tool([smi_path, "-q"], timeout=120)
+    if q["rc"] != 0:
+        return []
+    return [dict(smi_q_health(g), index=i) for i, g in enumerate(parse_smi_q(q["stdout"])["gpus"])]
+
+
 def run(ctx, res, sysfs="/sys", proc="/proc"):
     switches = nvswitches(sysfs)
     pids = fabric_manager_pids(proc)
-    gpus = (ctx.shared.get("nvidia_smi") or {}).get("gpus") or []
+    gpus = gpus_fabric(ctx)
     fabric_gpus = [g for g in gpus if (g.get("fabric") or {}).get("state")]
     res.figures.update({"nvswitches": switches, "fabric_manager_pids": pids,
                         "gpu_fabric": [{"index": g.get("index"), "state": (g.get("fabric") or {}).get("state"),
