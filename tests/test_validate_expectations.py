@@ -195,6 +195,10 @@ def test_judge_without_gpus_in_the_profile_or_the_figures_does_not_judge_the_nod
     ('{"p2p_gbs": {"0to1": 3}}', "p2p_gbs: '0to1' is not a pair"),
     ('{"gpus": [{"name": "NVIDIA H100", "pcie_link_gen_max": "five"}]}',
      "gpus[0].pcie_link_gen_max: not a non-negative number: 'five'"),
+    # json reads Infinity: an infinite figure would pass every floor
+    ('{"gpus": [{"name": "NVIDIA H100", "bf16_tflops": Infinity}]}',
+     "gpus[0].bf16_tflops: not a non-negative number: inf"),
+    ('{"p2p_gbs": {"0-1": NaN}}', "p2p_gbs.0-1: not a non-negative number: nan"),
 ])
 def test_bad_input_is_one_line_naming_the_file_exit_2(tmp_path, text, why):
     rc, out, err = _judge(tmp_path, text)
@@ -202,16 +206,17 @@ def test_bad_input_is_one_line_naming_the_file_exit_2(tmp_path, text, why):
     assert err.startswith("validate: error: %s: %s" % (tmp_path / "figures.json", why)) and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("value", ["Infinity", "4.5"])
-def test_a_pcie_link_that_is_not_a_whole_number_is_bad_input(tmp_path, value):
+@pytest.mark.parametrize("value, why", [("Infinity", "not a non-negative number: inf"),
+                                        ("4.5", "not a whole number: 4.5")])
+def test_a_pcie_link_that_is_not_a_whole_number_is_bad_input(tmp_path, value, why):
     """A recorded link of `Infinity` (json reads it) or 4.5 is no link nvidia-smi reports:
     bad input, one line, exit 2 (before: with --profile, Infinity ended in a traceback and
     exit 1, "a figure failed"; 4.5 was judged as gen 4)."""
     text = '{"gpus": [{"name": "NVIDIA H100 80GB HBM3", "pcie_link_gen_max": %s}]}' % value
     rc, out, err = _judge(tmp_path, text, H100_8)
     assert rc == 2 and out is None, err
-    assert err.startswith("validate: error: %s: gpus[0].pcie_link_gen_max: not a whole number: %s"
-                          % (tmp_path / "figures.json", {"Infinity": "inf"}.get(value, value))), err
+    assert err.startswith("validate: error: %s: gpus[0].pcie_link_gen_max: %s"
+                          % (tmp_path / "figures.json", why)), err
     assert err.count("\n") == 1
 
 

@@ -22,6 +22,7 @@ line on stderr naming the file and the fault).
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from typing import Any
@@ -42,7 +43,10 @@ class BadInput(ValueError):
 
 
 def _number(where, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+    """A recorded figure: json reads `Infinity` and `NaN`, and an infinite figure would pass
+    every floor, so only finite ones are figures."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value < 0):
         raise BadInput("%s: not a non-negative number: %r" % (where, value))
     return float(value)
 
