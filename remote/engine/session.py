@@ -16,7 +16,15 @@ from typing import Any, Callable, Iterable, Optional, Protocol
 from ..config.inventory import Host, Inventory
 from ..config.recipe import Recipe
 from ..config.templating import resolve_vars
-from ..errors import CommandTimeout, ConnectionLost, HostError, Interrupted, TemplateError, Unreachable
+from ..errors import (
+    CommandTimeout,
+    ConnectionLost,
+    GpuprovError,
+    HostError,
+    Interrupted,
+    TemplateError,
+    Unreachable,
+)
 from ..kinds import Probe
 from ..output.recap import Reporter
 from ..output.runlog import Redactor, RunLog
@@ -142,6 +150,18 @@ class HostSession:
         """Raise `Interrupted` once the run is cancelled (called between steps)."""
         if self.cancel.is_set():
             raise Interrupted("interrupted")
+
+    def remove_folder(self, folder: str, timeout: float, become: bool = False) -> None:
+        """`rm -rf FOLDER` (`folder`: a shell word) on the host, whatever stopped the job: not
+        cancellable, since the Ctrl-C, SIGTERM or timeout that stopped the job's command stopped
+        its own clean-up with it; bounded by `timeout`, a failure logged, never raised. With
+        `become`, as the host's become user."""
+        try:
+            self.conn.run(f"rm -rf {folder}", timeout=timeout, cancellable=False,
+                          become=become and self.host.become,
+                          become_user=self.host.become_user if become else None)
+        except GpuprovError as exc:
+            self.log.event(f"could not remove {folder} on the host: {exc}")
 
     def sleep(self, seconds: float) -> None:
         """Wait `seconds`, or raise `Interrupted` as soon as the run is cancelled."""

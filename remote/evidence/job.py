@@ -112,7 +112,7 @@ class CollectEvidence:
                 path, manifest = bring_home(session.conn, f"{stage}/out", folder, run_id,
                                             min(PULL_TIMEOUT_S, timeouts.command), timeouts.idle)
             finally:
-                self._clean(session, stage)
+                session.remove_folder(stage, CLEANUP_TIMEOUT_S, become=True)
         except (Interrupted, ConnectionLost, Unreachable):
             raise  # the session's to handle, as for any job: the run stops, the host is unreachable
         except CommandTimeout as exc:
@@ -164,17 +164,6 @@ class CollectEvidence:
                 f"{choose_python(session.host.name, python)}"
                 f'cd {stage}/pkg && "$PY" -m validate.evidence --out {stage}/out {quoted}\n'
                 f"rc=$?\ncd / && rm -rf {stage}/pkg\nexit $rc")
-
-    @staticmethod
-    def _clean(session: HostSession, stage: str) -> None:
-        """Remove the host's working folder `stage`, whatever happened: after Ctrl-C or SIGTERM
-        too, so not cancellable (the cancel that stopped the collector stopped this as well, and
-        a half-gathered folder stayed behind)."""
-        try:
-            session.conn.run(f"rm -rf {stage}", timeout=CLEANUP_TIMEOUT_S, cancellable=False,
-                             become=session.host.become, become_user=session.host.become_user)
-        except GpuprovError as exc:
-            session.log.event(f"evidence: could not remove {stage} on the host: {exc}")
 
 
 def summary(path: Path, manifest: dict[str, Any]) -> str:

@@ -38,7 +38,7 @@ from ..output.runlog import Redactor
 from ..output.term import printable, printable_line
 from ..runid import new_run_id
 from ..scheduler import SCHEDULERS
-from ..scheduler.base import LATE_WAIT_S, list_until_answered
+from ..scheduler.base import list_until_answered
 from ..transport.connection import BaseConnection
 from .output import host_results, json_document, matrix_html, matrix_text, write_node_records, write_prometheus
 from .run import ClusterLink, FabricRun, Node, Settings, node_for
@@ -192,9 +192,7 @@ def cluster_nodes(engine: Run, login: Host, vars_: dict[str, Any], run_id: str,
 
     listed = list_until_answered(
         listing, lambda out: scheduler.late_nodes(settings, out),
-        lambda late: engine.reporter.running(login.name, f"waiting up to {LATE_WAIT_S:.0f} s "
-                                                         f"for {', '.join(late)} to answer "
-                                                         f"{scheduler.noun}"))
+        lambda text: engine.reporter.running(login.name, text), scheduler.noun)
     found = scheduler.usable_nodes(settings, listed)
     if len(found) < 2:
         raise InputError(f"{scheduler.noun} lists {len(found)} usable node(s) in the "

@@ -32,15 +32,16 @@ Listing = TypeVar("Listing")
 
 
 def list_until_answered(listing: Callable[[], Listing], late: Callable[[Listing], list[str]],
-                        announce: Callable[[list[str]], None],
+                        say: Callable[[str], None], noun: str,
                         sleep: Callable[[float], None] = time.sleep) -> Listing:
     """`listing()`, asked again every LATE_POLL_S for up to LATE_WAIT_S while `late` of it
-    names nodes kept off only for a moment (`announce`d once); the last listing."""
+    names nodes kept off only for a moment (`say` tells so once, naming the scheduler by its
+    `noun`); the last listing."""
     deadline = time.monotonic() + LATE_WAIT_S
     listed = listing()
     names = late(listed)
     if names:
-        announce(names)
+        say(f"waiting up to {LATE_WAIT_S:.0f} s for {', '.join(names)} to answer {noun}")
     while names and time.monotonic() < deadline:
         sleep(LATE_POLL_S)
         listed = listing()

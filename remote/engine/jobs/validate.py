@@ -79,16 +79,6 @@ def package_folder(host_name: str, run_id: str) -> str:
     return f'{remote_root(host_name)}/pkg-{shlex.quote(run_id)}'
 
 
-def remove_package(session: HostSession, run_id: str) -> None:
-    """Remove the package a run unpacked on the host, after the run was cancelled or timed
-    out too (so not cancellable); a failure is logged, the run goes on stopping."""
-    folder = package_folder(session.host.name, run_id)
-    try:
-        session.conn.run(f"rm -rf {folder}", timeout=CLEANUP_TIMEOUT_S, cancellable=False)
-    except GpuprovError as exc:
-        session.log.event(f"validate: could not remove {folder} on the host: {exc}")
-
-
 def choose_python(host_name: str, python: str, remember: bool = False) -> str:
     """Shell lines that set $PY: with `remember`, `python` (chosen explicitly, written to the
     host's .gpuprov folder); without, the python remembered there, else `python`."""
@@ -279,14 +269,14 @@ class Validate:
             # Ctrl-C or SIGTERM stopped the command's whole process group, the `rm` of the
             # unpacked package with it: removed here (the run's output folder is kept)
             if not from_bundle:
-                remove_package(session, run_id)
+                session.remove_folder(package_folder(host.name, run_id), CLEANUP_TIMEOUT_S)
             raise
         except CommandTimeout as exc:
             lines.flush()
             # a timeout stops the command's process group as well (the host's `timeout`, or
             # the client's stop): its `rm` of the package did not run either
             if not from_bundle:
-                remove_package(session, run_id)
+                session.remove_folder(package_folder(host.name, run_id), CLEANUP_TIMEOUT_S)
             session.stalled = f"validation {exc}"
             session.conclude(Outcome(OUTCOME, f"not validated: {exc}", False))
             log.event(f"validate {exc}")

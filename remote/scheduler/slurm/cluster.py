@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 from ...engine.jobs.validate import suite_args
 from ...errors import CommandTimeout
 from ...transport.connection import LineSplitter, PullLimits
-from ..base import LATE_WAIT_S, NodeRecord, NodeView, Plan, RouteFailed, RunContext, list_until_answered
+from ..base import NodeRecord, NodeView, Plan, RouteFailed, RunContext, list_until_answered
 from . import gate
 from .hostlist import hostnames_lines, last_line, split_sections, wanted_nodes
 from .job import JobOutput, job_command, salloc_options, step_options, task_script, with_conf
@@ -59,13 +59,10 @@ class SlurmCluster:
 
     # ------------------------------------------------------------------ 1. survey, 2. plan
     def list_nodes(self) -> list[Node]:
-        def announce(late: list[str]) -> None:
-            self.session.reporter.running(self.name, f"waiting up to {LATE_WAIT_S:.0f} s for "
-                                                     f"{', '.join(late)} to answer Slurm "
-                                                     "(NOT_RESPONDING)")
         self.user, nodes, self.wanted = list_until_answered(
-            self.survey, lambda surveyed: self._late(surveyed[1], surveyed[2]), announce,
-            self.session.sleep)
+            self.survey, lambda surveyed: self._late(surveyed[1], surveyed[2]),
+            lambda text: self.session.reporter.running(self.name, f"{text} (NOT_RESPONDING)"),
+            "Slurm", self.session.sleep)
         self.record["user"] = self.user
         return list(nodes.values())
 
