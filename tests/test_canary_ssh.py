@@ -16,6 +16,9 @@ from remote.report import build_report
 from tests.conftest import write_yaml
 from tests.procs import wait_for_file, wait_until
 
+# SIGINT's disposition as this process got it: ignored when the suite runs as a background job.
+INHERITED_SIGINT = signal.getsignal(signal.SIGINT)
+
 
 def canary_recipe(work, **top):
     """Each host notes its start and end in one shared file, drops a file of its own, and the
@@ -163,8 +166,12 @@ def test_an_interrupted_rollout_lists_the_batches_not_begun(farm, work, inventor
 # trace hook on the pool's own method, so it lands in that window every time (no mock: the run,
 # its sshd hosts and the signal are real; only the moment is chosen by the test).
 def _sigint_on_call(method, nth: int = 1, before=lambda: None) -> None:
-    """SIGINT in this thread on the `nth` call of `method` (after `before()`)."""
+    """SIGINT in this thread on the `nth` call of `method` (after `before()`), with SIGINT's
+    disposition a terminal's foreground job has (tests/procs.py, `sigint_as_in_a_terminal`):
+    a suite started as a background job inherits it ignored, and gpuprov then keeps it so
+    (`_interrupted_provision` puts the inherited one back)."""
     calls = 0
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def tracer(frame, event, arg):
         nonlocal calls
@@ -189,6 +196,7 @@ def _interrupted_provision(provision, *args, **kwargs):
         pytest.fail("Ctrl-C escaped the run as a KeyboardInterrupt")
     finally:
         sys.settrace(None)
+        signal.signal(signal.SIGINT, INHERITED_SIGINT)
 
 
 def test_ctrl_c_while_hosts_are_handed_to_the_pool(farm, work, inventory, provision):
