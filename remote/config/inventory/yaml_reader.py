@@ -1,8 +1,9 @@
 """gpuprov's own inventory format, YAML (docs/reference/inventory.md): top-level `vars`,
 `hosts`, `groups` (with `hosts`, `children`, `vars`), `host_key_policy` (strict | accept-new),
 `known_hosts` (extra files of trusted keys), `timeouts`, `secrets` (names of vars whose values
-are never shown), `cache` (the fleet cache host) and `include_if_exists`; a host's or group's
-`bundle` (the archive `provision` installs from, as `--bundle`).
+are never shown), `cache` (the fleet cache host), `include_if_exists` and a bundle's trust
+anchor (`bundle_key`, `bundle_keyring`, `bundle_sha256`); a host's or group's `bundle` (the
+archive `provision` installs from, as `--bundle`).
 
 This module reads the format only: keys, types, positions. What every inventory must satisfy
 whatever its format is in `checks`; the objects it builds are `model`'s.
