@@ -76,7 +76,7 @@ from .archive import SIGNATURE, Bundle, BundleError
 # fingerprint: many keys share one (the "evil32" collisions of short ids).
 FINGERPRINT = re.compile(r"[0-9A-F]{40}|[0-9A-F]{64}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
-TOOL_TIMEOUT_S = 120    # chosen: gpgv on a manifest of 20,000 lines takes well under a second
+TOOL_TIMEOUT_S = 120    # chosen: gpgv checks a 20,000-file manifest in 18 ms (bench/bundle_trust.py)
 ARMOR = b"-----BEGIN PGP PUBLIC KEY BLOCK-----"
 HOW = ("give its trust anchor: --bundle-key FINGERPRINT --bundle-keyring FILE (the site key "
        "that signed it: gpuprov bundle --sign-key) or --bundle-sha256 HEX (as gpuprov bundle "
