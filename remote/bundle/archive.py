@@ -434,8 +434,9 @@ def _check_apt_lock(path: Path, name: str, data: bytes, debs: dict[str, str]) ->
         lock = parse_apt_lock(data.decode("utf-8"), Path(name))
     except (InputError, UnicodeDecodeError) as exc:
         raise BundleError(f"{name}: not an apt lock ({exc})", path) from None
+    carried = set(debs.values())
     for pin in lock.pins.values():
-        if pin.sha256 and pin.sha256 not in debs.values():
+        if pin.sha256 and pin.sha256 not in carried:
             raise BundleError(f"{name}: {pin.name}={pin.version} (sha256 {pin.sha256[:16]}...) is "
                               "not a .deb of the bundle: the bundle does not match its locks", path)
     for deb, digest in sorted(debs.items()):
