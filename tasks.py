@@ -115,13 +115,19 @@ def _need_host(host, limit, task_name: str) -> None:
         "evidence": EVIDENCE,
         "bundle": "install from this bundle (gpuprov bundle) only: checked first, pushed once "
                   "per host, apt and pip read nothing else (air-gapped sites)",
+        "bundle-key": "the fingerprint of the site key that must have signed the bundle "
+                      "(gpuprov bundle --sign-key); with --bundle-keyring",
+        "bundle-keyring": "the file holding that key's public half (gpg --export FINGERPRINT), "
+                          "carried to this machine out of band",
+        "bundle-sha256": "the sha256 the bundle must have (as gpuprov bundle printed it), "
+                         "given out of band; instead of or beside --bundle-key",
     },
 )
 def provision(c, host=None, limit=None, recipe=None, inventory=None, check=False, diff=False,
               tags="", skip_tags="", var=None, forks=None, verbose=0, list_hosts=False,
               json=None, junit=None, ask_become_pass=False, validate=True, suite="quick",
               serial=None, max_fail_percentage=None,
-              evidence=True, bundle=None):
+              evidence=True, bundle=None, bundle_key="", bundle_keyring="", bundle_sha256=""):
     """Apply a recipe to hosts over SSH, idempotently and in parallel, then validate them."""
     from remote import cli, paths
 
@@ -134,7 +140,8 @@ def provision(c, host=None, limit=None, recipe=None, inventory=None, check=False
                         list_hosts=list_hosts, json_path=json, junit_path=junit,
                         ask_become_pass=ask_become_pass, validate=validate, suite=suite,
                         serial=serial, max_fail_percentage=max_fail_percentage,
-                        evidence=evidence, bundle=bundle))
+                        evidence=evidence, bundle=bundle, bundle_key=bundle_key,
+                        bundle_keyring=bundle_keyring, bundle_sha256=bundle_sha256))
 
 
 @task(short=SHORT, help={"host": HOST, "limit": LIMIT,
@@ -325,9 +332,12 @@ def lock(c, cuda=None, torch_index=None, out=None, apt=False, apt_repo=None, apt
             "mirror": "the distribution's archive from this mirror (default: this machine's apt "
                       "for its own distribution, else deb.debian.org or archive.ubuntu.com)",
             "security-mirror": "its security archive from this mirror (default: the "
-                               "distribution's, or --mirror for Ubuntu)"})
+                               "distribution's, or --mirror for Ubuntu)",
+            "sign-key": "sign the bundle's manifest with this key of your gpg keyring (its full "
+                        "fingerprint): the site key that provision --bundle-key names"})
 def bundle(c, cuda, out, torch=False, distro="", arch="x86_64", index_url="", recipe="",
-           locks="", debs=True, apt_repo="", apt_base="", mirror="", security_mirror=""):
+           locks="", debs=True, apt_repo="", apt_base="", mirror="", security_mirror="",
+           sign_key=""):
     """Build one archive with a row's locked wheels, uv and the recipe's .debs (air-gapped sites)."""
     _refuse_invoke_options(c)
     index_url = index_url or os.environ.get("GPUPROV_BUNDLE_INDEX") or ""

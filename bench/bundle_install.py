@@ -56,7 +56,7 @@ from pathlib import Path
 import yaml
 
 from remote import sandbox
-from remote.bundle.archive import read_bundle
+from remote.bundle.archive import read_bundle, sha256_file
 from remote.bundle.build import build_bundle
 from remote.bundle.push import unpack_command
 from remote.paths import VALIDATE_DIR
@@ -192,6 +192,8 @@ def offline(work: Path, bundle: Path, count: int, timeout: float) -> dict:
         hosts = SandboxHosts(inventory, state)
         data = yaml.safe_load(inventory.read_text())
         data["groups"]["sandbox"]["bundle"] = str(bundle)
+        # its trust anchor, as a site gives it out of band (remote/bundle/trust.py)
+        data["bundle_sha256"] = sha256_file(bundle)
         with_bundle = run_dir / "inventory.yaml"
         with_bundle.write_text(yaml.safe_dump(data, sort_keys=False))
         part = provision(run_dir, with_bundle, hosts.names, RECIPE, WHEELS_VARS, timeout, "offline")

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from bench.common import REPO, BenchError, machine, proc_tail, stats
 from remote import sandbox
-from remote.bundle.archive import HOST_ROOT, SCHEMA, sums_text, validate_files
+from remote.bundle.archive import HOST_ROOT, SCHEMA, sha256_file, sums_text, validate_files
 from remote.paths import VALIDATE_DIR
 
 UV = "uv-0.0.0-py3-none-any.whl"
@@ -112,6 +112,8 @@ def push(tree: Path, inventory: Path, recipe: Path, bundle: Path, work: Path) ->
     cmd = [sys.executable, "-c", WRAPPER, str(peak), "--search-root", str(tree), "provision",
            "--host", "all", "--inventory", str(inventory), "--recipe", str(recipe), "--bundle",
            str(bundle), "--no-validate", "--json", str(work / "run.json")]
+    if (tree / "remote" / "bundle" / "trust.py").exists():     # a tree that asks for an anchor
+        cmd += ["--bundle-sha256", sha256_file(bundle)]
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=1800,
                           env=dict(os.environ, PYTHONPATH=str(tree)))

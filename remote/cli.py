@@ -19,7 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable, Iterable, Optional, TextIO, Union
 
-from .bundle import Bundle, PushBundle, read_bundle
+from .bundle import Bundle, BundleError, PushBundle, read_bundle, trust
 from .config.inventory import Host, Inventory, load_inventory
 from .config.recipe import Recipe, check_names, load_recipe
 from .config.templating import check_vars
@@ -213,11 +213,14 @@ def provision(host: Optional[str], recipe: str, inventory: str, check: bool = Fa
               diff: bool = False, verbose: int = 0, list_hosts: bool = False,
               junit_path: Optional[str] = None, serial: Optional[str] = None,
               max_fail_percentage: Union[str, float, None] = None, evidence: bool = True,
-              bundle: Optional[str] = None) -> int:
+              bundle: Optional[str] = None, bundle_key: str = "", bundle_keyring: str = "",
+              bundle_sha256: str = "") -> int:
     """`gpuprov provision`: run a recipe on the selected hosts, then validate them; with
     `--serial` (or the recipe's `serial:`), batch after batch (a canary rollout); with
     `evidence`, a host whose validation says "drain and replace (RMA)" gives its evidence; with
-    `bundle`, from that bundle alone (checked before any host is touched)."""
+    `bundle`, from that bundle alone (checked before any host is touched, and vouched for by
+    `bundle_key` with `bundle_keyring`, or `bundle_sha256`, or the inventory's: never by
+    anything in the bundle; remote/bundle/trust.py)."""
     outputs = Outputs(json_path, junit_path, verbose, diff, list_hosts)
     checked: Optional[Bundle] = None
     try:
@@ -229,8 +232,8 @@ def provision(host: Optional[str], recipe: str, inventory: str, check: bool = Fa
         rollout = rollout_for(serial, max_fail_percentage, rec.rollout)
         bundle_path = None if list_hosts else Path(bundle) if bundle else inventory_bundle(inv, hosts)
         if bundle_path is not None:
-            checked = read_bundle(bundle_path, locks_dir=rec.path.parent / "locks",
-                                  validate_dir=VALIDATE_DIR)
+            checked = _trusted_bundle(bundle_path, rec.path.parent / "locks", trust.anchor(
+                bundle_key, bundle_keyring, bundle_sha256, inv.bundle_trust), outputs.stream)
     except InputError as exc:
         return fail_input(exc)
     if list_hosts:
@@ -253,6 +256,18 @@ def provision(host: Optional[str], recipe: str, inventory: str, check: bool = Fa
                     outputs, ask_become_pass, logs_dir, check=check, expand=expand,
                     mode="check (nothing will change)" if check else "apply",
                     rollout=rollout, bundle=checked.route() if checked is not None else None)
+
+def _trusted_bundle(path: Path, locks_dir: Path, anchor: trust.Anchor, stream: TextIO) -> Bundle:
+    """The bundle at `path`, checked (`read_bundle`) and vouched for by `anchor`
+    (remote/bundle/trust.py); BundleError (one line naming it, exit 2) otherwise. No anchor is
+    refused before the archive is read."""
+    if not anchor:
+        raise BundleError("no such bundle (gpuprov bundle makes one)" if not path.exists()
+                          else f"no trust anchor for this bundle: {trust.HOW}", path)
+    checked = read_bundle(path, locks_dir=locks_dir, validate_dir=VALIDATE_DIR)
+    stream.write(f"bundle {checked.id}: {trust.check(checked, anchor)}\n")
+    return checked
+
 
 def inventory_bundle(inv: Inventory, hosts: list[Host]) -> Optional[Path]:
     """The bundle the selected hosts' `bundle:` keys name (one per run: the run checks it once

@@ -182,7 +182,8 @@ def test_provision_refuses_a_bundle_without_validate_before_any_host(bundle, tmp
                            {"hosts": {"h1": {"address": "127.0.0.1", "port": 9, "user": "nobody"}}})
     recipe = write_yaml(tmp_path / "r.yaml", {"name": "r", "steps": [{"apt": {"packages": ["g++"]}}]})
     rc = cli.provision(host="all", recipe=str(recipe), inventory=str(inventory),
-                       logs_dir=str(tmp_path / "logs"), bundle=str(old))
+                       logs_dir=str(tmp_path / "logs"), bundle=str(old),
+                       bundle_sha256=hashlib.sha256(old.read_bytes()).hexdigest())
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert "validate/README.md: this gpuprov's validation has it and the bundle does not" in err
@@ -261,7 +262,8 @@ def test_provision_with_a_tampered_bundle_exits_2_before_any_host_is_contacted(b
                            {"hosts": {"h1": {"address": "127.0.0.1", "port": 9, "user": "nobody"}}})
     recipe = write_yaml(tmp_path / "r.yaml", {"name": "r", "steps": [{"apt": {"packages": ["g++"]}}]})
     rc = cli.provision(host="all", recipe=str(recipe), inventory=str(inventory), validate=False,
-                       logs_dir=str(tmp_path / "logs"), bundle=str(bad))
+                       logs_dir=str(tmp_path / "logs"), bundle=str(bad),
+                       bundle_sha256=hashlib.sha256(bundle.read_bytes()).hexdigest())
     err = capsys.readouterr().err
     assert rc == 2
     assert f"apt/{DEB}: sha256" in err and len(err.strip().splitlines()) == 1
@@ -314,7 +316,9 @@ def test_a_failed_build_says_why_even_where_gpg_and_apt_are_missing(tmp_path, mo
 def _provision_with(tmp_path, inventory: dict, bundle: str = ""):
     from remote import cli
 
-    inv = write_yaml(tmp_path / "inventory.yaml", inventory)
+    # the trust anchor a bundle needs (tests/test_bundle_trust.py): the checks these tests
+    # make refuse the bundle before it is compared
+    inv = write_yaml(tmp_path / "inventory.yaml", {"bundle_sha256": "0" * 64, **inventory})
     recipe = write_yaml(tmp_path / "r.yaml", {"name": "r", "steps": [{"apt": {"packages": ["g++"]}}]})
     return cli.provision(host="all", recipe=str(recipe), inventory=str(inv), validate=False,
                          logs_dir=str(tmp_path / "logs"), bundle=bundle or None)

@@ -4,7 +4,11 @@ dpkg-scanpackages and gpg from PyPI and this machine's Debian mirror; `gpuprov p
 of their own with nothing but `lo`, sshd reached through a relay), which the test first proves
 reach nothing; a re-run changes nothing; validation runs from the bundle's validate/, nothing
 pushed, to the honest "no GPU" verdict; a tampered bundle is refused naming the file; a
-package the bundle lacks fails that step naming it and the command that adds it.
+package the bundle lacks fails that step naming it and the command that adds it. The bundle is
+signed by a "site key" generated for the test in a GNUPGHOME of its own (`--sign-key`), and
+provisioned with that key as its anchor (`--bundle-key`, `--bundle-keyring`); a bundle whose
+carrier swapped a .deb for one with a postinst and re-signed everything with their own key is
+refused before any host is contacted (issue 41, attack 1).
 
 What is not real here, and why: the lock in the 13.0 row's place holds two small PyPI wheels
 (six, packaging), resolved at test time by the real `uv pip compile --generate-hashes`; the
@@ -17,9 +21,13 @@ only.
 Needs root, PyPI and the Debian mirror this machine's apt uses."""
 from __future__ import annotations
 
+import email.utils
+import hashlib
+import io
 import json
 import os
 import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -30,6 +38,7 @@ from tests.http_stub import serve
 from tests.sandbox_fixture import SandboxHosts, own_hosts
 from tests.test_bundle_aptrepo import APT_LOCK, _bundle, site, standin  # noqa: F401 - fixtures
 from tests.test_bundle_distro import small_locks
+from tests.test_bundle_trust import Keyring, postinst_deb
 
 pytestmark = [pytest.mark.slow, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="sandbox hosts need root")]
@@ -45,9 +54,17 @@ def offline_hosts():
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def site_key():
+    key = Keyring("site")
+    yield key
+    key.close()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, site_key):
     """A recipe like cuda-wheels.yaml (apt python3-venv and g++, then a pip_lock), its locks,
-    and its bundle built by `gpuprov bundle`."""
+    its bundle built by `gpuprov bundle --sign-key` with the site key, and the anchor that
+    provision takes (the site key's fingerprint and exported public key)."""
     work = tmp_path_factory.mktemp("bundle")
     locks = small_locks(work)
     recipe = write_yaml(work / "wheels.yaml", {"name": "CUDA from wheels (bundle test)", "steps": [
@@ -57,16 +74,22 @@ def built(tmp_path_factory):
          "pip_lock": {"lock": "locks/cuda-13.0-wheels.txt", "venv": VENV}}]})
     out = work / "site.bundle.tar"
     result = invoke("bundle", "--cuda", "13.0", "--out", str(out), "--recipe", str(recipe),
-                    "--locks", str(locks), cwd=work, timeout=1200)
+                    "--locks", str(locks), "--sign-key", site_key.fingerprint, cwd=work,
+                    timeout=1200, env={"GNUPGHOME": str(site_key.home)})
     assert result.rc == 0, result.out + result.err
     assert "wheels" in result.out and ".debs" in result.out
-    return work, recipe, out
+    assert f"bundle: manifest signed by {site_key.fingerprint}" in result.out, result.out
+    assert f"bundle: sha256 {hashlib.sha256(out.read_bytes()).hexdigest()}" in result.out
+    keyring = site_key.export(work / "site.gpg")
+    return work, recipe, out, ("--bundle-key", site_key.fingerprint, "--bundle-keyring", str(keyring))
 
 
 def _provision(work: Path, hosts: SandboxHosts, recipe: Path, bundle: Path, name: str,
-               validate: bool = False, variables: tuple = ()):
+               validate: bool = False, variables: tuple = (), anchor: tuple = ()):
+    """`provision --bundle` of `bundle` with `anchor` (default: its sha256, as given out of band)."""
+    anchor = anchor or ("--bundle-sha256", hashlib.sha256(bundle.read_bytes()).hexdigest())
     result = invoke("provision", "--host", ",".join(hosts.names), "--inventory", str(hosts.inventory),
-                    "--recipe", str(recipe), "--bundle", str(bundle),
+                    "--recipe", str(recipe), "--bundle", str(bundle), *anchor,
                     *(a for v in variables for a in ("--var", v)),
                     *([] if validate else ["--no-validate"]),
                     "--json", str(work / f"{name}.json"), cwd=work, timeout=900)
@@ -99,8 +122,8 @@ def reaches_nothing(hosts: SandboxHosts, name: str) -> None:
 
 
 def test_provision_from_the_bundle_on_offline_hosts_then_converges(offline_hosts, built):
-    work, recipe, bundle = built
-    first, hosts = _provision(work, offline_hosts, recipe, bundle, "first")
+    work, recipe, bundle, anchor = built
+    first, hosts = _provision(work, offline_hosts, recipe, bundle, "first", anchor=anchor)
     assert first.rc == 0, first.out + first.err
     for name in offline_hosts.names:
         assert [s["status"] for s in hosts[name]["steps"]] == ["changed"] * 3, hosts[name]
@@ -110,27 +133,108 @@ def test_provision_from_the_bundle_on_offline_hosts_then_converges(offline_hosts
         # apt trusted the bundle's repository through its own key, never [trusted=yes]
         rc, out, _ = offline_hosts.run(name, "cat /var/lib/gpuprov/bundles/*/sources.d/*.sources")
         assert "Signed-By: /var/lib/gpuprov/bundles/" in out and "trusted" not in out.lower(), out
-    again, hosts = _provision(work, offline_hosts, recipe, bundle, "again")
+    again, hosts = _provision(work, offline_hosts, recipe, bundle, "again", anchor=anchor)
     assert again.rc == 0, again.out + again.err
     assert all(s["status"] == "ok" for h in hosts.values() for s in h["steps"]), hosts
 
     # A package the bundle does not carry: that step fails, naming it and the command.
     more = write_yaml(work / "more.yaml", {"name": "more", "steps": [
         {"name": "make", "become": True, "apt": {"packages": ["make"]}}]})
-    lacking, hosts = _provision(work, offline_hosts, more, bundle, "lacking")
+    lacking, hosts = _provision(work, offline_hosts, more, bundle, "lacking", anchor=anchor)
     assert lacking.rc != 0
     message = hosts["sandbox1"]["steps"][-1]["message"]
     assert "make not in the bundle" in message and "gpuprov bundle --cuda 13.0" in message, message
+
+
+def _stanza_of(packages: str, package: str) -> str:
+    return next(s for s in packages.split("\n\n") if s.startswith(f"Package: {package}\n"))
+
+
+def carrier_attack(bundle: Path, out: Path, work: Path, attacker: Keyring) -> Path:
+    """What a carrier of the bundle can do with it, in full (issue 41, attack 1): the g++ .deb
+    swapped for one of the same name and version whose postinst runs as root; its Packages
+    stanza, Release, InRelease (clear-signed with the attacker's key), bundle-key.gpg (the
+    attacker's public key), SHA256SUMS and manifest.json rewritten to match, and the manifest
+    signed with the attacker's key. Every check inside the bundle then holds."""
+    with tarfile.open(bundle) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    files = dict((m.name, d) for m, d in members)
+    target = next(n for n in files if n.startswith("apt/g++_"))
+    packages = files["apt/Packages"].decode()
+    stanza = _stanza_of(packages, "g++")
+    version = next(line.split(": ", 1)[1] for line in stanza.splitlines() if line.startswith("Version: "))
+    deb = postinst_deb(work / "attack", "g++", version)
+    data = deb.read_bytes()
+    ours = "\n".join([line for line in stanza.splitlines()
+                      if not line.startswith(("Size:", "SHA256:", "MD5sum:", "SHA1:", "SHA512:"))]
+                     + [f"Size: {len(data)}", f"SHA256: {hashlib.sha256(data).hexdigest()}"])
+    new_packages = packages.replace(stanza, ours).encode()
+    release = (f"Origin: gpuprov bundle\nLabel: attacker\nDate: {email.utils.formatdate(usegmt=True)}\n"
+               f"SHA256:\n {hashlib.sha256(new_packages).hexdigest()} {len(new_packages)} Packages\n").encode()
+    (work / "attack" / "Release").write_bytes(release)
+    attacker.gpg(["--local-user", attacker.fingerprint, "--clearsign", "--output",
+                  str(work / "attack" / "InRelease"), str(work / "attack" / "Release")])
+    changed = {target: data, "apt/Packages": new_packages, "apt/Release": release,
+               "apt/InRelease": (work / "attack" / "InRelease").read_bytes(),
+               "apt/bundle-key.gpg": attacker.export(work / "attack" / "key.gpg").read_bytes()}
+    manifest = json.loads(files["manifest.json"])
+    for entry in manifest["files"]:
+        if entry["path"] in changed:
+            entry.update(sha256=hashlib.sha256(changed[entry["path"]]).hexdigest(),
+                         size=len(changed[entry["path"]]))
+    raw = json.dumps(manifest, indent=1, sort_keys=True).encode() + b"\n"
+    from remote.bundle.archive import sums_text
+
+    changed.update({"manifest.json": raw, "SHA256SUMS": sums_text(manifest["files"]).encode(),
+                    "manifest.json.sig": attacker.sign(raw)})
+    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
+        for member, payload in members:
+            payload = changed.get(member.name, payload)
+            member.size = len(payload)
+            tar.addfile(member, io.BytesIO(payload))
+    return out
+
+
+def test_a_re_signed_bundle_is_refused_and_the_honest_one_installs(offline_hosts, built, tmp_path):
+    """The carrier's bundle passes every check inside it (read_bundle reads it whole, apt's
+    InRelease verifies with the bundle's own key) and is refused by the site's anchor before
+    any host is contacted: no run folder, no postinst run. The honest bundle still provisions."""
+    work, recipe, bundle, anchor = built
+    attacker = Keyring("attacker")
+    try:
+        bad = carrier_attack(bundle, tmp_path / "carried.tar", tmp_path, attacker)
+    finally:
+        attacker.close()
+    from remote.bundle import read_bundle
+
+    assert read_bundle(bad).sha256 != read_bundle(bundle).sha256     # consistent with itself
+    gpgv = subprocess.run(["gpgv", "--keyring", str(tmp_path / "attack" / "key.gpg"),
+                           str(tmp_path / "attack" / "InRelease")], capture_output=True, text=True)
+    assert gpgv.returncode == 0, gpgv.stderr
+    runs = sorted((work / "logs").rglob("*"))
+    result, hosts = _provision(work, offline_hosts, recipe, bad, "carried", anchor=anchor)
+    assert result.rc == 2 and hosts is None, result.out + result.err
+    assert len(result.err.strip().splitlines()) == 1, result.err
+    assert f"{bad}: manifest.json.sig: made by key" in result.err, result.err
+    assert "not signed by the site key" in result.err
+    assert sorted((work / "logs").rglob("*")) == runs     # no run folder: no host contacted
+    for name in offline_hosts.names:
+        rc, out, _ = offline_hosts.run(name, "sudo -n test -e /root/pwned && echo PWNED || echo clean")
+        assert out.strip() == "clean", out
+    honest, hosts = _provision(work, offline_hosts, recipe, bundle, "honest", anchor=anchor)
+    assert honest.rc == 0, honest.out + honest.err
+    assert f"signed by {anchor[1]}" in honest.out
 
 
 def test_validation_runs_from_the_bundle_and_needs_no_network(offline_hosts, built):
     """After the recipe, each offline host validates with the bundle's own validate/ (the
     archive carries it; nothing is pushed). A sandbox has no GPU: the honest verdict is
     validation failed, exit 3, as on online sandbox hosts (docs/tutorial/sandbox.md)."""
-    work, recipe, bundle = built
+    work, recipe, bundle, anchor = built
     with tarfile.open(bundle) as tar:
         assert "validate/__main__.py" in tar.getnames()
-    result, hosts = _provision(work, offline_hosts, recipe, bundle, "validated", validate=True)
+    result, hosts = _provision(work, offline_hosts, recipe, bundle, "validated", validate=True,
+                               anchor=anchor)
     validated_from_the_bundle(work, result, hosts)
 
 
@@ -153,7 +257,7 @@ def validated_from_the_bundle(work: Path, result, hosts: dict) -> None:
 
 @pytest.mark.parametrize("kind", ["wheels/six-", "apt/g++_"])
 def test_a_tampered_bundle_is_refused_before_any_host_is_touched(offline_hosts, built, kind, tmp_path):
-    work, recipe, bundle = built
+    work, recipe, bundle, anchor = built
     with tarfile.open(bundle) as tar:
         member = next(m for m in tar.getmembers() if m.name.startswith(kind))
         start = tar.getmember(member.name).offset_data
@@ -164,7 +268,7 @@ def test_a_tampered_bundle_is_refused_before_any_host_is_touched(offline_hosts, 
         byte = f.read(1)
         f.seek(start + member.size // 2)
         f.write(bytes([byte[0] ^ 0xFF]))
-    result, hosts = _provision(work, offline_hosts, recipe, bad, f"tampered-{kind[:3]}")
+    result, hosts = _provision(work, offline_hosts, recipe, bad, f"tampered-{kind[:3]}", anchor=anchor)
     assert result.rc == 2 and hosts is None
     assert f"{member.name}: sha256" in result.err and "changed after it was built" in result.err
 
@@ -198,7 +302,7 @@ def test_pip_and_a_shell_s_apt_get_install_from_the_bundle_or_name_what_it_lacks
     installs from the bundle's wheels, a shell step's apt-get from its repository; what the
     bundle lacks (a pip package, a shell's apt package, a deb step's file) fails that step
     naming it and the command that makes the bundle, not with a network error."""
-    work, _, bundle = built
+    work, _, bundle, anchor = built
     venv = "/home/admin/.gpuprov/pip-venv"
     ok = write_yaml(work / "kinds.yaml", {"name": "kinds from the bundle", "steps": [
         {"name": "six with pip", "pip": {"packages": ["six==1.17.0"], "venv": venv}},
@@ -215,7 +319,9 @@ def test_pip_and_a_shell_s_apt_get_install_from_the_bundle_or_name_what_it_lacks
             ([{"name": "iniconfig", "pip": {"packages": ["iniconfig"], "venv": venv}}],
              "pip: iniconfig not among the bundle's wheels"),
             ([{"name": "jq", "become": True, "shell": "apt-get install -y -q jq"}],
-             "this step's apt read the bundle's repository alone"),
+             # the hint's tail: a failure keeps its last 400 characters, and the rebuild
+             # command (with --sign-key and this test's long paths) pushes the start out
+             "repository alone, which carries the packages of the recipe's apt steps"),
             ([{"name": "vendor keyring", "become": True,
                "deb": {"name": "vendor-keyring", "url": "https://example.invalid/k_1_all.deb",
                        "sha256": "0" * 64}}],

@@ -12,6 +12,10 @@ pushes it to each host and installs from it alone, on hosts that reach no networ
              is not X, `--mirror`, `--arch` another architecture.
 - `aptrepo`  `--apt-repo`: the .debs of a row's apt lock from NVIDIA's repository, each checked
              against the lock's sha256, for the bundle's signed repository.
+- `trust`    what vouches for a bundle, never taken from it: the site key's signature of its
+             manifest (`gpuprov bundle --sign-key`, `provision --bundle-key --bundle-keyring`),
+             or its sha256 given out of band (`--bundle-sha256`); the chain of trust from that
+             signature to every installed byte is in its docstring.
 - `push`     the job that sends a checked bundle to a host once and unpacks it there, before
              the recipe's steps; the kinds then install from it (`Kind.through_bundle`).
 
@@ -20,8 +24,10 @@ May import: `remote.errors`, `remote.config`, `remote.paths`, `remote.lock`, `re
 """
 from __future__ import annotations
 
+from . import trust
 from .archive import Bundle, BundleError, read_bundle
 from .build import BundleOptions, run_bundle
 from .push import PushBundle
 
-__all__ = ["Bundle", "BundleError", "BundleOptions", "PushBundle", "read_bundle", "run_bundle"]
+__all__ = ["Bundle", "BundleError", "BundleOptions", "PushBundle", "read_bundle", "run_bundle",
+           "trust"]

@@ -13,6 +13,9 @@
     SHA256SUMS             every file's sha256 as `sha256sum -c` reads it, for the host's check
     manifest.json          what the bundle is (row, distribution, python) and every other file
                            with its sha256, size and origin
+    manifest.json.sig      with `gpuprov bundle --sign-key`: the site key's detached OpenPGP
+                           signature of manifest.json's bytes (checked by remote/bundle/trust.py
+                           against an anchor that never comes from the bundle)
 
 in that order: the build writes each file as soon as it has it (the wheels while the .debs
 download), so the list of them comes last.
@@ -37,7 +40,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator, Optional
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Optional
 
 from ..config.aptlock import parse_apt_lock
 from ..config.lockfile import parse_lock
@@ -48,6 +51,8 @@ from ..transport.connection import package_files
 SCHEMA = 1
 MANIFEST = "manifest.json"
 SUMS = "SHA256SUMS"
+SIGNATURE = "manifest.json.sig"   # a detached OpenPGP signature of MANIFEST (remote/bundle/trust.py)
+MAX_SIGNATURE = 64 * 1024         # chosen: one signature is a few hundred bytes (RSA-4096: ~600)
 FOLDERS = ("locks", "wheels", "apt", "validate")
 # A file name in a folder: wheels (PEP 427, `+` in a local version), .debs as apt-get download
 # names them (`%3a` for an epoch's colon, `~` and `+` in versions), the index files.
@@ -75,6 +80,8 @@ class Bundle:
     manifest: dict[str, Any]
     id: str
     sha256: str     # of the whole archive, as read_bundle read and checked it
+    raw_manifest: bytes = b""    # manifest.json's bytes, as signed (remote/bundle/trust.py)
+    signature: Optional[bytes] = None    # manifest.json.sig's bytes; None: the bundle has none
 
     @property
     def files(self) -> dict[str, dict[str, Any]]:
@@ -216,15 +223,19 @@ class ArchiveWriter:
             self.files.append({"path": rel, "sha256": digest, "size": size, "origin": origin})
         return digest
 
-    def finish(self, manifest: dict[str, Any]) -> str:
-        """SHA256SUMS and `manifest` (its "files": what was added), and the archive closed;
-        the bundle's id."""
+    def finish(self, manifest: dict[str, Any],
+               sign: Optional[Callable[[bytes], bytes]] = None) -> str:
+        """SHA256SUMS and `manifest` (its "files": what was added), with `sign`'s signature of
+        the manifest's bytes after it, and the archive closed; the bundle's id."""
         manifest = dict(manifest, files=sorted(self.files, key=lambda f: f["path"]))
         manifest_bytes = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
         sums = sums_text(manifest["files"]).encode()
+        signature = sign(manifest_bytes) if sign is not None else None
         with self._lock:
             self.tar.addfile(self._info(SUMS, len(sums)), io.BytesIO(sums))
             self.tar.addfile(self._info(MANIFEST, len(manifest_bytes)), io.BytesIO(manifest_bytes))
+            if signature is not None:
+                self.tar.addfile(self._info(SIGNATURE, len(signature)), io.BytesIO(signature))
             self.tar.close()
         return hashlib.sha256(manifest_bytes).hexdigest()[:16]
 
@@ -234,13 +245,14 @@ class ArchiveWriter:
             self.tar.close()
 
 
-def write_archive(stage: Path, manifest: dict[str, Any], out: Path) -> str:
-    """The archive of `stage` (whose files `manifest` lists, in their order) at `out`; the
-    bundle's id."""
+def write_archive(stage: Path, manifest: dict[str, Any], out: Path,
+                  sign: Optional[Callable[[bytes], bytes]] = None) -> str:
+    """The archive of `stage` (whose files `manifest` lists, in their order) at `out`, its
+    manifest signed by `sign` when given; the bundle's id."""
     writer = ArchiveWriter(out)
     for entry in manifest["files"]:
         writer.add(entry["path"], stage / entry["path"], entry.get("origin", ""))
-    return writer.finish(manifest)
+    return writer.finish(manifest, sign)
 
 
 def _manifest(raw: bytes, path: Path) -> dict[str, Any]:
@@ -304,6 +316,7 @@ def _read_bundle(path: Path, reader: ArchiveReader, locks_dir: Optional[Path],  
         raise BundleError(f"not a bundle archive: {exc}", path) from None
     raw: Optional[bytes] = None
     sums: Optional[bytes] = None
+    signature: Optional[bytes] = None
     seen: dict[str, tuple[str, int]] = {}     # member -> (sha256, size), in the archive's order
     locks: dict[str, bytes] = {}
     try:
@@ -313,6 +326,11 @@ def _read_bundle(path: Path, reader: ArchiveReader, locks_dir: Optional[Path],  
                 if not member.isfile():
                     raise BundleError(f"{name}: not a plain file (a link or device in a bundle is "
                                       "refused)", path)
+                if name == SIGNATURE:       # checked against its anchor by remote/bundle/trust.py
+                    if signature is not None or member.size > MAX_SIGNATURE:
+                        raise BundleError(f"{name}: twice in the archive, or too large", path)
+                    signature = b"".join(reader.member(member))
+                    continue
                 if name in (MANIFEST, SUMS):
                     if (raw if name == MANIFEST else sums) is not None or member.size > MAX_MANIFEST:
                         raise BundleError(f"{name}: twice in the archive, or too large: not a bundle "
@@ -361,7 +379,7 @@ def _read_bundle(path: Path, reader: ArchiveReader, locks_dir: Optional[Path],  
     _check_locks(path, manifest, locks, locks_dir)
     if validate_dir is not None:
         _check_validate(path, manifest, validate_dir)
-    return Bundle(path, manifest, hashlib.sha256(raw).hexdigest()[:16], whole)
+    return Bundle(path, manifest, hashlib.sha256(raw).hexdigest()[:16], whole, raw, signature)
 
 
 def _check_validate(path: Path, manifest: dict[str, Any], validate_dir: Path) -> None:
@@ -383,7 +401,7 @@ def _check_locks(path: Path, manifest: dict[str, Any], locks: dict[str, bytes],
                  locks_dir: Optional[Path]) -> None:
     """The bundle's locks equal the recipe's; each wheel's sha256 is one of its lock's."""
     allowed: dict[str, set[str]] = {}
-    debs = {e["sha256"] for e in manifest["files"] if e["path"].endswith(".deb")}
+    debs = {e["path"]: e["sha256"] for e in manifest["files"] if e["path"].endswith(".deb")}
     for name, data in locks.items():
         ours = locks_dir / Path(name).name if locks_dir is not None else None
         if ours is not None and ours.is_file() and ours.read_bytes() != data:
@@ -406,16 +424,27 @@ def _check_locks(path: Path, manifest: dict[str, Any], locks: dict[str, bytes],
                                   f"{project}: the bundle does not match its locks", path)
 
 
-def _check_apt_lock(path: Path, name: str, data: bytes, debs: set[str]) -> None:
-    """Every .deb an apt lock pins (with its sha256) is in the bundle, that very file."""
+def _check_apt_lock(path: Path, name: str, data: bytes, debs: dict[str, str]) -> None:
+    """Every .deb an apt lock pins (with its sha256) is in the bundle, that very file; and the
+    other way round, every .deb of the bundle for a package the lock pins is the lock's file
+    (the package named as `apt-get download` and NVIDIA's index name the file,
+    NAME_VERSION_ARCH.deb: Debian policy 5.6.1 allows no `_` in a package's name): another
+    version of a locked package, beside the locked one, is refused."""
     try:
         lock = parse_apt_lock(data.decode("utf-8"), Path(name))
     except (InputError, UnicodeDecodeError) as exc:
         raise BundleError(f"{name}: not an apt lock ({exc})", path) from None
+    carried = set(debs.values())
     for pin in lock.pins.values():
-        if pin.sha256 and pin.sha256 not in debs:
+        if pin.sha256 and pin.sha256 not in carried:
             raise BundleError(f"{name}: {pin.name}={pin.version} (sha256 {pin.sha256[:16]}...) is "
                               "not a .deb of the bundle: the bundle does not match its locks", path)
+    for deb, digest in sorted(debs.items()):
+        locked = lock.pins.get(Path(deb).name.split("_", 1)[0])
+        if locked is not None and locked.sha256 and digest != locked.sha256:
+            raise BundleError(f"{deb}: sha256 {digest[:16]}... is not the one {name} locks for "
+                              f"{locked.name}={locked.version} ({locked.sha256[:16]}...): the "
+                              "bundle does not match its locks", path)
 
 
 def _wheel_project(path: str) -> str:

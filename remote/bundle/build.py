@@ -17,7 +17,8 @@ archive (or a mirror of it: `--mirror`).
   afresh for this build (remote/bundle/distro.py); indexed (the same index stanzas, each
   pointing at its file) into a flat repository, its Release signed (InRelease, `gpg
   --clearsign`) with an ed25519 key generated for this bundle, whose secret half is thrown
-  away with its temporary GNUPGHOME.
+  away with its temporary GNUPGHOME. That key's public half is vouched for by the manifest
+  that names its sha256, which `--sign-key` signs (remote/bundle/trust.py).
 
 - The file of each `deb` step of the recipe, checked against the step's sha256; a templated
   url or sha256 rendered from the recipe's vars and the facts `--distro` and `--arch` tell
@@ -28,6 +29,11 @@ archive (or a mirror of it: `--mirror`).
 - validate/: the validation package as this gpuprov pushes it; the host runs it from the bundle
   after the recipe (validation installs and fetches nothing: it runs the host's python, or the
   recipe's venv, on what is there).
+
+With `--sign-key FINGERPRINT`, the site's own OpenPGP key (from this machine's gpg keyring, looked
+up before anything is downloaded) signs manifest.json: `manifest.json.sig` in the archive, which
+`provision --bundle-key FINGERPRINT --bundle-keyring FILE` checks (remote/bundle/trust.py). The
+build's last line gives the archive's sha256 too, the other anchor (`--bundle-sha256`).
 
 Each file is read once after its download: hashed while it is copied into the archive, which is
 written as the files come (the wheels while the .debs download, the manifest last;
@@ -62,9 +68,9 @@ from ..kinds import KINDS
 from ..lock import LOCKS_DIR, PYPI, STACK, lock_name, stack_rows
 from ..lock.apt import REPO
 from ..paths import RECIPES_DIR, VALIDATE_DIR, recipe_path
-from . import aptrepo
+from . import aptrepo, trust
 from . import distro as target_apt
-from .archive import SCHEMA, SHA256, ArchiveWriter, BundleError, validate_files
+from .archive import SCHEMA, SHA256, ArchiveWriter, BundleError, sha256_file, validate_files
 
 TOOL_TIMEOUT_S = 3600          # one download tool's run: a torch row is several GB
 UV_LOCK = "uv.txt"
@@ -94,6 +100,7 @@ class BundleOptions:
     apt_base: str = field(default="", metadata=URL)       # stack.yaml's nvidia_repo_base
     mirror: str = field(default="", metadata=URL)
     security_mirror: str = field(default="", metadata=URL)
+    sign_key: str = ""         # unsigned: provision then needs the archive's sha256
 
 
 def rebuild_command(options: BundleOptions) -> str:
@@ -645,6 +652,7 @@ def build_bundle(options: BundleOptions,  # noqa: C901  one step after the other
     with_debs, apt_repo, apt_base = options.debs, options.apt_repo, options.apt_base
     mirror, security_mirror = options.mirror, options.security_mirror
     distro = _target(cuda, distro_name, arch, with_debs, mirror, security_mirror)
+    sign = trust.signer(options.sign_key) if options.sign_key else None
     names = [lock_name(cuda, torch), UV_LOCK]
     locks = [read_lock(locks_dir / name) for name in names]
     if apt_repo and not REPO.fullmatch(apt_repo):
@@ -759,7 +767,7 @@ def build_bundle(options: BundleOptions,  # noqa: C901  one step after the other
         manifest = {"schema": SCHEMA, "cuda": cuda, "torch": torch, "distro": distro_name,
                     "arch": arch, "python": distro.python, "command": command,
                     "created": email.utils.formatdate(usegmt=True), "uv_wheel": uv, "debs": debs}
-        bundle_id = writer.finish(manifest)
+        bundle_id = writer.finish(manifest, sign)
         os.replace(work / out.name, out)
     finally:
         stop.set()
@@ -772,7 +780,19 @@ def build_bundle(options: BundleOptions,  # noqa: C901  one step after the other
     report = BuildReport(out, bundle_id, len(origins), wheel_bytes, len(debs), deb_bytes,
                          wheel_s, deb_s, total)
     progress(f"bundle: {out} ({out.stat().st_size / 1e6:.1f} MB, id {bundle_id}) in {total:.1f} s")
+    _anchor_lines(out, options.sign_key, progress)
     return report
+
+
+def _anchor_lines(out: Path, sign_key: str, progress: Callable[[str], None]) -> None:
+    """What provision needs to trust the bundle (remote/bundle/trust.py), to carry out of band."""
+    digest = sha256_file(out)
+    if sign_key:
+        progress(f"bundle: manifest signed by {trust.fingerprint(sign_key, '--sign-key')}: "
+                 "provision --bundle-key FINGERPRINT --bundle-keyring FILE (the key's public half)")
+    else:
+        progress("bundle: not signed (no --sign-key): provision takes it with --bundle-sha256")
+    progress(f"bundle: sha256 {digest}")
 
 
 def run_bundle(options: BundleOptions) -> int:

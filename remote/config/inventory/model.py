@@ -143,6 +143,9 @@ class Inventory:
     timeouts: Timeouts = field(default_factory=Timeouts)
     secrets: set[str] = field(default_factory=set)
     cache: CacheSettings | None = None
+    # `bundle_key`, `bundle_keyring`, `bundle_sha256` as written (the keyring's path made the
+    # inventory file's), with where: the anchor that vouches for a bundle (remote/bundle/trust.py)
+    bundle_trust: dict[str, tuple[str, Where]] = field(default_factory=dict)
     # group -> members, group -> depth: computed once (groups may share children, and walking
     # every path through a lattice of groups would take exponential time)
     _members: dict[str, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)

@@ -1,8 +1,9 @@
 """gpuprov's own inventory format, YAML (docs/reference/inventory.md): top-level `vars`,
 `hosts`, `groups` (with `hosts`, `children`, `vars`), `host_key_policy` (strict | accept-new),
 `known_hosts` (extra files of trusted keys), `timeouts`, `secrets` (names of vars whose values
-are never shown), `cache` (the fleet cache host) and `include_if_exists`; a host's or group's
-`bundle` (the archive `provision` installs from, as `--bundle`).
+are never shown), `cache` (the fleet cache host), `include_if_exists` and a bundle's trust
+anchor (`bundle_key`, `bundle_keyring`, `bundle_sha256`); a host's or group's `bundle` (the
+archive `provision` installs from, as `--bundle`).
 
 This module reads the format only: keys, types, positions. What every inventory must satisfy
 whatever its format is in `checks`; the objects it builds are `model`'s.
@@ -50,6 +51,12 @@ TOP_KEYS = {
     "include_if_exists": "inventory files (a list) whose hosts, groups, vars and known_hosts are "
                          "merged in when they exist",
     "cache": "the fleet cache: a host of the inventory, or a mapping of cache keys (below)",
+    # the anchor that vouches for a `bundle:` (remote/bundle/trust.py checks the values)
+    "bundle_key": "the fingerprint of the site key that must have signed a bundle (`gpuprov "
+                  "bundle --sign-key`), as `--bundle-key` (the option wins); with `bundle_keyring`",
+    "bundle_keyring": "the file holding that key's public half (`gpg --export FINGERPRINT`), as "
+                      "`--bundle-keyring` (a path relative to this file)",
+    "bundle_sha256": "the sha256 a bundle must have, given out of band, as `--bundle-sha256`",
 }
 HOST_KEYS = {
     "address": "what to connect to (looked up in ~/.ssh/config; default: the host's name)",
@@ -150,7 +157,8 @@ def read_yaml_inventory(path: Path, data: Any = None,
     return Inventory(path=path, hosts=hosts, groups=groups, vars=top_vars,
                      vars_where=getattr(top_vars, "key_where", {}), host_key_policy=policy,
                      known_hosts=known_paths, timeouts=_load_timeouts(data),
-                     secrets=set(secrets), cache=_load_cache(data, hosts))
+                     secrets=set(secrets), cache=_load_cache(data, hosts),
+                     bundle_trust=_load_bundle_trust(data))
 
 
 def _with_includes(path: Path, data: YamlMap) -> Parts:
@@ -265,6 +273,23 @@ def _load_bundle(spec: YamlMap, what: str) -> Bundled | None:
         raise where.error(f"{what}: bundle must be the path of a bundle archive (gpuprov bundle "
                           f"makes one), not {value!r}")
     return Bundled(_resolve_path(value, Path(where.file)), where)
+
+
+def _load_bundle_trust(data: YamlMap) -> dict[str, tuple[str, Where]]:
+    """The top-level `bundle_key`, `bundle_keyring` (made the inventory file's when relative)
+    and `bundle_sha256`, as strings with where they are; their shapes are checked where they
+    are used (remote/bundle/trust.py), naming this file and line."""
+    out: dict[str, tuple[str, Where]] = {}
+    for key in ("bundle_key", "bundle_keyring", "bundle_sha256"):
+        if key not in data:
+            continue
+        where, value = data.at(key), data[key]
+        if not isinstance(value, str) or not value.strip() or "\0" in value:
+            raise where.error(f"{key} must be a string, not {value!r}")
+        if key == "bundle_keyring":
+            value = str(_resolve_path(value, Path(where.file)))
+        out[key] = (value, where)
+    return out
 
 
 def _load_timeouts(data: YamlMap) -> Timeouts:
