@@ -284,6 +284,9 @@ class _Header:
     def number(self, name: str) -> int:
         """An octal field: digits, then NUL or space to its end; anything else refused."""
         raw = self._raw(name)
+        if raw[:1] in (b"\x80", b"\xff"):
+            raise TarRefused(self.where, f"a base-256 {name} field (GNU tar's form for a number too big "
+                             "for octal) in the header of")
         digits = raw.rstrip(b"\0 ")
         if not digits or not all(0x30 <= c <= 0x37 for c in digits):
             raise TarRefused(self.where, f"a malformed {name} field {raw!r} in the header of")
