@@ -47,6 +47,7 @@ CHUNK = 1 << 20
 # bytes; Linux's PATH_MAX is 4096 (linux/limits.h).
 EXTENDED_MAX = 64 << 10
 NAME_MAX = 4096
+OWNER_MAX = 256  # a PAX uname or gname (chosen: ustar's fields hold 31 bytes)
 # Chosen: GNU tar's default record is 20 blocks (10240 bytes) and tarfile's RECORDSIZE the
 # same; a larger blocking factor (`-b`) still pads with far less than this.
 TRAILER_MAX = 1 << 20
@@ -332,7 +333,8 @@ def _pax_records(data: bytes, where: str) -> dict[str, str]:
         if key in records:
             raise TarRefused(where, f"the PAX key {key[:40]!r} twice in")
         if key in ("size", "uid", "gid") and not _DECIMAL.fullmatch(value) or \
-                key.endswith("time") and not _TIME.fullmatch(value):
+                key.endswith("time") and not _TIME.fullmatch(value) or \
+                key in ("uname", "gname") and len(value) > OWNER_MAX:
             raise TarRefused(where, f"a malformed PAX {key} in")
         records[key] = value
         pos = end

@@ -15,6 +15,7 @@ anything is written.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import shutil
@@ -163,11 +164,12 @@ def publish_pull(data: Union[bytes, BinaryIO], dest: Path,
         archive = io.BytesIO(data) if isinstance(data, bytes) else data
         try:
             start = archive.tell()
-            checked = _read(archive, _Checker(dest, limits))
+            checker = _Checker(dest, limits)
+            _read(archive, checker)
             archive.seek(start)
-            writer = _Writer(tmp, checked)
+            writer = _Writer(tmp)
             _read(archive, writer.write)
-            writer.finish()
+            writer.finish(checker.digest.digest())
         except OSError as exc:
             raise PullError(f"cannot store the pulled files in {dest.parent}: "
                             f"{exc.strerror or exc}") from None
@@ -183,22 +185,19 @@ def publish_pull(data: Union[bytes, BinaryIO], dest: Path,
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _read(archive: BinaryIO, each: Callable[[TarReader, Member], None]) -> list[Member]:
-    """The members of the gzip tarball `archive`, each handed to `each` as it is read, the
-    archive read to its end; PullError for anything the reader refuses."""
-    members: list[Member] = []
+def _read(archive: BinaryIO, each: Callable[[TarReader, Member], None]) -> None:
+    """Each member of the gzip tarball `archive` handed to `each` as it is read, the archive
+    read to its end; PullError for anything the reader refuses."""
     reader = TarReader(GzipStream(archive))
     try:
         for member in reader.members():
             each(reader, member)
-            members.append(member)
     except TarRefused as exc:
         if exc.damaged:
             raise PullError(f"the pulled archive is damaged or incomplete: {exc}") from None
         if exc.not_plain and exc.why != "a sparse file":
             raise PullError(f"the pulled archive has a link or device ({exc.why}): {exc.where}") from None
         raise PullError(f"the pulled archive has {exc}") from None
-    return members
 
 
 def _check_run_id(dest: Path) -> None:
@@ -217,8 +216,10 @@ class _Checker:
         self.dest = dest
         self.limits = limits
         self.count = self.total = 0
+        self.digest = hashlib.sha256()
 
     def __call__(self, reader: TarReader, member: Member) -> None:
+        _add(self.digest, member)
         limits = self.limits
         self.count += 1
         self.total += member.size
@@ -244,21 +245,25 @@ class _Checker:
                             "files; move the folder away to pull again")
 
 
+def _add(digest: hashlib._Hash, member: Member) -> None:
+    """`member`'s fields into `digest` (the two readings compared without keeping a list of
+    members: memory does not grow with their count)."""
+    digest.update(repr((member.name, member.isdir, member.size, member.mode, member.mtime)).encode() + b"\0")
+
+
 class _Writer:
     """The second reading: each member, the same as the first reading's, written into `tmp`
     (files as the user's own umask says, not as the host had them; folders' modes set last,
     so that a read-only folder still gets its files)."""
 
-    def __init__(self, tmp: Path, checked: list[Member]):
+    def __init__(self, tmp: Path):
         self.tmp = tmp
-        self.checked = iter(checked)
+        self.digest = hashlib.sha256()
         self.mask = current_umask()
         self.folders: list[tuple[Path, Member]] = []
 
     def write(self, reader: TarReader, member: Member) -> None:
-        expected = next(self.checked, None)
-        if expected != member:
-            raise PullError("the pulled archive changed while it was read")
+        _add(self.digest, member)
         if not member.name:
             return
         path = self.tmp / member.name
@@ -274,7 +279,11 @@ class _Writer:
             os.fchmod(out.fileno(), member.mode & ~self.mask & 0o777)
         os.utime(path, (member.mtime, member.mtime))
 
-    def finish(self) -> None:
+    def finish(self, checked: bytes) -> None:
+        """Folders' modes set; PullError unless the members written are the ones checked (the
+        same file read twice: a disk that gave other bytes the second time)."""
+        if self.digest.digest() != checked:
+            raise PullError("the pulled archive changed while it was read")
         for path, member in reversed(self.folders):
             os.chmod(path, (member.mode | 0o700) & ~self.mask & 0o777)
             os.utime(path, (member.mtime, member.mtime))
