@@ -309,6 +309,8 @@ def _read_bundle(path: Path, reader: ArchiveReader, locks_dir: Optional[Path],
         if exc.not_plain:
             raise BundleError(f"{exc.name}: not a plain file ({exc.why}): a bundle holds plain files "
                               "only", path) from None
+        if exc.damaged:
+            raise BundleError(f"not a whole bundle archive: {exc}", path) from None
         raise BundleError(f"not a bundle archive as gpuprov bundle writes it: {exc}", path) from None
     except OSError as exc:
         raise BundleError(f"not a whole bundle archive: {exc}", path) from None
