@@ -271,3 +271,16 @@ def test_a_cut_or_damaged_stream_is_refused():
     split = gzip.compress(honest[:1024]) + gzip.compress(honest[1024:])
     assert read_all(split, gz=True) == {"results.json": b"{}" * 1000}
     assert "data after the end" in str(refused(gz + gz, gz=True))
+
+
+def test_an_extended_header_with_the_other_formats_magic_is_refused():
+    """GNU tar and tarfile write a PAX header with the POSIX magic and a GNU long name with
+    GNU's; the other way round is not what either writes, and is refused."""
+    record = b"16 path=planted\n"
+    pax = header("././@PaxHeader", len(record), tarfile.XHDTYPE, tarfile.GNU_FORMAT)
+    exc = refused(tar_of([member("./ok", b"1"), pax + record + bytes(-len(record) % BLOCK) + member("./f", b"x")]))
+    assert "an extended header b'x' with the other format's magic" in str(exc), exc
+    name = b"planted\0"
+    long = header("././@LongLink", len(name), tarfile.GNUTYPE_LONGNAME, tarfile.USTAR_FORMAT)
+    exc = refused(tar_of([long + name + bytes(-len(name) % BLOCK) + member("./f", b"x")]))
+    assert "an extended header b'L' with the other format's magic" in str(exc), exc

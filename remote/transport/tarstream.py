@@ -17,11 +17,11 @@ before any limit, so a header's size field alone decided the control process's m
   "ustar  \\0" keeps other things there, and GNU tar reads it so); every text field padded
   with NULs after its text, the link name empty.
 - Only regular files ('0') and directories ('5'), each preceded by at most one PAX extended
-  header ('x', keys in PAX_KEYS only) or GNU long name ('L'). Links, devices, fifos, sparse
-  files ('S' or GNU.sparse.* keys), multi-volume parts, global headers ('g') and every other
-  type are refused. An extended header's size is checked against EXTENDED_MAX before a byte of
-  it is read; member data is handed out in pieces of at most CHUNK bytes: the memory this
-  takes is the same whatever a header claims.
+  header ('x', keys in PAX_KEYS only, the POSIX magic) or GNU long name ('L', GNU's magic).
+  Links, devices, fifos, sparse files ('S' or GNU.sparse.* keys), multi-volume parts, global
+  headers ('g') and every other type are refused. An extended header's size is checked
+  against EXTENDED_MAX before a byte of it is read; member data is handed out in pieces of at
+  most CHUNK bytes: the memory this takes is the same whatever a header claims.
 - Names: UTF-8, no control characters, not absolute, no `..` or empty part, at most NAME_MAX
   bytes, each once. A leading `./` is dropped (GNU tar's `-C dir .`); a directory's trailing
   `/` too; a file's name never ends in `/`.
@@ -31,7 +31,12 @@ before any limit, so a header's size field alone decided the control process's m
   refusal (`TarRefused`), never a silent end.
 
 What this reader accepts, GNU tar reads the same way: the member list a caller checked is the
-list GNU tar extracts from those bytes.
+list GNU tar extracts from those bytes. GNU tar's own reading (src/list.c, `read_header` and
+`from_header`; read in the copy of GNU tar 1.29 at github.com/utsaslab/SplitFS, tar/src/list.c)
+is wider, never narrower, on each point: it accepts a signed checksum too, skips a leading NUL
+or spaces in a number and stops one at a space (how `0 00000` reads as 0), reads base-256,
+takes 'x' and 'L' whatever the magic, uses the prefix whenever the magic is "ustar\0", and
+treats an unknown type as a file; each of those is refused here.
 """
 from __future__ import annotations
 
@@ -171,6 +176,10 @@ class TarReader:
                 return None
             header = _Header(block, where)
             kind = header.typeflag
+            # each as its writers make it (GNU tar, tarfile): a PAX header with the POSIX
+            # magic, a GNU long name with GNU's; another reader could take the other for data
+            if kind == PAX and not header.posix or kind == LONGNAME and header.posix:
+                raise TarRefused(where, f"an extended header {kind!r} with the other format's magic")
             if kind == PAX and pax is None and long_name is None:
                 pax = _pax_records(self._extended(header), where)
             elif kind == LONGNAME and long_name is None and pax is None:
