@@ -32,9 +32,8 @@ before any limit, so a header's size field alone decided the control process's m
 
 What this reader accepts, GNU tar reads the same way: the member list a caller checked is the
 list GNU tar extracts from those bytes. GNU tar's own reading (src/list.c, `read_header` and
-`from_header`; read in the copy of GNU tar (copyright 1988-2017) at github.com/utsaslab/SplitFS,
-`tar/src/list.c`)
-is wider, never narrower, on each point: it accepts a signed checksum too, skips a leading NUL
+`from_header`; read in the copy of GNU tar, copyright 1988-2017, at github.com/utsaslab/SplitFS
+tar/src/list.c) is wider, never narrower, on each point: it accepts a signed checksum too, skips a leading NUL
 or spaces in a number and stops one at a space (how `0 00000` reads as 0), reads base-256,
 takes 'x' and 'L' whatever the magic, uses the prefix whenever the magic is "ustar\0", and
 treats an unknown type as a file; each of those is refused here.
