@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import os
 import re
 import subprocess
 import tarfile
@@ -22,7 +23,9 @@ from remote.bundle import BundleError, read_bundle
 from remote.bundle.archive import SCHEMA, validate_files, write_archive
 from remote.bundle.push import unpack_command
 from remote.paths import VALIDATE_DIR
-from tests.conftest import write_yaml
+from tests import tarcraft
+from tests.conftest import REPO, write_yaml
+from tests.procs import run_python_module_measured
 
 PAYLOAD = "gpuprov_standin_payload-1.0-py3-none-any.whl"
 UV = "uv-0.13.8-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
@@ -559,3 +562,92 @@ def test_options_left_at_their_default_are_left_out_of_the_recorded_command():
 
     assert rebuild_command(BundleOptions("13.0", "/tmp/b.tar", distro="debian12")) == \
         "gpuprov bundle --cuda 13.0 --out b.tar --distro debian12"
+
+
+# Issue 41: a bundle is read by the one strict tar reader (remote/transport/tarstream.py), and
+# each member's header must be the one the bundle's writer writes.
+def _gnu_tar_as_the_host_unpacks(archive: Path, into: Path) -> None:
+    """GNU tar with the options of the host's unpacking (remote/bundle/push.py unpack_command)."""
+    into.mkdir()
+    subprocess.run(["tar", "-x", "-f", str(archive), "-C", str(into), "--no-same-owner",
+                    "--no-same-permissions"], check=True, capture_output=True)
+
+
+def test_a_repository_hidden_behind_a_malformed_header_is_refused(bundle, tmp_path):
+    """The honest bundle, then a header whose uid reads `0 00000` and the attacker's apt index
+    and .deb: tarfile stopped at that header without an error, so every check passed and the
+    bundle kept its id, while GNU tar on the host extracted the attacker's files over the
+    honest ones (a postinst ran as root). Now refused, naming the header."""
+    evil_index = b"Package: evil\nVersion: 1\nFilename: ./evil_1_all.deb\n"
+    hidden = [tarcraft.member("apt/Packages", evil_index, tarcraft.bad_uid(
+                  tarcraft.header("apt/Packages", len(evil_index), fmt=tarfile.USTAR_FORMAT))),
+              tarcraft.member("apt/evil_1_all.deb", b"!<arch>\nevil\n")]
+    body = tarcraft.members_of(bundle.read_bytes()) + b"".join(hidden)
+    evil = tmp_path / "evil.tar"
+    evil.write_bytes(body + tarcraft.end(written=len(body)))
+    _gnu_tar_as_the_host_unpacks(evil, tmp_path / "host")
+    assert (tmp_path / "host" / "apt" / "Packages").read_bytes() == evil_index
+    with pytest.raises(BundleError) as exc:
+        read_bundle(evil)
+    assert str(exc.value) == (f"{evil}: not a bundle archive as gpuprov bundle writes it: a malformed uid "
+                              "field b'0 00000\\x00' in the header of: 'apt/Packages' (the header at byte "
+                              f"{len(tarcraft.members_of(bundle.read_bytes()))})")
+
+
+def test_a_header_other_than_the_writers_is_refused(bundle, tmp_path):
+    """Same bytes, another header: a .deb made setuid and group-writable, owned by uid 1000.
+    GNU tar on the host applies the mode it reads; the checks never saw it. Refused."""
+    def setuid(member, data):
+        if member.name == f"apt/{DEB}":
+            member.mode, member.uid = 0o4775, 1000
+        return member, data
+    changed = _rewrite(bundle, tmp_path / "setuid.tar", setuid)
+    with pytest.raises(BundleError, match=re.escape(f"apt/{DEB}: its header is not the one gpuprov bundle "
+                                                    "writes")):
+        read_bundle(changed)
+
+
+def test_data_after_the_bundles_end_is_refused(bundle, tmp_path):
+    body = bundle.read_bytes() + tarcraft.member("apt/evil_1_all.deb", b"!<arch>\nevil\n")
+    trailing = tmp_path / "trailing.tar"
+    trailing.write_bytes(body)
+    with pytest.raises(BundleError, match="data after the end of the archive"):
+        read_bundle(trailing)
+
+
+# Reads a bundle in a process of its own, for its peak memory (tests/procs.py).
+READER = """
+import sys
+from pathlib import Path
+from remote.bundle import BundleError, read_bundle
+try:
+    print("id", read_bundle(Path(sys.argv[1])).id)
+except BundleError as exc:
+    print(exc)
+    sys.exit(2)
+"""
+
+
+def test_a_gigabyte_pax_header_in_a_sparse_bundle_is_refused_in_bounded_memory(bundle, tmp_path):
+    """A PAX header of 1 GiB (a hole in a sparse file: no disk used) before the manifest: tarfile
+    read it whole (the check peaked at 1,074 MiB) and, finding no record in it, accepted the
+    bundle. Now refused from its size field; the process stays far under 200 MiB."""
+    honest = bundle.read_bytes()
+    with tarfile.open(bundle) as tar:
+        last = tar.getmembers()[-1]
+    assert last.name == "manifest.json"
+    sparse = tmp_path / "sparse.tar"
+    with open(sparse, "wb") as f:
+        f.write(honest[:last.offset])
+        f.write(tarcraft.header("././@PaxHeader", 1 << 30, tarfile.XHDTYPE, tarfile.USTAR_FORMAT))
+        f.seek(1 << 30, os.SEEK_CUR)     # the header's data: a hole
+        f.write(honest[last.offset:])
+    assert os.stat(sparse).st_blocks * 512 < 64 << 20, "sparse"
+    (tmp_path / "bundle_reader.py").write_text(READER)
+    rc, out, err, _, rss = run_python_module_measured(
+        "bundle_reader", [str(sparse)], tmp_path / "peak_kib",
+        env={"PYTHONPATH": f"{REPO}:{tmp_path}", "PATH": os.environ["PATH"]}, cwd=str(tmp_path), timeout=300)
+    print(f"peak RSS {rss:.0f} MiB")
+    assert rc == 2, (rc, out, err)
+    assert f"an extended header of {1 << 30} bytes, over the 65536 allowed" in out, out
+    assert rss < 200, f"peak RSS {rss:.0f} MiB"

@@ -39,6 +39,7 @@ import yaml
 from remote import cli
 from remote.evidence import RMA
 from remote.report import build_report
+from tests import tarcraft
 from tests.conftest import REPO, write_yaml
 from tests.procs import kill_pids, sigint_as_in_a_terminal, wait_gone, wait_until
 from tests.sshd import TEST_USER, server_with_tools
@@ -296,13 +297,39 @@ def link_info(name: str, target: str, kind=tarfile.SYMTYPE) -> tarfile.TarInfo:
     return info
 
 
-def inner(stem: str, extra) -> bytes:
-    """An evidence archive whose manifest lists its one file, plus the `extra` entries."""
+def inner_manifest(host_stem: str = "") -> bytes:
+    """A manifest listing xid.log ("log\n"); with `host_stem` (`evidence-<host>-<SERIAL>`),
+    also that host and its GPU, as the collector writes them."""
     data = b"log\n"
-    manifest = json.dumps({"files": [{"name": "xid.log", "bytes": len(data),
-                                      "sha256": hashlib.sha256(data).hexdigest()}]}).encode()
-    return tarball([(file_info(f"{stem}/manifest.json"), manifest),
-                    (file_info(f"{stem}/xid.log"), data)] + extra)
+    manifest: dict = {"files": [{"name": "xid.log", "bytes": len(data),
+                                 "sha256": hashlib.sha256(data).hexdigest()}]}
+    if host_stem:
+        manifest.update(host=host_stem[len("evidence-"):-len(SERIAL) - 1], gpus=[{"serial": SERIAL}])
+    return json.dumps(manifest).encode()
+
+
+def inner(stem: str, extra, host_stem: str = "") -> bytes:
+    """An evidence archive whose manifest lists its one file, plus the `extra` entries."""
+    return tarball([(file_info(f"{stem}/manifest.json"), inner_manifest(host_stem)),
+                    (file_info(f"{stem}/xid.log"), b"log\n")] + extra)
+
+
+def a_stem(stem: str) -> str:
+    """`evidence-<host>-a-<serials>` for `evidence-<host>-<serials>`: checked by prefix, it was
+    taken as this host's (issue 41, attack 8)."""
+    return stem[:-len(SERIAL)] + "a-" + SERIAL
+
+
+def hidden_behind(stem: str) -> bytes:
+    """The honest archive's members, then a header whose uid reads `0 00000` (tarfile stopped
+    there without an error; GNU tar reads on: tests/tarcraft.py) and what it hid: another
+    xid.log, a file the manifest does not list, a link to /etc/shadow."""
+    forged = b"forged\n"
+    body = tarcraft.members_of(gzip.decompress(inner(stem, [], stem))) + b"".join([
+        tarcraft.member(f"{stem}/xid.log", forged, tarcraft.bad_uid(tarcraft.header(f"{stem}/xid.log", len(forged)))),
+        tarcraft.member(f"{stem}/planted.sh", b"#!/bin/sh\n"),
+        tarcraft.header(f"{stem}/shadow", 0, tarfile.SYMTYPE, linkname="/etc/shadow")])
+    return gzip.compress(body + tarcraft.end(written=len(body)))
 
 
 OTHER = f"evidence-gpu-other-{SERIAL}"  # another host's name
@@ -327,6 +354,16 @@ HOSTILE = {
         (file_info(f"{STEM}/../../../../escape"), b"x")]))]), "has an unsafe path"),
     "inner unlisted file": (lambda STEM: tarball([(file_info(f"./{STEM}.tar.gz"), inner(STEM, [
         (file_info(f"{STEM}/planted.sh"), b"x")]))]), "does not match its files"),
+    # issue 41: members hidden from Python's tarfile behind a header it gave up on (GNU tar,
+    # which reads on, extracted them from the archive gpuprov kept), and a name that only
+    # begins like this host's
+    "inner hidden behind a malformed header": (lambda STEM: tarball([(file_info(f"./{STEM}.tar.gz"),
+                                                                      hidden_behind(STEM))]),
+                                               "has a malformed uid field b'0 00000\\x00' in the header of: "
+                                               "'{STEM}/xid.log'"),
+    "a name that only begins with the host's": (
+        lambda STEM: tarball([(file_info(f"./{a_stem(STEM)}.tar.gz"), inner(a_stem(STEM), [], STEM))]),
+        "not one evidence-<host>-<serials>.tar.gz of"),
 }
 
 
@@ -339,6 +376,7 @@ def test_a_hostile_archive_is_refused_with_nothing_written_outside(host, tools, 
     written anywhere else, and no hidden folder is left."""
     name, inventory = host
     crafted, reason = HOSTILE[case]
+    reason = reason.replace("{STEM}", f"evidence-{name}-{SERIAL}")
     (tools / "pack").write_bytes(crafted(f"evidence-{name}-{SERIAL}"))
     os.chmod(tools / "pack", 0o644)
     monkeypatch.setenv("GPUPROV_PULL_MAX_ARCHIVE_BYTES", str(1 << 20))
@@ -429,3 +467,33 @@ def test_a_selection_with_a_cluster_still_brings_the_evidence(host, tools, work,
     [archive] = archives(work, name)
     assert f"{name}: {RMA}: evidence in {archive}" in out, out
     assert json.loads((work / "result.json").read_text())["hosts"][name]["evidence"] == str(archive)
+
+
+def test_the_kept_archive_is_made_here_of_the_checked_files(host, tools, work, capsys, tmp_path):
+    """The host's archive holds what was checked, but as the host chose to write it (its owner,
+    dates, order, and whatever GNU tar would read past tarfile): gpuprov kept those bytes.
+    Now it keeps an archive made here of the checked files: the same files, root's, dated 0,
+    the manifest first, and the same bytes for the same files."""
+    name, inventory = host
+    stem = f"evidence-{name}-{SERIAL}"
+    hosts = []
+    for info, data in ((file_info(f"{stem}/xid.log"), b"log\n"),
+                       (file_info(f"{stem}/manifest.json"), inner_manifest(stem))):
+        info.uid, info.uname, info.mtime, info.mode = 1000, "mallory", 1_700_000_000, 0o4755
+        hosts.append((info, data))
+    host_bytes = tarball(hosts)
+    (tools / "pack").write_bytes(tarball([(file_info(f"./{stem}.tar.gz"), host_bytes)]))
+    os.chmod(tools / "pack", 0o644)
+    kept = []
+    for _ in range(2):
+        rc, out = evidence(work, inventory, name, capsys)
+        assert rc == 0, out
+        kept.append(archives(work, name)[-1])
+    assert kept[0] != kept[1] and kept[0].read_bytes() == kept[1].read_bytes() != host_bytes
+    with tarfile.open(kept[0]) as tar:
+        got = [(m.name, m.mode, m.uid, m.gid, m.uname, m.gname, m.mtime) for m in tar]
+    assert got == [(stem, 0o755, 0, 0, "", "", 0), (f"{stem}/manifest.json", 0o644, 0, 0, "", "", 0),
+                   (f"{stem}/xid.log", 0o644, 0, 0, "", "", 0)]
+    listed = subprocess.run(["tar", "-tzf", str(kept[0])], capture_output=True, text=True, check=True)
+    assert listed.stdout.split() == [f"{stem}/", f"{stem}/manifest.json", f"{stem}/xid.log"]
+    assert members(kept[0])[f"{stem}/manifest.json"] == inner_manifest(stem)

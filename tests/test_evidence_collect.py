@@ -22,7 +22,7 @@ import pytest
 from remote import cli
 from remote.errors import PullError
 from remote.evidence import RMA
-from remote.evidence.archive import check_manifest, host_part
+from remote.evidence.archive import check_manifest, check_name
 from tests.conftest import REPO, write_yaml
 from validate import actions
 from validate.evidence import archive_stem
@@ -238,7 +238,16 @@ def test_the_control_sides_limit_outlasts_the_collectors_own_bounds():
 
 
 @pytest.mark.parametrize("name", ["gpu1", "a/b", "..", "rack 3/gpu_7.", "x" * 100, "héte.-host"])
-def test_the_control_side_expects_the_host_part_the_collector_writes(name):
-    """The control side refuses an archive not named for the host it came from (a host cannot
-    hand in evidence under another host's name); it must expect what the collector writes."""
-    assert f"evidence-{host_part(name)}-no-serial" == archive_stem(name, [])
+def test_the_control_side_expects_the_name_the_collector_writes(name):
+    """The control side takes the archive's name from the collector's own function
+    (validate/evidence.py archive_stem), for this host and the manifest's GPUs, and nothing
+    else: not a name that merely begins with the host's part (issue 41, attack 8)."""
+    gpus = [{"serial": "1654922006536"}, {"serial": None}]
+    check_name(name, archive_stem(name, gpus), {"host": name, "gpus": gpus})
+    check_name(name, archive_stem(name, []), {"host": name, "gpus": []})
+    for stem in (archive_stem(name, gpus).replace("-1654", "-a-1654"), archive_stem("z" + name, gpus),
+                 archive_stem(name, [])):
+        with pytest.raises(PullError, match="not one evidence-<host>-<serials>.tar.gz of"):
+            check_name(name, stem, {"host": name, "gpus": gpus})
+    with pytest.raises(PullError, match="names the host 'gpu2'"):
+        check_name(name, archive_stem(name, gpus), {"host": "gpu2", "gpus": gpus})

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import tarcraft
 from tests.conftest import REPO, invoke, write_yaml
 from tests.procs import run_python_module_measured
 from tests.sshd import server_with_tools
@@ -232,7 +233,8 @@ def sparse_gib(folder: Path) -> bytes:
 
 
 @pytest.mark.parametrize("archive, reason", [
-    (lambda work: ten_gib_of_zeros(), "unpacks to 10240 MiB, over the 256 MiB allowed per file"),
+    # GNU's base-256 size field (8 GiB and more), which the strict reader refuses (issue 41)
+    (lambda work: ten_gib_of_zeros(), "a base-256 size field (GNU tar's form for a number too big"),
     (lambda work: sparse_gib(work / "sparse"), "sparse file: './results.json'"),
 ], ids=["10 GiB bomb", "1 GiB sparse"])
 def test_oversized_archives_are_refused_before_writing(host, tools, work, archive, reason):
@@ -398,3 +400,85 @@ def test_a_gigabyte_of_validate_output_without_newlines_is_kept_bounded(host, to
     assert log.stat().st_size < 4 << 20
     assert marker.findall(log.read_text()) == marker.findall(out)
     assert rss < MAX_RSS_MIB, f"peak RSS {rss:.0f} MiB"
+
+
+# Issue 41: the one strict tar reader (remote/transport/tarstream.py) against archives crafted
+# block by block (tests/tarcraft.py).
+HONEST = [("./results.json", json.dumps({"checks": [], "ok": True}).encode()),
+          ("./bench_torch.log", b"#head;x\n")]
+
+
+def crafted(*extra: bytes, trailer: bytes = b"") -> bytes:
+    """A gzip tarball of HONEST's files, then `extra` blocks, the end blocks, then `trailer`."""
+    return tarcraft.gzipped([tarcraft.tar_of([tarcraft.member(n, d) for n, d in HONEST] + list(extra))
+                             + trailer])
+
+
+def test_a_member_hidden_behind_a_malformed_header_is_refused(host, tools, work):
+    """A header whose uid field reads `0 00000`, then a member: Python's tarfile took it as the
+    archive's end without an error (the pull stored the files before it and exit 0), while GNU
+    tar reads on and extracts what follows. Now the pull is refused, nothing stored."""
+    name, inventory = host
+    hidden = tarcraft.member("./xid.log", b"forged\n", tarcraft.bad_uid(tarcraft.header("./xid.log", 7)))
+    archive = crafted(hidden, tarcraft.member("./planted.sh", b"x"))
+    (work / "crafted.tgz").write_bytes(archive)
+    listed = subprocess.run(["tar", "-tzf", str(work / "crafted.tgz")], capture_output=True, text=True)
+    assert listed.stdout.split() == [n for n, _ in HONEST] + ["./xid.log", "./planted.sh"]
+    (tools / "latest").write_text(RUN1 + "\n")
+    answer_archive(tools, archive)
+    result = invoke("logs", "--host", name, "--inventory", str(inventory), cwd=work)
+    assert result.rc == 1, result.out + result.err  # not pulled (remote/exitcodes.py)
+    assert "the pulled archive has a malformed uid field b'0 00000\\x00' in the header of: './xid.log'" \
+        in result.out, result.out
+    assert tree(work / "logs") == {name: None}, "nothing stored"
+
+
+def test_data_after_the_archives_end_is_refused(host, tools, work):
+    """A member after the end blocks: GNU tar stops at them, tarfile too, and the pull stored
+    the rest (exit 0); an archive must end where the reader ends."""
+    name, inventory = host
+    (tools / "latest").write_text(RUN1 + "\n")
+    answer_archive(tools, crafted(trailer=tarcraft.member("./planted.sh", b"x")))
+    result = invoke("logs", "--host", name, "--inventory", str(inventory), cwd=work)
+    assert result.rc == 1, result.out + result.err
+    assert "the pulled archive has data after the end of the archive" in result.out, result.out
+    assert tree(work / "logs") == {name: None}, "nothing stored"
+
+
+@pytest.mark.parametrize("kind", [tarfile.XHDTYPE, tarfile.GNUTYPE_LONGNAME], ids=["PAX", "GNU long name"])
+def test_a_huge_extended_header_is_refused_in_bounded_memory(host, tools, work, kind):
+    """An 800 MiB PAX header (or GNU long name) of one letter, 800 KiB as a tar.gz: tarfile read
+    it whole, and `invoke logs` peaked at about 830 MiB. Now it is refused from its size
+    field, the control process's memory bounded."""
+    name, inventory = host
+    (tools / "latest").write_text(RUN1 + "\n")
+    archive = crafted(*tarcraft.huge_extended(kind, 800 << 20), tarcraft.member("./results2.json", b"{}"))
+    assert len(archive) < 1 << 20
+    answer_archive(tools, archive)
+    rc, out, err, _, rss = run_python_module_measured(
+        "invoke", ["--search-root", str(REPO), "logs", "--host", name,
+                   "--inventory", str(inventory)],
+        work / "peak_kib", env={"PYTHONPATH": str(REPO), "PATH": os.environ["PATH"]},
+        cwd=str(work), timeout=300)
+    print(f"peak RSS {rss:.0f} MiB")
+    assert rc == 1, (rc, out, err)
+    assert f"an extended header of {800 << 20} bytes, over the 65536 allowed" in out, out
+    assert tree(work / "logs") == {name: None}, "nothing stored"
+    assert rss < MAX_RSS_MIB, f"peak RSS {rss:.0f} MiB"
+
+
+def test_a_gnu_tar_archive_of_an_ordinary_folder_still_pulls(host, tools, work):
+    """The host's own GNU tar (`tar -czf - -C DIR .`, GNU format: a long name is a 'L' header)
+    packing a run folder with a subfolder: pulled whole, as before."""
+    name, inventory = host
+    src = work / "src"
+    (src / "profile").mkdir(parents=True)
+    (src / "results.json").write_text(json.dumps({"checks": [], "ok": True}))
+    (src / "profile" / ("trace-" + "x" * 120 + ".json")).write_text("[]")
+    (tools / "latest").write_text(RUN1 + "\n")
+    answer_archive(tools, subprocess.run(["/usr/bin/tar", "-czf", "-", "-C", str(src), "."],
+                                         capture_output=True, check=True).stdout)
+    result = invoke("logs", "--host", name, "--inventory", str(inventory), cwd=work)
+    assert result.rc == 0, result.out + result.err
+    run = work / "logs" / name / RUN1
+    assert tree(run) == tree(src)

@@ -20,7 +20,7 @@ pushes it to each host and installs from it alone, on hosts that reach no networ
              the recipe's steps; the kinds then install from it (`Kind.through_bundle`).
 
 May import: `remote.errors`, `remote.config`, `remote.paths`, `remote.lock`, `remote.kinds`,
-`remote.engine`.
+`remote.engine`, `remote.transport` (`tarstream`, the strict tar reader; `connection`).
 """
 from __future__ import annotations
 

@@ -20,13 +20,29 @@
 in that order: the build writes each file as soon as it has it (the wheels while the .debs
 download), so the list of them comes last.
 
-`read_bundle` checks an archive before any host is touched, reading it once: only plain files
-in those folders, with plain names; each file's sha256 and size as the manifest says; nothing
-missing, nothing extra; the locks the same as the recipe's (when it has them); every wheel's
-sha256 one its lock allows; its validate/ the same files as this gpuprov's. The first thing
-wrong is one line naming the file (BundleError, an InputError: exit status 2). In the same
-pass it takes the sha256 of the archive's bytes, all of them, as read: the digest of exactly
-the archive it checked, which each host compares with what it received (remote/bundle/push.py).
+`read_bundle` checks an archive before any host is touched, reading it once with the one strict
+tar reader (remote/transport/tarstream.py): only plain files in those folders, with plain
+names; each member's header the one ArchiveWriter writes for its name and size (root's, 0644,
+dated 0, no owner names, the name as written, a PAX `path` only for a name over 100 bytes);
+each file's sha256 and size as the manifest says; nothing missing, nothing extra; the locks the
+same as the recipe's (when it has them); every wheel's sha256 one its lock allows; its
+validate/ the same files as this gpuprov's. The first thing wrong is one line naming the file
+(BundleError, an InputError: exit status 2). In the same pass it takes the sha256 of the
+archive's bytes, all of them, as read: the digest of exactly the archive it checked, which each
+host compares with what it received before GNU tar's files are used (remote/bundle/push.py).
+
+Why the bundle's id (the manifest's sha256) covers the bytes a host installs: the strict reader
+refuses every header it does not read one way only, and anything after the end but zeros, so
+the member list it checked is the one GNU tar extracts from the same bytes (no member hidden
+behind a header tarfile gave up on, as Python's tarfile did: issue 41). The headers are
+required to be the writer's own (`_check_header`): what GNU tar makes of a header (mode, owner,
+name) is then fixed by the member's name and size alone, not by fields the checks would not
+see. The member's data are the bytes whose sha256 the manifest names; the padding is zeros.
+So every file GNU tar writes on the host is a file of the manifest with its sha256 and mode
+0644, and the manifest's sha256 names all of them. A field-by-field check was chosen over
+comparing the header's bytes with what this Python's tarfile would write: a bundle built by
+another Python (the connected machine's) must still read, and the strict reader has one
+reading of every field, so equal fields are an equal extraction.
 """
 from __future__ import annotations
 
@@ -35,18 +51,19 @@ import io
 import json
 import os
 import re
-import tarfile
+import tarfile  # the writer only: a bundle is read by transport/tarstream.py
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, Optional
+from typing import Any, BinaryIO, Callable, Iterable, Optional
 
 from ..config.aptlock import parse_apt_lock
 from ..config.lockfile import parse_lock
 from ..errors import InputError
 from ..kinds.route import BundleRoute
 from ..transport.connection import package_files
+from ..transport.tarstream import Member, TarReader, TarRefused
 
 SCHEMA = 1
 MANIFEST = "manifest.json"
@@ -65,6 +82,9 @@ MAX_MANIFEST = 8 * 1024 * 1024    # 20,000 files at ~250 bytes is 5 MB
 MAX_FILES = 20000
 HOST_ROOT = "/var/lib/gpuprov/bundles"   # where a host keeps unpacked bundles, one folder each
 CHUNK = 1 << 20
+# The members outside the folders; the reader takes each once, whole (at most MAX_MANIFEST,
+# MAX_SIGNATURE for the signature).
+TOP = (MANIFEST, SUMS, SIGNATURE)
 
 
 class BundleError(InputError):
@@ -132,16 +152,14 @@ class HashingReader:
 
 
 class ArchiveReader:
-    """The archive's file read once, front to back, for tarfile ("r:": it reads the headers
-    and seeks over the data) and for the members' hashes (`member`, big pieces straight from
-    the file: tarfile's stream mode copies every byte three times over in 10 KiB pieces, most of
-    a check's time once). Every byte read or sought over is hashed into the archive's sha256
-    in the order of the file, on a thread of its own (hashlib lets go of the GIL for large
-    updates), beside the members' hashes. A seek backwards is refused: nothing is read twice."""
+    """The archive's file read once, front to back, by the strict reader
+    (remote/transport/tarstream.py: headers a block at a time, members' data in big pieces
+    straight from the file). Every byte read is hashed into the archive's sha256 in the order
+    of the file, on a thread of its own (hashlib lets go of the GIL for large updates), beside
+    the members' hashes. Nothing is read twice, nothing skipped."""
 
     def __init__(self, f: BinaryIO):
         self.f = f
-        self.pos = 0
         self._digest = hashlib.sha256()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="bundle-sha256")
         self._last: Optional[Future[None]] = None
@@ -149,33 +167,10 @@ class ArchiveReader:
     def read(self, size: int = -1) -> bytes:
         data = self.f.read(size)
         if data:
-            self.pos += len(data)
             if self._last is not None:
                 self._last.result()
             self._last = self._pool.submit(self._digest.update, data)
         return data
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        if whence != os.SEEK_SET or offset < self.pos:
-            raise io.UnsupportedOperation("a bundle is read front to back, once")
-        while self.pos < offset and self.read(min(CHUNK, offset - self.pos)):
-            pass
-        return self.pos
-
-    def member(self, member: tarfile.TarInfo) -> Iterator[bytes]:
-        """The data of `member` (the header just read), a piece at a time; EOFError if the
-        archive ends first."""
-        self.seek(member.offset_data)
-        left = member.size
-        while left:
-            data = self.read(min(CHUNK, left))
-            if not data:
-                raise EOFError(f"{member.name}: the archive ends inside it")
-            left -= len(data)
-            yield data
 
     def hexdigest(self) -> str:
         """The sha256 of every byte the file holds: what is left is read (and hashed) first."""
@@ -293,9 +288,10 @@ def read_bundle(path: Path, locks_dir: Optional[Path] = None,
     file that is wrong. `locks_dir`: the recipe's locks, which the bundle's must equal;
     `validate_dir`: this gpuprov's validate/, which the bundle's must equal.
 
-    One pass, whatever the archive's size: each member is hashed as it streams by and checked
-    against the manifest, which comes last (gpuprov bundle writes it once every file is in;
-    an archive with it first is read the same)."""
+    One pass, whatever the archive's size, in memory bounded whatever its headers claim: each
+    member is hashed as it streams by and checked against the manifest, which comes last
+    (gpuprov bundle writes it once every file is in; an archive with it first is read the
+    same)."""
     try:
         reader = ArchiveReader(open(path, "rb"))
     except FileNotFoundError:
@@ -308,58 +304,87 @@ def read_bundle(path: Path, locks_dir: Optional[Path] = None,
         reader.close()
 
 
-def _read_bundle(path: Path, reader: ArchiveReader, locks_dir: Optional[Path],  # noqa: C901  one pass over the archive, one check per kind of member
+def _read_bundle(path: Path, reader: ArchiveReader, locks_dir: Optional[Path],
                  validate_dir: Optional[Path]) -> Bundle:
-    try:
-        tar = tarfile.open(fileobj=reader, mode="r:")     # type: ignore[call-overload]
-    except (OSError, tarfile.TarError) as exc:
-        raise BundleError(f"not a bundle archive: {exc}", path) from None
-    raw: Optional[bytes] = None
-    sums: Optional[bytes] = None
-    signature: Optional[bytes] = None
+    top: dict[str, bytes] = {}     # MANIFEST, SUMS, SIGNATURE: the members outside the folders
     seen: dict[str, tuple[str, int]] = {}     # member -> (sha256, size), in the archive's order
     locks: dict[str, bytes] = {}
+    tar = TarReader(reader)
     try:
-        with tar:
-            for member in tar:
-                name = member.name
-                if not member.isfile():
-                    raise BundleError(f"{name}: not a plain file (a link or device in a bundle is "
-                                      "refused)", path)
-                if name == SIGNATURE:       # checked against its anchor by remote/bundle/trust.py
-                    if signature is not None or member.size > MAX_SIGNATURE:
-                        raise BundleError(f"{name}: twice in the archive, or too large", path)
-                    signature = b"".join(reader.member(member))
-                    continue
-                if name in (MANIFEST, SUMS):
-                    if (raw if name == MANIFEST else sums) is not None or member.size > MAX_MANIFEST:
-                        raise BundleError(f"{name}: twice in the archive, or too large: not a bundle "
-                                          "made by gpuprov bundle", path)
-                    data = b"".join(reader.member(member))
-                    if name == MANIFEST:
-                        raw = data
-                    else:
-                        sums = data
-                    continue
-                if name in seen or not _member_ok(name) or len(seen) >= MAX_FILES:
-                    why = "twice in the archive" if name in seen else "not in the bundle manifest"
-                    raise BundleError(f"{name}: {why}: the bundle was changed after it was built", path)
-                if name.startswith("locks/") and member.size + sum(map(len, locks.values())) <= MAX_MANIFEST:
-                    data = b"".join(reader.member(member))   # kept to read after the manifest: bounded
-                    digest = hashlib.sha256(data).hexdigest()
-                    locks[name] = data
-                else:
-                    sha = hashlib.sha256()
-                    for data in reader.member(member):
-                        sha.update(data)
-                    digest = sha.hexdigest()
-                seen[name] = (digest, member.size)
+        for member in tar.members():
+            _check_header(path, member)
+            if member.name in TOP:
+                top[member.name] = _small(path, member, tar)
+                continue
+            seen[member.name] = _hash_member(path, member, tar, seen, locks)
         whole = reader.hexdigest()
-    except (OSError, tarfile.TarError, EOFError) as exc:
+    except TarRefused as exc:
+        if exc.not_plain:
+            raise BundleError(f"{exc.name}: not a plain file ({exc.why}): a bundle holds plain files "
+                              "only", path) from None
+        if exc.damaged:
+            raise BundleError(f"not a whole bundle archive: {exc}", path) from None
+        raise BundleError(f"not a bundle archive as gpuprov bundle writes it: {exc}", path) from None
+    except OSError as exc:
         raise BundleError(f"not a whole bundle archive: {exc}", path) from None
+    raw = top.get(MANIFEST)
     if raw is None:
         raise BundleError(f"the archive has no {MANIFEST}: not a bundle made by gpuprov bundle", path)
     manifest = _manifest(raw, path)
+    _check_files(path, manifest, seen, top.get(SUMS))
+    _check_locks(path, manifest, locks, locks_dir)
+    if validate_dir is not None:
+        _check_validate(path, manifest, validate_dir)
+    return Bundle(path, manifest, hashlib.sha256(raw).hexdigest()[:16], whole, raw,
+                  top.get(SIGNATURE))
+
+
+def _check_header(path: Path, member: Member) -> None:
+    """`member`'s header is the one ArchiveWriter writes for its name and size (module
+    docstring): a plain file, root's, 0644, dated 0, no owner names, its name as written (no
+    `./`, no prefix field, no GNU long name; a PAX path only for a name over 100 bytes)."""
+    if member.isdir:
+        raise BundleError(f"{member.raw}: not a plain file (a folder): a bundle holds plain files only",
+                          path)
+    long = len(member.name.encode()) > 100
+    canonical = (member.raw == member.name and member.posix and not member.prefixed
+                 and not member.long_name and (member.mode, member.uid, member.gid, member.mtime) == (0o644, 0, 0, 0)
+                 and member.uname == member.gname == "" and set(member.pax) == ({"path"} if long else set()))
+    if not canonical:
+        raise BundleError(f"{member.name}: its header is not the one gpuprov bundle writes (owner, mode, "
+                          "date, or name fields): the bundle was changed after it was built", path)
+
+
+def _small(path: Path, member: Member, tar: TarReader) -> bytes:
+    """MANIFEST, SUMS or SIGNATURE, whole (each once, at most MAX_MANIFEST or MAX_SIGNATURE
+    bytes)."""
+    if member.size > (MAX_SIGNATURE if member.name == SIGNATURE else MAX_MANIFEST):
+        raise BundleError(f"{member.name}: twice in the archive, or too large: not a bundle made by "
+                          "gpuprov bundle", path)
+    return b"".join(tar.data())
+
+
+def _hash_member(path: Path, member: Member, tar: TarReader, seen: dict[str, tuple[str, int]],
+                 locks: dict[str, bytes]) -> tuple[str, int]:
+    """A folder's member, hashed as it streams by: (sha256, size); a lock's bytes kept."""
+    name = member.name
+    if not _member_ok(name) or len(seen) >= MAX_FILES:
+        raise BundleError(f"{name}: not in the bundle manifest: the bundle was changed after it "
+                          "was built", path)
+    if name.startswith("locks/") and member.size + sum(map(len, locks.values())) <= MAX_MANIFEST:
+        data = b"".join(tar.data())   # kept to read after the manifest: bounded
+        locks[name] = data
+        return hashlib.sha256(data).hexdigest(), member.size
+    sha = hashlib.sha256()
+    for data in tar.data():
+        sha.update(data)
+    return sha.hexdigest(), member.size
+
+
+def _check_files(path: Path, manifest: dict[str, Any], seen: dict[str, tuple[str, int]],
+                 sums: Optional[bytes]) -> None:
+    """The members read are the manifest's files, each with its sha256 and size; SHA256SUMS is
+    the manifest's."""
     expected = {e["path"]: e for e in manifest["files"]}
     for name, (digest, size) in seen.items():
         entry = expected.get(name)
@@ -376,10 +401,6 @@ def _read_bundle(path: Path, reader: ArchiveReader, locks_dir: Optional[Path],  
     if sums != sums_text(manifest["files"]).encode():
         raise BundleError(f"{SUMS} does not match {MANIFEST}: the bundle was changed after it was "
                           "built", path)
-    _check_locks(path, manifest, locks, locks_dir)
-    if validate_dir is not None:
-        _check_validate(path, manifest, validate_dir)
-    return Bundle(path, manifest, hashlib.sha256(raw).hexdigest()[:16], whole, raw, signature)
 
 
 def _check_validate(path: Path, manifest: dict[str, Any], validate_dir: Path) -> None:

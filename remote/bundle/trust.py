@@ -39,8 +39,8 @@ Why signing the manifest vouches for every byte a host installs:
    public half on every host, and would add nothing the manifest does not already vouch for).
 
 What this leans on: that the archive a host extracts holds exactly the members `read_bundle`
-checked (issue 41 item 2, "one reading of every archive": a header Python's tarfile stops at
-and GNU tar reads past is that part's to refuse); a `--bundle-sha256` anchor does not, since
+checked: remote/transport/tarstream.py refuses every header GNU tar could read otherwise, and
+read_bundle each header that is not ArchiveWriter's own; a `--bundle-sha256` anchor does not, since
 no byte of the archive can change. What it does not prevent: a carrier can withhold, delay or
 corrupt a bundle (refused, nothing installed), or hand over an older bundle the same key
 signed (a replay: its locks must still be the recipe's and its validate/ this gpuprov's, which

@@ -10,11 +10,14 @@ Xid and SXid lines, and the last results.json and stack.json (sent from here), i
 Here (`archive.py`) the archive comes home into `<logs>/<host>/<run>/` as validation's folder
 does: through the transport's `pull` (names, links and sizes checked; remote/transport/
 transfer.py), then opened the same way (`publish_pull`) in a hidden folder of the run folder,
-to check its members and that its manifest lists every file with its sha256. Only then is it
-moved in under its name; the hidden folders go whatever happens. `job.py` has the jobs.
+to check its members, that its manifest lists every file with its sha256, and that its name is
+exactly the one the collector gives this host. Only then is an archive of the checked files,
+made here, kept under that name; the hidden folders go whatever happens. `job.py` has the jobs.
 
 May import: `remote.errors`, `runfolder`, `resultsfile`, `output.term`, `transport.connection`
-and the engine (its session, results and the validate and logs jobs). Imported by `cli` only.
+and the engine (its session, results and the validate and logs jobs); of validate/,
+`validate.evidence` (`archive_stem`: the collector's name for a host's archive has one owner).
+Imported by `cli` only.
 """
 from __future__ import annotations
 

@@ -1,21 +1,31 @@
 """Bringing an evidence archive home from a host that may be hostile (see the package's doc).
 
 The host sends a folder holding one file, `evidence-<host>-<serials>.tar.gz`; both the folder's
-tarball and that archive go through the transport's checks (`pull`, `publish_pull`: no link,
-device, absolute or `..` name, sizes within `PullLimits`, nothing replaced), each into its own
-hidden folder under the run folder, so nothing lands outside it. The archive must hold one
-folder named as the archive, whose manifest.json lists exactly its other files, each with its
-size and sha256; then the archive, as the host made it, is moved into the run folder.
+tarball and that archive go through the transport's checks (`pull`, `publish_pull`: the one
+strict tar reader, remote/transport/tarstream.py; no link, device, absolute or `..` name,
+sizes within `PullLimits`, nothing replaced), each into its own hidden folder under the run
+folder, so nothing lands outside it. The archive must hold one folder named as the archive,
+whose manifest.json lists exactly its other files, each with its size and sha256; its name
+must be exactly the one the collector gives this host's evidence (validate/evidence.py
+`archive_stem`, from this host's inventory name and the manifest's own GPU list), and the
+manifest must name this host. Then not the host's bytes but an archive made here of the
+checked files is kept (`repack`: manifest.json first, then the files by name; root's, 0644,
+dated 0, gzip without a name or date): what is kept is exactly what was checked, whatever the
+host's tar or gzip stream held besides.
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
 import re
 import shutil
+import tarfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, BinaryIO, Optional
+
+from validate.evidence import archive_stem
 
 from ..errors import PullError
 from ..resultsfile import UnusableFile, read_capped
@@ -27,43 +37,95 @@ SUFFIX = EVIDENCE_SUFFIX
 # validate/evidence.py archive_stem: letters, digits, '.', '-', '_' and the '+N' of a cut list
 NAME = re.compile(re.escape(EVIDENCE_PREFIX) + r"[A-Za-z0-9._+-]{1,250}" + re.escape(SUFFIX))
 HIDDEN = ".evidence"  # the hidden folder of the run folder the archive is checked in
-# validate/evidence.py archive_stem's host part: the name with runs of other characters as '_'
-# (tests/test_evidence_collect.py holds the two equal)
-_UNSAFE = re.compile(r"[^A-Za-z0-9.-]+")
-
-
-def host_part(host_name: str) -> str:
-    """The `<host>` of `evidence-<host>-<serials>.tar.gz` as the collector writes it."""
-    return (_UNSAFE.sub("_", host_name).strip("._") or "host")[:64]
+CHUNK = 1 << 20
 
 
 def bring_home(conn: BaseConnection, remote_out: str, run_folder: Path, run_id: str,
                timeout: float, idle_timeout: Optional[float]) -> tuple[Path, dict[str, Any]]:
     """Pull the host's `remote_out` (a quoted shell word: the folder holding the archive) and
-    store its checked archive, named for the host of `conn`, in `run_folder`: (its path, its
-    manifest). PullError otherwise, with nothing left in `run_folder` but what was there."""
+    store an archive of its checked files, named for the host of `conn`, in `run_folder`: (its
+    path, its manifest). PullError otherwise, with nothing left in `run_folder` but what was
+    there."""
     hidden = run_folder / HIDDEN
-    prefix = f"{EVIDENCE_PREFIX}{host_part(conn.host.name)}-"
     try:
         pulled = hidden / "pulled" / run_id
         res, names = pull(conn, remote_out, pulled, timeout=timeout, idle_timeout=idle_timeout)
         if res.rc != 0:
             raise PullError(f"no evidence archive on the host ({res.err.strip()[:200] or f'exit {res.rc}'})")
-        if len(names) != 1 or not NAME.fullmatch(names[0]) or not names[0].startswith(prefix) \
-                or not (pulled / names[0]).is_file():  # another host's name is not this host's
+        if len(names) != 1 or not NAME.fullmatch(names[0]) or not (pulled / names[0]).is_file():
             raise PullError(f"the host sent {names[:5]!r}, not one {EVIDENCE_PREFIX}<host>-<serials>{SUFFIX}")
         name = names[0]
+        stem = name[:-len(SUFFIX)]
         opened = hidden / "opened" / run_id
         with (pulled / name).open("rb") as archive:
             publish_pull(archive, opened)
-        manifest = check_manifest(opened, name[:-len(SUFFIX)])
+        manifest = check_manifest(opened, stem)
+        check_name(conn.host.name, stem, manifest)
         target = run_folder / name
         if target.exists() or target.is_symlink():
             raise PullError(f"{target} already exists: an archive is never replaced")
-        os.replace(pulled / name, target)
+        repacked = hidden / name
+        repack(opened / stem, manifest, repacked)
+        os.replace(repacked, target)
         return target, manifest
     finally:
         shutil.rmtree(hidden, ignore_errors=True)
+
+
+def check_name(host_name: str, stem: str, manifest: dict[str, Any]) -> None:
+    """`stem` is exactly the name the collector gives `host_name`'s evidence with the
+    manifest's GPUs (a host cannot hand in evidence under another host's name, nor one that
+    merely begins like it), and the manifest names that host."""
+    gpus = manifest.get("gpus", [])
+    if not isinstance(gpus, list) or not all(
+            isinstance(g, dict) and isinstance(g.get("serial"), (str, type(None))) for g in gpus):
+        raise PullError(f"the evidence archive's {MANIFEST} has no list of GPUs with their serials")
+    expected = archive_stem(host_name, gpus)
+    if stem != expected:
+        raise PullError(f"the host sent {stem + SUFFIX!r}, not one {EVIDENCE_PREFIX}<host>-<serials>{SUFFIX} "
+                        f"of {host_name} ({expected + SUFFIX!r} from its manifest's GPUs)")
+    if manifest.get("host") != host_name:
+        raise PullError(f"the evidence archive's {MANIFEST} names the host {str(manifest.get('host'))[:80]!r}, "
+                        f"not {host_name!r}")
+
+
+def _info(name: str, size: int = 0, folder: bool = False) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.uid, info.gid, info.uname, info.gname = size, 0, 0, 0, "", ""
+    info.type, info.mode = (tarfile.DIRTYPE, 0o755) if folder else (tarfile.REGTYPE, 0o644)
+    return info
+
+
+class _Checked:
+    """A checked file read again for the archive, its bytes hashed on the way."""
+
+    def __init__(self, f: BinaryIO):
+        self.f = f
+        self.digest = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.f.read(size)
+        self.digest.update(data)
+        return data
+
+
+def repack(folder: Path, manifest: dict[str, Any], out: Path) -> None:
+    """`out`: a gzip tarball of the checked `folder` (its name the archive's stem), the same
+    for the same files: manifest.json, then the files the manifest lists, by name. Each file's
+    bytes are hashed as they go in and must be the manifest's (its own, as checked)."""
+    stem = folder.name
+    listed = {f["name"]: f["sha256"] for f in manifest["files"]}
+    expected = [(MANIFEST, None)] + sorted(listed.items())
+    with open(out, "xb") as raw, \
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(_info(stem, folder=True))
+        for name, sha256 in expected:
+            with (folder / name).open("rb") as f:
+                checked = _Checked(f)
+                tar.addfile(_info(f"{stem}/{name}", os.fstat(f.fileno()).st_size), checked)
+            if sha256 is not None and checked.digest.hexdigest() != sha256:
+                raise PullError(f"the evidence archive's {name!r} changed after it was checked")
 
 
 def sha256_of(path: Path) -> str:

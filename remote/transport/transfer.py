@@ -15,20 +15,22 @@ anything is written.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import shutil
-import tarfile
+import tarfile  # `pack` only: archives are read by tarstream
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Optional, Union
+from typing import BinaryIO, Callable, Optional, Union
 
 from ..errors import OutputTooLarge, PullError
 from ..fileio import current_umask
 from ..runfolder import CONTROL_FILES, RESULTS
 from ..runid import is_run_id
 from .base import BaseConnection, CommandResult
+from .tarstream import GzipStream, Member, TarReader, TarRefused
 
 COMMIT_FILE = RESULTS  # moved into place last: its presence says the pull is whole
 SKIP = {"__pycache__", ".pytest_cache"}
@@ -141,12 +143,15 @@ def pull(conn: BaseConnection, remote_dir: str, dest: Path, timeout: float = 600
 
 def publish_pull(data: Union[bytes, BinaryIO], dest: Path,
                  limits: Optional[PullLimits] = None) -> list[str]:
-    """Store a pulled tarball (bytes, or a file at its start) in `dest` = `<logs>/<host>/<run
-    id>` (created if needed); return the names stored. `limits` defaults to
+    """Store a pulled tarball (bytes, or a seekable file at its start) in `dest` = `<logs>/<host>/
+    <run id>` (created if needed); return the names stored. `limits` defaults to
     `PullLimits.from_env()`.
 
-    Extraction goes to a hidden temporary folder in `dest`'s parent first; only a complete,
-    safe archive is moved into place, results.json last.
+    Read twice with the one strict reader (remote/transport/tarstream.py): first to the end,
+    every header and the archive's end checked against the limits and `dest`, nothing written;
+    then each checked member is written by this function itself (plain files and folders, no
+    name outside the folder) into a hidden temporary folder in `dest`'s parent, and only a
+    complete archive is moved into place, results.json last.
     """
     _check_run_id(dest)
     limits = limits or PullLimits.from_env()
@@ -156,18 +161,15 @@ def publish_pull(data: Union[bytes, BinaryIO], dest: Path,
     except OSError as exc:
         raise PullError(f"cannot write in {dest.parent}: {exc.strerror}") from None
     try:
+        archive = io.BytesIO(data) if isinstance(data, bytes) else data
         try:
-            archive = io.BytesIO(data) if isinstance(data, bytes) else data
-            with tarfile.open(fileobj=archive, mode="r:gz") as tar:
-                members = _checked_members(tar, limits)
-                _check_new(dest, members)
-                mask = current_umask()
-                # Files land as the user's own umask says, not as the host had them.
-                tar.extractall(str(tmp), members=members, filter=lambda member, where: (
-                    tarfile.data_filter(member, where).replace(mode=member.mode & ~mask & 0o777,
-                                                               deep=False)))
-        except (tarfile.TarError, EOFError, ValueError) as exc:
-            raise PullError(f"the pulled archive is damaged or incomplete: {exc}") from None
+            start = archive.tell()
+            checker = _Checker(dest, limits)
+            _read(archive, checker)
+            archive.seek(start)
+            writer = _Writer(tmp)
+            _read(archive, writer.write)
+            writer.finish(checker.digest.digest())
         except OSError as exc:
             raise PullError(f"cannot store the pulled files in {dest.parent}: "
                             f"{exc.strerror or exc}") from None
@@ -183,55 +185,108 @@ def publish_pull(data: Union[bytes, BinaryIO], dest: Path,
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _read(archive: BinaryIO, each: Callable[[TarReader, Member], None]) -> None:
+    """Each member of the gzip tarball `archive` handed to `each` as it is read, the archive
+    read to its end; PullError for anything the reader refuses."""
+    reader = TarReader(GzipStream(archive))
+    try:
+        for member in reader.members():
+            each(reader, member)
+    except TarRefused as exc:
+        if exc.damaged:
+            raise PullError(f"the pulled archive is damaged or incomplete: {exc}") from None
+        if exc.not_plain and exc.why != "a sparse file":
+            raise PullError(f"the pulled archive has a link or device ({exc.why}): {exc.where}") from None
+        raise PullError(f"the pulled archive has {exc}") from None
+
+
 def _check_run_id(dest: Path) -> None:
     if not is_run_id(dest.name):
         raise PullError(f"the host's run id {dest.name!r} is not one gpuprov makes (like "
                         "20261122T055742.123Z-14af): refusing to store its files")
 
 
-def _checked_members(tar: tarfile.TarFile, limits: PullLimits) -> list[tarfile.TarInfo]:
-    """The archive's members, read header by header and refused at the first one past a limit
-    (iterating decompresses only up to that header, so a bomb stops early)."""
-    members: list[tarfile.TarInfo] = []
-    total = 0
-    for member in tar:
-        members.append(member)
-        if len(members) > limits.members:
+class _Checker:
+    """The first reading, member by member: within `limits`, not a file the control side
+    writes, not one already in `dest` (an earlier pull of the same run, or what the control
+    side wrote there). Refused at the first one wrong, before anything is written (reading
+    only up to that header, so a bomb stops early)."""
+
+    def __init__(self, dest: Path, limits: PullLimits):
+        self.dest = dest
+        self.limits = limits
+        self.count = self.total = 0
+        self.digest = hashlib.sha256()
+
+    def __call__(self, reader: TarReader, member: Member) -> None:
+        _add(self.digest, member)
+        limits = self.limits
+        self.count += 1
+        self.total += member.size
+        if self.count > limits.members:
             raise PullError(f"the pulled archive has more than {limits.members} members "
                             "(GPUPROV_PULL_MAX_FILES)")
-        _check_member(member)
-        if member.issparse():
-            raise PullError(f"the pulled archive has a sparse file: {member.name!r}")
         if member.size > limits.file_bytes:
-            raise PullError(f"the pulled archive's {member.name!r} unpacks to "
+            raise PullError(f"the pulled archive's {member.raw!r} unpacks to "
                             f"{_size(member.size)}, over the {_size(limits.file_bytes)} allowed "
                             "per file (GPUPROV_PULL_MAX_FILE_BYTES)")
-        total += member.size
-        if total > limits.total_bytes:
+        if self.total > limits.total_bytes:
             raise PullError(f"the pulled archive unpacks to more than "
                             f"{_size(limits.total_bytes)} (GPUPROV_PULL_MAX_BYTES)")
-    return members
-
-
-def _check_member(member: tarfile.TarInfo) -> None:
-    path = Path(member.name)
-    if path.is_absolute() or ".." in path.parts:
-        raise PullError(f"the pulled archive has an unsafe path: {member.name!r}")
-    if not (member.isfile() or member.isdir()):
-        raise PullError(f"the pulled archive has a link or device: {member.name!r}")
-    if path.parts and path.parts[0] in CONTROL_FILES:
-        raise PullError(f"the pulled archive has {path.parts[0]}, which only the control side "
-                        "writes: refusing it")
-
-
-def _check_new(dest: Path, members: list[tarfile.TarInfo]) -> None:
-    """Refuse a pull that would replace anything already in `dest` (an earlier pull of the
-    same run, or what the control side wrote there)."""
-    for name in sorted({Path(m.name).parts[0] for m in members if Path(m.name).parts}):
-        target = dest / name
+        if not member.name:
+            return  # the folder itself (`./`)
+        top = member.name.split("/")[0]
+        if top in CONTROL_FILES:
+            raise PullError(f"the pulled archive has {top}, which only the control side "
+                            "writes: refusing it")
+        target = self.dest / top
         if target.exists() or target.is_symlink():
             raise PullError(f"{target} already exists (pulled before?): a pull never replaces "
                             "files; move the folder away to pull again")
+
+
+def _add(digest: hashlib._Hash, member: Member) -> None:
+    """`member`'s fields into `digest` (the two readings compared without keeping a list of
+    members: memory does not grow with their count)."""
+    digest.update(repr((member.name, member.isdir, member.size, member.mode, member.mtime)).encode() + b"\0")
+
+
+class _Writer:
+    """The second reading: each member, the same as the first reading's, written into `tmp`
+    (files as the user's own umask says, not as the host had them; folders' modes set last,
+    so that a read-only folder still gets its files)."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.digest = hashlib.sha256()
+        self.mask = current_umask()
+        self.folders: list[tuple[Path, Member]] = []
+
+    def write(self, reader: TarReader, member: Member) -> None:
+        _add(self.digest, member)
+        if not member.name:
+            return
+        path = self.tmp / member.name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if member.isdir:
+            path.mkdir(mode=0o700, exist_ok=True)
+            self.folders.append((path, member))
+            return
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            for data in reader.data():
+                out.write(data)
+            os.fchmod(out.fileno(), member.mode & ~self.mask & 0o777)
+        os.utime(path, (member.mtime, member.mtime))
+
+    def finish(self, checked: bytes) -> None:
+        """Folders' modes set; PullError unless the members written are the ones checked (the
+        same file read twice: a disk that gave other bytes the second time)."""
+        if self.digest.digest() != checked:
+            raise PullError("the pulled archive changed while it was read")
+        for path, member in reversed(self.folders):
+            os.chmod(path, (member.mode | 0o700) & ~self.mask & 0o777)
+            os.utime(path, (member.mtime, member.mtime))
 
 
 def _size(count: int) -> str:
