@@ -261,6 +261,8 @@ class Validate:
             attempt.end("not validated: interrupted", "interrupted", counts=False)
             raise
         attempt.end(outcome.text, no_verdict, rc=rc)
+        if attempt.error:
+            session.log.event(attempt.error)
         session.conclude(outcome)
 
     def _validate(self, session: HostSession, dest: Path) -> tuple[Outcome, str, Optional[int]]:
@@ -333,12 +335,18 @@ class Attempt:
     def __init__(self, dest: Path):
         self.path = dest / VALIDATION_ATTEMPT
         self.started = _now()
-        write_atomic(self.path, attempt_record(self.started))
+        self.error = ""  # why the record could not be written (a full disk): said in the run log
+        self._write(attempt_record(self.started))
 
     def end(self, outcome: str, no_verdict: str, counts: bool = True,
             rc: Optional[int] = None) -> None:
-        write_atomic(self.path, attempt_record(self.started, _now(), outcome, no_verdict,
-                                               counts, rc))
+        self._write(attempt_record(self.started, _now(), outcome, no_verdict, counts, rc))
+
+    def _write(self, text: str) -> None:
+        try:
+            write_atomic(self.path, text)
+        except OSError as exc:  # the validation goes on; only the report's record is lost
+            self.error = f"cannot write {self.path}: {exc.strerror or exc}"
 
 
 def _now() -> str:
