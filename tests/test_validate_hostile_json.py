@@ -27,10 +27,10 @@ def _validate(*args):
 
 # (file text, what the one line says after the file's name)
 HOSTILE = {
-    "100,000 nested [": ("[" * 100_000, "nested 100000 deep, more than 64"),
+    "100,000 nested [": ("[" * 100_000, "nested more than 64 deep"),
     "100,000 nested [ inside the figures": (
-        '{"gpus": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested 100001 deep, more than 64"),
-    "100,000 nested {": ('{"a":' * 100_000 + "1" + "}" * 100_000, "nested 100000 deep, more than 64"),
+        '{"gpus": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested more than 64 deep"),
+    "100,000 nested {": ('{"a":' * 100_000 + "1" + "}" * 100_000, "nested more than 64 deep"),
     "a 401-digit integer": (H100 % DIGITS_401, "an integer of 401 digits, more than 40"),
     "a 401-digit negative integer": (H100 % ("-" + DIGITS_401), "an integer of 401 digits, more than 40"),
     # Python 3.11's own limit (int_max_str_digits, 4300) raised a ValueError of its own
@@ -64,7 +64,7 @@ def test_a_hostile_profile_file_is_one_line_and_exit_2(tmp_path, case):
 
 @pytest.mark.parametrize("inline, why", [
     ('{"tolerance": %s}' % DIGITS_401, "an integer of 401 digits, more than 40"),
-    ('{"gpus": ' + "[" * 100_000 + "}", "nested 100001 deep, more than 64"),
+    ('{"gpus": ' + "[" * 100_000 + "}", "nested more than 64 deep"),
 ], ids=["401 digits", "100,000 nested"])
 def test_a_hostile_inline_profile_is_one_line_and_exit_2(tmp_path, inline, why):
     """--profile JSON as gpuprov passes it, on a validation run and with --judge."""
@@ -90,12 +90,21 @@ def test_brackets_and_digits_inside_strings_are_text():
 
     doc = {"name": "[" * 1000 + "9" * 500, "n": 12345}
     assert jsonread.loads(json.dumps(doc)) == doc
-    assert jsonread.depth('{"a": "\\"[[[", "b": [[1]]}') == 3
+
+    def nested(levels):  # `levels` deep: the object, then arrays
+        return ('{"a": "\\\\", "b": "\\"[[[", "c": ' + "[" * (levels - 1) + "]" * (levels - 1)
+                + "}")
+    assert jsonread.loads(nested(64))["b"] == '"[[['
+    with pytest.raises(jsonread.BadJSON, match="nested more than 64 deep"):
+        jsonread.loads(nested(65))
+    # brackets that never pair are json's to refuse, in its words, when they stay shallow
+    with pytest.raises(jsonread.BadJSON, match="^not JSON: Expecting"):
+        jsonread.loads('{"a": [}')
 
 
 @pytest.mark.parametrize("text, why", [
     ('{"checks": [], "x": %s}' % DIGITS_401, "not valid JSON (an integer of 401 digits, more than 40): skipped"),
-    ("[" * 100_000, "not valid JSON (nested 100000 deep, more than 64): skipped"),
+    ("[" * 100_000, "not valid JSON (nested more than 64 deep): skipped"),
 ], ids=["401 digits", "100,000 nested"])
 def test_a_hosts_results_json_with_hostile_numbers_or_nesting_is_unusable(tmp_path, text, why):
     path = tmp_path / "results.json"
