@@ -7,8 +7,10 @@ One run on a cluster, whatever the scheduler (`base.Cluster` says what each step
 ones drained by someone else with their state and reason, take back gpuprov's drained ones with
 --resume-passed; 3. with --drain-failed or --resume-passed: hold the nodes for this run and
 resume gpuprov's; 4. validate the nodes, each one's results into logs/<node>/<run>/ (as the SSH
-route's: `gpuprov report` reads them); 5. drain the nodes that did not pass (all with
---drain-failed, those taken back in any case), release the hold; 6. the run's record in
+route's: `gpuprov report` reads them), beside the route's record that its validation was started
+and how it ended (validation.json: a judged node without a verdict fails in its history);
+5. drain the nodes that did not pass (all with --drain-failed, those taken back in any case),
+release the hold; 6. the run's record in
 logs/<cluster>/<run>/, a row per node in the recap.
 """
 from __future__ import annotations
