@@ -19,6 +19,7 @@ import tracemalloc
 from typing import Any, Callable
 
 from bench.common import REPO
+from remote.runfolder import RESULTS
 from validate import jsonread
 
 CAP = 16 << 20  # remote/resultsfile.py MAX_FILE_BYTES
@@ -26,10 +27,10 @@ RUNS = 5
 
 
 def cases() -> dict[str, str]:
-    fixture = (REPO / "tests" / "fixtures" / "validate" / "h200" / "full" / "results.json").read_text()
+    fixture = (REPO / "tests" / "fixtures" / "validate" / "h200" / "full" / RESULTS).read_text()
     pairs = "[" + ",".join(["[]"] * ((CAP - 2) // 3)) + "]"
     text = json.dumps({"s": ('[{"\\' * (CAP // 8))[: CAP - 16]})
-    return {"real results.json (%d KiB)" % (len(fixture) >> 10): fixture,
+    return {"real %s (%d KiB)" % (RESULTS, len(fixture) >> 10): fixture,
             "16 MiB of [] pairs": pairs, "16 MiB string of brackets": text,
             "100,000 [": "[" * 100_000}
 
