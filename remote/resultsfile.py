@@ -5,7 +5,9 @@ the file is read only when it is a regular file of at most `MAX_FILE_BYTES` (nev
 on a FIFO, never reading past the cap), must be a JSON object whose ``checks`` is a list of
 objects, and its schema version is checked here once.
 
-The bottom layer: imports nothing of gpuprov, so every package may use it.
+The bottom layer: imports nothing of remote/, so every package may use it; the JSON itself is
+read by validate/'s one reader of untrusted JSON (`validate.jsonread`: depth and integer digits
+capped, standard library only), so a host's file and a user's `--judge` file meet the same limits.
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
+
+from validate import jsonread
 
 # 2 (issue 22) adds each check's `action` and `findings` and the run's worst `action`; 1 is
 # what hosts validated before it left: both read the same.
@@ -70,13 +74,17 @@ def read_results(path: Path) -> ResultsFile:
     if not text.strip():
         raise UnusableFile("empty", "empty file: skipped")
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        msg = getattr(exc, "msg", str(exc))
+        # validate/'s one reader of untrusted JSON: nesting and integer digits capped before
+        # json sees them (a 401-digit figure read whole made float() raise OverflowError in
+        # the report and the Prometheus file; 100,000 "[" a RecursionError)
+        data = jsonread.loads(text, max_bytes=MAX_FILE_BYTES)
+    except jsonread.BadJSON as exc:
+        cause = exc.__context__
+        msg = str(exc).removeprefix("not JSON: ")
+        if isinstance(cause, json.JSONDecodeError):
+            msg = cause.msg
         raise UnusableFile("not_json", f"not valid JSON ({msg}): skipped",
-                           getattr(exc, "lineno", None)) from None
-    except RecursionError:  # the decoder recurses once per level: [[[[... a million deep
-        raise UnusableFile("not_json", "not valid JSON (nested too deeply): skipped") from None
+                           getattr(cause, "lineno", None)) from None
     if not isinstance(data, dict):
         raise UnusableFile("not_object", f"not a JSON object (a {type(data).__name__}): skipped")
     checks = data.get("checks", [])

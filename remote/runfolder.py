@@ -18,6 +18,10 @@ ask here (tests/test_runfolder.py holds them to it).
                             remote/evidence/)
         fabric.json         FABRIC_RECORD: the node's pairs, figures and verdict of a fabric
                             run (remote/fabric/output.py)
+        validation.json     VALIDATION_ATTEMPT: the control side's record that it started a
+                            validation of the host (before anything ran there) and how that
+                            ended; a run with it and no verdict is a failure in the host's
+                            history (remote/report/history.py)
       <cluster>/<run id>/
         slurm.json          CLUSTER_RECORD: a Slurm run's record; its nodes' results are in their
                             own folders, <logs>/<node>/<run id>/ (remote/scheduler/route.py)
@@ -26,6 +30,7 @@ The bottom layer: imports nothing of gpuprov's, so every package may use it.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 LOGS_DIR = "logs"  # relative to where gpuprov runs
@@ -42,8 +47,9 @@ FABRIC_RECORD = "fabric.json"
 # run log, the stack manifest it gathered, a cluster run's record). What a host sends never takes
 # their place, nor stands in for one the control side did not write
 # (remote/transport/transfer.py refuses an archive holding one).
+VALIDATION_ATTEMPT = "validation.json"
 CONTROL_FILES = frozenset({PROVISION_LOG, STACK_MANIFEST, CLUSTER_RECORD, NOT_STARTED,
-                           FABRIC_RECORD})
+                           FABRIC_RECORD, VALIDATION_ATTEMPT})
 
 
 def never_started(folder: Path) -> bool:
@@ -51,17 +57,39 @@ def never_started(folder: Path) -> bool:
     return (Path(folder) / NOT_STARTED).is_file()
 
 
-FABRIC_RUN, NOT_STARTED_RUN, EVIDENCE_RUN, PROVISIONED_RUN = (
-    "fabric", "not started", "evidence", "provisioned")
+FABRIC_RUN, NOT_STARTED_RUN, EVIDENCE_RUN, PROVISIONED_RUN, ATTEMPTED_RUN = (
+    "fabric", "not started", "evidence", "provisioned", "attempted")
+
+# Why a validation the control side started gave no verdict (VALIDATION_ATTEMPT's
+# "no_verdict"), in the report's words; "" when it ended with the host's results pulled.
+TIMED_OUT, CRASHED, REFUSED, NOT_UNPACKED = (
+    "timed out", "crashed (no output folder on the host)", "archive refused",
+    "the package did not unpack")
+NO_VERDICT_RECORDED = "no end recorded (the control side stopped during it)"
+
+
+def attempt_record(started: str, ended: str | None = None, outcome: str = "",
+                   no_verdict: str = "", counts: bool = True, rc: int | None = None) -> str:
+    """VALIDATION_ATTEMPT's text: written with `started` (a UTC time) before the control side
+    starts a validation on the host, again with `ended` and what came of it: the recap's
+    `outcome`, why there is no verdict (`no_verdict`, "" when results came home), whether a
+    missing verdict `counts` as the host's failure (not after Ctrl-C, nor for a node whose
+    scheduler never started its task) and validate's exit status `rc`."""
+    return json.dumps({"started": started, "ended": ended, "outcome": outcome,
+                       "no_verdict": no_verdict, "counts": counts, "validate_exit": rc},
+                      indent=2) + "\n"
 
 
 def run_without_results(folder: Path) -> str | None:
     """What a run folder without results.json is, from the control files in it: a fabric run,
-    a host a rollout never started, an evidence run, a run that only provisioned; None when it
+    a validation the control side started that brought no results home, a host a rollout
+    never started, an evidence run, a run that only provisioned; None when it
     is none of them (a bad or foreign folder, the report's problem to name)."""
     folder = Path(folder)
     if (folder / FABRIC_RECORD).exists():
         return FABRIC_RUN
+    if (folder / VALIDATION_ATTEMPT).exists():
+        return ATTEMPTED_RUN
     if not (folder / PROVISION_LOG).is_file():
         return None
     if never_started(folder):

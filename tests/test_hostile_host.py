@@ -158,7 +158,7 @@ def test_a_pulled_provision_log_cannot_replace_the_control_sides(host, tools, wo
     assert result.rc == 3, result.out + result.err
     assert "provision.log, which only the control side writes" in result.out, result.out
     [run] = (work / "logs" / name).iterdir()
-    assert sorted(p.name for p in run.iterdir()) == ["provision.log"]
+    assert sorted(p.name for p in run.iterdir()) == ["provision.log", "validation.json"]  # the control side's own
     log = (run / "provision.log").read_text()
     assert f"run {run.name} on {name}" in log and "every step ok" not in log
 

@@ -17,6 +17,7 @@ from remote import cli
 from remote.report import run_report
 from tests.conftest import invoke
 from tests.test_report_common import REPO, recording_terminal, results_json, write_run
+from tests.test_slow_host import _stop_leftover
 
 # The host's python as `validate_python` (as in tests/test_slow_host.py): `-m validate` is a
 # stand-in (a real validation needs torch and a GPU) that writes a results.json passing, or
@@ -228,3 +229,105 @@ def test_the_bench_tree_is_a_valid_logs_tree(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     flags = json.loads((tmp_path / "tree" / "report" / "flags.json").read_text())
     assert flags["problems"] == [] and len(flags["history"]) == 4
+
+
+# A host that passes once, then hangs, crashes and forges a control file (issue 41, attack 6):
+# its `validate_python` runs the behaviour that the file NEXT names (the real python3 for the
+# rest: the stack manifest's script).
+SICK = """#!/bin/sh
+if [ "$1" = -m ] && [ "$2" = validate ]; then
+  while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
+  case $(cat {next}) in
+  pass)
+    mkdir -p "$out"
+    echo '[system] PASS (0.0s) a stand-in for validate' >&2
+    printf '%s' '{passed}' > "$out/results.json";;
+  hang)
+    echo $$ > {pidfile}
+    exec sleep 600;;
+  crash)
+    kill -SEGV $$;;
+  forge)
+    mkdir -p "$out"
+    printf '%s' '{passed}' > "$out/results.json"
+    echo 'not started: a rollout stopped before this host' > "$out/not-started.txt";;
+  esac
+  exit 0
+fi
+exec /usr/bin/python3 "$@"
+"""
+
+
+def test_a_host_that_hangs_crashes_and_forges_is_quarantined(farm, work, inventory):
+    """gpu2 passes once, then its validation hangs (stopped at timeouts.idle), then crashes
+    (SIGSEGV, no output folder), then sends a passing results.json beside a forged
+    not-started.txt (the pull refuses the archive): each run exits 3, "not validated". Before,
+    the report counted the three as "provisioning only": no quarantine, Health "ok". Now the
+    control side's record of each started validation (validation.json, written before the host
+    runs anything) makes each a failure: quarantined, 3 failures, Health FAIL. A --no-validate
+    run is still "provisioning only"."""
+    step, pidfile = work / "next", work / "hang.pid"
+    python = work / "gpu2-python"
+    python.write_text(SICK.format(next=step, pidfile=pidfile, passed=PASSED))
+    os.chmod(python, 0o755)
+    os.chmod(work, 0o777)
+    inv = inventory(hosts={"gpu2": farm.host_entry(farm.addresses[0],
+                                                   vars={"validate_python": str(python)})},
+                    timeouts={"idle": 3})
+    said = {}
+    try:
+        for behaviour in ("pass", "hang", "crash", "forge"):
+            step.write_text(behaviour)
+            result = invoke("validate", "--host", "gpu2", "--inventory", str(inv), cwd=work,
+                            timeout=300)
+            assert result.rc == (0 if behaviour == "pass" else 3), result.out + result.err
+            assert "Traceback" not in result.out + result.err, result.out + result.err
+            said[behaviour] = result.out
+    finally:
+        _stop_leftover(pidfile)  # the hang's sleep, if the run's stop missed it
+    assert "not validated: no output line for 3 s (timeouts.idle)" in said["hang"]
+    assert "not validated: no output on the host" in said["crash"]
+    assert "not-started.txt, which only the control side writes: refusing it" in said["forge"]
+    recipe = work / "noop.yaml"
+    recipe.write_text("steps:\n  - name: nothing\n    shell: 'true'\n    changed_when: false\n")
+    result = invoke("provision", "--host", "gpu2", "--inventory", str(inv), "--recipe",
+                    str(recipe), "--no-validate", cwd=work, timeout=300)
+    assert result.rc == 0, result.out + result.err
+
+    logs, out, prom = work / "logs", work / "report", work / "fleet.prom"
+    runs = sorted(p.name for p in (logs / "gpu2").iterdir())
+    assert len(runs) == 5, runs
+    report = invoke("report", "--logs", str(logs), "--out", str(out), "--prometheus", str(prom),
+                    cwd=work, timeout=300)
+    assert report.rc == 0, report.out + report.err
+    flags = json.loads((out / "flags.json").read_text())
+    assert flags["quarantine"] == [{"kind": "quarantine", "host": "gpu2", "failed": runs[1:4],
+                                    "of_last_runs": 3, "last_failure": runs[3]}]
+    (history,) = flags["history"]
+    assert (history["runs"], history["passes"], history["failures"]) == (4, 1, 3)
+    # the forged file never reached the run folder; the control side's record did
+    assert not (logs / "gpu2" / runs[3] / "not-started.txt").exists()
+    assert {"provision.log", "validation.json"} <= set(os.listdir(logs / "gpu2" / runs[3]))
+    assert not (logs / "gpu2" / runs[4] / "validation.json").exists()
+    assert history["without_verdict"] == 3
+    why = [m["no_verdict"] for m in history["timeline"]]
+    assert why[0] is None and why[4] is None, why
+    assert why[1] == "timed out (no output line for 3 s (timeouts.idle), stopped)"
+    assert why[2].startswith("crashed (no output folder on the host) (no output on the host (tar:")
+    assert why[3] == ("archive refused (the pulled archive has not-started.txt, which only the "
+                      "control side writes: refusing it)")
+    text = (out / "report.txt").read_text()
+    assert re.search(r"^gpu2 +4 +1 +3 +3 fail +QUARANTINE$", text, re.M), text
+    assert "timeline (oldest first; P pass, F fail, X fail: started, no verdict, . no verdict, " \
+           "| stack changed): PXXX." in text, text
+    assert re.search(rf"^gpu2 +{runs[3]} +FAIL ", text, re.M), text  # Health: not "ok"
+    assert f"gpu2: NO VERDICT in {runs[3]}: validation started, no verdict: archive refused" in text
+    assert "note: 1 run(s) without validation results (provisioning only" in text, text
+    assert "note: 3 run(s) whose validation was started and brought no results home" in text
+    page = (out / "report.html").read_text()
+    assert f'class="tl fail noverdict" title="{runs[1]}: fail: validation started, no verdict ' \
+           "(timed out" in page
+    assert "3 validations started without a verdict, counted as failed" in page
+    metrics = prom.read_text()
+    assert 'gpuprov_host_quarantined{host="gpu2"} 1.0' in metrics
+    assert f'gpuprov_validation_ok{{host="gpu2",run="{runs[3]}"}} 0.0' in metrics

@@ -127,7 +127,7 @@ def test_one_hosts_bad_results_json_is_reported_and_the_fleet_still_is(tmp_path)
     rc, text = _run(logs, tmp_path)
     assert rc == 0
     problems = text.split("SKIPPED / BAD LOGS", 1)[1]
-    assert "deep/r1/results.json: not valid JSON (nested too deeply): skipped" in problems
+    assert "deep/r1/results.json: not valid JSON (nested more than 64 deep): skipped" in problems
     assert "checks-int/r1/results.json: 'checks' is not a list of objects: skipped" in problems
     assert "checks-mixed/r1/results.json: 'checks' is not a list of objects: skipped" in problems
     assert "host-list/r1/results.json: 'host' is not an object (a list): skipped" in problems

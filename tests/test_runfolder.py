@@ -16,7 +16,7 @@ from tests.conftest import REPO, write_yaml
 from validate import output as host_output
 
 FILE_NAMES = (runfolder.PROVISION_LOG, runfolder.RESULTS, runfolder.BENCH_LOG,
-              runfolder.STACK_MANIFEST, runfolder.CLUSTER_RECORD)
+              runfolder.STACK_MANIFEST, runfolder.CLUSTER_RECORD, runfolder.VALIDATION_ATTEMPT)
 
 
 @pytest.mark.slow  # the report draws its charts (matplotlib): several seconds

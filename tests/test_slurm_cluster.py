@@ -558,3 +558,51 @@ def test_one_nodes_flood_costs_only_that_node(cluster, run, tmp_path):
     assert "more than 1024 KiB of lines from n1; the rest is not shown" in out
     flood_lines = sum(1 for line in out.splitlines() if "xxxxxxxxxx" in line)
     assert flood_lines * 66 < 1.1 * (1 << 20)  # n1's lines (66 bytes each) cut at 1 MiB
+
+
+# validate_python on every node: passes, except on the nodes the file CRASH lists, where it
+# dies of SIGSEGV before writing anything (issue 41, attack 6, through Slurm)
+CRASHING = """#!/bin/sh
+if grep -qx "$SLURMD_NODENAME" {crash} 2>/dev/null; then kill -SEGV $$; fi
+while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
+mkdir -p "$out"
+printf '%s' '{{"checks": [{{"name": "system", "status": "pass", "required": true}}], "ok": true}}' \\
+  > "$out/results.json"
+"""
+
+
+def test_a_node_whose_validation_crashes_fails_in_its_history(cluster, run, tmp_path):
+    """n2 passes once, then its validation crashes twice through Slurm: each is "not
+    validated", and the route's record of each started validation (validation.json in the
+    node's run folder, written before the job) makes both failures in n2's history: the report
+    quarantines n2. A job Slurm refused started no node's task: no verdict, no failure."""
+    from remote.report import run_report
+    from tests.test_report_common import recording_terminal
+
+    crash = tmp_path / "crash"
+    python = tmp_path / "python"
+    python.write_text(CRASHING.format(crash=crash))
+    os.chmod(python, 0o755)
+    vars_ = {"validate_python": str(python)}
+    rc, out, err, data, logs = run(vars_=vars_)
+    assert rc == 0 and data["hosts"]["n2"]["validation"].startswith("passed"), out + err
+    crash.write_text("n2\n")
+    for _ in range(2):
+        rc, out, err, data, logs = run(vars_=vars_)
+        assert rc == EXIT_VALIDATION_FAILED, out + err
+        assert data["hosts"]["n2"]["validation"].startswith(
+            "not validated: validate left no results"), data["hosts"]["n2"]
+        assert data["hosts"]["n1"]["validation"].startswith("passed")
+    rc, out, err, data, logs = run(slurm_extra={"extra_args": ["--constraint=nosuchfeature"]},
+                                   vars_=vars_)
+    assert rc == EXIT_VALIDATION_FAILED, out + err
+    rc = run_report(logs, tmp_path / "report", terminal=recording_terminal())
+    flags = json.loads((tmp_path / "report" / "flags.json").read_text())
+    assert [q["host"] for q in flags["quarantine"]] == ["n2"], flags["flags"]
+    history = {h["host"]: h for h in flags["history"]}
+    assert (history["n2"]["runs"], history["n2"]["failures"]) == (3, 2)
+    assert [m["verdict"] for m in history["n2"]["timeline"]] == ["pass", "fail", "fail", "none"]
+    assert history["n2"]["timeline"][1]["no_verdict"] == "validate left no results (exit 139)"
+    assert (history["n1"]["runs"], history["n1"]["failures"]) == (3, 0)
+    for folder in (logs / "n2").iterdir():  # the route's record of each run, the refused one too
+        assert (folder / "validation.json").is_file()

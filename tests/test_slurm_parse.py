@@ -371,3 +371,13 @@ def test_the_drain_command_overwrites_only_gpuprovs_own_reasons(tmp_path, reason
     assert record.exists() is ours
     if not ours:
         assert done.stdout.startswith("left alone, drained by someone else meanwhile: ")
+
+
+def test_a_node_listing_nested_too_deeply_is_refused_not_a_traceback():
+    """The login node's answer is untrusted: 100,000 "[" from its `scontrol show nodes --json`
+    ended the route in a RecursionError (issue 41, attack 7's hole on the Slurm side); it is a
+    listing that cannot be read, the route's one-line failure."""
+    from remote.scheduler.slurm.nodes import NodeListError
+
+    with pytest.raises(NodeListError, match=r"^not JSON \(nested too deeply\)$"):
+        parse_nodes("[" * 100_000)

@@ -28,6 +28,7 @@ import sys
 from typing import Any
 
 from . import expectations as ex
+from . import jsonread
 from . import profile as profile_mod
 
 EXIT = {ex.PASS: 0, ex.FAIL: 1, ex.NO_REFERENCE: 3}
@@ -151,12 +152,10 @@ def main(path, stdout=None, stderr=None, prof=None):
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     try:
-        with open(path) as f:
-            text = f.read()
         try:
-            doc = json.loads(text)
-        except ValueError as exc:
-            raise BadInput("not JSON: %s" % exc) from None
+            doc = jsonread.load_file(path)
+        except jsonread.BadJSON as exc:
+            raise BadInput(str(exc)) from None
         result = judge_document(doc, prof)
     except (OSError, UnicodeDecodeError) as exc:
         stderr.write("validate: error: %s: %s\n" % (path, getattr(exc, "strerror", None) or exc))

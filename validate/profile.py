@@ -23,11 +23,10 @@ and what is wrong (``BadProfile``); validate exits 2 on it.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 from typing import Any, Optional
 
-from . import actions, expectations
+from . import actions, expectations, jsonread
 
 FLOOR_FIGURES = expectations.GPU_FIGURES + ("p2p_gbs", "nccl_busbw_gbs")
 LINK_LAYERS = ("InfiniBand", "Ethernet")
@@ -56,7 +55,10 @@ def _int(where, value, low=0):
 def _num(where, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
         raise BadProfile("%s: not a non-negative number: %r" % (where, value))
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer past float's range (the inventory's YAML has no digit cap)
+        raise BadProfile("%s: too large a number (%d bits)" % (where, int(value).bit_length())) from None
 
 
 def _mapping(where, value, keys):
@@ -143,22 +145,16 @@ def from_document(doc: Any, check_names=()) -> dict[str, Any]:
 
 def load(text_or_path: str, check_names=()) -> dict[str, Any]:
     """``--profile``'s value: inline JSON (starts with '{') or a JSON file."""
-    where = "--profile"
-    if text_or_path.lstrip().startswith("{"):
-        text = text_or_path
-    else:
-        where = "--profile %s" % text_or_path
-        if not os.path.isfile(text_or_path):
-            raise BadProfile("%s: no such file" % where)
-        try:
-            with open(text_or_path) as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BadProfile("%s: %s" % (where, getattr(exc, "strerror", None) or exc)) from None
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise BadProfile("%s: not JSON: %s" % (where, exc)) from None
+    inline = text_or_path.lstrip().startswith("{")
+    where = "--profile" if inline else "--profile %s" % text_or_path
+    if not inline and not os.path.isfile(text_or_path):
+        raise BadProfile("%s: no such file" % where)
+    try:  # one reader for every JSON a user or a host gives (jsonread: size, depth, digits)
+        doc = jsonread.loads(text_or_path) if inline else jsonread.load_file(text_or_path)
+    except jsonread.BadJSON as exc:
+        raise BadProfile("%s: %s" % (where, exc)) from None
+    except OSError as exc:
+        raise BadProfile("%s: %s" % (where, exc.strerror or exc)) from None
     try:
         return from_document(doc, check_names)
     except BadProfile as exc:

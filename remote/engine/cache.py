@@ -173,7 +173,7 @@ def _mirrors(body: str, base: str) -> tuple[dict[str, str], str]:
     try:
         doc: Any = json.loads(body[:MAX_ANSWER])
         listed = doc["result"]["indexes"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: 64 KiB of "["
         return {}, "no devpi index list in its answer"
     if not isinstance(listed, dict):
         return {}, "no devpi index list in its answer"

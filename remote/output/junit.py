@@ -33,7 +33,7 @@ def _checks(run_dir: Optional[Path]) -> list[dict[str, Any]]:
         if path.stat().st_size > RESULTS_MAX_BYTES:
             return []
         data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested 100,000 deep
         return []
     checks = data.get("checks") if isinstance(data, dict) else None
     if not isinstance(checks, list):

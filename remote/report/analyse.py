@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import InputError
-from ..runfolder import EVIDENCE_RUN, FABRIC_RUN, NOT_STARTED_RUN, PROVISIONED_RUN, run_without_results
+from ..runfolder import ATTEMPTED_RUN, EVIDENCE_RUN, FABRIC_RUN, NOT_STARTED_RUN, PROVISIONED_RUN, run_without_results
 from .collect import NO_RESULTS, Problem, Results, Run, check, collect, fmt_ms, get, num
 from .drift import Drift, find_drift
 from .fabric import Fabric, find_fabric
@@ -133,6 +133,8 @@ class HostHealth:
     bandwidth: list[SpecFigure]
     # the inventory's waivers the run used (results.json `waivers`: check, what)
     waivers: list[tuple[str, str]] = field(default_factory=list)
+    # the host's latest validation was started and gave no verdict: why (history.Mark)
+    no_verdict: str = ""
 
     @property
     def failed(self) -> list[CheckRow]:
@@ -422,6 +424,23 @@ def health_summary(runs: list[Run]) -> list[HostHealth]:
     return out
 
 
+def with_no_verdicts(health: list[HostHealth], history: list[HostHistory]) -> list[HostHealth]:
+    """The health rows, a host's replaced (or added) by its latest run when that run's
+    validation was started and gave no verdict: a host that hangs is not "ok" on its last pass."""
+    rows = {h.host: h for h in health}
+    for record in history:
+        judged = record.judged
+        last = judged[-1] if judged else None
+        row = rows.get(record.host)
+        if last is None or not last.no_verdict or (row is not None and row.run_id > last.run_id):
+            continue
+        rows[record.host] = HostHealth(host=record.host, run_id=last.run_id, ok=False,
+                                       device=None, gpu=row.gpu if row else None,
+                                       gpu_count=None, versions={}, checks=[], matmul=[],
+                                       bandwidth=[], no_verdict=last.no_verdict)
+    return [rows[host] for host in sorted(rows)]
+
+
 def _waivers(res: dict[str, Any]) -> list[tuple[str, str]]:
     """(check, what) of each waiver a run used; what the host wrote is untrusted: strings only."""
     used = res.get("waivers")
@@ -443,7 +462,8 @@ def build_report(
         raise BadInput(f"logs folder {logs_dir} does not exist")
     runs, problems = collect(logs_dir)
     # Folders without results that are no bad log (runfolder.run_without_results): a fabric
-    # run (read below), a host a rollout never started, an evidence run, a run that only
+    # run (read below), a validation started that brought nothing home (a failure in
+    # History), a host a rollout never started, an evidence run, a run that only
     # provisioned (--no-validate, a cache host); each counted apart, not listed as problems.
     apart: dict[str, list[Problem]] = {}
     for p in problems:
@@ -471,6 +491,10 @@ def build_report(
     if FABRIC_RUN in apart:
         notes.append(f"{len(apart[FABRIC_RUN])} fabric run folder(s) (gpuprov fabric): pairs, no "
                      f"validation figures; the newest run, {fabric.run_id}, under Fabric")
+    if ATTEMPTED_RUN in apart:
+        notes.append(f"{len(apart[ATTEMPTED_RUN])} run(s) whose validation was started and "
+                     "brought no results home (timed out, crashed, archive refused): failed "
+                     f"runs in History ({hosts_of(ATTEMPTED_RUN)})")
     if PROVISIONED_RUN in apart:
         notes.append(f"{len(apart[PROVISIONED_RUN])} run(s) without validation results "
                      "(provisioning only, e.g. --no-validate): nothing to compare")
@@ -499,7 +523,8 @@ def build_report(
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         outlier_pct=outlier_pct, regression_pct=regression_pct, baseline=baseline,
         runs=runs, problems=problems, table=merge_table(runs), groups=groups,
-        fleet=fleet, comparisons=comparisons, health=health_summary(runs), notes=notes,
+        fleet=fleet, comparisons=comparisons, notes=notes,
+        health=with_no_verdicts(health_summary(runs), history),
         drift=drift, history=history, quarantine=quarantine, fabric=fabric,
     )
 

@@ -7,6 +7,7 @@ May import: `remote.resultsfile`, `remote.runfolder`. Nothing else of remote/.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from typing import Any, Dict, Optional
 from .. import resultsfile
 from ..resultsfile import MAX_FILE_BYTES as MAX_FILE_BYTES  # noqa: F401  (re-exported: report docs cite it)
 from ..resultsfile import UnusableFile, read_capped
-from ..runfolder import BENCH_LOG, CLUSTER_RECORD, RESULTS
+from ..runfolder import BENCH_LOG, CLUSTER_RECORD, NO_VERDICT_RECORDED, RESULTS, VALIDATION_ATTEMPT
 
 MISSING = "-"
 # The latencies a run may contribute: below a nanosecond (one clock cycle at 1 GHz) or above
@@ -267,6 +268,49 @@ def bench_from_results(results: Results | None, shown: str) -> tuple[dict[str, f
 
 
 NO_RESULTS = f"neither {RESULTS} nor {BENCH_LOG}: skipped"
+NO_USABLE_RESULTS = f"no usable {RESULTS}"
+WHY_MAX = 160  # characters of the control side's outcome kept for a run without a verdict
+
+
+@dataclass
+class Attempt:
+    """The control side's record that it started a validation of the host in this run
+    (runfolder.VALIDATION_ATTEMPT): `why` its run has no verdict when it has none, and whether
+    that `counts` as the host's failure."""
+
+    why: str
+    counts: bool = True
+
+
+def read_attempt(folder: Path) -> tuple[Attempt | None, list[Problem]]:
+    """The record of a validation started in run folder `folder`; None when there is none (a
+    run that only provisioned, or one recorded before the record existed). The record is the
+    control side's (no pull may bring one), but the logs folder is read with care all the same:
+    one that cannot be read still says a validation was started."""
+    path = Path(folder) / VALIDATION_ATTEMPT
+    if not (path.exists() or path.is_symlink()):
+        return None, []
+    try:
+        data = json.loads(read_capped(path).decode("utf-8", errors="replace"))
+    except (UnusableFile, ValueError, RecursionError):
+        data = None
+    if not isinstance(data, dict):
+        return Attempt("its validation record is unreadable"), [
+            Problem(str(path), "unreadable validation record: counted as a validation without a verdict")]
+    outcome, no_verdict, rc = data.get("outcome"), data.get("no_verdict"), data.get("validate_exit")
+    if not data.get("ended"):
+        why = NO_VERDICT_RECORDED
+    elif isinstance(no_verdict, str) and no_verdict:
+        why = no_verdict
+    else:  # the results came home: only an unusable results.json leaves it without a verdict
+        exit_status = rc if isinstance(rc, int) and not isinstance(rc, bool) and -1000 < rc < 1000 else None
+        why = NO_USABLE_RESULTS + (f" (validate exit {exit_status})" if exit_status is not None else "")
+    said = outcome.removeprefix("not validated: ") if isinstance(outcome, str) else ""
+    if said and said != why:
+        why += f" ({said})"
+    why = " ".join(why.split())
+    return Attempt(why if len(why) <= WHY_MAX else why[:WHY_MAX - 3] + "...",
+                   data.get("counts") is not False), []
 
 
 def collect(logs_dir: Path) -> tuple[list[Run], list[Problem]]:

@@ -83,8 +83,10 @@ def history_json(history: HostHistory) -> dict[str, Any]:
             "streak": {"verdict": verdict, "runs": count},
             "flapping": history.flapping, "flap_changes": history.flap_changes,
             "quarantined": history.quarantined,
+            "without_verdict": len(history.without_verdict),
             "timeline": [{"run": m.run_id, "verdict": m.verdict,
-                          "stack_change": m.stack_change or None} for m in history.timeline]}
+                          "stack_change": m.stack_change or None,
+                          "no_verdict": m.no_verdict or None} for m in history.timeline]}
 
 
 def flags_json(report: Report) -> dict[str, Any]:

@@ -4,10 +4,17 @@ and whether its stack changed since the run before.
 Definitions (what the report, flags.json and the Prometheus file say):
 
 - A run's verdict comes from its results.json (read by `collect`): ``pass`` when ``ok`` is
-  true and at least one check ran, ``fail`` otherwise. A run without a readable results.json
-  has no verdict (``none``: provisioning only, benchmark logs only, or a hostile file, which
-  `collect` reports as a problem of that host): it is on the timeline and counts in nothing
-  else. A host with neither a verdict nor a stack manifest has no history.
+  true and at least one check ran, ``fail`` otherwise.
+- A run without a readable results.json in which the control side started a validation (its
+  record, runfolder.VALIDATION_ATTEMPT, which no pull may bring or replace) is ``fail``: the
+  validation timed out, crashed, had its archive refused or sent no usable results.json
+  (issue 41: a hang is the commonest symptom of a sick GPU node). Its mark says why
+  (`Mark.no_verdict`). Not after Ctrl-C, nor for a cluster node whose scheduler never started
+  its task: the record says so, and the run has no verdict.
+- Any other run without a readable results.json has no verdict (``none``: provisioning only,
+  `--no-validate`, benchmark logs only, or a run recorded before the control side kept the
+  record): it is on the timeline and counts in nothing else. A host with neither a verdict
+  nor a stack manifest has no history.
 - runs, passes, failures: over the runs with a verdict; first and last failure: run ids.
 - The current streak: how many of the latest runs with a verdict had the latest one's.
 - Flapping: at least `FLAP_CHANGES` changes between pass and fail among the host's last
@@ -28,7 +35,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..runfolder import STACK_MANIFEST, never_started
-from .collect import Problem, Run
+from .collect import Attempt, Problem, Run, read_attempt
 from .drift import NOT_INSTALLED, item_order, read_stack
 
 PASS, FAIL, NONE = "pass", "fail", "none"
@@ -37,6 +44,7 @@ FLAP_CHANGES = 3  # pass<->fail changes among them that make a host flapping
 QUARANTINE = (2, 3)  # (K, N): failed K of its last N runs (NVSentinel#127, issue 34)
 MAX_QUARANTINE_RUNS = 1000  # N above this is no policy but a typo
 CHANGES_NAMED = 3  # stack items named on a timeline cell; the rest counted
+NO_VERDICT_SHOWN = 5  # runs without a verdict named on a host's line; the rest counted
 
 
 @dataclass
@@ -46,6 +54,7 @@ class Mark:
     run_id: str
     verdict: str  # PASS, FAIL or NONE
     stack_change: str = ""  # what changed since the previous manifest ("" when nothing)
+    no_verdict: str = ""  # a validation was started and gave no verdict: why (collect.Attempt)
 
 
 @dataclass
@@ -113,6 +122,22 @@ class HostHistory:
     def stack_changes(self) -> list[Mark]:
         return [m for m in self.timeline if m.stack_change]
 
+    @property
+    def without_verdict(self) -> list[Mark]:
+        """The failed runs whose validation was started and gave no verdict."""
+        return [m for m in self.judged if m.verdict == FAIL and m.no_verdict]
+
+    def no_verdict_line(self, shown: int = NO_VERDICT_SHOWN) -> str:
+        """One line: each of the latest `shown` such runs and why; "" when there is none."""
+        marks = self.without_verdict
+        if not marks:
+            return ""
+        more = len(marks) - shown
+        return (f"{len(marks)} validation{'s' if len(marks) != 1 else ''} started without a "
+                "verdict, counted as failed: "
+                + (f"{more} earlier, " if more > 0 else "")
+                + "; ".join(f"{m.run_id} {m.no_verdict}" for m in marks[-shown:]))
+
     def quarantine_line(self) -> str:
         k, n = self.quarantine
         recent = min(n, self.runs)
@@ -128,6 +153,8 @@ class HostHistory:
                 + (f"streak {count} {verdict}" if count else "no verdict yet"))
         if self.failures:
             text += f"; first failure {self.first_failure}, last {self.last_failure}"
+        if self.without_verdict:
+            text += f"; {len(self.without_verdict)} of them without a verdict"
         if self.flapping:
             text += f"; FLAPPING ({self.flap_changes} changes in its last {FLAP_WINDOW} runs)"
         if self.quarantined:
@@ -151,6 +178,15 @@ def verdict(run: Run) -> str:
         return NONE
     ok, checks = run.results.get("ok"), run.results.get("checks")
     return PASS if ok is True and checks else FAIL
+
+
+def judge(run: Run | None, attempt: Attempt | None) -> tuple[str, str]:
+    """(verdict, why it has none though a validation was started) of one run folder."""
+    if run is not None and run.results is not None:
+        return verdict(run), ""
+    if attempt is None:
+        return NONE, ""
+    return (FAIL if attempt.counts else NONE), attempt.why
 
 
 def describe_change(before: dict[tuple[str, str], str], after: dict[tuple[str, str], str]) -> str:
@@ -181,8 +217,10 @@ def find_history(logs_dir: Path, runs: list[Run], hosts: list[str],
         previous: dict[tuple[str, str], str] | None = None
         manifests = 0
         for run_id in run_ids:
-            run = by_key.get((host, run_id))
-            mark = Mark(run_id, verdict(run) if run else NONE)
+            attempt, attempt_problems = read_attempt(Path(logs_dir) / host / run_id)
+            problems += attempt_problems
+            judged, why = judge(by_key.get((host, run_id)), attempt)
+            mark = Mark(run_id, judged, no_verdict=why)
             path = Path(logs_dir) / host / run_id / STACK_MANIFEST
             if path.exists() or path.is_symlink():
                 manifests += 1

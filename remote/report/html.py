@@ -59,6 +59,7 @@ table.merged th .small { font-size: 11px; font-weight: normal; }
 td { vertical-align: top; } .nowrap { white-space: nowrap; }
 .tl { display: inline-block; width: 9px; height: 16px; margin-right: 1px; vertical-align: middle; }
 .tl.pass { background: #2ca02c; } .tl.fail { background: #d62728; } .tl.none { background: #ccc; }
+.tl.fail.noverdict { background: repeating-linear-gradient(45deg, #d62728 0 3px, #7a1414 3px 6px); }
 .tl.stack { border-left: 3px solid #1f4fd6; }
 img { max-width: 100%; border: 1px solid #ddd; margin: 6px 0; }
 </style></head><body>
@@ -89,11 +90,13 @@ vs GPU-group peers &middot; regression: &gt; {{ '%g' % r.regression_pct }}% vs
 <td class="small nowrap">{% if h.failures %}{{ h.first_failure }}<br>{{ h.last_failure }}{% else %}-{% endif %}</td>
 <td class="nowrap">{% if h.quarantined %}<span class="tag">QUARANTINE</span> {% endif %}{% if h.flapping %}<span class="tag">FLAPPING</span>{% endif %}{% if not h.quarantined and not h.flapping %}-{% endif %}</td>
 <td class="nowrap">{% set shown = h.timeline[-cells:] %}{% if h.timeline|length > shown|length %}<span class="small">{{ h.timeline|length - shown|length }} earlier &hellip; </span>{% endif %}
-{% for m in shown %}<span class="tl {{ m.verdict }}{{ ' stack' if m.stack_change else '' }}" title="{{ m.run_id }}: {{ m.verdict }}{% if m.stack_change %}; stack changed: {{ m.stack_change }}{% endif %}"></span>{% endfor %}
+{% for m in shown %}<span class="tl {{ m.verdict }}{{ ' noverdict' if m.no_verdict else '' }}{{ ' stack' if m.stack_change else '' }}" title="{{ m.run_id }}: {{ m.verdict }}{% if m.no_verdict %}: validation started, no verdict ({{ m.no_verdict }}){% endif %}{% if m.stack_change %}; stack changed: {{ m.stack_change }}{% endif %}"></span>{% endfor %}
+{% if h.without_verdict %}<div class="small fail">{{ h.no_verdict_line() }}</div>{% endif %}
 {% for m in shown if m.stack_change %}<div class="small">stack changed in {{ m.run_id }}: {{ m.stack_change }}</div>{% endfor %}</td></tr>
 {% endfor %}</tbody></table></div>
-<p class="small">A cell per run: green passed, red failed, grey no verdict (no readable
-results.json); a blue left edge: the host's stack changed since its previous manifest.
+<p class="small">A cell per run: green passed, red failed, striped red a validation started
+that gave no verdict (timed out, crashed, archive refused: counted as failed), grey no verdict
+(no readable results.json, no validation started); a blue left edge: the host's stack changed since its previous manifest.
 Flapping: at least {{ flap[0] }} changes between pass and fail in its last {{ flap[1] }} runs;
 quarantine: failed {{ r.quarantine[0] }} of its last {{ r.quarantine[1] }} runs.</p>{% endif %}
 
@@ -137,7 +140,7 @@ host; red cell: regression vs the earlier run. Also in merged.csv.</p>
 <td class="nowrap">{% if h.gpu %}{{ h.gpu_count or '?' }}&times; {{ h.gpu }}{% else %}{{ h.device or '?' }}{% endif %}</td>
 <td class="small nowrap">{% for k, v in h.versions.items() %}{{ k }} {{ v }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td>
 <td class="num">{{ h.passed|length }}</td>
-<td>{% for c in h.failed %}<div class="fail">{{ c.name }}{% if not c.required %} (optional){% endif %}</div><div class="small">{{ c.reason }}</div>{% else %}-{% endfor %}</td>
+<td>{% if h.no_verdict %}<div class="fail">validation started, no verdict: {{ h.no_verdict }}; counted as failed</div>{% endif %}{% for c in h.failed %}<div class="fail">{{ c.name }}{% if not c.required %} (optional){% endif %}</div><div class="small">{{ c.reason }}</div>{% else %}{% if not h.no_verdict %}-{% endif %}{% endfor %}</td>
 <td>{% for req, reason, names in h.skipped_groups() %}<div>{{ names|join(', ') }}{% if req %} <b>(required: not validated)</b>{% endif %}</div><div class="small">{{ reason }}</div>{% else %}-{% endfor %}</td>
 <td class="nowrap">{% for f in h.matmul %}{{ spec(f) }}{% if not loop.last %}<br>{% endif %}{% else %}-{% endfor %}</td>
 <td class="nowrap">{% for f in h.bandwidth %}{{ spec(f) }}{% if not loop.last %}<br>{% endif %}{% else %}-{% endfor %}</td></tr>

@@ -34,6 +34,19 @@ def _latest(runs: list[Run], want: str) -> dict[str, Run]:
     return latest
 
 
+def unjudged_latest(latest: dict[str, Run], history: list[HostHistory]) -> dict[str, str]:
+    """Host -> its latest run when that run's validation was started and gave no verdict
+    (history.Mark.no_verdict), later than its latest results.json: such a host's latest
+    validation is not ok and has no checks, so it is taken out of `latest`."""
+    out: dict[str, str] = {}
+    for record in history:
+        marks = record.without_verdict
+        if marks and (record.host not in latest or marks[-1].run_id > latest[record.host].run_id):
+            out[record.host] = marks[-1].run_id
+            latest.pop(record.host, None)
+    return out
+
+
 def _finite(value: Any) -> Optional[float]:
     number = num(value)
     return number if number is not None and math.isfinite(number) else None
@@ -43,6 +56,7 @@ def registry_for(runs: list[Run], history: Iterable[HostHistory] = ()) -> Collec
     """The metrics of `runs` (collect's runs) and of each host's `history`, in a registry of
     their own."""
     registry = CollectorRegistry()
+    history = list(history)
     quarantined = Gauge("gpuprov_host_quarantined", "1 when the host failed K of its last N "
                         "runs (gpuprov report --quarantine K/N, default 2/3), else 0",
                         ["host"], registry=registry)
@@ -68,7 +82,10 @@ def registry_for(runs: list[Run], history: Iterable[HostHistory] = ()) -> Collec
     throughput = Gauge("gpuprov_bench_throughput_images_per_second", "images per second per "
                        "model and precision in the host's latest benchmark",
                        ["host", "model", "precision"], registry=registry)
-    for host, run in _latest(runs, "results").items():
+    latest_results = _latest(runs, "results")
+    for host, run_id in unjudged_latest(latest_results, history).items():
+        valid.labels(host, run_id).set(0)
+    for host, run in latest_results.items():
         results = run.results or {}
         valid.labels(host, run.run_id).set(1 if results.get("ok") is True else 0)
         checks = results.get("checks")

@@ -15,7 +15,7 @@ from ..output.term import cells, printable_line
 from ..output.term import paint as paint_text
 from .analyse import SPEC_KEYS, CheckRow, Column, HostHealth, Report, SpecFigure, has_label
 from .collect import MISSING, fmt_ms, problems_shown
-from .history import FAIL, PASS, HostHistory
+from .history import FAIL, PASS, HostHistory, Mark
 
 Segment = Tuple[str, str]  # (text, style); style "" or a style of remote.output.term
 Line = List[Segment]
@@ -23,6 +23,14 @@ Line = List[Segment]
 LATENCY_TITLE = "Batch-1 latency, ms (row per model, column per host/run)"
 TIMELINE_RUNS = 30  # a failing host's latest runs drawn on its detail line
 TIMELINE_SIGNS = {PASS: "P", FAIL: "F"}  # any other verdict: "." (no verdict)
+NO_VERDICT_SIGN = "X"  # a validation started that gave no verdict: a failure (history.Mark)
+NO_VERDICT_LEGEND = f"{NO_VERDICT_SIGN} fail: started, no verdict, "  # shown where one is
+
+
+def timeline_sign(mark: Mark) -> str:
+    if mark.verdict == FAIL and mark.no_verdict:
+        return NO_VERDICT_SIGN
+    return TIMELINE_SIGNS.get(mark.verdict, ".")
 
 
 def paint(lines: list[Line], color: bool) -> str:
@@ -177,6 +185,9 @@ def _health_table(report: Report) -> list[Line]:
                          "matmul %spec\nfp32/tf32/bf16", "bandwidth %spec\nd2d/h2d/d2h"],
                         rows, right=set())
     for h in report.health:
+        if h.no_verdict:
+            lines.append([(f"  {h.host}: NO VERDICT in {h.run_id}: validation started, no verdict: "
+                           f"{h.no_verdict}; counted as failed", "red")])
         lines += [[(f"  {h.host}: FAILED {_check_text(c)}", "red")] for c in h.failed]
         lines += [[(f"  {h.host}: WAIVED {check}: {what}", "yellow")] for check, what in h.waivers]
         for required, reason, names in h.skipped_groups():
@@ -199,12 +210,14 @@ def _history_table(history: list[HostHistory]) -> list[Line]:
                         right={1, 2, 3})
     for h in (h for h in history if h.failures):
         shown = h.timeline[-TIMELINE_RUNS:]
-        signs = "".join(("|" if m.stack_change else "") + TIMELINE_SIGNS.get(m.verdict, ".")
-                        for m in shown)
+        signs = "".join(("|" if m.stack_change else "") + timeline_sign(m) for m in shown)
         earlier = len(h.timeline) - len(shown)
         lines.append([(f"  {h.host}: {h.summary()}", "red" if h.quarantined else "")])
         lines.append([(f"    timeline (oldest first{f', {earlier} earlier runs not shown' if earlier else ''};"
-                       f" P pass, F fail, . no verdict, | stack changed): {signs}", "")])
+                       f" P pass, F fail, {NO_VERDICT_LEGEND if h.without_verdict else ''}"
+                       f". no verdict, | stack changed): {signs}", "")])
+        if h.without_verdict:
+            lines.append([(f"    {h.no_verdict_line()}", "red")])
         lines += [[(f"    stack changed in {m.run_id}: {m.stack_change}", "dim")]
                   for m in shown if m.stack_change]
     return lines

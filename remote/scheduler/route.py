@@ -7,8 +7,10 @@ One run on a cluster, whatever the scheduler (`base.Cluster` says what each step
 ones drained by someone else with their state and reason, take back gpuprov's drained ones with
 --resume-passed; 3. with --drain-failed or --resume-passed: hold the nodes for this run and
 resume gpuprov's; 4. validate the nodes, each one's results into logs/<node>/<run>/ (as the SSH
-route's: `gpuprov report` reads them); 5. drain the nodes that did not pass (all with
---drain-failed, those taken back in any case), release the hold; 6. the run's record in
+route's: `gpuprov report` reads them), beside the route's record that its validation was started
+and how it ended (validation.json: a judged node without a verdict fails in its history);
+5. drain the nodes that did not pass (all with --drain-failed, those taken back in any case),
+release the hold; 6. the run's record in
 logs/<cluster>/<run>/, a row per node in the recap.
 """
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, Optional
 
 from ..engine.jobs import Job
 from ..engine.jobs.logs import OUTCOME
-from ..engine.jobs.validate import Validate
+from ..engine.jobs.validate import Attempt, Validate
 from ..engine.results import HostResult, Outcome
 from ..engine.session import HostSession
 from ..errors import InputError, Interrupted
@@ -130,12 +132,16 @@ class _ClusterRun:
             return
         for node in plan.validate:
             self.records[node.name] = NodeRecord(node, resumed=node in plan.resume)
+        attempts: dict[str, Attempt] = {}
         try:
             if self.job.drain_failed or self.job.resume_passed:
                 self.cluster.resume(plan.resume, plan.validate)
                 for node in plan.resume:
                     session.reporter.running(node.name, f"taken back for validation (was "
                                                         f"drained: {node.reason})")
+            # the control side's record that each node's validation was started, before the
+            # job is: a node that hangs or crashes then fails in its history (issue 41)
+            attempts = {name: Attempt(self.context.node_folder(name)) for name in self.records}
             self.cluster.validate(self.records)
         except RouteFailed as exc:
             self.failure = str(exc)
@@ -146,10 +152,22 @@ class _ClusterRun:
             raise
         finally:
             try:
+                self.end_attempts(attempts)
                 self.gate_after()
             finally:
                 self.cluster.release()
                 self.finish()
+
+    def end_attempts(self, attempts: dict[str, Attempt]) -> None:
+        """How each node's validation ended, in its record: a node whose task never ran (the
+        scheduler refused, Ctrl-C) was not judged, and its missing verdict counts for nothing;
+        a judged node without results (lost, timed out, its archive refused) failed."""
+        for name, attempt in attempts.items():
+            record = self.records[name]
+            results = record.results is not None
+            why = "" if results else record.verdict.removeprefix("not validated: ")
+            attempt.end(record.verdict, why, counts=record.judged and self.failure != "interrupted",
+                        rc=record.rc)
 
     def record_skips(self, skipped: list[tuple[NodeView, str]],
                      down: list[tuple[NodeView, str]]) -> None:

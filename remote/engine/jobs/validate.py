@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import time
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -26,8 +27,9 @@ from validate.core import CHECK_NAMES
 from ...config.inventory import yaml_reader
 from ...config.templating import is_template
 from ...errors import CommandTimeout, GpuprovError, InputError, Interrupted, PullError, Where
+from ...fileio import write_atomic
 from ...paths import VALIDATE_DIR
-from ...runfolder import run_dir
+from ...runfolder import CRASHED, NOT_UNPACKED, REFUSED, TIMED_OUT, VALIDATION_ATTEMPT, attempt_record, run_dir
 from ...transport.connection import COMMIT_FILE, LineSplitter, pack, unpack_command
 from ..results import Outcome
 from ..session import HostSession
@@ -246,7 +248,26 @@ class Validate:
         self.run(session)
 
     def run(self, session: HostSession) -> None:
-        """Validate the host of `session`, whose context is built; conclude with the verdict."""
+        """Validate the host of `session`, whose context is built; conclude with the verdict.
+        Before anything runs on the host, the run folder gets the control side's record that
+        a validation was started (runfolder.VALIDATION_ATTEMPT, which no pull may bring), and
+        how it ended once it has: a validation that gave no verdict (timed out, crashed, its
+        archive refused) is then a failure in the host's history, not "provisioning only"."""
+        dest = run_dir(self.logs_dir, session.host.name, session.options.run_id)
+        attempt = Attempt(dest)
+        try:
+            outcome, no_verdict, rc = self._validate(session, dest)
+        except Interrupted:
+            attempt.end("not validated: interrupted", "interrupted", counts=False)
+            raise
+        attempt.end(outcome.text, no_verdict, rc=rc)
+        if attempt.error:
+            session.log.event(attempt.error)
+        session.conclude(outcome)
+
+    def _validate(self, session: HostSession, dest: Path) -> tuple[Outcome, str, Optional[int]]:
+        """Push, run and pull: (the outcome, why there is no verdict ("" when the results came
+        home), validate's exit status)."""
         host, log = session.host, session.log
         run_id = session.options.run_id
         chosen = session.context.get("validate_python")
@@ -278,22 +299,55 @@ class Validate:
             if not from_bundle:
                 session.remove_folder(package_folder(host.name, run_id), CLEANUP_TIMEOUT_S)
             session.stalled = f"validation {exc}"
-            session.conclude(Outcome(OUTCOME, f"not validated: {exc}", False))
             log.event(f"validate {exc}")
-            return
+            return Outcome(OUTCOME, f"not validated: {exc}", False), TIMED_OUT, None
         lines.flush()
         log.command("validate", f"python -m validate {' '.join(args)} ({pushed})", res.rc,
                     res.elapsed_s, res.out, res.err)
         if res.rc == UNPACK_FAILED:
             what = (f"the bundle's validate/ is not in {from_bundle}" if from_bundle
                     else "could not unpack the package")
-            session.conclude(Outcome(OUTCOME, f"not validated: {what} ({res.err.strip()[:200]})",
-                                     False))
-            return
-        dest = run_dir(self.logs_dir, host.name, run_id)
+            return (Outcome(OUTCOME, f"not validated: {what} ({res.err.strip()[:200]})", False),
+                    NOT_UNPACKED, res.rc)
         try:
             pull_run(session, run_id, dest)
         except PullError as exc:  # this run's output did not come home: it is not validated
-            session.conclude(Outcome(OUTCOME, f"not validated: {exc}", False))
-            return
-        session.conclude(Outcome(OUTCOME, *summarize(dest / COMMIT_FILE, res.rc)))
+            return Outcome(OUTCOME, f"not validated: {exc}", False), pull_failure(exc), res.rc
+        return Outcome(OUTCOME, *summarize(dest / COMMIT_FILE, res.rc)), "", res.rc
+
+
+def pull_failure(exc: PullError) -> str:
+    """Why a pull that failed left the run without a verdict, in the report's words: the
+    host had no output folder (validate died before writing one), the pull timed out, or
+    the archive was refused (a file only the control side writes, a link, over a cap)."""
+    text = str(exc)
+    if text.startswith("no output on the host"):  # logs.pull_run: tar failed on the host
+        return CRASHED
+    if "timed out" in text:
+        return TIMED_OUT
+    return REFUSED
+
+
+class Attempt:
+    """The control side's record of one validation of a host (runfolder.VALIDATION_ATTEMPT in
+    its run folder `dest`): written when made, before the host runs anything, and at `end`."""
+
+    def __init__(self, dest: Path):
+        self.path = dest / VALIDATION_ATTEMPT
+        self.started = _now()
+        self.error = ""  # why the record could not be written (a full disk): said in the run log
+        self._write(attempt_record(self.started))
+
+    def end(self, outcome: str, no_verdict: str, counts: bool = True,
+            rc: Optional[int] = None) -> None:
+        self._write(attempt_record(self.started, _now(), outcome, no_verdict, counts, rc))
+
+    def _write(self, text: str) -> None:
+        try:
+            write_atomic(self.path, text)
+        except OSError as exc:  # the validation goes on; only the report's record is lost
+            self.error = f"cannot write {self.path}: {exc.strerror or exc}"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -88,6 +88,8 @@ def parse_nodes(text: str) -> dict[str, Node]:
         data = json.loads(text)
     except ValueError as exc:
         raise NodeListError(f"not JSON ({exc})") from None
+    except RecursionError:  # the login node's answer is untrusted: 100,000 "[" (issue 41)
+        raise NodeListError("not JSON (nested too deeply)") from None
     if not isinstance(data, dict):
         raise NodeListError("not a JSON object")
     found: dict[str, Node] = {}
