@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from remote.runfolder import RESULTS
+
 from .common import REPO
 
 RUN_ID = "20261122T055742.123Z-14af"
@@ -45,7 +47,7 @@ def pull_archive(case: str, out: Path) -> Path:
     """The tar.gz of `case` at `out`, built a piece at a time."""
     from tests import tarcraft
 
-    honest = [tarcraft.member("./results.json", b"{}")]
+    honest = [tarcraft.member("./" + RESULTS, b"{}")]
     if case == "pull-hidden":
         extra = [tarcraft.member("./x.log", b"x", tarcraft.bad_uid(tarcraft.header("./x.log", 1)))]
     else:

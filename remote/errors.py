@@ -101,5 +101,18 @@ class PullError(GpuprovError):
     refused (a run id or name the host may not choose, over the size caps)."""
 
 
+class PullNotStored(PullError):
+    """This machine could not store what a host sent (a full disk, a folder it cannot write):
+    no fault of the host's."""
+
+
+class PullTimedOut(PullError):
+    """The pull ran past its time."""
+
+
+class PullNoOutput(PullError):
+    """The host had nothing to send: the pack command failed there (no output folder)."""
+
+
 class Interrupted(GpuprovError):
     """The run was cancelled (Ctrl-C, SIGTERM); work under way on hosts was stopped."""

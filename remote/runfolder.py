@@ -62,9 +62,9 @@ FABRIC_RUN, NOT_STARTED_RUN, EVIDENCE_RUN, PROVISIONED_RUN, ATTEMPTED_RUN = (
 
 # Why a validation the control side started gave no verdict (VALIDATION_ATTEMPT's
 # "no_verdict"), in the report's words; "" when it ended with the host's results pulled.
-TIMED_OUT, CRASHED, REFUSED, NOT_UNPACKED = (
+TIMED_OUT, CRASHED, REFUSED, NOT_UNPACKED, NOT_STORED = (
     "timed out", "crashed (no output folder on the host)", "archive refused",
-    "the package did not unpack")
+    "the package did not unpack", "not stored here (this machine's disk or folder)")
 NO_VERDICT_RECORDED = "no end recorded (the control side stopped during it)"
 
 

@@ -284,3 +284,15 @@ def test_an_extended_header_with_the_other_formats_magic_is_refused():
     long = header("././@LongLink", len(name), tarfile.GNUTYPE_LONGNAME, tarfile.USTAR_FORMAT)
     exc = refused(tar_of([long + name + bytes(-len(name) % BLOCK) + member("./f", b"x")]))
     assert "an extended header b'L' with the other format's magic" in str(exc), exc
+
+
+def test_a_path_part_longer_than_a_file_name_is_refused():
+    """Linux takes no file name over 255 bytes: such a member is the archive's fault, refused
+    as read, not a write this machine failed ("File name too long"), which does not count
+    against the host."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("./" + "a" * 256)
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    assert "a path part over 255 bytes in" in str(refused(buffer.getvalue()))

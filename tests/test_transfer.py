@@ -61,7 +61,7 @@ def test_unwritable_logs_folder_is_a_clear_error(tmp_path, work):
         # root ignores permissions, so drop to nobody for the write attempt
         code = ("import sys; from pathlib import Path; from remote.transport.transfer import publish_pull, "
                 "PullError\ntry:\n publish_pull(sys.stdin.buffer.read(), Path(sys.argv[1]))\n"
-                "except PullError as e:\n print(e); sys.exit(3)")
+                "except PullError as e:\n print(type(e).__name__, e); sys.exit(3)")
         proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                                "python3", "-c", code, str(parent / RUN2)],
                               input=_results_tarball(tmp_path), capture_output=True,
@@ -69,8 +69,21 @@ def test_unwritable_logs_folder_is_a_clear_error(tmp_path, work):
     finally:
         os.chmod(parent, 0o755)
     assert proc.returncode == 3, proc.stderr.decode()
+    assert proc.stdout.startswith(b"PullNotStored ")
     assert b"cannot write in" in proc.stdout and b"Permission denied" in proc.stdout
     assert list(parent.iterdir()) == []
+
+
+def test_a_pull_this_machine_cannot_store_does_not_count_against_the_host(tmp_path, work):
+    """A full disk or a folder this machine cannot write fails the pull as PullNotStored
+    (above), which the validation's record keeps as "not stored here", not counted as the
+    host's failure; a timed-out pull, a host with no output, a refused archive count."""
+    from remote.engine.jobs.validate import pull_failure
+    from remote.errors import PullNoOutput, PullNotStored, PullTimedOut
+    from remote.runfolder import CRASHED, NOT_STORED, REFUSED, TIMED_OUT
+
+    assert [pull_failure(e("x")) for e in (PullNotStored, PullTimedOut, PullNoOutput, PullError)] \
+        == [NOT_STORED, TIMED_OUT, CRASHED, REFUSED]
 
 
 def test_unsafe_archive_paths_are_refused(tmp_path):

@@ -52,6 +52,7 @@ CHUNK = 1 << 20
 # bytes; Linux's PATH_MAX is 4096 (linux/limits.h).
 EXTENDED_MAX = 64 << 10
 NAME_MAX = 4096
+PART_MAX = 255  # a file name's length on Linux, NAME_MAX of linux/limits.h
 OWNER_MAX = 256  # a PAX uname or gname (chosen: ustar's fields hold 31 bytes)
 # Chosen: GNU tar's default record is 20 blocks (10240 bytes) and tarfile's RECORDSIZE the
 # same; a larger blocking factor (`-b`) still pads with far less than this.
@@ -375,6 +376,8 @@ def _normal(raw: str, isdir: bool) -> str:
     parts = name.split("/")
     if raw.startswith("/") or any(p in ("", ".", "..") for p in parts) and name != "":
         raise TarRefused(repr(raw), "an unsafe path")
+    if any(len(p.encode()) > PART_MAX for p in parts):
+        raise TarRefused(repr(raw), f"a path part over {PART_MAX} bytes in")
     if not isdir and name == "":
         raise TarRefused(repr(raw), "an unsafe path")
     return name

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Optional, Union
 
-from ..errors import OutputTooLarge, PullError
+from ..errors import OutputTooLarge, PullError, PullNotStored
 from ..fileio import current_umask
 from ..runfolder import CONTROL_FILES, RESULTS
 from ..runid import is_run_id
@@ -124,7 +124,7 @@ def pull(conn: BaseConnection, remote_dir: str, dest: Path, timeout: float = 600
         dest.parent.mkdir(parents=True, exist_ok=True)
         archive = tempfile.TemporaryFile(prefix=".pull-", dir=str(dest.parent))
     except OSError as exc:
-        raise PullError(f"cannot write in {dest.parent}: {exc.strerror}") from None
+        raise PullNotStored(f"cannot write in {dest.parent}: {exc.strerror}") from None
     with archive:
         try:
             result = conn.run(pack_command(remote_dir), timeout=timeout, stdout_to=archive,
@@ -133,7 +133,7 @@ def pull(conn: BaseConnection, remote_dir: str, dest: Path, timeout: float = 600
             raise PullError(f"the pulled archive is over the {_size(limits.archive_bytes)} "
                             "allowed (GPUPROV_PULL_MAX_ARCHIVE_BYTES)") from None
         except OSError as exc:  # the archive file: disk full
-            raise PullError(f"cannot store the pulled archive in {dest.parent}: "
+            raise PullNotStored(f"cannot store the pulled archive in {dest.parent}: "
                             f"{exc.strerror or exc}") from None
         if result.rc != 0:
             return result, []
@@ -159,7 +159,7 @@ def publish_pull(data: Union[bytes, BinaryIO], dest: Path,
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".pull-{dest.name}-", dir=str(dest.parent)))
     except OSError as exc:
-        raise PullError(f"cannot write in {dest.parent}: {exc.strerror}") from None
+        raise PullNotStored(f"cannot write in {dest.parent}: {exc.strerror}") from None
     try:
         archive = io.BytesIO(data) if isinstance(data, bytes) else data
         try:
@@ -171,7 +171,7 @@ def publish_pull(data: Union[bytes, BinaryIO], dest: Path,
             _read(archive, writer.write)
             writer.finish(checker.digest.digest())
         except OSError as exc:
-            raise PullError(f"cannot store the pulled files in {dest.parent}: "
+            raise PullNotStored(f"cannot store the pulled files in {dest.parent}: "
                             f"{exc.strerror or exc}") from None
         names = sorted(p.name for p in tmp.iterdir())
         try:
@@ -179,7 +179,7 @@ def publish_pull(data: Union[bytes, BinaryIO], dest: Path,
             for name in sorted(names, key=lambda n: n == COMMIT_FILE):
                 os.replace(tmp / name, dest / name)
         except OSError as exc:
-            raise PullError(f"cannot store the pulled files in {dest}: {exc.strerror or exc}") from None
+            raise PullNotStored(f"cannot store the pulled files in {dest}: {exc.strerror or exc}") from None
         return names
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

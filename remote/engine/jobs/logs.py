@@ -10,7 +10,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Optional
 
-from ...errors import CommandTimeout, PullError
+from ...errors import CommandTimeout, PullError, PullNoOutput, PullTimedOut
 from ...output.term import printable_line
 from ...resultsfile import MAX_FILE_BYTES, UnusableFile, read_results
 from ...runfolder import run_dir
@@ -46,11 +46,11 @@ def pull_run(session: HostSession, run_id: str, dest: Path) -> None:
         raise
     except CommandTimeout as exc:
         session.log.event(f"pull {exc}")
-        raise PullError(f"the pull {exc}") from None
+        raise PullTimedOut(f"the pull {exc}") from None
     if res.rc != 0:
         said = "; ".join(line.strip() for line in res.err.strip().splitlines())
         session.log.event(f"pull failed: exit {res.rc}: {said}")
-        raise PullError(f"no output on the host ({printable_line(said)[:200]})")
+        raise PullNoOutput(f"no output on the host ({printable_line(said)[:200]})")
     session.log.event(f"pulled {res.stdout_bytes} bytes into {dest}: {', '.join(names)}")
 
 

@@ -26,10 +26,29 @@ from validate.core import CHECK_NAMES
 
 from ...config.inventory import yaml_reader
 from ...config.templating import is_template
-from ...errors import CommandTimeout, GpuprovError, InputError, Interrupted, PullError, Where
+from ...errors import (
+    CommandTimeout,
+    GpuprovError,
+    InputError,
+    Interrupted,
+    PullError,
+    PullNoOutput,
+    PullNotStored,
+    PullTimedOut,
+    Where,
+)
 from ...fileio import write_atomic
 from ...paths import VALIDATE_DIR
-from ...runfolder import CRASHED, NOT_UNPACKED, REFUSED, TIMED_OUT, VALIDATION_ATTEMPT, attempt_record, run_dir
+from ...runfolder import (
+    CRASHED,
+    NOT_STORED,
+    NOT_UNPACKED,
+    REFUSED,
+    TIMED_OUT,
+    VALIDATION_ATTEMPT,
+    attempt_record,
+    run_dir,
+)
 from ...transport.connection import COMMIT_FILE, LineSplitter, pack, unpack_command
 from ..results import Outcome
 from ..session import HostSession
@@ -260,7 +279,8 @@ class Validate:
         except Interrupted:
             attempt.end("not validated: interrupted", "interrupted", counts=False)
             raise
-        attempt.end(outcome.text, no_verdict, rc=rc)
+        # this machine failing to store the results is no verdict on the host
+        attempt.end(outcome.text, no_verdict, counts=no_verdict != NOT_STORED, rc=rc)
         if attempt.error:
             session.log.event(attempt.error)
         session.conclude(outcome)
@@ -319,12 +339,14 @@ class Validate:
 def pull_failure(exc: PullError) -> str:
     """Why a pull that failed left the run without a verdict, in the report's words: the
     host had no output folder (validate died before writing one), the pull timed out, or
-    the archive was refused (a file only the control side writes, a link, over a cap)."""
-    text = str(exc)
-    if text.startswith("no output on the host"):  # logs.pull_run: tar failed on the host
+    the archive was refused (a file only the control side writes, a link, over a cap), or
+    this machine could not store it (which does not count against the host)."""
+    if isinstance(exc, PullNoOutput):  # logs.pull_run: tar failed on the host
         return CRASHED
-    if "timed out" in text:
+    if isinstance(exc, PullTimedOut):
         return TIMED_OUT
+    if isinstance(exc, PullNotStored):  # this machine's disk or folder: not the host's failure
+        return NOT_STORED
     return REFUSED
 
 
