@@ -430,6 +430,7 @@ class FabricRun:
         received, more = tool.check_server(server_out, client_out, spec)
         result.detail.update(more)
         result.sender_value, result.receiver_value = sent, received
+        result.sender_slack = tool.in_flight_bytes * 8 / 1e9 / max(spec.seconds, 0.001)
         if spec.auth_user:
             result.detail["authenticated"] = True
         result.value = sent if received is None else min(sent, received)

@@ -105,6 +105,7 @@ class PairSpec:
 class Tool(Protocol):
     name: str
     unit: str
+    in_flight_bytes: int  # how far the sender's own count may honestly run ahead of the receiver's
 
     def usable(self, client: Probe, server: Probe) -> bool: ...
 
@@ -216,6 +217,11 @@ class Iperf3:
 
     name = "iperf3"
     unit = "Gb/s"
+    # The sender counts what it wrote into its socket, the receiver what it read: the sender's
+    # send buffer (at most net.ipv4.tcp_wmem's max, 4 MiB by default: Linux
+    # Documentation/networking/ip-sysctl.rst) was still in flight when it stopped counting.
+    # 64 MiB is gpuprov's bound (chosen: sites tune the buffer up to that for 100G+ links).
+    in_flight_bytes = 64 << 20
 
     def usable(self, client: Probe, server: Probe) -> bool:
         return "iperf3" in client.tools and "iperf3" in server.tools
@@ -318,6 +324,7 @@ class IbWriteBw:
 
     name = "ib_write_bw"
     unit = "Gb/s"
+    in_flight_bytes = 0  # both figures are the client's one report (`check_server`)
 
     def usable(self, client: Probe, server: Probe) -> bool:
         return ("ib_write_bw" in client.tools and "ib_write_bw" in server.tools
@@ -408,6 +415,7 @@ class NcclAllReduce:
 
     name = "all_reduce_perf"
     unit = "GB/s busbw"
+    in_flight_bytes = 0  # one figure only
 
     def usable(self, client: Probe, server: Probe) -> bool:
         return ("all_reduce_perf" in client.tools and "all_reduce_perf" in server.tools
