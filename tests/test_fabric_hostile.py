@@ -145,13 +145,57 @@ def test_a_stranger_served_first_is_interference_never_a_failure(farm, inventory
         assert doc["nodes"] == {"h1": "not measured", "h2": "not measured"}, out
 
 
+class CommandLines:
+    """Every process's command line on this machine, read from /proc until stopped, kept
+    when it holds `secret` (the farm's hosts are this machine: their ps is this one's)."""
+
+    def __init__(self, secrets_of):
+        self.secrets_of, self.seen = secrets_of, []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        while not self.stop.is_set():
+            for path in Path("/proc").glob("[0-9]*/cmdline"):
+                try:
+                    line = path.read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+                except OSError:
+                    continue
+                if any(s in line for s in self.secrets_of()):
+                    self.seen.append(line)
+            self.stop.wait(0.01)
+
+    def close(self) -> list[str]:
+        self.stop.set()
+        self.thread.join(30)
+        return self.seen
+
+
 def test_with_authentication_the_stranger_is_refused_and_the_pair_measured(farm, inventory,
-                                                                           work, capsys):
+                                                                           work, capsys,
+                                                                           monkeypatch):
     """Both nodes' iperf3 (Debian's 3.12) has authentication: the run's servers take only
     this run's user, so iperf3 itself refuses the stranger ("test authorization failed") and
-    serves the partner. The credentials travel on stdin into a private folder, removed after."""
+    serves the partner. The credentials travel on stdin into a private folder, removed after:
+    the password and the private key are on no command line while the run goes, in no file
+    it leaves, and no folder of theirs is left in /tmp."""
+    from remote.fabric import command
+
+    made = []
+    real = getattr(command, "new_credentials", None)
+    monkeypatch.setattr(command, "new_credentials", lambda: made.append(real()) or made[-1],
+                        raising=False)
+    lines = CommandLines(lambda: [c.password for c in made] + ["PRIVATE KEY"])
     before = set(Path("/tmp").glob("gpuprov-auth.*"))
-    rc, out, doc, stranger = _with_stranger(farm, inventory, work, capsys, farm.addresses[1])
+    try:
+        rc, out, doc, stranger = _with_stranger(farm, inventory, work, capsys, farm.addresses[1])
+    finally:
+        seen = lines.close()
+    assert len(made) == 1 and seen == [] and made[0].password not in out, seen
+    for path in work.rglob("*"):
+        if path.is_file():
+            assert made[0].password not in path.read_text(errors="replace"), path
     assert stranger.refused() >= 1 and stranger.served() == 0, stranger.outputs
     [pair] = doc["pairs"]
     assert rc == 0, out

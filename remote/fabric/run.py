@@ -22,8 +22,7 @@ or the partner was told the server was busy: `Tool.interference`) is no bad link
 pair is tried again on another port, as for a taken port, and after PORT_TRIES it is "not
 measured (interference)". Where both nodes' iperf3 has authentication (`auth`), the run's
 servers take only the run's own user, and a stranger is refused by iperf3 itself; where one
-has not (or the node is a cluster's, each command a job through the login node), the pair
-runs without it, and the run says so once.
+has not, the pair runs without it, and the run says so once.
 
 May import: `remote.engine` (connections through the run's pool), `remote.errors`, `plan`,
 `tools`, `verdict`.
@@ -194,32 +193,25 @@ class FabricRun:
 
     # ---------------------------------------------------------------- authentication
     def _auth_ok(self, node: Node) -> bool:
-        """Whether `node`'s iperf3 can take this run's credentials: its iperf3 has
-        authentication, and it is reached by its own connection (a cluster's node runs each
-        command as a job through the login node: its stdin is the scheduler's to carry)."""
+        """Whether `node`'s iperf3 can take this run's credentials (its iperf3 has
+        authentication). A cluster's node gets them as any other: on its command's stdin,
+        which the job carries (`srun` passes its stdin to the job's task)."""
         return (self.settings.auth is not None and node.probe is not None
-                and "iperf3" in node.probe.auth and not isinstance(node.conn, ClusterLink))
+                and "iperf3" in node.probe.auth)
 
     def auth_note(self) -> str:
         """The one line that says where iperf3's authentication is off ('' where it is on
         for every node with iperf3, or off for the whole run by choice)."""
         if self.settings.auth is None:
             return ""
-        off = [n for n in self.nodes.values()
+        off = [n.host.name for n in self.nodes.values()
                if n.probe is not None and "iperf3" in n.probe.tools and not self._auth_ok(n)]
         if not off:
             return ""
-        clusters = [n.host.name for n in off if isinstance(n.conn, ClusterLink)]
-        plain = [n.host.name for n in off if n.host.name not in clusters]
-        why = []
-        if plain:
-            why.append(f"{', '.join(plain)}: its iperf3 lists no 'authentication' feature "
-                       "(a build without OpenSSL)")
-        if clusters:
-            why.append(f"{', '.join(clusters)}: a cluster's node, each command a job")
-        return ("iperf3 authentication off for the pairs of " + "; ".join(why) + ". Their "
-                "servers serve whoever connects first; a test served to anyone but the partner "
-                "is told from the server's own record and tried again (interference)")
+        return (f"iperf3 authentication off for the pairs of {', '.join(off)}: its iperf3 lists "
+                "no 'authentication' feature (a build without OpenSSL). Their servers serve "
+                "whoever connects first; a test served to anyone but the partner is told from "
+                "the server's own record and tried again (interference)")
 
     # ---------------------------------------------------------------- one pair
     def _spec(self, client: Node, server: Node, tool: Tool, port: int) -> PairSpec:
