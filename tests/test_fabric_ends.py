@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from remote.fabric.output import matrix_text
+from remote.fabric.output import matrix_html, matrix_text
 from remote.fabric.run import FabricRun
 from remote.fabric.tools import TOOLS, PairSpec
 from remote.fabric.verdict import PairResult, judge
@@ -46,6 +46,8 @@ def test_a_forger_frames_no_one_and_is_named():
     assert verdict.findings
     text = matrix_text(verdict, ["n1", "n2", "n3"])
     assert "FIGURES DISAGREE n1: its figures disagree" in text and "SUSPECT" not in text
+    assert "figures disagree: n1: its figures disagree" in matrix_html(verdict, ["n1", "n2", "n3"],
+                                                                      "r1")
 
 
 def test_one_forged_pair_is_reported_as_the_pair_and_judged_by_the_lower():
