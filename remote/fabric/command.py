@@ -207,6 +207,13 @@ def cluster_nodes(engine: Run, login: Host, vars_: dict[str, Any], run_id: str,
             for name, address in found]
 
 
+def _secrets(settings: Settings, become_password: Optional[str]) -> Redactor:
+    """iperf3's credentials made for this run (`settings.auth`), and what masks the run's
+    secrets everywhere: the sudo password and the iperf3 password."""
+    settings.auth = new_credentials()
+    return Redactor([v for v in (become_password, settings.auth.password) if v])
+
+
 def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, Any],
                exports: Exports, logs_dir: str, drain_failed: bool = False,
                become_password: Optional[str] = None) -> int:
@@ -219,9 +226,7 @@ def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, An
     if len(members) < 2 and not logins:
         raise InputError("fabric needs at least 2 nodes to pair (hosts, or a cluster's login "
                          "node with a scheduler key)", inventory.path)
-    settings.auth = new_credentials()  # iperf3's authentication, this run's only
-    redact = Redactor([become_password, settings.auth.password] if become_password
-                      else [settings.auth.password])
+    redact = _secrets(settings, become_password)
     reporter = Reporter(redact, stream=exports.stream)
     run_id = new_run_id()
     options = RunOptions(extra_vars=extra_vars, forks=len(hosts), logs_dir=Path(logs_dir),
@@ -257,9 +262,7 @@ def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, An
     status = EXIT_OK
     pairs: list[PairResult] = []
     try:
-        fabric.open_all()
-        if fabric.auth_note():
-            reporter.note(fabric.auth_note())
+        fabric.open_all(reporter.note)
         pairs = fabric.execute()
     except KeyboardInterrupt:
         status = EXIT_INTERRUPTED

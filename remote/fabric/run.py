@@ -182,9 +182,13 @@ class FabricRun:
         except (GpuprovError, OSError) as exc:
             node.error = f"unreachable: {_short(exc)}"
 
-    def open_all(self) -> None:
+    def open_all(self, note: Optional[Callable[[str], None]] = None) -> None:
+        """Connect to and probe every node at once; then `note` where iperf3's
+        authentication is off (`auth_note`), once."""
         with ThreadPoolExecutor(max_workers=max(1, len(self.nodes))) as pool:
             list(pool.map(self._open, self.nodes.values()))
+        if note is not None and self.auth_note():
+            note(self.auth_note())
 
     def close_all(self) -> None:
         for node in self.nodes.values():
