@@ -202,3 +202,38 @@ def test_with_authentication_the_stranger_is_refused_and_the_pair_measured(farm,
     assert pair["value"] > 0 and pair["ok"] and pair["detail"]["authenticated"], pair
     assert doc["suspect_nodes"] == [] and "authentication off" not in out
     assert set(Path("/tmp").glob("gpuprov-auth.*")) == before  # nothing left behind
+
+
+def test_a_credentials_folder_left_by_a_killed_command_goes_with_the_next_run(farm, inventory,
+                                                                              work, capsys):
+    """A node killed outright (SIGKILL) mid-test leaves its command's credentials folder (as
+    tests/test_fabric_netns.py's killed host did): the next run's commands on that node remove
+    the login user's own folders older than 15 minutes, and leave a younger one (a run that
+    may still be going) and another user's alone."""
+    import os
+    import pwd
+    import time
+
+    from tests.sshd import TEST_USER
+
+    user = pwd.getpwnam(TEST_USER)
+    made = {}
+    for name, age, owner in (("stale", 20 * 60, user.pw_uid), ("young", 60, user.pw_uid),
+                             ("others", 20 * 60, 0)):
+        folder = Path(f"/tmp/gpuprov-auth.test{name}")
+        folder.mkdir(mode=0o700)
+        (folder / "key.pem").write_text("left behind\n")
+        os.chown(folder / "key.pem", owner, owner)
+        os.chown(folder, owner, owner)
+        os.utime(folder, (time.time() - age,) * 2)
+        made[name] = folder
+    try:
+        inv = inventory({"h1": farm.host_entry(farm.addresses[0]),
+                         "h2": farm.host_entry(farm.addresses[1])}, vars={"fabric_seconds": 1})
+        rc, out, doc = _fabric(inv, work, capsys)
+        assert rc == 0, out
+        assert not made["stale"].exists()
+        assert made["young"].exists() and made["others"].exists()
+    finally:
+        for folder in made.values():
+            shutil.rmtree(folder, ignore_errors=True)

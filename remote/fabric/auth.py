@@ -14,7 +14,9 @@ The secrets never travel on a command line (ps) nor into a log: each node's comm
 on its stdin, `UNPACK` writes them into a folder of its own (mode 0700, files 0600) under
 /tmp, exports the folder as `GPUPROV_AUTH` (and the password as IPERF3_PASSWORD, an
 environment only the node's login user and root can read), and removes the folder when the
-command ends, on a signal too. Lines of the stdin are tagged by their first letter: `K` the
+command ends, on a signal too. A command killed outright (SIGKILL, a node that died) leaves
+its folder: the next command of a fabric run on that node removes the login user's own such
+folders older than STALE_MINUTES first. Lines of the stdin are tagged by their first letter: `K` the
 private key, `U` the users file, `B` the public key, `P` the password.
 
 May import: the standard library, `cryptography` (paramiko's own dependency).
@@ -29,10 +31,15 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 KEY_BITS = 2048  # as iperf3(1)'s example (`openssl genrsa ... 2048`)
+# Older than any fabric command runs (fabric_seconds at most 600 s, plus the tool's start):
+# gpuprov's choice.
+STALE_MINUTES = 15
 
 # The node's side: stdin into the private folder, each tag into its file, the password into
 # the environment. `a` and the traps are the command's own shell's; the caller's script follows.
 UNPACK = (
+    "find /tmp -maxdepth 1 -name 'gpuprov-auth.*' -user \"$(id -u)\" "
+    f"-mmin +{STALE_MINUTES} -exec rm -rf {{}} + 2>/dev/null\n"
     "umask 077; a=$(mktemp -d /tmp/gpuprov-auth.XXXXXXXX) || exit 1\n"
     "trap 'rm -rf \"$a\"' EXIT; trap 'rm -rf \"$a\"; exit 143' HUP INT TERM\n"
     "cat >\"$a/in\"\n"
