@@ -3,7 +3,7 @@
 
 The forger is a node whose `iperf3` (first on its login PATH, tests/sshd.py
 `server_with_tools`) runs the real iperf3 and rewrites every figure of its own JSON to
-400 Gb/s. The stranger is this test itself: a real iperf3 client bound to 127.0.0.50, an
+400 Gb/s. The stranger is this test itself: a real iperf3 client bound to 127.0.0.150, an
 address of no node, that connects to every server port of the pair's node as soon as it
 listens (seen with `ss`), before the partner's client can. A node "without authentication" is
 a wrapper that runs the real iperf3 but leaves "authentication" out of `iperf3 --version`'s
@@ -21,7 +21,7 @@ import pytest
 
 from tests.sshd import server_with_tools
 
-STRANGER = "127.0.0.50"
+STRANGER = "127.0.0.150"
 FORGER = ("#!/bin/sh\n/usr/bin/iperf3 \"$@\" | sed -E "
           "'s/(\"bits_per_second\":[[:space:]]*)[0-9.e+]+/\\1400000000000/'\n")
 NO_AUTH = ("#!/bin/sh\nif [ \"$1\" = --version ]; then /usr/bin/iperf3 --version | "
@@ -48,8 +48,8 @@ def test_a_forger_frames_no_honest_node_and_is_named(farm, inventory, work, caps
     n3 -> n1). Before: n3 was the SUSPECT NODE. Now each pair counts the lower of its two
     ends' own figures: no suspect, and n1 is named for figures that disagree with every
     partner's (exit 3, a finding)."""
-    with server_with_tools(farm, "127.0.0.40", {"iperf3": FORGER}, "gpuprov-forger-"):
-        inv = inventory({"n1": farm.host_entry("127.0.0.40"),
+    with server_with_tools(farm, "127.0.0.140", {"iperf3": FORGER}, "gpuprov-forger-"):
+        inv = inventory({"n1": farm.host_entry("127.0.0.140"),
                          "n2": farm.host_entry(farm.addresses[0]),
                          "n3": farm.host_entry(farm.addresses[1])},
                         vars={"fabric_seconds": 1})
@@ -128,8 +128,8 @@ def test_a_stranger_served_first_is_interference_never_a_failure(farm, inventory
     reaches. Before: the pair FAILED and both nodes were suspects. Now each such try is
     interference, tried again on another port; after 3 it is "not measured (interference)"
     (exit 1), and no node is named."""
-    with server_with_tools(farm, "127.0.0.41", {"iperf3": NO_AUTH}, "gpuprov-noauth-"):
-        rc, out, doc, stranger = _with_stranger(farm, inventory, work, capsys, "127.0.0.41")
+    with server_with_tools(farm, "127.0.0.141", {"iperf3": NO_AUTH}, "gpuprov-noauth-"):
+        rc, out, doc, stranger = _with_stranger(farm, inventory, work, capsys, "127.0.0.141")
     assert stranger.served() >= 1, stranger.outputs  # the attack happened
     [pair] = doc["pairs"]
     assert doc["suspect_nodes"] == [] and doc["suspect_links"] == [], out
@@ -141,7 +141,7 @@ def test_a_stranger_served_first_is_interference_never_a_failure(farm, inventory
     else:
         assert rc == 1 and pair["error"].startswith("not measured (interference): 3 of 3 "
                                                     "tries on h2 reached by someone else"), out
-        assert "its server was reached from '127.0.0.50', not from the partner" in pair["error"]
+        assert "its server was reached from '127.0.0.150', not from the partner" in pair["error"]
         assert doc["nodes"] == {"h1": "not measured", "h2": "not measured"}, out
 
 
