@@ -44,6 +44,9 @@ class FabricNet:
         # `ip netns add` leaves a file per namespace under /run/netns: a tmpfs of this mount
         # namespace's own takes them (and /run/sshd), gone with the scenario
         _sh("mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", "/run")
+        # and /tmp: what a host killed outright leaves there (its iperf3 credentials folder,
+        # remote/fabric/auth.py) goes with the scenario, not onto the machine's
+        _sh("mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", "/tmp")
         _sh("ip", "link", "set", "lo", "up")
         _sh("ip", "link", "add", "br0", "type", "bridge")
         _sh("ip", "addr", "add", "198.18.0.1/24", "dev", "br0")

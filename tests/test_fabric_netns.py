@@ -28,6 +28,9 @@ def test_bad_node_and_bad_link_are_named():
     assert result["rc"] == 3, out  # a suspect found: as a failed validation
     assert doc["fabric"]["suspect_nodes"] == ["n2"], out
     assert doc["fabric"]["suspect_links"] == [["n0", "n1"]], out
+    # honest nodes, capped links, 10 iperf3 on 2 cores: both ends of every pair agree
+    assert doc["fabric"]["disagreeing_nodes"] == {} and doc["fabric"]["disagreements"] == [], out
+    assert all(p["receiver_value"] and not p["disagree"] for p in doc["fabric"]["pairs"]), out
     assert "SUSPECT NODE n2: slow or failed with every partner (n0, n1, n3, n4)" in out
     assert "below 0.25 x" in out  # fabric_relative from the inventory, said
     assert "SUSPECT LINK n0 <-> n1" in out

@@ -59,22 +59,79 @@ def test_all_reduce_perf_wrong_values_are_not_a_figure():
         parse_all_reduce(bad)
 
 
-def test_iperf3_receiver_figure_and_the_server_names_the_partner():
+def test_iperf3_each_end_gives_its_own_figure():
+    """One real test (iperf 3.12, loopback): the client's own figure is its `sum_sent` (what
+    it wrote), the server's its `sum_received` (what it read); the client's `sum_received`
+    is only what the server told it, and is not taken."""
+    client, server = json.loads(text("iperf3_client.json")), json.loads(text("iperf3_server.json"))
     value, detail = TOOLS["iperf3"].parse(text("iperf3_client.json"), SPEC)
-    data = json.loads(text("iperf3_client.json"))
-    assert value == pytest.approx(data["end"]["sum_received"]["bits_per_second"] / 1e9)
+    assert value == pytest.approx(client["end"]["sum_sent"]["bits_per_second"] / 1e9)
     assert "retransmits" in detail
-    TOOLS["iperf3"].check_server(text("iperf3_server.json"), SPEC)  # served 127.0.0.1
-    stranger = PairSpec("198.18.0.12", "198.18.0.11", 52011, 1.0)
-    with pytest.raises(ToolOutputError, match="not from the partner 198.18.0.12"):
-        TOOLS["iperf3"].check_server(text("iperf3_server.json"), stranger)
+    received, more = TOOLS["iperf3"].check_server(text("iperf3_server.json"),
+                                                  text("iperf3_client.json"), SPEC)
+    assert received == pytest.approx(server["end"]["sum_received"]["bits_per_second"] / 1e9)
+    assert more == {}
+    assert TOOLS["iperf3"].interference(text("iperf3_server.json"), text("iperf3_client.json"),
+                                        SPEC) is None  # served 127.0.0.1, the same cookie
+
+
+def test_iperf3_a_server_that_served_a_stranger_is_interference():
+    """Real outputs (iperf 3.12): a stranger from 127.0.0.9 reached the server first; the
+    partner 127.0.0.2 was told "the server is busy running a test" (IEACCESSDENIED)."""
+    partner = PairSpec("127.0.0.2", "127.0.0.3", 52113, 1.0)
+    why = TOOLS["iperf3"].interference(text("iperf3_server_stranger.json"),
+                                       text("iperf3_client_busy.json"), partner)
+    assert why == "its server was reached from '127.0.0.9', not from the partner 127.0.0.2"
+    # the busy answer alone (the stranger's test still running when the server was read)
+    why = TOOLS["iperf3"].interference("", text("iperf3_client_busy.json"), partner)
+    assert why == "the partner was told the server was busy with another test"
+    # the partner's address, another test's cookie (another program on the partner's node)
+    why = TOOLS["iperf3"].interference(text("iperf3_server_auth_refused.json"),
+                                       text("iperf3_client.json"), partner)
+    assert why == "its server served another test than the partner's (another cookie)"
+
+
+def test_iperf3_strangers_refused_by_authentication_then_the_partner_served():
+    """Real outputs (iperf 3.12 with this run's key and user): the server refused two
+    connections ("test authorization failed": one without credentials, one with a wrong
+    password), went on waiting, then served the partner; each printed its own JSON."""
+    partner = PairSpec("127.0.0.2", "127.0.0.3", 52013, 1.0)
+    server_out, client_out = text("iperf3_server_auth_refused.json"), text("iperf3_client_auth.json")
+    assert TOOLS["iperf3"].interference(server_out, client_out, partner) is None
+    received, more = TOOLS["iperf3"].check_server(server_out, client_out, partner)
+    assert received == pytest.approx(21.321293994452484) and more == {"refused": 2}
+    with pytest.raises(ToolOutputError, match="test authorization failed .*clocks"):
+        TOOLS["iperf3"].parse(text("iperf3_client_auth_refused.json"), partner)
+
+
+def test_iperf3_commands_carry_no_secret():
+    """With authentication the commands name the files of the node's private folder and the
+    user; the password is never on a command line (it is IPERF3_PASSWORD, from stdin)."""
+    spec = PairSpec("10.0.0.1", "10.0.0.2", 50000, 1.0, auth_user="gpuprov-abc")
+    assert TOOLS["iperf3"].server(spec).endswith(
+        '--rsa-private-key-path "$GPUPROV_AUTH/key.pem" --authorized-users-path '
+        '"$GPUPROV_AUTH/users.csv"')
+    assert TOOLS["iperf3"].client(spec).endswith(
+        '--username gpuprov-abc --rsa-public-key-path "$GPUPROV_AUTH/pub.pem"')
+    assert "--username" not in TOOLS["iperf3"].client(SPEC)
+    assert parse_probe("have iperf3\nauth iperf3\nauth rm\n").auth == {"iperf3"}
+
+
+def test_ib_write_bw_server_side_prints_the_clients_report():
+    """perftest's server side of a write test prints the client's report as the client sent
+    it (src/write_bw.c: `print_full_bw_report(..., &rem_bw_rep, ...)`), in the client's own
+    format: here the captured client output stands for it (no RDMA device here). A client
+    that rewrites what it prints then disagrees with it."""
+    received, _ = TOOLS["ib_write_bw"].check_server(text("ib_write_bw_gbits.txt"), "", SPEC)
+    assert received == 0.48
+    assert TOOLS["ib_write_bw"].check_server("Couldn't connect", "", SPEC) == (None, {})
 
 
 @pytest.mark.parametrize("hostile", [
-    '{"end": {"sum_received": {"bits_per_second": 1e300}}}',
-    '{"end": {"sum_received": {"bits_per_second": NaN}}}',
-    '{"end": {"sum_received": {"bits_per_second": -5}}}',
-    '{"end": {"sum_received": {"bits_per_second": "fast"}}}',
+    '{"end": {"sum_sent": {"bits_per_second": 1e300}}}',
+    '{"end": {"sum_sent": {"bits_per_second": NaN}}}',
+    '{"end": {"sum_sent": {"bits_per_second": -5}}}',
+    '{"end": {"sum_sent": {"bits_per_second": "fast"}}}',
     '{"error": "unable to connect to server: Connection refused"}',
     "[" * 100000,
     "{" + " " * (OUTPUT_MAX + 1) + "}",

@@ -115,6 +115,7 @@ def test_the_nodes_of_a_cluster_are_paired_through_slurm(slurm, work, capsys):
     assert [(p["client"], p["server"], p["tool"]) for p in doc["pairs"]] == [
         ("n1", "n3", "iperf3")], out
     assert doc["pairs"][0]["value"] > 0 and doc["suspect_nodes"] == []
+    assert doc["pairs"][0]["detail"]["authenticated"] is True  # the credentials on srun's stdin
     run_id = next((work / "logs" / "n1").iterdir()).name
     assert (work / "logs" / "n3" / run_id / "fabric.json").exists()
     assert not (work / "logs" / "n2").exists()

@@ -65,3 +65,27 @@ def test_a_record_naming_another_node_or_not_a_file_is_a_problem_of_that_host(tm
     bad = [str(p) for p in report.problems if "bad fabric record" in str(p)]
     assert len(bad) == 2 and any("n3" in p and "names node 'n2'" in p for p in bad), bad
     assert any("n4" in p and "not a regular file" in p for p in bad), bad
+
+
+def test_a_node_whose_figures_disagree_is_flagged(tmp_path):
+    """Issue 41: the fabric run named n1 for figures that disagree with every partner's (it
+    printed 400 Gb/s where its partners measured 6); the report flags it, by name."""
+    logs = tmp_path / "logs"
+    nodes = ["n0", "n1", "n2"]
+    pairs = []
+    for a, b in plan_rounds(nodes)[0]:
+        pair = PairResult(a, b, "iperf3", 6.0, sender_value=400.0 if a == "n1" else 6.0,
+                          receiver_value=400.0 if b == "n1" else 6.0)
+        pairs.append(pair)
+    verdict = judge(pairs, nodes)
+    assert verdict.suspect_nodes == [] and list(verdict.disagreeing) == ["n1"]
+    write_node_records(verdict, nodes, logs, "20261129T050000.000Z-0003")
+    term = recording_terminal()
+    run_report(logs, tmp_path / "out", terminal=term)
+    text = printed(term)
+    assert ("FABRIC FIGURES DISAGREE n1: its figures disagree with every partner's: n1 reports "
+            "400 Gb/s, its partner n0 measured 6 Gb/s (n0 -> n1); n1 reports 400 Gb/s, its "
+            "partner n2 measured 6 Gb/s (n1 -> n2), run 20261129T050000.000Z-0003") in text, text
+    assert "SKIPPED / BAD LOGS" not in text
+    flags = json.loads((tmp_path / "out" / "flags.json").read_text())
+    assert flags["flagged"] is True and flags["fabric"]["disagreeing_nodes"] == ["n1"]

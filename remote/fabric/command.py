@@ -1,9 +1,10 @@
 """`gpuprov fabric`: the run from checked inputs to the exit status. `remote.cli.fabric` checks
 the options and the inventory, then hands over here.
 
-Exit status (remote.exitcodes): 0 no suspect, 3 a suspect node or link was found (as a failed
-validation), 4 a node could not be reached (it is a suspect too, with why), 1 a pair could not
-be measured (every port tried was taken on its server's node), 130 interrupted.
+Exit status (remote.exitcodes): 0 no suspect, 3 a suspect node or link was found, or the two
+ends of a pair disagree (as a failed validation), 4 a node could not be reached (it is a
+suspect too, with why), 1 a pair could not be measured (every port tried was taken on its
+server's node, or its server reached by someone else), 130 interrupted.
 
 May import: `remote.engine`, `remote.output`, `remote.scheduler` (draining through Slurm),
 `remote.errors`, `remote.runfolder`, `remote.runid`, and this package.
@@ -40,6 +41,7 @@ from ..runid import new_run_id
 from ..scheduler import SCHEDULERS
 from ..scheduler.base import list_until_answered
 from ..transport.connection import BaseConnection
+from .auth import new_credentials
 from .output import host_results, json_document, matrix_html, matrix_text, write_node_records, write_prometheus
 from .run import ClusterLink, FabricRun, Node, Settings, node_for
 from .tools import TOOLS
@@ -205,6 +207,13 @@ def cluster_nodes(engine: Run, login: Host, vars_: dict[str, Any], run_id: str,
             for name, address in found]
 
 
+def _secrets(settings: Settings, become_password: Optional[str]) -> Redactor:
+    """iperf3's credentials made for this run (`settings.auth`), and what masks the run's
+    secrets everywhere: the sudo password and the iperf3 password."""
+    settings.auth = new_credentials()
+    return Redactor([v for v in (become_password, settings.auth.password) if v])
+
+
 def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, Any],
                exports: Exports, logs_dir: str, drain_failed: bool = False,
                become_password: Optional[str] = None) -> int:
@@ -217,7 +226,7 @@ def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, An
     if len(members) < 2 and not logins:
         raise InputError("fabric needs at least 2 nodes to pair (hosts, or a cluster's login "
                          "node with a scheduler key)", inventory.path)
-    redact = Redactor([become_password] if become_password else [])
+    redact = _secrets(settings, become_password)
     reporter = Reporter(redact, stream=exports.stream)
     run_id = new_run_id()
     options = RunOptions(extra_vars=extra_vars, forks=len(hosts), logs_dir=Path(logs_dir),
@@ -253,7 +262,7 @@ def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, An
     status = EXIT_OK
     pairs: list[PairResult] = []
     try:
-        fabric.open_all()
+        fabric.open_all(reporter.note)
         pairs = fabric.execute()
     except KeyboardInterrupt:
         status = EXIT_INTERRUPTED
@@ -294,7 +303,7 @@ def exit_status(pairs: list[PairResult], nodes: list[Node], verdict: Any) -> int
         return EXIT_STEP_FAILED
     if any(n.error for n in nodes):
         return EXIT_UNREACHABLE
-    return EXIT_VALIDATION_FAILED if verdict.suspect_nodes or verdict.suspect_links else EXIT_OK
+    return EXIT_VALIDATION_FAILED if verdict.findings else EXIT_OK
 
 
 def _export(exports: Exports, verdict: Any, results: Any, names: list[str], run_id: str,

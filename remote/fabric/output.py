@@ -59,6 +59,11 @@ def matrix_text(verdict: Verdict, nodes: list[str]) -> str:
                      "with other partners")
     if not verdict.suspect_nodes and not verdict.suspect_links:
         lines.append("no suspect: every pair within its bound")
+    for node, why in verdict.disagreeing.items():
+        lines.append(printable(f"FIGURES DISAGREE {node}: {why}; its pairs are judged by the "
+                               "lower figure"))
+    for said in verdict.disagreements:
+        lines.append(printable(f"FIGURES DISAGREE: {said}; the pair is judged by the lower"))
     for pair in verdict.pairs:
         if not pair.measured:
             lines.append(printable(f"{pair.client} -> {pair.server}: {pair.error}"))
@@ -85,6 +90,8 @@ pair is marked *.</p>
 {% for node, why in suspects %}<li class="suspect">suspect node {{ node }}: {{ why }}</li>{% endfor %}
 {% for a, b in links %}<li class="suspect">suspect link {{ a }} &harr; {{ b }}</li>{% endfor %}
 </ul>{% else %}<p>No suspect: every pair within its bound.</p>{% endif %}
+{% if disagree %}<ul>{% for line in disagree %}
+<li class="suspect">figures disagree: {{ line }}</li>{% endfor %}</ul>{% endif %}
 <table><tr><th></th>{% for col in nodes %}
 <th{% if col in suspect_names %} class="suspect"{% endif %}>{{ col }}</th>{% endfor %}</tr>
 {% for row in rows %}<tr><th{% if row.name in suspect_names %} class="suspect"{% endif %}>{{ row.name }}</th>
@@ -129,6 +136,8 @@ def matrix_html(verdict: Verdict, nodes: list[str], run_id: str) -> str:
         run_id=run_id, nodes=nodes, rows=rows,
         suspects=[(n, escaped(verdict.reasons.get(n, ""))) for n in verdict.suspect_nodes],
         links=verdict.suspect_links, suspect_names=set(verdict.suspect_nodes),
+        disagree=[f"{n}: {why}" for n, why in verdict.disagreeing.items()]
+        + verdict.disagreements,
         references=sorted(verdict.references.items()))
 
 
@@ -136,6 +145,7 @@ def node_record(verdict: Verdict, node: str, run_id: str) -> dict[str, Any]:
     """A node's `fabric.json`: its pairs (sent and received), figures, tools, its verdict."""
     return {"node": node, "run": run_id, "verdict": verdict.nodes.get(node, "not measured"),
             "reason": verdict.reasons.get(node) or None,
+            "disagrees": verdict.disagreeing.get(node),
             "suspect_links": [list(link) for link in verdict.suspect_links if node in link],
             "references": verdict.references,
             "pairs": [p.to_json() for p in verdict.pairs if node in p.nodes()]}
@@ -169,8 +179,11 @@ def host_results(verdict: Verdict, nodes: list[str]) -> dict[str, HostResult]:
                 steps.append(StepResult(name, status, pair.elapsed_s, text))
         state = verdict.nodes.get(node, "not measured")
         text = state + (f": {verdict.reasons[node]}" if verdict.reasons.get(node) else "")
+        if node in verdict.disagreeing:
+            text += f"; figures disagree: {verdict.disagreeing[node]}"
         results[node] = HostResult(node, steps=steps, elapsed_s=sum(s.elapsed_s for s in steps),
-                                   outcome=Outcome("fabric", text, state != "suspect"))
+                                   outcome=Outcome("fabric", text, state != "suspect"
+                                                   and node not in verdict.disagreeing))
     return results
 
 
@@ -195,6 +208,8 @@ def write_prometheus(path: Path, verdict: Verdict, run_id: str) -> None:
                     ["node", "run"], registry=registry)
     link = Gauge("gpuprov_fabric_link_suspect", "1 for each suspect link of the run",
                  ["a", "b", "run"], registry=registry)
+    disagree = Gauge("gpuprov_fabric_node_disagrees", "1 when the node's figures disagree with "
+                     "every partner's", ["node", "run"], registry=registry)
     for pair in verdict.pairs:
         if pair.value is not None:
             value.labels(pair.client, pair.server, pair.tool, pair.unit).set(pair.value)
@@ -204,4 +219,6 @@ def write_prometheus(path: Path, verdict: Verdict, run_id: str) -> None:
         suspect.labels(node, run_id).set(1 if state == "suspect" else 0)
     for a, b in verdict.suspect_links:
         link.labels(a, b, run_id).set(1)
+    for node in verdict.nodes:
+        disagree.labels(node, run_id).set(1 if node in verdict.disagreeing else 0)
     write_to_textfile(str(path), registry)

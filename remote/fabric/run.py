@@ -17,6 +17,13 @@ measured", never judged. The port is seen taken before the server starts when `s
 listener on it (so the client never talks to a stranger), else from the tool's own message
 (`Tool.port_in_use`).
 
+A server reached by anyone other than its partner (a stranger connected first and was served,
+or the partner was told the server was busy: `Tool.interference`) is no bad link either: the
+pair is tried again on another port, as for a taken port, and after PORT_TRIES it is "not
+measured (interference)". Where both nodes' iperf3 has authentication (`auth`), the run's
+servers take only the run's own user, and a stranger is refused by iperf3 itself; where one
+has not, the pair runs without it, and the run says so once.
+
 May import: `remote.engine` (connections through the run's pool), `remote.errors`, `plan`,
 `tools`, `verdict`.
 """
@@ -36,8 +43,19 @@ from ..config.inventory import Host
 from ..engine.run import Run
 from ..errors import GpuprovError, HostError
 from ..transport.connection import BaseConnection, CommandResult, LineSplitter
+from .auth import UNPACK, Credentials
 from .plan import Pair, plan_rounds
-from .tools import PROBE_SCRIPT, TOOLS, PairSpec, Probe, Tool, ToolOutputError, parse_probe, pick_tool
+from .tools import (
+    PROBE_SCRIPT,
+    TOOLS,
+    Interference,
+    PairSpec,
+    Probe,
+    Tool,
+    ToolOutputError,
+    parse_probe,
+    pick_tool,
+)
 from .verdict import PairResult
 
 OutputCallback = Callable[[str, str], None]  # (stream name, text): transport.base's
@@ -66,6 +84,7 @@ class Settings:
     relative: float = 0.5
     floors_from: str = "inventory fabric_floor"  # what the floors are, as the verdict says it
     ports: tuple[int, int] = PORTS  # the servers' ports, first and last
+    auth: Optional[Credentials] = None  # iperf3's authentication for this run (None: off)
 
 
 class PortInUse(Exception):
@@ -73,7 +92,8 @@ class PortInUse(Exception):
 
 
 class NotMeasured(Exception):
-    """Every port tried was taken: the pair was not measured (which says nothing of the link)."""
+    """Every port tried was taken, or its server reached by a stranger: the pair was not
+    measured (which says nothing of the link)."""
 
 
 def pick_port(ports: tuple[int, int], tried: list[int]) -> int:
@@ -92,7 +112,7 @@ class Link(Protocol):
     login node that runs each command as a job on it (`ClusterLink`)."""
 
     def run(self, script: str, *, timeout: Optional[float] = None,
-            on_output: Optional[OutputCallback] = None,
+            stdin: Optional[bytes] = None, on_output: Optional[OutputCallback] = None,
             cancellable: bool = True) -> CommandResult: ...
 
     def close(self) -> None: ...
@@ -107,10 +127,10 @@ class ClusterLink:
         self.login, self.wrap = login, wrap
 
     def run(self, script: str, *, timeout: Optional[float] = None,
-            on_output: Optional[OutputCallback] = None,
+            stdin: Optional[bytes] = None, on_output: Optional[OutputCallback] = None,
             cancellable: bool = True) -> CommandResult:
-        return self.login.run(self.wrap(script), timeout=timeout, on_output=on_output,
-                              cancellable=cancellable)
+        return self.login.run(self.wrap(script), timeout=timeout, stdin=stdin,
+                              on_output=on_output, cancellable=cancellable)
 
     def close(self) -> None:
         """The login node's connection is closed by whoever opened it."""
@@ -162,14 +182,40 @@ class FabricRun:
         except (GpuprovError, OSError) as exc:
             node.error = f"unreachable: {_short(exc)}"
 
-    def open_all(self) -> None:
+    def open_all(self, note: Optional[Callable[[str], None]] = None) -> None:
+        """Connect to and probe every node at once; then `note` where iperf3's
+        authentication is off (`auth_note`), once."""
         with ThreadPoolExecutor(max_workers=max(1, len(self.nodes))) as pool:
             list(pool.map(self._open, self.nodes.values()))
+        if note is not None and self.auth_note():
+            note(self.auth_note())
 
     def close_all(self) -> None:
         for node in self.nodes.values():
             if node.conn is not None:
                 node.conn.close()
+
+    # ---------------------------------------------------------------- authentication
+    def _auth_ok(self, node: Node) -> bool:
+        """Whether `node`'s iperf3 can take this run's credentials (its iperf3 has
+        authentication). A cluster's node gets them as any other: on its command's stdin,
+        which the job carries (`srun` passes its stdin to the job's task)."""
+        return (self.settings.auth is not None and node.probe is not None
+                and "iperf3" in node.probe.auth)
+
+    def auth_note(self) -> str:
+        """The one line that says where iperf3's authentication is off ('' where it is on
+        for every node with iperf3, or off for the whole run by choice)."""
+        if self.settings.auth is None:
+            return ""
+        off = [n.host.name for n in self.nodes.values()
+               if n.probe is not None and "iperf3" in n.probe.tools and not self._auth_ok(n)]
+        if not off:
+            return ""
+        return (f"iperf3 authentication off for the pairs of {', '.join(off)}: its iperf3 lists "
+                "no 'authentication' feature (a build without OpenSSL). Their servers serve "
+                "whoever connects first; a test served to anyone but the partner is told from "
+                "the server's own record and tried again (interference)")
 
     # ---------------------------------------------------------------- one pair
     def _spec(self, client: Node, server: Node, tool: Tool, port: int) -> PairSpec:
@@ -177,7 +223,20 @@ class FabricRun:
         if tool.name == "ib_write_bw" and not hcas:
             hcas = (client.probe.hcas if client.probe else [])[:1]
         gpus = min(client.probe.gpus if client.probe else 1, server.probe.gpus if server.probe else 1)
-        return PairSpec(client.address, server.address, port, self.settings.seconds, hcas, gpus)
+        user = ""
+        if tool.name == "iperf3" and self._auth_ok(client) and self._auth_ok(server):
+            assert self.settings.auth is not None
+            user = self.settings.auth.user
+        return PairSpec(client.address, server.address, port, self.settings.seconds, hcas, gpus,
+                        auth_user=user)
+
+    def _stdin(self, spec: PairSpec, side: str) -> tuple[str, Optional[bytes]]:
+        """What a command of the pair starts with and reads on its stdin: the run's
+        credentials unpacked (`auth.UNPACK`) when the pair uses them, else nothing."""
+        auth = self.settings.auth
+        if not spec.auth_user or auth is None:
+            return "", None
+        return UNPACK, auth.server_stdin() if side == "server" else auth.client_stdin()
 
     def _server_script(self, command: str, limit: float, port: int) -> str:
         """`IN_USE` when ss (iproute2) lists a listener on the port already; else the server
@@ -195,7 +254,7 @@ class FabricRun:
                 f"echo @@listening\nwait $p\nhead -c 262144 \"$f\"; rm -f \"$f\"\n")
 
     def _serve(self, node: Node, script: str, limit: float, server: Server,
-               listening: threading.Event) -> str:
+               listening: threading.Event, stdin: Optional[bytes] = None) -> str:
         """Run the server's script on `node` (in its own thread): note its PID as soon as it
         is said, set `listening` when its port listens; return the server's output."""
         def line(text: str) -> None:
@@ -211,7 +270,7 @@ class FabricRun:
         splitter = LineSplitter(line)
         assert node.conn is not None
         try:
-            out = node.conn.run(script, timeout=limit + CONTROL_TIMEOUT_S,
+            out = node.conn.run(script, timeout=limit + CONTROL_TIMEOUT_S, stdin=stdin,
                                 on_output=lambda stream, text: splitter(stream, text)
                                 if stream == "stdout" else None)
         except (GpuprovError, OSError):
@@ -282,46 +341,65 @@ class FabricRun:
             raise HostError(f"no tool on both nodes: install {wanted} (iperf3 works everywhere)")
         result.tool, result.unit = tool.name, tool.unit
         spec = self._spec(client, server, tool, pick_port(self.settings.ports, []))
-        if tool.server(spec) is None:  # no server of gpuprov's, no port
-            self._client(client, tool, spec, result)
+        if tool.server(spec) is None:  # no server of gpuprov's, no port: one figure
+            out = self._client(client, tool, spec, result)
+            result.value, result.detail = tool.parse(out, spec)
+            result.sender_value = result.value
             return
         tried = [spec.port]
+        strangers: list[str] = []
         while True:
             try:
                 self._served(client, server, tool, spec, result)
-            except PortInUse:
+            except (PortInUse, Interference) as exc:
+                if isinstance(exc, Interference):
+                    strangers.append(f"port {spec.port}: {exc}")
                 if len(tried) >= PORT_TRIES:
-                    raise NotMeasured(f"not measured: port {', '.join(map(str, tried))} in use "
-                                      f"on {server.host.name} ({len(tried)} tries); the link "
-                                      "was not tested") from None
+                    raise NotMeasured(self._not_measured(server, tried, strangers)) from None
                 spec = replace(spec, port=pick_port(self.settings.ports, tried))
                 tried.append(spec.port)
                 continue
-            if len(tried) > 1:
-                result.detail["ports_in_use"] = tried[:-1]
+            taken = [p for p in tried[:-1] if not any(s.startswith(f"port {p}:") for s in strangers)]
+            if taken:
+                result.detail["ports_in_use"] = taken
+            if strangers:
+                result.detail["interference"] = strangers
             return
+
+    @staticmethod
+    def _not_measured(server: Node, tried: list[int], strangers: list[str]) -> str:
+        if strangers:
+            return (f"not measured (interference): {len(strangers)} of {len(tried)} tries on "
+                    f"{server.host.name} reached by someone else ({strangers[-1]}); the link "
+                    "was not tested")
+        return (f"not measured: port {', '.join(map(str, tried))} in use on {server.host.name} "
+                f"({len(tried)} tries); the link was not tested")
 
     def _served(self, client: Node, server: Node, tool: Tool, spec: PairSpec,
                 result: PairResult) -> None:
-        """One try of a pair with a server: `PortInUse` when the server's port was taken
-        (whatever the client said meanwhile: it may have reached a stranger, or nobody)."""
+        """One try of a pair with a server: `PortInUse` when the server's port was taken,
+        `Interference` when the server served someone else or the client was told it was
+        busy (whatever the client said meanwhile: it may have reached a stranger, or nobody);
+        else the pair's figures, the sender's and the receiver's own."""
         limit = self._limit(spec)
         command = tool.server(spec)
         assert command is not None
+        head, stdin = self._stdin(spec, "server")
         listening = threading.Event()
         started = Server(server, 0, "")
         failed: Optional[Exception] = None
+        client_out = ""
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="server") as pool:
-            serving = pool.submit(self._serve, server, self._server_script(
+            serving = pool.submit(self._serve, server, head + self._server_script(
                 command, limit + SERVER_WAIT_S, spec.port), limit + SERVER_WAIT_S, started,
-                listening)
+                listening, stdin)
             try:
                 listening.wait(CONTROL_TIMEOUT_S)
                 if serving.done():
                     failed = ToolOutputError("the server ended before the client started")
                 else:
-                    self._client(client, tool, spec, result)
-            except (GpuprovError, OSError, ToolOutputError) as exc:
+                    client_out = self._client(client, tool, spec, result)
+            except (GpuprovError, OSError) as exc:
                 failed = exc
             finally:
                 try:
@@ -332,20 +410,40 @@ class FabricRun:
                     server_out = serving.result()
         if server_out == IN_USE or tool.port_in_use(server_out):
             raise PortInUse(spec.port)
+        why = tool.interference(server_out, client_out, spec)
+        if why is not None:
+            raise Interference(why)
         if failed is not None:
             raise failed
-        tool.check_server(server_out, spec)
+        self._figures(tool, spec, client_out, server_out, result)
+
+    @staticmethod
+    def _figures(tool: Tool, spec: PairSpec, client_out: str, server_out: str,
+                 result: PairResult) -> None:
+        """Both ends' figures; the pair's is the lower (`verdict`: a node that prints a figure
+        of its own choosing never lifts its pair above what its partner measured)."""
+        sent, result.detail = tool.parse(client_out, spec)
+        received, more = tool.check_server(server_out, client_out, spec)
+        result.detail.update(more)
+        result.sender_value, result.receiver_value = sent, received
+        result.sender_slack = tool.in_flight_bytes * 8 / 1e9 / max(spec.seconds, 0.001)
+        if spec.auth_user:
+            result.detail["authenticated"] = True
+        result.value = sent if received is None else min(sent, received)
 
     @staticmethod
     def _limit(spec: PairSpec) -> float:
         return spec.seconds * max(1, len(spec.hcas)) + CLIENT_SLACK_S
 
-    def _client(self, client: Node, tool: Tool, spec: PairSpec, result: PairResult) -> None:
+    def _client(self, client: Node, tool: Tool, spec: PairSpec, result: PairResult) -> str:
+        """Run the client's command; its output (parsed by the caller)."""
         assert client.conn is not None
+        head, stdin = self._stdin(spec, "client")
         began = time.monotonic()
-        out = client.conn.run(f"exec 2>&1; {tool.client(spec)}", timeout=self._limit(spec))
+        out = client.conn.run(f"{head}exec 2>&1; {tool.client(spec)}", timeout=self._limit(spec),
+                              stdin=stdin)
         result.test_s = time.monotonic() - began
-        result.value, result.detail = tool.parse(out.out, spec)
+        return out.out
 
     # ---------------------------------------------------------------- the rounds
     def rounds(self) -> list[list[Pair]]:

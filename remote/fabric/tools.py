@@ -5,8 +5,11 @@ otherwise.
 
 A row gives the server's command (started in the background on the receiving node, None when
 the tool has no server), the client's command (run on the sending node), the parser of what
-the client printed, and how the server says its port was taken (then the pair is tried again
-on another port, `run`). What a node prints is untrusted: each parser reads at most
+the client printed (the sender's own figure), the reader of what the server printed (the
+receiver's figure, and whether it served the partner at all: `Interference` when not), and how
+the server says its port was taken (then the pair is tried again on another port, `run`). A
+pair is judged by both ends' figures, the lower counting (`verdict`), so a node that prints a
+figure of its own choosing cannot lift its partners' pairs. What a node prints is untrusted: each parser reads at most
 `OUTPUT_MAX` bytes, takes only the figure it knows where to find, refuses a figure that is not
 a finite number in the tool's range, and never reads a node's name from the output (the run
 knows which pair it measured).
@@ -36,6 +39,12 @@ class ToolOutputError(Exception):
     """What the tool printed holds no figure gpuprov can trust: the message says why."""
 
 
+class Interference(Exception):
+    """The pair's server was reached by someone other than its partner (a stranger connected
+    first, or the partner's client was told the server was busy): the link was not measured,
+    and neither node is to blame. The pair is tried again on another port (`run`)."""
+
+
 @dataclass
 class Probe:
     """What a node has, from `PROBE_SCRIPT`'s lines."""
@@ -43,11 +52,16 @@ class Probe:
     tools: set[str] = field(default_factory=set)
     hcas: list[str] = field(default_factory=list)
     gpus: int = 0
+    auth: set[str] = field(default_factory=set)  # tools built with their own authentication
 
 
-# One round trip per node: which tools it has, its RDMA devices, its GPUs.
+# One round trip per node: which tools it has, its RDMA devices, its GPUs, and whether its iperf3
+# has authentication: `iperf3 --version` lists "authentication" among its "Optional features
+# available" in a build with OpenSSL (esnet/iperf src/iperf_util.c, get_optional_features, under
+# HAVE_SSL, at tag 3.12; Debian 12's iperf 3.12 prints it).
 PROBE_SCRIPT = r"""
 command -v iperf3 >/dev/null 2>&1 && echo "have iperf3"
+iperf3 --version 2>/dev/null | grep -q 'authentication' && echo "auth iperf3"
 command -v ib_write_bw >/dev/null 2>&1 && echo "have ib_write_bw"
 command -v all_reduce_perf >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 && echo "have all_reduce_perf"
 ls /sys/class/infiniband 2>/dev/null | head -n 64 | sed 's/^/hca /'
@@ -66,6 +80,8 @@ def parse_probe(text: str) -> Probe:
         key, value = words
         if key == "have" and value in TOOLS:
             probe.tools.add(value)
+        elif key == "auth" and value in TOOLS:
+            probe.auth.add(value)
         elif key == "hca" and HCA_NAME.fullmatch(value) and value not in probe.hcas:
             probe.hcas.append(value)
         elif key == "gpus" and value.isascii() and value.isdigit() and len(value) <= 3:
@@ -83,11 +99,13 @@ class PairSpec:
     seconds: float
     hcas: list[str] = field(default_factory=list)  # ib_write_bw: one run per HCA
     gpus: int = 1
+    auth_user: str = ""  # iperf3's authentication, this run's user name ('' without it)
 
 
 class Tool(Protocol):
     name: str
     unit: str
+    in_flight_bytes: int  # how far the sender's own count may honestly run ahead of the receiver's
 
     def usable(self, client: Probe, server: Probe) -> bool: ...
 
@@ -97,7 +115,10 @@ class Tool(Protocol):
 
     def parse(self, client_out: str, spec: PairSpec) -> tuple[float, dict[str, Any]]: ...
 
-    def check_server(self, server_out: str, spec: PairSpec) -> None: ...
+    def check_server(self, server_out: str, client_out: str,
+                     spec: PairSpec) -> tuple[Optional[float], dict[str, Any]]: ...
+
+    def interference(self, server_out: str, client_out: str, spec: PairSpec) -> Optional[str]: ...
 
     def port_in_use(self, server_out: str) -> bool: ...
 
@@ -121,55 +142,160 @@ def _json(text: str) -> Any:
         raise ToolOutputError("output is not JSON") from None
 
 
+MAX_DOCUMENTS = 64  # JSON documents read from one server's output (one per connection it served)
+
+
+def _documents(text: str) -> list[dict[str, Any]]:
+    """The JSON objects of an iperf3 server's output, in order: `-1 -J` prints one per
+    connection it answered, an authentication it refused included (it then goes on waiting:
+    esnet/iperf src/main.c, "Authentication failure doesn't count for 1-off test", at 3.12)."""
+    if len(text) > OUTPUT_MAX:
+        raise ToolOutputError(f"output over {OUTPUT_MAX} bytes")
+    decoder = json.JSONDecoder()
+    found: list[dict[str, Any]] = []
+    at = text.find("{")
+    while at >= 0 and len(found) < MAX_DOCUMENTS:
+        try:
+            data, end = decoder.raw_decode(text, at)
+        except (ValueError, RecursionError):
+            raise ToolOutputError("output is not JSON") from None
+        if isinstance(data, dict):
+            found.append(data)
+        at = text.find("{", end)
+    return found
+
+
+def _peers(data: dict[str, Any]) -> list[Any]:
+    """The `start.connected[].remote_host` of one iperf3 JSON document (its test's streams)."""
+    start = data.get("start")
+    connected = start.get("connected") if isinstance(start, dict) else None
+    if not isinstance(connected, list):
+        return []
+    return [link.get("remote_host") if isinstance(link, dict) else None
+            for link in connected[:128]]
+
+
+def _cookie(data: Any) -> Optional[str]:
+    start = data.get("start") if isinstance(data, dict) else None
+    cookie = start.get("cookie") if isinstance(start, dict) else None
+    return cookie if isinstance(cookie, str) else None
+
+
+def _end_figure(data: Any, key: str) -> float:
+    """`end.<key>.bits_per_second` of an iperf3 JSON document, in Gb/s."""
+    end = data.get("end") if isinstance(data, dict) else None
+    part = end.get(key) if isinstance(end, dict) else None
+    if not isinstance(part, dict):
+        raise ToolOutputError(f"iperf3's JSON has no end.{key}")
+    return _finite(part.get("bits_per_second"), MAX_GBPS * 1e9, "bits_per_second") / 1e9
+
+
+# What iperf3 says where it refused someone or was refused (esnet/iperf src/iperf_error.c at
+# 3.12): IEAUTHTEST "test authorization failed" (the server, in its JSON "error" prefixed
+# "error - ", and the client refused); IEACCESSDENIED "the server is busy running a test. try
+# again later" (the client that came second: iperf_accept in src/iperf_server_api.c answers
+# ACCESS_DENIED to a connection while a test runs).
+IPERF3_AUTH_FAILED = "test authorization failed"
+IPERF3_BUSY = "the server is busy running a test. try again later"
+
+
 class Iperf3:
-    """TCP throughput, one stream, client to server; the figure is what the server received
-    (`end.sum_received.bits_per_second` of `iperf3 -J`, iperf3's JSON output,
-    https://github.com/esnet/iperf, src/iperf_api.c). The server serves one test and exits
-    (`-1`), listens on the port given and the server's address only (`-B`), and its own JSON
-    names the client it served: a test from any other address than the partner's is refused."""
+    """TCP throughput, one stream, client to server (`iperf3 -J`, iperf3's JSON output,
+    https://github.com/esnet/iperf, src/iperf_api.c). Each end gives its own figure: the
+    client (the sender) its `end.sum_sent.bits_per_second`, the bytes it wrote over its own
+    time; the server (the receiver) its `end.sum_received.bits_per_second`, the bytes it read
+    over its own time. (The client's `sum_received` is the server's figure as the server sent
+    it over the test's control connection; iperf 3.12's server prints `sum_sent` as 0: neither
+    is a node's own measurement.) The server serves one test and exits (`-1`), listens on the
+    port given and the server's address only (`-B`), and its JSON names the peer it served
+    (`start.connected[].remote_host`) and the test's cookie (`start.cookie`, the client's own):
+    a test from another address or with another cookie than the partner's is interference.
+    With `auth_user`, the server takes only this run's user (`--rsa-private-key-path`,
+    `--authorized-users-path`; the client `--username`, `--rsa-public-key-path` and the
+    password in IPERF3_PASSWORD: iperf3(1), src/iperf3.1 at 3.12); the files are the
+    `$GPUPROV_AUTH` folder the node's command unpacked (`auth`)."""
 
     name = "iperf3"
     unit = "Gb/s"
+    # The sender counts what it wrote into its socket, the receiver what it read: the sender's
+    # send buffer (at most net.ipv4.tcp_wmem's max, 4 MiB by default: Linux
+    # Documentation/networking/ip-sysctl.rst) was still in flight when it stopped counting.
+    # 64 MiB is gpuprov's bound (chosen: sites tune the buffer up to that for 100G+ links).
+    in_flight_bytes = 64 << 20
 
     def usable(self, client: Probe, server: Probe) -> bool:
         return "iperf3" in client.tools and "iperf3" in server.tools
 
     def server(self, spec: PairSpec) -> Optional[str]:
-        return f"iperf3 -s -1 -J -B {shlex.quote(spec.server_address)} -p {spec.port}"
+        auth = (' --rsa-private-key-path "$GPUPROV_AUTH/key.pem" --authorized-users-path '
+                '"$GPUPROV_AUTH/users.csv"') if spec.auth_user else ""
+        return f"iperf3 -s -1 -J -B {shlex.quote(spec.server_address)} -p {spec.port}{auth}"
 
     def client(self, spec: PairSpec) -> str:
+        auth = (f' --username {shlex.quote(spec.auth_user)} --rsa-public-key-path '
+                f'"$GPUPROV_AUTH/pub.pem"') if spec.auth_user else ""
         return (f"iperf3 -c {shlex.quote(spec.server_address)} -p {spec.port} "
                 f"-B {shlex.quote(spec.client_address)} -t {spec.seconds:g} -J "
-                f"--connect-timeout 3000")
+                f"--connect-timeout 3000{auth}")
 
     def parse(self, client_out: str, spec: PairSpec) -> tuple[float, dict[str, Any]]:
         data = _json(client_out)
         if not isinstance(data, dict):
             raise ToolOutputError("no JSON object in iperf3's output")
         if isinstance(data.get("error"), str):
-            raise ToolOutputError("iperf3: " + data["error"][:200])
-        end = data.get("end")
-        received = end.get("sum_received") if isinstance(end, dict) else None
-        if not isinstance(received, dict):
-            raise ToolOutputError("iperf3's JSON has no end.sum_received")
-        bps = _finite(received.get("bits_per_second"), MAX_GBPS * 1e9, "bits_per_second")
+            error = data["error"][:200]
+            if IPERF3_AUTH_FAILED in error:
+                error += (" (this run's credentials were refused: iperf3's authentication "
+                          "also fails when the two nodes' clocks are over 10 s apart, "
+                          "--time-skew-threshold)")
+            raise ToolOutputError("iperf3: " + error)
         detail: dict[str, Any] = {}
+        end = data.get("end")
         sent = end.get("sum_sent") if isinstance(end, dict) else None
         if isinstance(sent, dict) and isinstance(sent.get("retransmits"), int):
             detail["retransmits"] = sent["retransmits"]
-        return bps / 1e9, detail
+        return _end_figure(data, "sum_sent"), detail
 
-    def check_server(self, server_out: str, spec: PairSpec) -> None:
-        data = _json(server_out)
-        start = data.get("start") if isinstance(data, dict) else None
-        connected = start.get("connected") if isinstance(start, dict) else None
-        if not isinstance(connected, list) or not connected:
+    def _served(self, server_out: str) -> tuple[Optional[dict[str, Any]], int]:
+        """The document of the test the server served (None: it served none), and how many
+        connections it refused for their credentials."""
+        served, refused = None, 0
+        for data in _documents(server_out):
+            error = data.get("error")
+            if isinstance(error, str) and IPERF3_AUTH_FAILED in error:
+                refused += 1
+            elif _peers(data) and served is None:
+                served = data
+        return served, refused
+
+    def interference(self, server_out: str, client_out: str, spec: PairSpec) -> Optional[str]:
+        """Why the server's test was not the partner's (None when nothing says so)."""
+        try:
+            served, _ = self._served(server_out)
+            client = _json(client_out)
+        except ToolOutputError:
+            return None  # unreadable output is the node's own failure, judged as such
+        if served is not None:
+            for peer in _peers(served):
+                if peer != spec.client_address:
+                    return (f"its server was reached from {str(peer)[:60]!r}, not from the "
+                            f"partner {spec.client_address}")
+            theirs, ours = _cookie(served), _cookie(client)
+            if theirs is not None and ours is not None and theirs != ours:
+                return "its server served another test than the partner's (another cookie)"
+        error = client.get("error") if isinstance(client, dict) else None
+        if isinstance(error, str) and IPERF3_BUSY in error:
+            return "the partner was told the server was busy with another test"
+        return None
+
+    def check_server(self, server_out: str, client_out: str,
+                     spec: PairSpec) -> tuple[Optional[float], dict[str, Any]]:
+        """The receiver's own figure (its `end.sum_received`) and how many strangers iperf3
+        refused for their credentials."""
+        served, refused = self._served(server_out)
+        if served is None:
             raise ToolOutputError("the iperf3 server served no test")
-        for link in connected:
-            remote = link.get("remote_host") if isinstance(link, dict) else None
-            if remote != spec.client_address:
-                raise ToolOutputError(f"the iperf3 server was reached from {str(remote)[:60]!r}, "
-                                      f"not from the partner {spec.client_address}")
+        return _end_figure(served, "sum_received"), ({"refused": refused} if refused else {})
 
     def port_in_use(self, server_out: str) -> bool:
         return _IPERF3_IN_USE.search(server_out[:OUTPUT_MAX]) is not None
@@ -198,6 +324,7 @@ class IbWriteBw:
 
     name = "ib_write_bw"
     unit = "Gb/s"
+    in_flight_bytes = 0  # both figures are the client's one report (`check_server`)
 
     def usable(self, client: Probe, server: Probe) -> bool:
         return ("ib_write_bw" in client.tools and "ib_write_bw" in server.tools
@@ -232,8 +359,25 @@ class IbWriteBw:
         named = spec.hcas or ["default"]
         return min(figures[:want]), {"per_hca_gbps": dict(zip(named, figures[:want]))}
 
-    def check_server(self, server_out: str, spec: PairSpec) -> None:
-        return None
+    def check_server(self, server_out: str, client_out: str,
+                     spec: PairSpec) -> tuple[Optional[float], dict[str, Any]]:
+        """What the server side printed: in a write test (half duplex) it measures nothing of
+        its own (RDMA write is one-sided: its CPU sees no data), and prints the client's
+        report as the client sent it over perftest's socket (`xchg_bw_reports`, then
+        `print_full_bw_report(..., &rem_bw_rep, ...)`: linux-rdma/perftest src/write_bw.c, at
+        cb5b7468), in the client's own format. So it is the client's measurement, as its real
+        ib_write_bw sent it: a client that only rewrites what it prints disagrees with it; one
+        that runs a modified ib_write_bw does not (no figure of the receiver's own exists)."""
+        if len(server_out) > OUTPUT_MAX:
+            raise ToolOutputError(f"server output over {OUTPUT_MAX} bytes")
+        figures = parse_ib_write_bw(server_out)
+        want = max(1, len(spec.hcas))
+        if len(figures) < want:
+            return None, {}
+        return min(figures[:want]), {}
+
+    def interference(self, server_out: str, client_out: str, spec: PairSpec) -> Optional[str]:
+        return None  # perftest's server names no peer address gpuprov could check
 
     def port_in_use(self, server_out: str) -> bool:
         return _PERFTEST_IN_USE.search(server_out[:OUTPUT_MAX]) is not None
@@ -271,6 +415,7 @@ class NcclAllReduce:
 
     name = "all_reduce_perf"
     unit = "GB/s busbw"
+    in_flight_bytes = 0  # one figure only
 
     def usable(self, client: Probe, server: Probe) -> bool:
         return ("all_reduce_perf" in client.tools and "all_reduce_perf" in server.tools
@@ -287,7 +432,11 @@ class NcclAllReduce:
     def parse(self, client_out: str, spec: PairSpec) -> tuple[float, dict[str, Any]]:
         return parse_all_reduce(client_out), {}
 
-    def check_server(self, server_out: str, spec: PairSpec) -> None:
+    def check_server(self, server_out: str, client_out: str,
+                     spec: PairSpec) -> tuple[Optional[float], dict[str, Any]]:
+        return None, {}  # no server: one figure, the client's mpirun's
+
+    def interference(self, server_out: str, client_out: str, spec: PairSpec) -> Optional[str]:
         return None
 
     def port_in_use(self, server_out: str) -> bool:

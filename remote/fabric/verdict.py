@@ -23,6 +23,15 @@ measured twice varies by far less, and the faults this looks for cost half or mo
 rate (a link that renegotiated from 4X to 1X width keeps a quarter; one speed grade down keeps
 about half).
 
+Both ends count. A pair's figure is the lower of the sender's own and the receiver's own
+(`run`), so a node that prints a figure of its choosing lifts no pair above what its partner
+measured, and no honest node is judged against a forged reference. Two figures of one pair
+that differ by more than DISAGREE (the higher over the lower) are a finding of their own:
+a node whose figures disagree with every partner's is named ("n1 reports 400 Gb/s, its
+partner n2 measured 9.4 Gb/s"); a disagreeing pair whose nodes each agree with another
+partner is reported as the pair, the node with the higher (set aside) figure first. With one
+partner, the two cannot be told apart, and the finding says so.
+
 May import: the standard library.
 """
 from __future__ import annotations
@@ -32,6 +41,16 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 RELATIVE = 0.5  # unsourced: see above
+# Both ends' figures of an honest TCP test differ by what was still in flight when the sender
+# stopped counting, over the two ends' own times (bench/fabric_ends.py, 1 s tests: the higher
+# over the lower at most 1.08 at full speed, 1.13 at 100 Mbit/s; 1.27 in 30 pairs of
+# tests/test_fabric_netns.py's 5 hosts, 10 iperf3 on 2 cores, 100 Mbit/s caps, the sender
+# higher each time; on a link that passes almost nothing, the sender's whole send buffer over
+# the receiver's trickle, 20 times). A factor 1.5
+# is gpuprov's choice (unsourced beyond those figures), and a sender's excess must also be
+# over its tool's `in_flight_bytes` over the test's time (`sender_slack`): a broken link is
+# slow, not a liar.
+DISAGREE = 1.5
 
 
 @dataclass
@@ -49,12 +68,35 @@ class PairResult:
     test_s: float = 0.0     # the client's command alone
     detail: dict[str, Any] = field(default_factory=dict)
     measured: bool = True   # False: the test never ran (every port tried was taken): not judged
+    sender_value: Optional[float] = None    # the client's own figure
+    receiver_value: Optional[float] = None  # the server's (None: its tool prints none)
+    sender_slack: float = 0.0  # how far the sender's figure may honestly exceed the receiver's
     # set by `judge`
     slow: bool = False
     judged_by: str = ""
 
     def nodes(self) -> tuple[str, str]:
         return self.client, self.server
+
+    def disagrees(self, factor: float = DISAGREE) -> bool:
+        """Both ends gave a figure and the higher is over `factor` times the lower; a
+        sender's higher figure also by more than `sender_slack` (what was still in flight)."""
+        sent, got = self.sender_value, self.receiver_value
+        if sent is None or got is None or self.value is None:
+            return False
+        if sent >= got:
+            return sent > got * factor and sent - got > self.sender_slack
+        return got > sent * factor
+
+    def said(self) -> str:
+        """'X reports A, its partner Y measured B': X the node whose figure was set aside."""
+        assert self.sender_value is not None and self.receiver_value is not None
+        if self.sender_value >= self.receiver_value:
+            high, high_v, low, low_v = self.client, self.sender_value, self.server, self.receiver_value
+        else:
+            high, high_v, low, low_v = self.server, self.receiver_value, self.client, self.sender_value
+        return (f"{high} reports {high_v:.3g} {self.unit}, its partner {low} measured "
+                f"{low_v:.3g} {self.unit} ({self.client} -> {self.server})")
 
     @property
     def bad(self) -> bool:
@@ -67,6 +109,8 @@ class PairResult:
                 "ok": self.measured and not self.bad, "measured": self.measured,
                 "slow": self.slow, "error": self.error or None,
                 "judged_by": self.judged_by, "elapsed_s": round(self.elapsed_s, 3), "test_s": round(self.test_s, 3),
+                "sender_value": self.sender_value, "receiver_value": self.receiver_value,
+                "disagree": self.disagrees(),
                 **({"detail": self.detail} if self.detail else {})}
 
 
@@ -79,10 +123,19 @@ class Verdict:
     suspect_links: list[tuple[str, str]]  # sorted names in each
     references: dict[str, str]            # tool -> how its pairs were judged
     cuts: dict[tuple[str, int], float] = field(default_factory=dict)  # (tool, round) -> slow below
+    disagreeing: dict[str, str] = field(default_factory=dict)  # node -> its figures against its partners'
+    disagreements: list[str] = field(default_factory=list)    # pairs no named node explains
+
+    @property
+    def findings(self) -> bool:
+        """A suspect, or figures that disagree: what fails the run (exit status 3)."""
+        return bool(self.suspect_nodes or self.suspect_links or self.disagreeing
+                    or self.disagreements)
 
     def to_json(self) -> dict[str, Any]:
         return {"suspect_nodes": self.suspect_nodes,
                 "suspect_links": [list(link) for link in self.suspect_links],
+                "disagreeing_nodes": self.disagreeing, "disagreements": self.disagreements,
                 "nodes": self.nodes, "reasons": self.reasons, "references": self.references,
                 "pairs": [p.to_json() for p in self.pairs]}
 
@@ -128,6 +181,39 @@ def judge_pairs(pairs: list[PairResult], floors: dict[str, float],
     return how, cuts
 
 
+def disagreements(pairs: list[PairResult], factor: float = DISAGREE,
+                  ) -> tuple[dict[str, str], list[str]]:
+    """(node -> why, for each node whose figures disagree with every partner's; the lines of
+    the disagreeing pairs none of those nodes explains), as the module's text says."""
+    compared: dict[str, list[PairResult]] = {}
+    for pair in pairs:
+        if pair.sender_value is not None and pair.receiver_value is not None:
+            for node in pair.nodes():
+                compared.setdefault(node, []).append(pair)
+    named: dict[str, str] = {}
+    for node, theirs in compared.items():
+        if theirs and all(p.disagrees(factor) for p in theirs):
+            partners = sorted({p.server if p.client == node else p.client for p in theirs})
+            why = ("its figures disagree with every partner's: "
+                   + "; ".join(_own_said(p, node) for p in theirs))
+            if len(partners) < 2:
+                why += "; only one partner: which of the two is wrong cannot be told"
+            named[node] = why
+    lines = [p.said() for p in pairs if p.disagrees(factor)
+             and p.client not in named and p.server not in named]
+    return named, lines
+
+
+def _own_said(pair: PairResult, node: str) -> str:
+    """'n1 reports A, its partner n2 measured B (n1 -> n2)' from `node`'s side."""
+    mine, theirs = ((pair.sender_value, pair.receiver_value) if pair.client == node
+                    else (pair.receiver_value, pair.sender_value))
+    partner = pair.server if pair.client == node else pair.client
+    assert mine is not None and theirs is not None
+    return (f"{node} reports {mine:.3g} {pair.unit}, its partner {partner} measured "
+            f"{theirs:.3g} {pair.unit} ({pair.client} -> {pair.server})")
+
+
 def judge(pairs: list[PairResult], nodes: list[str], floors: Optional[dict[str, float]] = None,
           relative: float = RELATIVE, floors_from: str = "inventory fabric_floor") -> Verdict:
     """Judge every pair, then name the suspect nodes and links (see the module's text)."""
@@ -165,5 +251,6 @@ def judge(pairs: list[PairResult], nodes: list[str], floors: Optional[dict[str, 
             verdicts[node] = "not measured"
         else:
             verdicts[node] = "ok"
+    named, lines = disagreements(pairs)
     return Verdict(pairs, verdicts, reasons, suspects,
-                   [(a, b) for a, b in links], references, cuts)
+                   [(a, b) for a, b in links], references, cuts, named, lines)

@@ -193,7 +193,7 @@ class Report:
     @property
     def flagged(self) -> bool:
         return bool(self.outliers or self.regressions or self.drift.flags or self.quarantined
-                    or self.fabric.suspects or self.fabric.links)
+                    or self.fabric.lines())
 
     def flag_lines(self) -> list[str]:
         """One line per flag, hosts to take out of service first: what an operator reads first."""

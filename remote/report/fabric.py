@@ -21,6 +21,7 @@ from .collect import Problem
 
 MAX_BYTES = 1 << 20  # a node's record of 2 rounds is a few KiB
 MAX_TEXT = 500
+MAX_DISAGREES = 4000  # a node's figures against each of its partners' (4 at most, 2 rounds)
 VERDICTS = ("ok", "suspect", "ok (bad link)", "not measured")
 
 
@@ -31,6 +32,7 @@ class FabricNode:
     verdict: str
     reason: str = ""
     links: list[tuple[str, str]] = field(default_factory=list)
+    disagrees: str = ""  # its figures disagree with every partner's (the fabric run's words)
 
 
 @dataclass
@@ -54,6 +56,8 @@ class Fabric:
                f", run {self.run_id}" for n in self.suspects]
         out += [f"FABRIC SUSPECT LINK {a} <-> {b}: slow while both nodes are fast with other "
                 f"partners, run {self.run_id}" for a, b in self.links]
+        out += [f"FABRIC FIGURES DISAGREE {n.host}: {n.disagrees}, run {self.run_id}"
+                for n in self.nodes if n.disagrees]
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -61,13 +65,14 @@ class Fabric:
                 "nodes": {n.host: {"verdict": n.verdict, "reason": n.reason or None}
                           for n in self.nodes},
                 "suspect_nodes": [n.host for n in self.suspects],
-                "suspect_links": [list(link) for link in self.links]}
+                "suspect_links": [list(link) for link in self.links],
+                "disagreeing_nodes": [n.host for n in self.nodes if n.disagrees]}
 
 
-def _text(value: Any, what: str) -> str:
+def _text(value: Any, what: str, limit: int = MAX_TEXT) -> str:
     if value is None:
         return ""
-    if not isinstance(value, str) or len(value) > MAX_TEXT or \
+    if not isinstance(value, str) or len(value) > limit or \
             any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise ValueError(f"{what} is not a short line of text")
     return value
@@ -103,7 +108,8 @@ def read_record(path: Path, host: str, run_id: str) -> FabricNode:
             raise ValueError("a suspect link is not a pair holding this node")
         a, b = (_text(x, "a suspect link's node") for x in link)
         pairs.append((a, b))
-    return FabricNode(host, run_id, verdict, _text(data.get("reason"), "reason"), pairs)
+    return FabricNode(host, run_id, verdict, _text(data.get("reason"), "reason"), pairs,
+                      _text(data.get("disagrees"), "disagrees", MAX_DISAGREES))
 
 
 def find_fabric(logs_dir: Path, hosts: list[str]) -> tuple[Fabric, list[Problem]]:
