@@ -11,7 +11,7 @@ from typing import Any
 
 from invoke import Exit, Task, task
 
-from remote.runfolder import LOGS_DIR
+from remote.ground.runfolder import LOGS_DIR
 
 INVENTORY = "./inventory.yaml, else ~/.config/gpuprov/inventory.yaml"
 RECIPE = "site.yaml shipped with gpuprov"
@@ -77,8 +77,8 @@ def _exit(status: int) -> None:
 
 
 def _inventory(given):
-    from remote import paths
-    from remote.errors import InputError
+    from remote.ground import paths
+    from remote.ground.errors import InputError
 
     try:
         return paths.inventory_path(given)
@@ -129,7 +129,8 @@ def provision(c, host=None, limit=None, recipe=None, inventory=None, check=False
               serial=None, max_fail_percentage=None,
               evidence=True, bundle=None, bundle_key="", bundle_keyring="", bundle_sha256=""):
     """Apply a recipe to hosts over SSH, idempotently and in parallel, then validate them."""
-    from remote import cli, paths
+    from remote import cli
+    from remote.ground import paths
 
     _refuse_invoke_options(c)
     _need_host(host, limit, "provision")

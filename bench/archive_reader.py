@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from remote.runfolder import RESULTS
+from remote.ground.runfolder import RESULTS
 
 from .common import REPO
 
@@ -58,7 +58,7 @@ def pull_archive(case: str, out: Path) -> Path:
 
 
 def pull_case(case: str, path: Path) -> str:
-    from remote.errors import PullError
+    from remote.ground.errors import PullError
     from remote.transport.transfer import publish_pull
 
     with tempfile.TemporaryDirectory() as tmp, open(path, "rb") as archive:

@@ -59,7 +59,7 @@ from remote import sandbox
 from remote.bundle.archive import read_bundle, sha256_file
 from remote.bundle.build import build_bundle
 from remote.bundle.push import unpack_command
-from remote.paths import VALIDATE_DIR
+from remote.ground.paths import VALIDATE_DIR
 from tests.sandbox_fixture import SandboxHosts, connect
 
 from .common import REPO, BenchError, machine

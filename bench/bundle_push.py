@@ -40,7 +40,7 @@ from pathlib import Path
 from bench.common import REPO, BenchError, machine, proc_tail, stats
 from remote import sandbox
 from remote.bundle.archive import HOST_ROOT, SCHEMA, sha256_file, sums_text, validate_files
-from remote.paths import VALIDATE_DIR
+from remote.ground.paths import VALIDATE_DIR
 
 UV = "uv-0.0.0-py3-none-any.whl"
 DEB = "gpuprov-bench-payload_1.0_all.deb"

@@ -64,7 +64,7 @@ from typing import Callable
 import yaml
 
 from remote import sandbox
-from remote.runfolder import LOGS_DIR, PROVISION_LOG
+from remote.ground.runfolder import LOGS_DIR, PROVISION_LOG
 from tests.sandbox_fixture import connect, run
 
 from .common import REPO, BenchError, machine, tail

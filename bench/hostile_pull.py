@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from remote.runfolder import BENCH_LOG
+from remote.ground.runfolder import BENCH_LOG
 
 from .common import REPO
 

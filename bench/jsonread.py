@@ -19,10 +19,10 @@ import tracemalloc
 from typing import Any, Callable
 
 from bench.common import REPO
-from remote.runfolder import RESULTS
+from remote.ground.runfolder import RESULTS
 from validate import jsonread
 
-CAP = 16 << 20  # remote/resultsfile.py MAX_FILE_BYTES
+CAP = 16 << 20  # remote/ground/resultsfile.py MAX_FILE_BYTES
 RUNS = 5
 
 

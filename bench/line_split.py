@@ -19,7 +19,7 @@ import sys
 import time
 
 from remote.config.inventory import Host, Timeouts
-from remote.errors import Where
+from remote.ground.errors import Where
 from remote.transport.base import LineSplitter
 from remote.transport.local import LocalConnection
 

@@ -10,7 +10,7 @@ Runs `python3 -m invoke report` in a child process, as a user would, and prints 
 time, CPU time (user + sys: the figure a busy shared machine inflates least) and peak RSS
 (the child's ru_maxrss), with the command that reproduces them.
 
-May import: the standard library, `remote.runfolder` (the run folder's names).
+May import: the standard library, `remote.ground.runfolder` (the run folder's names).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from remote.runfolder import RESULTS, STACK_MANIFEST, run_dir
+from remote.ground.runfolder import RESULTS, STACK_MANIFEST, run_dir
 
 REPO = Path(__file__).resolve().parent.parent
 FLAGS = "flags.json"  # the report's own output (remote/report/__init__.py), not a run's file

@@ -47,7 +47,7 @@ from typing import Optional
 import yaml
 
 from remote import cli
-from remote.runfolder import CLUSTER_RECORD, LOGS_DIR
+from remote.ground.runfolder import CLUSTER_RECORD, LOGS_DIR
 from tests.slurm_cluster import SlurmCluster, missing_reason
 
 

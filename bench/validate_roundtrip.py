@@ -1,7 +1,7 @@
 """`invoke validate` on one host against the check's own run time: what the round trip
 (push, run, pull) costs. Part of `python3 -m bench.compare --validate-roundtrip`.
 
-May import: `bench.common`, `bench.peers`, `tests.sshd`, `remote.runfolder`, `remote.exitcodes`.
+May import: `bench.common`, `bench.peers`, `tests.sshd`, `remote.ground.runfolder`, `remote.ground.exitcodes`.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import yaml
 
-from remote.exitcodes import EXIT_OK, EXIT_VALIDATION_FAILED
-from remote.runfolder import LOGS_DIR, PROVISION_LOG
+from remote.ground.exitcodes import EXIT_OK, EXIT_VALIDATION_FAILED
+from remote.ground.runfolder import LOGS_DIR, PROVISION_LOG
 from tests.sshd import SshdFarm
 
 from .common import REPO, BenchError, own_dir, proc_tail, stats

@@ -7,7 +7,7 @@
 - inventory-keys.md: the keys of the inventory (remote/config/inventory/yaml_reader.py) and of
   `slurm:` (remote/scheduler/slurm/settings.py), with the model's defaults;
 - results-json.md: results.json's fields (validate/output.py);
-- exit-codes.md: remote/exitcodes.py, and validate's statuses from its modules' docstrings;
+- exit-codes.md: remote/ground/exitcodes.py, and validate's statuses from its modules' docstrings;
 - xid-actions.md: the Xid catalog (validate/xid_catalog.py) and the actions gpuprov takes from
   it (validate/driver_errors.py);
 - expectations.md: the floors per GPU model (validate/expectations.py).
@@ -84,7 +84,7 @@ def commands_page() -> str:
     from invoke.parser import ParserContext
 
     from remote import program
-    from remote.exitcodes import HELP
+    from remote.ground.exitcodes import HELP
     from validate import cli as validate_cli
     from validate import health
 
@@ -210,7 +210,7 @@ def results_page() -> str:
     out = _header("results.json", "the field tables of `validate/output.py`")
     out += [f"What a validation run writes into its output folder, and what comes home into "
             f"`logs/<host>/<run>/results.json`. Schema {SCHEMA}; readers ignore keys they do not "
-            f"know. gpuprov reads it back only through `remote/resultsfile.py`, as untrusted "
+            f"know. gpuprov reads it back only through `remote/ground/resultsfile.py`, as untrusted "
             f"input.", ""]
     head = ("field", "type", "meaning")
     out += ["## The document", ""] + _table(head, [(f"`{n}`", t, m) for n, t, m in RESULTS_FIELDS])
@@ -231,11 +231,11 @@ def _exit_paragraph(module: Any) -> str:
 
 
 def exit_codes_page() -> str:
-    from remote import exitcodes
+    from remote.ground import exitcodes
     from validate import cli as validate_cli
     from validate import health
 
-    out = _header("Exit codes", "`remote/exitcodes.py` and the docstrings of `validate/cli.py` "
+    out = _header("Exit codes", "`remote/ground/exitcodes.py` and the docstrings of `validate/cli.py` "
                   "and `validate/health.py`")
     out += ["## gpuprov provision, validate, facts, logs, evidence", ""]
     out += _table(("status", "meaning"), list(exitcodes.MEANINGS.items()))

@@ -2,7 +2,7 @@
 
 Each function takes the options as the user gave them, checks everything that can be checked
 before contacting a host (inventory, selection, recipe, templates, options), runs, prints, and
-returns the exit status (`remote.exitcodes`: 0 every selected host succeeded, 1 a step failed,
+returns the exit status (`remote.ground.exitcodes`: 0 every selected host succeeded, 1 a step failed,
 2 bad input with one line on stderr naming the file and line, 3 validation failed, 4 a host
 was unreachable, 130 interrupted).
 """
@@ -35,19 +35,26 @@ from .engine.results import HostResult, StepStatus, json_document, write_json
 from .engine.rollout import Rollout, parse_max_fail, parse_serial
 from .engine.run import Run, RunInterrupted, RunOptions
 from .engine.varlayers import layered_vars
-from .errors import InputError, Unreachable, Where
 from .evidence import AfterRMA, CollectEvidence
-from .exitcodes import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_STEP_FAILED, EXIT_UNREACHABLE, EXIT_VALIDATION_FAILED
-from .fileio import write_atomic
+from .ground.errors import InputError, Unreachable, Where
+from .ground.exitcodes import (
+    EXIT_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_STEP_FAILED,
+    EXIT_UNREACHABLE,
+    EXIT_VALIDATION_FAILED,
+)
+from .ground.fileio import write_atomic
+from .ground.paths import VALIDATE_DIR
+from .ground.runfolder import LOGS_DIR, PROVISION_LOG, run_dir
+from .ground.runid import new_run_id
 from .kinds import KINDS, Kind
 from .kinds.route import BundleRoute
 from .options import check_forks, parse_extra_vars, select_hosts
 from .output.junit import write_junit
 from .output.recap import Failure, NotStarted, Reporter
 from .output.runlog import Redactor
-from .paths import VALIDATE_DIR
-from .runfolder import LOGS_DIR, PROVISION_LOG, run_dir
-from .runid import new_run_id
 from .scheduler import SCHEDULERS, ClusterValidate
 
 EXIT_FAILED = EXIT_STEP_FAILED  # the name older callers use
@@ -522,7 +529,7 @@ def check_suite(suite: str) -> str:
 
 
 def exit_status(results: dict[str, HostResult]) -> int:
-    """The run's exit status from its hosts (`remote.exitcodes`): a failed step first (or a
+    """The run's exit status from its hosts (`remote.ground.exitcodes`): a failed step first (or a
     job's own work that failed: evidence not collected), then an unreachable host, then a
     failed validation. Only a validation's verdict is a failed validation."""
     # a host a rollout never started did not fail: the host that stopped the rollout did

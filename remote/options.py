@@ -1,7 +1,5 @@
 """Command-line values with the meaning Ansible gives them: host patterns (`--host`, `-l/--limit`)
 and extra vars (`-e/--extra-vars`). Every bad value is an `InputError`: one line, exit 2.
-
-May import `remote.errors` and `remote.config` only.
 """
 from __future__ import annotations
 
@@ -11,7 +9,7 @@ from typing import Any, Iterable, Optional, Union
 
 from .config.inventory import Host, Inventory
 from .config.yamlfile import YamlMap, load_yaml
-from .errors import InputError
+from .ground.errors import InputError
 
 _BOOLEANS = {"true": True, "false": False}
 

@@ -1,5 +1,5 @@
 """The `gpuprov` command: Invoke's Program over the tasks of `tasks.py`, loaded from the
-installed package (see `remote.paths`), so it works from any folder and `tasks.py` stays the one
+installed package (see `remote.ground.paths`), so it works from any folder and `tasks.py` stays the one
 definition of the tasks (`invoke TASK` in a clone runs the same ones).
 
 The top-level command line is gpuprov's own: `-h/--help [TASK]`, `-V/--version` and `--list`.
@@ -22,10 +22,10 @@ from invoke.exceptions import Exit, ParseError
 from invoke.parser.argument import Argument
 from invoke.program import Program
 
-from . import paths
-from .errors import InputError
-from .exitcodes import EXIT_BROKEN_PIPE, EXIT_INPUT
-from .exitcodes import HELP as EXIT_HELP
+from .ground import paths
+from .ground.errors import InputError
+from .ground.exitcodes import EXIT_BROKEN_PIPE, EXIT_INPUT
+from .ground.exitcodes import HELP as EXIT_HELP
 
 _UNKNOWN = re.compile(r"No idea what '(.*)' is!")
 

@@ -14,7 +14,7 @@ import pytest
 
 from remote.config.inventory import load_inventory
 from remote.config.inventory.model import Inventory
-from remote.errors import InputError
+from remote.ground.errors import InputError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ansible_inventories"
 ANSWER = ".ansible-inventory.json"

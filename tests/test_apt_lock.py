@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from remote.config.aptlock import parse_apt_lock
-from remote.errors import InputError
+from remote.ground.errors import InputError
 from remote.lock.apt import Want, driver_wants, parse_index, resolve
 from tests.conftest import REPO, invoke, write_yaml
 from tests.http_stub import serve

@@ -22,7 +22,7 @@ import pytest
 from remote.bundle import BundleError, read_bundle
 from remote.bundle.archive import SCHEMA, validate_files, write_archive
 from remote.bundle.push import unpack_command
-from remote.paths import VALIDATE_DIR
+from remote.ground.paths import VALIDATE_DIR
 from tests import tarcraft
 from tests.conftest import REPO, write_yaml
 from tests.procs import run_python_module_measured
@@ -379,7 +379,7 @@ def test_hosts_that_name_different_bundles_are_refused_naming_the_key(bundle, tm
 STREAM_CLIENT = """
 import resource, sys
 from remote.config.inventory import Host, load_inventory
-from remote.errors import Where
+from remote.ground.errors import Where
 from remote.transport.connection import LocalConnection, connection_for
 from remote.transport.hostkeys import KnownHosts
 

@@ -22,8 +22,8 @@ import pytest
 
 from remote.bundle import build, distro, read_bundle
 from remote.bundle.archive import BundleError
-from remote.errors import InputError
-from remote.paths import VALIDATE_DIR
+from remote.ground.errors import InputError
+from remote.ground.paths import VALIDATE_DIR
 from tests.conftest import REPO, invoke, write_yaml
 
 PINS = ["six==1.17.0", "packaging==24.2"]

@@ -28,7 +28,7 @@ import pytest
 
 from remote.bundle import read_bundle, trust
 from remote.bundle.archive import SCHEMA, SIGNATURE, sums_text, validate_files, write_archive
-from remote.paths import VALIDATE_DIR
+from remote.ground.paths import VALIDATE_DIR
 from tests.conftest import write_yaml
 from tests.test_bundle import DEB, PAYLOAD, UV, _lock, _rewrite, _wheel
 

@@ -41,7 +41,7 @@ def test_serial_1_stops_at_the_failing_host_and_never_touches_the_rest(farm, wor
     rec, inv, junit = canary_recipe(work), inventory(), work / "junit.xml"
     result = provision("all", rec, inv, serial="1", junit_path=str(junit))
 
-    assert result.rc == 1, result.out  # a step failed (remote/exitcodes.py)
+    assert result.rc == 1, result.out  # a step failed (remote/ground/exitcodes.py)
     # one batch after the other: h1 ended before h2 started; h3 and h4 never ran anything
     assert (work / "order").read_text().split("\n")[:-1] == ["start h1", "end h1", "start h2"]
     assert (work / "touched-h1").exists() and (work / "touched-h2").exists()
@@ -127,7 +127,7 @@ def test_an_unreachable_host_counts_as_failed(farm, work, inventory, provision):
     hosts = {"h1": farm.host_entry(farm.addresses[0]), "h2": {"address": "127.0.0.99", "port": 1},
              "h3": farm.host_entry(farm.addresses[2])}
     result = provision("all", canary_recipe(work, serial=1), inventory(hosts=hosts))
-    assert result.rc == 4, result.out  # unreachable, and no step failed (remote/exitcodes.py)
+    assert result.rc == 4, result.out  # unreachable, and no step failed (remote/ground/exitcodes.py)
     assert result.host("h2")["unreachable"] is True
     assert result.host("h3")["not_started"].startswith("batch 2 of 3 failed: 1 of 1 host (h2)")
     assert not (work / "touched-h3").exists()

@@ -382,7 +382,7 @@ def test_a_hostile_archive_is_refused_with_nothing_written_outside(host, tools, 
     monkeypatch.setenv("GPUPROV_PULL_MAX_ARCHIVE_BYTES", str(1 << 20))
     before = tree(work)
     rc, out = evidence(work, inventory, name, capsys)
-    assert rc == 1, out  # not collected: 1 (remote/exitcodes.py); no validation failed (3)
+    assert rc == 1, out  # not collected: 1 (remote/ground/exitcodes.py); no validation failed (3)
     assert reason in out, out
     [run] = list((work / "logs" / name).iterdir())
     assert tree(run) == ["provision.log"], tree(run)
@@ -393,7 +393,7 @@ def test_a_hostile_archive_is_refused_with_nothing_written_outside(host, tools, 
 
 def test_evidence_not_collected_exits_1_before_an_unreachable_hosts_4(host, tools, work, capsys,
                                                                       farm):
-    """The exit status of `gpuprov evidence` (remote/exitcodes.py, docs/reference/exit-codes.md):
+    """The exit status of `gpuprov evidence` (remote/ground/exitcodes.py, docs/reference/exit-codes.md):
     evidence that could not be collected is a failed step's 1, not "validation failed" (3: no
     validation ran), and it comes before another host's "unreachable" (4), as 1 comes before 4.
     Alone, the unreachable host gives 4."""
@@ -463,7 +463,7 @@ def test_a_selection_with_a_cluster_still_brings_the_evidence(host, tools, work,
     rc = cli.validate(host=f"{name},login1", inventory=str(inventory), logs_dir=str(work / "logs"),
                       json_path=str(work / "result.json"))
     out = capsys.readouterr().out
-    assert rc == 4, out  # the unreachable login node (4 before 3, remote/exitcodes.py)
+    assert rc == 4, out  # the unreachable login node (4 before 3, remote/ground/exitcodes.py)
     [archive] = archives(work, name)
     assert f"{name}: {RMA}: evidence in {archive}" in out, out
     assert json.loads((work / "result.json").read_text())["hosts"][name]["evidence"] == str(archive)

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from remote import cli
-from remote.errors import PullError
 from remote.evidence import RMA
 from remote.evidence.archive import check_manifest, check_name
+from remote.ground.errors import PullError
 from tests.conftest import REPO, write_yaml
 from validate import actions
 from validate.evidence import archive_stem

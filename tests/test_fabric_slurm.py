@@ -10,7 +10,7 @@ import shutil
 import pytest
 import yaml
 
-from remote.exitcodes import EXIT_VALIDATION_FAILED
+from remote.ground.exitcodes import EXIT_VALIDATION_FAILED
 from tests.slurm_cluster import SlurmCluster, missing_reason
 from tests.sshd import server_with_tools
 

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from remote.exitcodes import EXIT_UNREACHABLE
+from remote.ground.exitcodes import EXIT_UNREACHABLE
 
 
 def test_unreachable_node_is_named_and_the_others_are_measured(farm, inventory, work, capsys):

@@ -545,7 +545,7 @@ def test_cancel_stops_a_local_command(work):
     import threading
 
     from remote.config.inventory import Host, Timeouts
-    from remote.errors import Where
+    from remote.ground.errors import Where
     from remote.transport.connection import Interrupted, LocalConnection
     from tests.procs import descendants_of
 

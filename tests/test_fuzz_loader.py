@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from remote.cli import load_and_check
-from remote.errors import InputError
+from remote.ground.errors import InputError
 
 # per test; GPUPROV_FUZZ_EXAMPLES=20000 for a longer exploration
 EXAMPLES = int(os.environ.get("GPUPROV_FUZZ_EXAMPLES", "400"))

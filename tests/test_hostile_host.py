@@ -32,7 +32,7 @@ from tests.test_report_common import results_json, seed_log, write_run
 pytestmark = [pytest.mark.slow, pytest.mark.root]  # real sshd, started as root
 
 ADDRESS = "127.0.0.41"
-# Run ids as the control side makes them (remote/runid.py new_run_id).
+# Run ids as the control side makes them (remote/ground/runid.py new_run_id).
 RUN1 = "20261122T055742.123Z-14af"
 # The control process's peak memory while it refuses a hostile archive (`invoke logs` peaked at
 # 46 MiB with a tiny archive, 66 MiB with the 10 MiB bomb, on the 2-core VM), or reads a 1 GiB
@@ -141,7 +141,7 @@ def test_logs_pull_cannot_touch_other_runs(host, tools, work, run_id, files, vic
     before = tree(work / "logs")
     answer(tools, run_id, files)
     result = invoke("logs", "--host", name, "--inventory", str(inventory), cwd=work)
-    assert result.rc == 1, result.out + result.err  # not pulled (remote/exitcodes.py)
+    assert result.rc == 1, result.out + result.err  # not pulled (remote/ground/exitcodes.py)
     assert tree(work / "logs") == before
     reason = "already exists" if run_id == RUN1 else "is not one gpuprov makes"
     assert reason in result.out, result.out
@@ -174,7 +174,7 @@ def test_a_pulled_stack_manifest_cannot_stand_in_for_the_control_sides(host, too
     answer(tools, RUN1, {"results.json": json.dumps({"checks": [], "ok": True}).encode(),
                          control_file: b"[" * 100_000})
     result = invoke("logs", "--host", name, "--inventory", str(inventory), cwd=work)
-    assert result.rc == 1, result.out + result.err  # not pulled (remote/exitcodes.py)
+    assert result.rc == 1, result.out + result.err  # not pulled (remote/ground/exitcodes.py)
     assert f"{control_file}, which only the control side writes" in result.out, result.out
     assert tree(work / "logs") == {name: None}, "nothing stored"
 
@@ -263,7 +263,7 @@ from pathlib import Path
 
 from remote.config.inventory import load_inventory
 from remote.engine import facts
-from remote.errors import GpuprovError
+from remote.ground.errors import GpuprovError
 from remote.transport.connection import connection_for
 from remote.transport.hostkeys import KnownHosts
 from remote.transport.transfer import pull
@@ -325,7 +325,7 @@ def test_a_dribbled_pull_ends_at_the_inventorys_command_timeout(farm, host, tool
                         timeout=120)
     except subprocess.TimeoutExpired:
         pytest.fail("the pull was still going after 120 s, the inventory says 10")
-    assert result.rc == 1, result.out + result.err  # not pulled: no verdict (remote/exitcodes.py)
+    assert result.rc == 1, result.out + result.err  # not pulled: no verdict (remote/ground/exitcodes.py)
     assert "not pulled: the pull timed out after 10 s" in result.out, result.out
     assert tree(work / "logs") == {name: None}, "nothing stored"
 
@@ -427,7 +427,7 @@ def test_a_member_hidden_behind_a_malformed_header_is_refused(host, tools, work)
     (tools / "latest").write_text(RUN1 + "\n")
     answer_archive(tools, archive)
     result = invoke("logs", "--host", name, "--inventory", str(inventory), cwd=work)
-    assert result.rc == 1, result.out + result.err  # not pulled (remote/exitcodes.py)
+    assert result.rc == 1, result.out + result.err  # not pulled (remote/ground/exitcodes.py)
     assert "the pulled archive has a malformed uid field b'0 00000\\x00' in the header of: './xid.log'" \
         in result.out, result.out
     assert tree(work / "logs") == {name: None}, "nothing stored"

@@ -37,7 +37,7 @@ from typing import Any, Optional
 import pytest
 
 from remote.config.yamlfile import load_yaml
-from remote.errors import InputError, PlanError, Where
+from remote.ground.errors import InputError, PlanError, Where
 from remote.kinds import KINDS, LocalAction, Probe
 from remote.kinds.route import BundleRoute, CacheRoute
 

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import pytest
 
-from remote.errors import PlanError, Where
+from remote.ground.errors import PlanError, Where
 from remote.kinds import KINDS, Command, Probe
 
 # A value that creates a file named `pwned` (in the folder the command runs in) if any part of

@@ -35,9 +35,9 @@ def test_the_tree_as_it_is_keeps_every_contract(tree):
 
 def test_an_import_pointing_up_from_lock_is_refused(tree):
     apt = tree / "remote" / "lock" / "apt.py"
-    apt.write_text(apt.read_text().replace("from ..errors import InputError\n",
+    apt.write_text(apt.read_text().replace("from ..ground.errors import InputError\n",
                                            "from .. import cli  # noqa: F401\n"
-                                           "from ..errors import InputError\n", 1))
+                                           "from ..ground.errors import InputError\n", 1))
     result = lint(tree)
     assert result.returncode != 0
     assert "remote.lock is not allowed to import remote.cli" in result.stdout, result.stdout

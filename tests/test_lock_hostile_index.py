@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from remote.errors import InputError
+from remote.ground.errors import InputError
 from remote.lock.apt import parse_index
 from tests.conftest import REPO
 from tests.http_stub import serve

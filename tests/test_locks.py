@@ -11,7 +11,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from remote.config.lockfile import canonical, parse_lock, read_lock
-from remote.errors import InputError
+from remote.ground.errors import InputError
 from remote.kinds import KINDS
 from remote.kinds.pip_lock import _MISMATCH
 from remote.kinds.route import CacheRoute

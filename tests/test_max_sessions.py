@@ -108,7 +108,7 @@ def test_a_session_that_stays_refused_fails_the_host_with_the_reason(one_session
     the same connection is refused every time and fails with what happened, not a bare
     ChannelException."""
     from remote.config.inventory import load_inventory
-    from remote.errors import ConnectionLost
+    from remote.ground.errors import ConnectionLost
     from remote.transport.connection import connection_for
     from remote.transport.hostkeys import KnownHosts
 

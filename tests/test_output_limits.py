@@ -11,7 +11,7 @@ import tempfile
 import pytest
 
 from remote.config.inventory import Host, Timeouts
-from remote.errors import HostError, InputError, OutputTooLarge, Where
+from remote.ground.errors import HostError, InputError, OutputTooLarge, Where
 from remote.transport.base import LineSplitter, _Exchange, output_max_bytes
 from remote.transport.local import LocalConnection
 

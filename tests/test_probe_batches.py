@@ -5,7 +5,7 @@ from pathlib import Path
 
 from remote.config.inventory import Host, Timeouts
 from remote.engine.probes import batch_script, in_one_write, parse_batch
-from remote.errors import Where
+from remote.ground.errors import Where
 from remote.transport.local import LocalConnection
 
 # Three writes with pauses between them: each would reach the reader on its own.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from remote.engine.rollout import Rollout, parse_max_fail, parse_serial, plan_batches
-from remote.errors import InputError, Where
+from remote.ground.errors import InputError, Where
 
 HOSTS = [f"h{i}" for i in range(1, 11)]  # ten hosts, in inventory order
 

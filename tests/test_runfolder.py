@@ -1,4 +1,4 @@
-"""The run folder `<logs>/<host>/<run id>/` has one owner, remote/runfolder.py: a run writes
+"""The run folder `<logs>/<host>/<run id>/` has one owner, remote/ground/runfolder.py: a run writes
 where the recap, `--junit` and the report read, the host's validation writes the names the
 control side reads, and no other module spells the layout out by hand (issue 30)."""
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from remote import cli, runfolder
+from remote import cli
+from remote.ground import runfolder
 from tests.conftest import REPO, write_yaml
 from validate import output as host_output
 
@@ -64,6 +65,6 @@ def _spelled_by_hand(path: Path) -> list[str]:
 def test_no_other_module_spells_the_run_folder_out():
     sources = [*sorted((REPO / "remote").rglob("*.py")), REPO / "tasks.py",
                *sorted((REPO / "bench").rglob("*.py"))]
-    found = [hit for path in sources if path != REPO / "remote" / "runfolder.py"
+    found = [hit for path in sources if path != REPO / "remote" / "ground" / "runfolder.py"
              for hit in _spelled_by_hand(path)]
     assert found == []

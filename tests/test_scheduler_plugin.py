@@ -23,8 +23,8 @@ import yaml
 
 from remote import cli
 from remote.engine.jobs.validate import suite_args
-from remote.errors import Where
-from remote.exitcodes import EXIT_VALIDATION_FAILED
+from remote.ground.errors import Where
+from remote.ground.exitcodes import EXIT_VALIDATION_FAILED
 from remote.scheduler import SCHEDULERS, NodeRecord, Plan, RunContext
 from tests.conftest import REPO
 

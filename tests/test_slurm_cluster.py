@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from remote.exitcodes import EXIT_VALIDATION_FAILED
+from remote.ground.exitcodes import EXIT_VALIDATION_FAILED
 from tests.conftest import REPO
 from tests.procs import wait_until
 from tests.slurm_cluster import SlurmCluster, alive, missing_reason

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from remote.config.inventory import load_inventory
-from remote.errors import InputError
+from remote.ground.errors import InputError
 from remote.scheduler import SCHEDULERS
 from remote.scheduler.slurm import gate
 from remote.scheduler.slurm.job import LABELLER, LINE_PIECE, NODE_TEXT_MAX, JobOutput, job_command

@@ -6,7 +6,7 @@ from __future__ import annotations
 import paramiko
 import pytest
 
-from remote.errors import Unreachable
+from remote.ground.errors import Unreachable
 from remote.transport.sshconfig import _with_includes
 
 
@@ -43,7 +43,7 @@ def test_what_one_flat_config_cannot_say_is_refused(tmp_path, included, message)
 def test_a_proxyjump_port_that_is_no_ascii_number_is_named_not_a_crash(jump):
     # "²" passes str.isdigit() and then fails int(): a traceback before this check
     from remote.config.inventory.model import Host
-    from remote.errors import Where
+    from remote.ground.errors import Where
     from remote.transport.sshconfig import jump_host
 
     target = Host(name="gpu1", address="10.0.0.5", where=Where("inv.yaml", 3), jump=jump)

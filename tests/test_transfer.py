@@ -12,13 +12,13 @@ import tarfile
 import pytest
 
 from remote.config.inventory import Host, Timeouts
-from remote.errors import Where
-from remote.runfolder import CLUSTER_RECORD, STACK_MANIFEST
+from remote.ground.errors import Where
+from remote.ground.runfolder import CLUSTER_RECORD, STACK_MANIFEST
 from remote.transport.local import LocalConnection
 from remote.transport.transfer import PullError, PullLimits, pack, publish_pull, pull
 from tests.conftest import REPO
 
-# Run ids as the control side makes them (remote/runid.py new_run_id).
+# Run ids as the control side makes them (remote/ground/runid.py new_run_id).
 RUN1 = "20261122T055742.123Z-14af"
 RUN2 = "20261122T060001.000Z-beef"
 
@@ -79,8 +79,8 @@ def test_a_pull_this_machine_cannot_store_does_not_count_against_the_host(tmp_pa
     (above), which the validation's record keeps as "not stored here", not counted as the
     host's failure; a timed-out pull, a host with no output, a refused archive count."""
     from remote.engine.jobs.validate import pull_failure
-    from remote.errors import PullNoOutput, PullNotStored, PullTimedOut
-    from remote.runfolder import CRASHED, NOT_STORED, REFUSED, TIMED_OUT
+    from remote.ground.errors import PullNoOutput, PullNotStored, PullTimedOut
+    from remote.ground.runfolder import CRASHED, NOT_STORED, REFUSED, TIMED_OUT
 
     assert [pull_failure(e("x")) for e in (PullNotStored, PullTimedOut, PullNoOutput, PullError)] \
         == [NOT_STORED, TIMED_OUT, CRASHED, REFUSED]
@@ -138,7 +138,7 @@ def _tree(root) -> dict:
 
 
 def test_the_run_id_pattern_matches_the_control_sides_run_ids():
-    from remote.runid import RUN_ID, new_run_id
+    from remote.ground.runid import RUN_ID, new_run_id
 
     assert all(RUN_ID.match(new_run_id()) for _ in range(50))
 

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
+from remote.ground.resultsfile import UnusableFile, read_results
 from remote.report import run_report
-from remote.resultsfile import UnusableFile, read_results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 H100 = '{"gpus": [{"name": "NVIDIA H100 80GB HBM3", "bf16_tflops": %s}]}'

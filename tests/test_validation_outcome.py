@@ -53,7 +53,7 @@ def test_an_oversized_results_file_is_not_read(tmp_path):
 
 
 def test_a_fifo_for_results_is_refused_without_waiting_for_a_writer(tmp_path):
-    """The recap and the report read results.json through one reader (remote/resultsfile.py):
+    """The recap and the report read results.json through one reader (remote/ground/resultsfile.py):
     a FIFO in its place (a pulled archive cannot hold one, a hand-copied folder can) is
     refused at once, as the report already refused it, instead of blocking the recap."""
     import os

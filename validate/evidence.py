@@ -58,7 +58,7 @@ from .smi import is_missing, parse_smi_q
 
 SCHEMA = 1
 MANIFEST = "manifest.json"
-STACK = "stack.json"  # remote/runfolder.py STACK_MANIFEST
+STACK = "stack.json"  # remote/ground/runfolder.py STACK_MANIFEST
 BUG_REPORT = "nvidia-bug-report.log"  # --output-file's name; the script appends .gz
 BUG_REPORT_PATHS = ("/usr/bin/nvidia-bug-report.sh",)  # where the driver installs it, if not on PATH
 SMI_Q = "nvidia-smi-q.txt"

@@ -2,7 +2,7 @@
 the record that merges them with the ``--query-gpu`` values (``gpu_record``), and the judgement
 of that record (``assess_gpu``: problems and warnings, each with the operator's action).
 
-Standard library only.  May import: actions, smi.
+Standard library only.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``validate --health --slurm-drain``: drain this Slurm node when it is sick or cannot be
 checked, resume it when it is healthy again, and never touch a drain someone else set.
-Standard library only.  May import: host.
+Standard library only.
 
 The rule is LBNL NHC's (github.com/mej/nhc, helpers/node-mark-offline and node-mark-online):
 it reads the node's state and reason first "to avoid overwriting notes which were not placed

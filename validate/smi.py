@@ -2,7 +2,7 @@
 clock-event (throttle) bits.  Measure side: text in, values out, no judgement.
 
 Pure functions over text, standard library only, tested against output captured on real GPU
-machines (tests/fixtures/validate/).  May import: text.
+machines (tests/fixtures/validate/).
 """
 
 from __future__ import annotations

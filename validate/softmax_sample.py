@@ -1,6 +1,6 @@
 """The cuDNN softmax sample (validate/cudnn_softmax.cpp): its input generator, the CPU
 reference, the readers of its stdout and stderr (measure), and the comparison of a run with the
-reference (judge).  Standard library only.  May import: text.
+reference (judge).  Standard library only.
 """
 
 from __future__ import annotations

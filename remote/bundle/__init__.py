@@ -18,9 +18,6 @@ pushes it to each host and installs from it alone, on hosts that reach no networ
              signature to every installed byte is in its docstring.
 - `push`     the job that sends a checked bundle to a host once and unpacks it there, before
              the recipe's steps; the kinds then install from it (`Kind.through_bundle`).
-
-May import: `remote.errors`, `remote.config`, `remote.paths`, `remote.lock`, `remote.kinds`,
-`remote.engine`, `remote.transport` (`tarstream`, the strict tar reader; `connection`).
 """
 from __future__ import annotations
 

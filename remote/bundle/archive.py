@@ -60,7 +60,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Optional
 
 from ..config.aptlock import parse_apt_lock
 from ..config.lockfile import parse_lock
-from ..errors import InputError
+from ..ground.errors import InputError
 from ..kinds.route import BundleRoute
 from ..transport.connection import package_files
 from ..transport.tarstream import Member, TarReader, TarRefused

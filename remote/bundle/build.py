@@ -63,11 +63,11 @@ from ..config.lockfile import LockFile, read_lock
 from ..config.recipe import Step, load_recipe
 from ..config.templating import names_in, render_value, var_order
 from ..config.yamlfile import load_yaml
-from ..errors import InputError, TemplateError
+from ..ground.errors import InputError, TemplateError
+from ..ground.paths import RECIPES_DIR, VALIDATE_DIR, recipe_path
 from ..kinds import KINDS
 from ..lock import LOCKS_DIR, PYPI, STACK, lock_name, stack_rows
 from ..lock.apt import REPO
-from ..paths import RECIPES_DIR, VALIDATE_DIR, recipe_path
 from . import aptrepo, trust
 from . import distro as target_apt
 from .archive import SCHEMA, SHA256, ArchiveWriter, BundleError, sha256_file, validate_files

@@ -27,7 +27,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError
+from ..ground.errors import InputError
 
 # The archives' defaults are debootstrap's (debootstrap 1.0.128, /usr/share/debootstrap/scripts/
 # on Debian 12: `sid` (trixie and bookworm link to it) line 5 "keyring

@@ -38,7 +38,7 @@ from typing import Optional
 from ..engine.jobs import Job
 from ..engine.results import StepResult, StepStatus
 from ..engine.session import HostSession
-from ..errors import GpuprovError
+from ..ground.errors import GpuprovError
 from .archive import Bundle
 
 STEP = "bundle"

@@ -55,8 +55,6 @@ BADSIG, ERRSIG (NO_PUBKEY), EXPSIG, EXPKEYSIG and REVKEYSIG for the others. gpgv
 binary keyrings only ("invalid packet (ctb=2d)" for an armored file, seen with gpgv 2.2.40):
 an armored key (`-----BEGIN PGP PUBLIC KEY BLOCK-----`) is dearmored first with `gpg
 --dearmor`.
-
-May import: `remote.errors`; `.archive`.
 """
 from __future__ import annotations
 
@@ -68,7 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..errors import InputError, Where
+from ..ground.errors import InputError, Where
 from .archive import SIGNATURE, Bundle, BundleError
 
 # A v4 key's fingerprint is 40 hex digits, a v5/v6 key's 64 (RFC 9580, 5.5.4); gpg prints it

@@ -9,8 +9,6 @@ Format (one package a line; `#` starts a comment, the header is comments):
 
 `via NAME[,NAME]` marks a package of a locked package's dependency closure: a step that installs
 NAME installs it at this version too.
-
-May import: `remote.errors`.
 """
 from __future__ import annotations
 
@@ -18,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
+from ..ground.errors import InputError
 from .lockfile import read_lock_text
 
 MAX_APT_LOCK_BYTES = 1024 * 1024   # a CUDA toolkit's closure is a few hundred lines

@@ -6,8 +6,6 @@ install command's stdin.
 Format (pip's requirements-file format, the subset uv writes): `name==version [; marker]`
 followed by `--hash=sha256:HEX` options, lines continued with a backslash; `#` comments;
 `--index-url URL` / `--extra-index-url URL` lines (uv's `--emit-index-url`).
-
-May import: `remote.errors`.
 """
 from __future__ import annotations
 
@@ -16,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from ..errors import InputError
+from ..ground.errors import InputError
 
 MAX_LOCK_BYTES = 4 * 1024 * 1024  # a torch lock is ~60 KB
 HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")

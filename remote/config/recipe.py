@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Iterator, Mapping, Optional, Protocol, TypeVar
 
-from ..errors import InputError, Where
+from ..ground.errors import InputError, Where
 from .schema import Arg, check_args, check_keys, expect, suggest
 from .templating import RESULT_NAMES, check_template, facts_read, parse
 from .yamlfile import YamlMap, load_yaml

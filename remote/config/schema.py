@@ -11,7 +11,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from ..errors import Where
+from ..ground.errors import Where
 
 TYPE_NAMES: dict[type, str] = {str: "a string", int: "a whole number", bool: "true or false", dict: "a mapping",
               list: "a list", float: "a number"}

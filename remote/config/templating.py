@@ -21,7 +21,7 @@ import jinja2
 from jinja2 import meta, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from ..errors import InputError, TemplateError, Where
+from ..ground.errors import InputError, TemplateError, Where
 from .schema import suggest
 
 

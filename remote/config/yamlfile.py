@@ -16,7 +16,7 @@ import yaml
 from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from ..errors import InputError, Where
+from ..ground.errors import InputError, Where
 
 MAX_DEPTH = 50  # deeper nesting is never a real recipe; PyYAML would recurse until it crashes
 MAX_BYTES = 4 * 1024 * 1024

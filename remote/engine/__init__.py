@@ -4,6 +4,4 @@ a session (`jobs/`: apply a recipe, validate, pull logs, gather facts), a host's
 layers (`varlayers`), facts (command + parser), batched probes, the fleet cache as one host
 reaches it (`cache`), the results the recap and `--json` report (`results`), and the batches
 of a canary rollout (`rollout`: `--serial`, `--max-fail-percentage`; `run` goes through them).
-
-May import: `remote.errors`, `config`, `kinds`, `transport`, `output`. Never `cli`.
 """

@@ -12,9 +12,6 @@ The kinds that download (`Kind.fetches`) rewrite their arguments with it
 (`Kind.through_cache`), so recipes need no change, and a cache that does not answer leaves them
 as written: the origin. `HostCache` is one host's view (its route, its forwards); `CacheLink`
 the one connection to the cache host that a run's forwards share.
-
-May import: `remote.errors`, `remote.kinds` (base, route), `remote.paths` (the apt sources
-parser shipped with the recipes), `remote.transport.connection`.
 """
 from __future__ import annotations
 
@@ -24,10 +21,10 @@ import re
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
-from ..errors import HostError
+from ..ground.errors import HostError
+from ..ground.paths import RECIPES_DIR
 from ..kinds.base import Kind, q
 from ..kinds.route import CacheRoute, normalize_index
-from ..paths import RECIPES_DIR
 from ..transport.connection import RemoteForwards, SSHException, ssh_transport
 
 if TYPE_CHECKING:

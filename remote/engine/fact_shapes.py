@@ -5,14 +5,12 @@ A fact is whatever the host printed: a compromised or broken host can answer `un
 has a shape (an architecture name, an os-release id, a version, a UUID), a value outside it
 fails that host before any template reads it, with one printable line naming the fact. The
 shapes are the `shape` column of the facts table (engine/facts.py).
-
-May import: `remote.errors`, `remote.engine.facts`.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from ..errors import HostError
+from ..ground.errors import HostError
 from .facts import TABLE, Shape
 
 # fact name -> its shape, from the facts table (engine/facts.py): one row per fact.

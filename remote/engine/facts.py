@@ -7,8 +7,6 @@ reports cleanly. Templates read them as ``facts.NAME``.
 
 Adding a fact: one row in `TABLE` (and a section in `SECTIONS` if no section prints it yet),
 then a case under tests/facts/ with a recorded output.
-
-May import: nothing of `remote` (the standard library only).
 """
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """The options of one run, the same for every host: check mode, extra vars, forks, where the
 logs go, the run's id.
-
-May import: the standard library, `remote.runfolder`, `remote.kinds.route`.
 """
 from __future__ import annotations
 
@@ -9,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from ..ground.runfolder import LOGS_DIR
 from ..kinds.route import BundleRoute
-from ..runfolder import LOGS_DIR
 
 
 @dataclass

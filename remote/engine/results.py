@@ -9,7 +9,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..fileio import write_atomic
+from ..ground.fileio import write_atomic
 
 Redact = Callable[[str], str]
 

@@ -21,15 +21,13 @@ of its two play keywords:
   stops the rollout (issue 34), which is what a canary is for.
 
 Unlike Ansible, a negative batch size and a percentage over 100 are refused as typos.
-
-May import: `remote.errors`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, TypeVar, Union
 
-from ..errors import InputError, Where
+from ..ground.errors import InputError, Where
 
 SerialItem = Union[int, str]  # a number of hosts (3) or a percentage of them ("25%")
 T = TypeVar("T")

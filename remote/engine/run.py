@@ -12,10 +12,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterable, Optional
 
 from ..config.inventory import Host, Inventory
-from ..errors import GpuprovError, Interrupted
+from ..ground.errors import GpuprovError, Interrupted
+from ..ground.runfolder import NOT_STARTED, PROVISION_LOG, run_dir
 from ..output.recap import Reporter
 from ..output.runlog import Redactor, RunLog
-from ..runfolder import NOT_STARTED, PROVISION_LOG, run_dir
 from ..transport.connection import BaseConnection, KnownHosts, connection_for
 from .cache import CacheLink
 from .options import RunOptions as RunOptions  # re-exported: the command line builds it

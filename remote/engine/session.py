@@ -3,9 +3,6 @@ the reporter its lines go to. A job (`engine/jobs/`, the `Job` protocol here) ge
 `HostSession` and works only through it; the session knows what every job may need (the
 connection, facts, vars and context, the result). The fleet cache as the host reaches it is
 `cache.HostCache`; a reboot is a command type (`jobs/reboot.py`).
-
-May import: `remote.errors`, `runfolder`, `config`, `kinds`, `output`, `transport.connection`, and
-the engine's parts below it (cache, facts, fact_shapes, probes, results, options, varlayers).
 """
 from __future__ import annotations
 
@@ -16,7 +13,7 @@ from typing import Any, Callable, Iterable, Optional, Protocol
 from ..config.inventory import Host, Inventory
 from ..config.recipe import Recipe
 from ..config.templating import resolve_vars
-from ..errors import (
+from ..ground.errors import (
     CommandTimeout,
     ConnectionLost,
     GpuprovError,
@@ -25,10 +22,10 @@ from ..errors import (
     TemplateError,
     Unreachable,
 )
+from ..ground.runfolder import PROVISION_LOG, run_dir
 from ..kinds import Probe
 from ..output.recap import Reporter
 from ..output.runlog import Redactor, RunLog
-from ..runfolder import PROVISION_LOG, run_dir
 from ..transport.connection import BaseConnection
 from . import facts as facts_mod
 from .cache import CacheLink, HostCache

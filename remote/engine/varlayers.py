@@ -1,7 +1,5 @@
 """A host's vars in their layers (recipe defaults, inventory, `--var`) and the facts they read:
 what a run works out once for every host (`run`, `jobs/apply`) and each session resolves.
-
-May import: `remote.errors`, `config`.
 """
 from __future__ import annotations
 
@@ -10,7 +8,7 @@ from typing import Any, Iterable, Optional
 from ..config.inventory import Host, Inventory
 from ..config.recipe import Recipe
 from ..config.templating import facts_read
-from ..errors import Where
+from ..ground.errors import Where
 
 Vars = dict[str, Any]
 VarPositions = dict[str, Where]

@@ -13,11 +13,6 @@ transfer.py), then opened the same way (`publish_pull`) in a hidden folder of th
 to check its members, that its manifest lists every file with its sha256, and that its name is
 exactly the one the collector gives this host. Only then is an archive of the checked files,
 made here, kept under that name; the hidden folders go whatever happens. `job.py` has the jobs.
-
-May import: `remote.errors`, `runfolder`, `resultsfile`, `output.term`, `transport.connection`
-and the engine (its session, results and the validate and logs jobs); of validate/,
-`validate.evidence` (`archive_stem`: the collector's name for a host's archive has one owner).
-Imported by `cli` only.
 """
 from __future__ import annotations
 

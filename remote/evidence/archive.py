@@ -27,9 +27,9 @@ from typing import Any, BinaryIO, Optional
 
 from validate.evidence import archive_stem
 
-from ..errors import PullError
-from ..resultsfile import UnusableFile, read_capped
-from ..runfolder import EVIDENCE_PREFIX, EVIDENCE_SUFFIX
+from ..ground.errors import PullError
+from ..ground.resultsfile import UnusableFile, read_capped
+from ..ground.runfolder import EVIDENCE_PREFIX, EVIDENCE_SUFFIX
 from ..transport.connection import BaseConnection, publish_pull, pull
 
 MANIFEST = "manifest.json"  # validate/evidence.py MANIFEST

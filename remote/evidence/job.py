@@ -19,11 +19,11 @@ from ..engine.jobs.logs import PULL_TIMEOUT_S, remote_root
 from ..engine.jobs.validate import UNPACK_FAILED, choose_python, package_bytes, suite_args
 from ..engine.results import Outcome
 from ..engine.session import HostSession
-from ..errors import CommandTimeout, ConnectionLost, GpuprovError, HostError, Interrupted, Unreachable
+from ..ground.errors import CommandTimeout, ConnectionLost, GpuprovError, HostError, Interrupted, Unreachable
+from ..ground.resultsfile import UnusableFile, read_capped, read_results
+from ..ground.runfolder import RESULTS, STACK_MANIFEST, run_dir
+from ..ground.runid import is_run_id
 from ..output.term import printable_line
-from ..resultsfile import UnusableFile, read_capped, read_results
-from ..runfolder import RESULTS, STACK_MANIFEST, run_dir
-from ..runid import is_run_id
 from ..transport.connection import pack
 from .archive import bring_home
 

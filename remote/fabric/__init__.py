@@ -6,6 +6,4 @@
 - `verdict`  each pair judged (floor or median), the suspect node or link by elimination
 - `output`   fabric.json per node, the matrix as text and HTML, recap rows, Prometheus
 - `command`  the run from checked inputs to the exit status (`remote.cli.fabric` calls it)
-
-May import: `remote.engine`, `remote.output`, `remote.scheduler`, and what those may.
 """

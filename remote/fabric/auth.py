@@ -18,8 +18,6 @@ command ends, on a signal too. A command killed outright (SIGKILL, a node that d
 its folder: the next command of a fabric run on that node removes the login user's own such
 folders older than STALE_MINUTES first. Lines of the stdin are tagged by their first letter: `K` the
 private key, `U` the users file, `B` the public key, `P` the password.
-
-May import: the standard library, `cryptography` (paramiko's own dependency).
 """
 from __future__ import annotations
 

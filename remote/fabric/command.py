@@ -1,13 +1,10 @@
 """`gpuprov fabric`: the run from checked inputs to the exit status. `remote.cli.fabric` checks
 the options and the inventory, then hands over here.
 
-Exit status (remote.exitcodes): 0 no suspect, 3 a suspect node or link was found, or the two
+Exit status (remote.ground.exitcodes): 0 no suspect, 3 a suspect node or link was found, or the two
 ends of a pair disagree (as a failed validation), 4 a node could not be reached (it is a
 suspect too, with why), 1 a pair could not be measured (every port tried was taken on its
 server's node, or its server reached by someone else), 130 interrupted.
-
-May import: `remote.engine`, `remote.output`, `remote.scheduler` (draining through Slurm),
-`remote.errors`, `remote.runfolder`, `remote.runid`, and this package.
 """
 from __future__ import annotations
 
@@ -24,20 +21,20 @@ from ..config.inventory import Host, Inventory
 from ..engine.options import RunOptions
 from ..engine.run import Run
 from ..engine.varlayers import layered_vars
-from ..errors import GpuprovError, HostError, InputError
-from ..exitcodes import (
+from ..ground.errors import GpuprovError, HostError, InputError
+from ..ground.exitcodes import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_STEP_FAILED,
     EXIT_UNREACHABLE,
     EXIT_VALIDATION_FAILED,
 )
-from ..fileio import write_atomic
+from ..ground.fileio import write_atomic
+from ..ground.runid import new_run_id
 from ..output.junit import write_junit
 from ..output.recap import Reporter
 from ..output.runlog import Redactor
 from ..output.term import printable, printable_line
-from ..runid import new_run_id
 from ..scheduler import SCHEDULERS
 from ..scheduler.base import list_until_answered
 from ..transport.connection import BaseConnection
@@ -297,7 +294,7 @@ def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, An
 
 
 def exit_status(pairs: list[PairResult], nodes: list[Node], verdict: Any) -> int:
-    """1 before 4 before 3 (remote.exitcodes.ORDER): a pair not measured is a step that could
+    """1 before 4 before 3 (remote.ground.exitcodes.ORDER): a pair not measured is a step that could
     not run, an unreachable node is 4, a suspect 3."""
     if any(not p.measured for p in pairs):
         return EXIT_STEP_FAILED

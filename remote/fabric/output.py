@@ -4,9 +4,6 @@ text and as an HTML heat map (suspects named), a row per node for the recap, `--
 
 Names and figures come from the run itself (the inventory's names, the parsed figures); a
 tool's error text came from a node and is shown escaped.
-
-May import: `remote.engine.results`, `remote.output`, `remote.fileio`, `remote.runfolder`,
-`verdict`, jinja2, prometheus_client.
 """
 from __future__ import annotations
 
@@ -18,9 +15,9 @@ from jinja2 import Environment
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
 from ..engine.results import HostResult, Outcome, StepResult, StepStatus
-from ..fileio import write_atomic
+from ..ground.fileio import write_atomic
+from ..ground.runfolder import FABRIC_RECORD, run_dir
 from ..output.term import escaped, printable
-from ..runfolder import FABRIC_RECORD, run_dir
 from .verdict import PairResult, Verdict
 
 

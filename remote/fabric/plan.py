@@ -8,8 +8,6 @@ at least two partners (three for an even N >= 4), which is what the elimination 
 node from a link (`verdict`). Never more than two rounds, whatever N.
 
 A pair is (client, server): the client sends, the server receives.
-
-May import: the standard library.
 """
 from __future__ import annotations
 

@@ -23,9 +23,6 @@ pair is tried again on another port, as for a taken port, and after PORT_TRIES i
 measured (interference)". Where both nodes' iperf3 has authentication (`auth`), the run's
 servers take only the run's own user, and a stranger is refused by iperf3 itself; where one
 has not, the pair runs without it, and the run says so once.
-
-May import: `remote.engine` (connections through the run's pool), `remote.errors`, `plan`,
-`tools`, `verdict`.
 """
 from __future__ import annotations
 
@@ -41,7 +38,7 @@ from typing import Any, Callable, Optional, Protocol
 
 from ..config.inventory import Host
 from ..engine.run import Run
-from ..errors import GpuprovError, HostError
+from ..ground.errors import GpuprovError, HostError
 from ..transport.connection import BaseConnection, CommandResult, LineSplitter
 from .auth import UNPACK, Credentials
 from .plan import Pair, plan_rounds

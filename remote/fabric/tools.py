@@ -15,8 +15,6 @@ a finite number in the tool's range, and never reads a node's name from the outp
 knows which pair it measured).
 
 Adding a tool: a class with the `Tool` shape and its row in `TOOLS`.
-
-May import: the standard library.
 """
 from __future__ import annotations
 

@@ -31,8 +31,6 @@ a node whose figures disagree with every partner's is named ("n1 reports 400 Gb/
 partner n2 measured 9.4 Gb/s"); a disagreeing pair whose nodes each agree with another
 partner is reported as the pair, the node with the higher (set aside) figure first. With one
 partner, the two cannot be told apart, and the finding says so.
-
-May import: the standard library.
 """
 from __future__ import annotations
 

@@ -10,15 +10,12 @@ fleet cache in `through_cache` (`route.CacheRoute` says where the cache is for t
 installs from a bundle on the host in `through_bundle` (`route.BundleRoute`, `provision --bundle`).
 `plan` yields typed commands (`commands`: shell, reboot-and-wait, local action); the engine
 runs those types, so a new kind needs no engine edit.
-
-May import: `remote.errors`, `remote.config` (schema, templating). Never the engine, transport
-or output.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from ..errors import PlanError
+from ..ground.errors import PlanError
 from .apt import Apt
 from .assertion import Assert
 from .base import Kind, Probe

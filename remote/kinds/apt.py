@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 from ..config.aptlock import AptLock, read_apt_lock
 from ..config.schema import Arg
-from ..errors import InputError, PlanError, Where
+from ..ground.errors import InputError, PlanError, Where
 from .base import Args, Command, Kind, listed, q, redacted_url, with_env
 from .commands import LocalAction, Planned
 

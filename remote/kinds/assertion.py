@@ -6,7 +6,7 @@ from typing import Any
 
 from ..config.schema import Arg
 from ..config.templating import evaluate, render_text
-from ..errors import Where
+from ..ground.errors import Where
 from .base import Args, Kind
 from .commands import LocalAction
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, Mapping, Optional, Sequence, Typ
 
 from ..config.schema import Arg, check_args, expect
 from ..config.templating import render_shell, render_value
-from ..errors import Where
+from ..ground.errors import Where
 from .commands import Command as Command  # noqa: F401  (re-exported: the kinds import it from here)
 from .commands import Planned
 

@@ -9,8 +9,6 @@ The engine executes these types and never asks which kind planned them:
 A new kind plans with these and needs no engine edit; a new command type is a class here and
 its branch in the engine's executor (engine/jobs/apply.py `_run_planned`). Each type is a
 dataclass: add fields with defaults to extend one (a secret passed on stdin, a lock's pin).
-
-May import: the standard library.
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..config.schema import Arg
-from ..errors import PlanError, Where
+from ..ground.errors import PlanError, Where
 from .apt import dpkg_installed
 from .base import Args, Command, Kind, q, redacted_url, with_env
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..config.schema import Arg
-from ..errors import PlanError, Where
+from ..ground.errors import PlanError, Where
 from .base import Args, Command, Kind, q
 
 MODE = re.compile(r"0?[0-7]{3,4}")  # used with fullmatch: `$` would pass a final newline

@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..config.schema import Arg
-from ..errors import PlanError, Where
+from ..ground.errors import PlanError, Where
 from .base import Args, Command, Kind, listed, q, redacted_url, with_env
 from .pyprobe import Installed, parse_probe, probe_script
 

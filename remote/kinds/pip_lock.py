@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..config.lockfile import LockFile, read_lock
 from ..config.schema import Arg
-from ..errors import InputError, PlanError, Where
+from ..ground.errors import InputError, PlanError, Where
 from .base import Args, Command, Kind, q, redacted_url, with_env
 from .pyprobe import Installed, parse_probe, probe_script
 

@@ -1,8 +1,6 @@
 """The probe the `pip` and `pip_lock` kinds share: which version of each named distribution a
 python has installed, and that python's PEP 508 marker environment (what a lock's markers are
 evaluated against; what packaging.markers.default_environment computes there).
-
-May import: nothing of gpuprov's but `.base`.
 """
 from __future__ import annotations
 

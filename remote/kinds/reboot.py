@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..config.schema import Arg
-from ..errors import PlanError
+from ..ground.errors import PlanError
 from .base import Args, Kind
 from .commands import RebootAndWait
 

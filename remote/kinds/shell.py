@@ -5,7 +5,7 @@ import re
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..config.schema import Arg
-from ..errors import PlanError
+from ..ground.errors import PlanError
 from .apt import proxy_options
 from .base import Args, Command, Kind, q, with_env
 

@@ -7,7 +7,7 @@ from typing import Any, Optional
 from ..config.schema import Arg
 from ..config.templating import parse as parse_template
 from ..config.templating import render_text
-from ..errors import Where
+from ..ground.errors import Where
 from .base import Args, Command, Kind, q
 from .file import FILE_PROBE, FILE_SPEC, FileState, check_mode, content_change, parse_file_state, plan_file
 

@@ -18,8 +18,6 @@ repository index) are made by `remote.lock.apt`.
 
 The resolution is universal (`--universal`: x86_64 and aarch64 in one file, with markers) for
 python 3.10 and newer, the oldest python of a supported distribution (Ubuntu 22.04).
-
-May import: `remote.errors`, `remote.config`, `remote.paths`, `remote.lock.limits`.
 """
 from __future__ import annotations
 
@@ -36,8 +34,8 @@ from urllib.parse import unquote
 
 from ..config.lockfile import read_lock
 from ..config.yamlfile import load_yaml
-from ..errors import InputError
-from ..paths import RECIPES_DIR
+from ..ground.errors import InputError
+from ..ground.paths import RECIPES_DIR
 from .limits import DEADLINE_VARIABLE, MAX_MEMORY_VARIABLE, fetch_deadline, max_memory_bytes, size_text
 
 LOCKS_DIR = RECIPES_DIR / "locks"

@@ -12,8 +12,6 @@ NVIDIA's repositories are flat (`deb URL/<repo>/ /`), so the index is `<base>/<r
 (or `Packages`) (Debian Repository Format, "Flat Repository Format":
 https://wiki.debian.org/DebianRepository/Format). It is parsed with python-debian's deb822, and
 versions are ordered by its `debian_support.Version` (dpkg's ordering), not by hand-written code.
-
-May import: `remote.errors`, `remote.config`, `remote.paths`, `remote.lock.limits`.
 """
 from __future__ import annotations
 
@@ -36,8 +34,8 @@ from typing import Any, Iterable, Optional
 from ..config.aptlock import parse_apt_lock
 from ..config.templating import render_value
 from ..config.yamlfile import load_yaml
-from ..errors import InputError
-from ..paths import RECIPES_DIR
+from ..ground.errors import InputError
+from ..ground.paths import RECIPES_DIR
 from .limits import BYTES_PER_STANZA, DEADLINE_VARIABLE, MAX_INDEX_VARIABLE, fetch_deadline, max_index_bytes, size_text
 
 DRIVER_RECIPE = RECIPES_DIR / "nvidia-driver.yaml"

@@ -1,12 +1,10 @@
 """The bounds on what `gpuprov lock` takes from an index it does not control (issue 31): the
 time one fetch may take in all, the size an apt index may reach once decompressed, and the
 memory uv may use for one resolution. The environment variables below change them.
-
-May import: `remote.envvars`.
 """
 from __future__ import annotations
 
-from ..envvars import env_number
+from ..ground.envvars import env_number
 
 DEADLINE_VARIABLE = "GPUPROV_LOCK_DEADLINE"
 # Seconds for one apt index or one `uv pip compile` (one lock's resolution), from its start:

@@ -2,6 +2,4 @@
 log and the masking of secrets (`runlog`), and the one terminal stack that the recap and the
 benchmark report print through (`term`: colours only on a terminal, text made printable), the
 signs of life of long steps (`progress`) and the JUnit XML of a run (`junit`).
-
-May import: `remote.errors`, `remote.fileio`, `remote.runfolder`. Nothing else of remote/.
 """

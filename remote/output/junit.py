@@ -12,8 +12,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from .. import runfolder
-from ..fileio import write_atomic
+from ..ground import runfolder
+from ..ground.fileio import write_atomic
 from .term import printable
 
 RESULTS_MAX_BYTES = 16 * 1024 * 1024  # as the pull's own cap on results.json (docs/how-to/own-gpu-host.md)

@@ -85,9 +85,6 @@ Modules, imports pointing down only (``collect`` <- ``analyse`` <- the outputs):
 - ``html``     the self-contained page.
 
 They return data and never print; ``run_report`` (here) prints and writes the files.
-May import: ``remote.errors``, ``remote.output.term``, ``remote.resultsfile``, ``remote.runfolder``,
-``remote.stack``.
-Nothing else of remote/
 """
 from __future__ import annotations
 
@@ -97,8 +94,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from ..ground.runfolder import LOGS_DIR
 from ..output.term import Terminal
-from ..runfolder import LOGS_DIR
 from .analyse import BadInput, Report, build_report
 from .collect import parse_bench_log
 from .drift import DRIFT_CSV

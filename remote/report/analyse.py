@@ -1,8 +1,6 @@
 """Merging and comparing runs: the merged table, fleet outliers (a host against its GPU group's
 peers), regressions (a run against the previous one or a baseline) and the health summary,
 gathered in one `Report`. Returns data, never prints.
-
-May import: `remote.errors`, `remote.runfolder`, `collect`, `drift`, `history`.
 """
 from __future__ import annotations
 
@@ -13,8 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..errors import InputError
-from ..runfolder import ATTEMPTED_RUN, EVIDENCE_RUN, FABRIC_RUN, NOT_STARTED_RUN, PROVISIONED_RUN, run_without_results
+from ..ground.errors import InputError
+from ..ground.runfolder import (
+    ATTEMPTED_RUN,
+    EVIDENCE_RUN,
+    FABRIC_RUN,
+    NOT_STARTED_RUN,
+    PROVISIONED_RUN,
+    run_without_results,
+)
 from .collect import NO_RESULTS, Problem, Results, Run, check, collect, fmt_ms, get, num
 from .drift import Drift, find_drift
 from .fabric import Fabric, find_fabric

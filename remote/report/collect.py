@@ -1,9 +1,7 @@
 """Reading log folders: every ``<logs>/<host>/<run>/`` with its ``bench_torch.log`` (the seed's
 format) and ``results.json`` (the validation package's, schema 1 or 2, read by
-`remote.resultsfile`), into `Run`s and the `Problem`s found on the way. A bad file is a problem
+`remote.ground.resultsfile`), into `Run`s and the `Problem`s found on the way. A bad file is a problem
 and is skipped, never an error.
-
-May import: `remote.resultsfile`, `remote.runfolder`. Nothing else of remote/.
 """
 from __future__ import annotations
 
@@ -14,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from .. import resultsfile
-from ..resultsfile import MAX_FILE_BYTES as MAX_FILE_BYTES  # noqa: F401  (re-exported: report docs cite it)
-from ..resultsfile import UnusableFile, read_capped
-from ..runfolder import BENCH_LOG, CLUSTER_RECORD, NO_VERDICT_RECORDED, RESULTS, VALIDATION_ATTEMPT
+from ..ground import resultsfile
+from ..ground.resultsfile import MAX_FILE_BYTES as MAX_FILE_BYTES  # noqa: F401  (re-exported: report docs cite it)
+from ..ground.resultsfile import UnusableFile, read_capped
+from ..ground.runfolder import BENCH_LOG, CLUSTER_RECORD, NO_VERDICT_RECORDED, RESULTS, VALIDATION_ATTEMPT
 
 MISSING = "-"
 # The latencies a run may contribute: below a nanosecond (one clock cycle at 1 GHz) or above
@@ -25,7 +23,7 @@ MISSING = "-"
 # also keep every ratio between two values, and so every figure in flags.json, finite.
 MIN_MS = 1e-6
 MAX_MS = 86.4e6
-# MAX_FILE_BYTES (remote.resultsfile) caps bench_torch.log too: a log of 20,000 models is
+# MAX_FILE_BYTES (remote.ground.resultsfile) caps bench_torch.log too: a log of 20,000 models is
 # under 1 MiB. Anything larger is not read at all.
 
 # head label (None: values before any #head line) -> model -> batch-1 latency in ms
@@ -202,7 +200,7 @@ def read_bench_log(path: Path, shown: str) -> tuple[Latency, list[Problem]]:
 
 
 def read_results(path: Path, shown: str) -> tuple[Results | None, list[Problem]]:
-    """A results.json through the one reader (`remote.resultsfile`), plus the report's own
+    """A results.json through the one reader (`remote.ground.resultsfile`), plus the report's own
     needs: a `host` object, and at least one check."""
     try:
         results = resultsfile.read_results(path)

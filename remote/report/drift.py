@@ -11,8 +11,6 @@ whose whole stack differs (30,000 items across a fleet) cannot bury the other fl
 
 Manifests are untrusted like every log: read bounded and schema-checked, a bad one (or a folder
 that cannot be listed) is a `Problem` of that host and skipped.
-
-May import: `remote.stack.manifest`, `remote.runfolder`, `collect`.
 """
 from __future__ import annotations
 
@@ -22,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..runfolder import STACK_MANIFEST
+from ..ground.runfolder import STACK_MANIFEST
 from ..stack.manifest import COMPONENTS, ManifestError, items, parse
 from .collect import MAX_FILE_BYTES, Problem
 

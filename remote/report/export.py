@@ -2,8 +2,6 @@
 ``drift.csv`` (every stack item flagged, row per host and item) and ``flags.json`` (what was
 flagged, and everything it was decided from; of each host's drift, the first
 `DRIFT_DETAIL` items; each host's history, and the hosts to quarantine).
-
-May import: `analyse`, `collect`, `drift`, `history`.
 """
 from __future__ import annotations
 

@@ -6,8 +6,6 @@ is a problem of that host and skipped. The run shown is the newest run id that l
 fabric.json, and only the nodes it measured: an older run's suspect that a later run cleared
 is not flagged again. The matrix and the heat map are the fabric command's own outputs; the
 report names what an operator acts on.
-
-May import: `remote.runfolder`, `collect`.
 """
 from __future__ import annotations
 
@@ -16,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..runfolder import FABRIC_RECORD
+from ..ground.runfolder import FABRIC_RECORD
 from .collect import Problem
 
 MAX_BYTES = 1 << 20  # a node's record of 2 rounds is a few KiB

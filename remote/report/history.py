@@ -24,8 +24,6 @@ Definitions (what the report, flags.json and the Prometheus file say):
 - A stack change: the run's stack.json (remote/stack/manifest.py) differs from the one of the
   host's latest earlier run that has one; the timeline names the items, components first.
   A bad manifest is a problem of that host and skipped.
-
-May import: `remote.errors`, `remote.runfolder`, `collect`, `drift`.
 """
 from __future__ import annotations
 
@@ -33,8 +31,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
-from ..runfolder import STACK_MANIFEST, never_started
+from ..ground.errors import InputError
+from ..ground.runfolder import STACK_MANIFEST, never_started
 from .collect import Attempt, Problem, Run, read_attempt
 from .drift import NOT_INSTALLED, item_order, read_stack
 

@@ -6,8 +6,6 @@ comparison and the health summary.
 Every value is escaped by Jinja2's autoescape, and what would not show as itself (control
 characters, bidirectional overrides and marks, lone surrogates) is shown as its escape
 (``\\u202e``), so a version from a host cannot display as another.
-
-May import: `remote.output.term`, `analyse`, `collect`, `history`.
 """
 from __future__ import annotations
 

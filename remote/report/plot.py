@@ -11,8 +11,6 @@ Names from the logs are drawn made printable, as text, never parsed as mathtext 
 latency chart numbers its ticks instead of naming each. Figures are built with
 ``matplotlib.figure.Figure`` directly (no pyplot, no global backend state), which renders
 through Agg.
-
-May import: `remote.output.term`, `analyse`, `collect`.
 """
 from __future__ import annotations
 

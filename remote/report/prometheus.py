@@ -8,8 +8,6 @@ CollectorRegistry and write_to_textfile, which writes a temporary file and renam
 collector never reads half a file. Metric names follow https://prometheus.io/docs/practices/naming/
 (base units: seconds). What a log says is untrusted: label values are whatever the text is
 (prometheus_client escapes them), numbers that are not finite are left out.
-
-May import: `remote.report.collect`, `remote.report.history`, prometheus_client.
 """
 from __future__ import annotations
 

@@ -4,8 +4,6 @@ fleet, health, and the merged table split into parts that fit the width.
 `render` returns lines of styled segments and `paint` turns them into text: colours only when
 asked for (a terminal), and every string made printable on the way, so a name or a message
 from a host's log can never drive the terminal or forge lines of the report.
-
-May import: `remote.output.term`, `analyse`, `collect`, `history`.
 """
 from __future__ import annotations
 

@@ -84,8 +84,6 @@ Modules (standard library only, because the init runs as a script on its own):
 - `hosts`    the lifecycle above and the state folder.
 - `init`     PID 1 of a host, and its spawner; stand-alone (imports nothing of remote/).
 - `cli`      ``python3 -m remote.sandbox``.
-
-May import: nothing of remote/ outside this package.
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
 """`python3 -m remote.sandbox up|down|status|restart|stop|start`: the sandbox's own command line.
-
-May import: `machine`, `rootfs`, `hosts`. Standard library only.
 """
 from __future__ import annotations
 

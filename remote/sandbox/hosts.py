@@ -1,7 +1,5 @@
 """Sandbox hosts' lifecycle: `up`, `down`, `status`, `restart`, `stop`, `start`, `boot_id`,
 `wait_rebooted`, and the state folder they keep (state.json, inventory, known_hosts, keys).
-
-May import: `machine`, `rootfs`, `init` (the helpers it shares). Standard library only.
 """
 from __future__ import annotations
 

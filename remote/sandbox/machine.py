@@ -1,8 +1,8 @@
 """What the sandbox needs of this machine (root, tools, mounts) and its errors: the controller
 side's lowest module (`rootfs` and `hosts` import it; the stand-alone `init` does not).
 
-`SandboxError` is the sandbox's own root error, not a `remote.errors.GpuprovError`: the sandbox
-stands alone (see remote/errors.py).
+`SandboxError` is the sandbox's own root error, not a `remote.ground.errors.GpuprovError`: the sandbox
+stands alone (see remote/ground/errors.py).
 """
 from __future__ import annotations
 

@@ -2,8 +2,6 @@
 and cached) and what each host's overlay upper layer gets on top of it (host key, sshd
 settings, the client key, this machine's apt sources, proxy and pip configuration, the
 reboot shims).
-
-May import: `machine`. Standard library only.
 """
 from __future__ import annotations
 

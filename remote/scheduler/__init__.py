@@ -12,11 +12,6 @@ reader, `open` returning its `base.Cluster`) and its row in `SCHEDULERS` below.
 - `base`   the protocols, the plan, what the route keeps per node
 - `route`  the route itself, whatever the scheduler
 - `slurm`  Slurm
-
-May import: `remote.errors`, `remote.fileio`, `remote.runfolder`, `config`, `output`,
-`transport` (connection), and from the engine the session, results and the validate job's
-helpers. Never `cli`. Only `cli` imports this package: it sits between the command line and
-the engine.
 """
 from __future__ import annotations
 

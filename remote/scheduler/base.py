@@ -1,10 +1,6 @@
 """What a scheduler is to gpuprov: a row of the table (`Scheduler`), the cluster one run drives
 through it (`Cluster`: list the nodes, plan, resume, validate, drain, release), and what the
 route keeps per node (`NodeRecord`), whichever scheduler it came from.
-
-May import: `remote.errors`, `transport.connection` (storing a pulled tarball), and from the
-engine the session, results and the verdict of a results.json. Never a scheduler's package, nor
-`route`.
 """
 from __future__ import annotations
 
@@ -15,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Optional, Protocol, Sequence, TypeVar
 
 from ..engine.jobs.logs import summarize
-from ..errors import PullError, Where
-from ..runfolder import run_dir
+from ..ground.errors import PullError, Where
+from ..ground.runfolder import run_dir
 from ..transport.connection import COMMIT_FILE, publish_pull
 
 if TYPE_CHECKING:

@@ -27,9 +27,9 @@ from ..engine.jobs.logs import OUTCOME
 from ..engine.jobs.validate import Attempt, Validate
 from ..engine.results import HostResult, Outcome
 from ..engine.session import HostSession
-from ..errors import InputError, Interrupted
-from ..fileio import write_atomic
-from ..runfolder import run_dir
+from ..ground.errors import InputError, Interrupted
+from ..ground.fileio import write_atomic
+from ..ground.runfolder import run_dir
 from .base import Cluster, NodeRecord, NodeView, RouteFailed, RunContext, Scheduler, natural_order
 
 

@@ -2,6 +2,4 @@
 driver, CUDA, cuDNN, NCCL, torch, every package with its version and wheel digest), gathered on
 the host by its script, checked here, written by the engine as each run's `stack.json` and
 compared across hosts by the report (drift).
-
-May import: `remote.errors`. Nothing else (the engine writes manifests, the report reads them).
 """

@@ -1,5 +1,5 @@
 """The stack manifest: what one host's GPU stack is, recorded by every provision and validate run
-as `logs/<host>/<run>/stack.json` (remote/runfolder.py), and compared across hosts by `gpuprov report` (drift).
+as `logs/<host>/<run>/stack.json` (remote/ground/runfolder.py), and compared across hosts by `gpuprov report` (drift).
 
 It holds the kernel, the driver, CUDA, cuDNN, NCCL and torch versions, every distribution in
 the stack's python environment with its version and `record_sha256`, and the stack's Debian
@@ -13,8 +13,6 @@ gigabytes each run), so it tells which wheel was installed, not whether a file c
 
 The manifest comes from the host: untrusted. `check` bounds it (size, counts, lengths, shapes)
 and returns it normalised, or raises `ManifestError` saying what is wrong.
-
-May import: `remote.errors`. Nothing else (the engine writes manifests, the report reads them).
 """
 from __future__ import annotations
 
@@ -22,7 +20,7 @@ import json
 import re
 from typing import Any
 
-from ..errors import GpuprovError
+from ..ground.errors import GpuprovError
 
 SCHEMA = 1
 MAX_BYTES = 2 * 1024 * 1024     # 2,000 packages at ~150 bytes is 0.3 MB

@@ -8,7 +8,4 @@
 - `tarstream`  the one strict tar reader of every archive from outside (pulls, evidence,
                bundles): imported by remote/bundle and remote/evidence too.
 - `forward`    ports on a host's loopback carried over SSH to another host (the fleet cache).
-
-May import: `remote.errors`, `remote.envvars`, `remote.fileio`, `remote.runfolder`, `remote.config`
-(hosts and timeouts). Never the engine or output.
 """

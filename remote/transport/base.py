@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from typing import BinaryIO, Callable, Literal, Optional, TypeVar, Union
 
 from ..config.inventory import Host, Timeouts
-from ..envvars import env_number
-from ..errors import BecomeError, CommandTimeout, HostError, Interrupted, OutputTooLarge
+from ..ground.envvars import env_number
+from ..ground.errors import BecomeError, CommandTimeout, HostError, Interrupted, OutputTooLarge
 
 OutputCallback = Callable[[str, str], None]  # (stream name "stdout"|"stderr", text)
 Stdin = Union[bytes, BinaryIO]  # a command's input: its bytes, or a file to stream from

@@ -2,7 +2,7 @@
 
 The engine reaches transports only through this module: `connection_for`, a connection's
 `open`/`run`/`close`/`abort`/`describe`, the `CommandResult` it returns, the `LineSplitter` for
-its streamed output and the errors it raises (re-exported here from `remote.errors`, and
+its streamed output and the errors it raises (re-exported here from `remote.ground.errors`, and
 paramiko's `SSHException` for what a forward can raise), host-key trust (`KnownHosts`), the
 fleet cache's forwards (`RemoteForwards`, `ssh_transport`) and the tarball transfers (`pack`,
 `unpack_command`, `pull`, `COMMIT_FILE`). The I/O loop lives in `base`, the transports in `ssh`
@@ -15,7 +15,7 @@ from typing import Optional
 from paramiko import SSHException
 
 from ..config.inventory import Host, Timeouts
-from ..errors import BecomeError, CommandTimeout, ConnectionLost, Interrupted, OutputTooLarge, Unreachable
+from ..ground.errors import BecomeError, CommandTimeout, ConnectionLost, Interrupted, OutputTooLarge, Unreachable
 from .base import BaseConnection, CommandResult, LineSplitter
 from .forward import RemoteForwards, ssh_transport
 from .hostkeys import KnownHosts

@@ -16,8 +16,8 @@ from typing import Optional, Sequence
 import paramiko
 from paramiko.hostkeys import HostKeyEntry, HostKeys
 
-from ..errors import HostKeyError
-from ..fileio import write_atomic
+from ..ground.errors import HostKeyError
+from ..ground.fileio import write_atomic
 
 
 def default_known_hosts() -> Path:

@@ -16,7 +16,7 @@ import paramiko
 from paramiko.packet import Packetizer
 
 from ..config.inventory import Host, Timeouts
-from ..errors import ConnectionLost, HostKeyError, Interrupted, Unreachable
+from ..ground.errors import ConnectionLost, HostKeyError, Interrupted, Unreachable
 from .base import BaseConnection, RunningCommand, Stream, once_per_process, wait_readable
 from .hostkeys import KnownHosts, lookup_name
 from .sshconfig import DEFAULT_PORT

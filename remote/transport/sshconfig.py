@@ -39,7 +39,7 @@ from typing import Any, Optional
 import paramiko
 
 from ..config.inventory import Host
-from ..errors import Unreachable
+from ..ground.errors import Unreachable
 from .base import once_per_process
 
 DEFAULT_PORT = 22

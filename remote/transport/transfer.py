@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Optional, Union
 
-from ..errors import OutputTooLarge, PullError, PullNotStored
-from ..fileio import current_umask
-from ..runfolder import CONTROL_FILES, RESULTS
-from ..runid import is_run_id
+from ..ground.errors import OutputTooLarge, PullError, PullNotStored
+from ..ground.fileio import current_umask
+from ..ground.runfolder import CONTROL_FILES, RESULTS
+from ..ground.runid import is_run_id
 from .base import BaseConnection, CommandResult
 from .tarstream import GzipStream, Member, TarReader, TarRefused
 

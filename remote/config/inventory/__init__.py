@@ -7,15 +7,13 @@ every inventory must satisfy, and one reader per file format builds the model an
 checks: `yaml_reader` for gpuprov's YAML, `ansible_ini` and `ansible_yaml` for Ansible's two
 formats (with what they share in `ansible_common`). `load_inventory` tells the formats apart
 (`inventory_format`).
-
-May import: `remote.errors`, `remote.config` (schema, yamlfile). Nothing else of remote/.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from ...errors import InputError
+from ...ground.errors import InputError
 from ..yamlfile import YamlMap, load_yaml, read_text
 from .ansible_ini import read_ini_inventory
 from .ansible_yaml import GROUP_KEYS as ANSIBLE_GROUP_KEYS

@@ -12,8 +12,6 @@ which makes `model`'s objects from them with Ansible's meaning:
   variable does, at its group's or host's level. An `ansible_*` variable gpuprov does not
   understand, or a Jinja template in one, is refused at its file:line, never silently
   ignored.
-
-May import: `remote.errors`, `remote.config.yamlfile`, `model`, `checks`.
 """
 from __future__ import annotations
 
@@ -23,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from ...errors import InputError, Where
+from ...ground.errors import InputError, Where
 from ..yamlfile import YamlMap
 from .checks import check_graph, check_group_name, check_host_name, check_user_name
 from .model import Group, Host, Inventory

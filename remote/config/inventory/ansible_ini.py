@@ -16,8 +16,6 @@ ansible/builtin/ini_inventory.html):
   `...` and complex numbers their text (`_parse_recursive_coerce_types_and_tag`);
 - a group named only in `[x:children]` or `[x:vars]` and never declared is an error, as in
   Ansible ("includes undefined group").
-
-May import: `remote.errors`, `remote.config.yamlfile`, `ansible_common`, `model`.
 """
 from __future__ import annotations
 
@@ -28,7 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ...errors import Where
+from ...ground.errors import Where
 from ..yamlfile import read_text
 from .ansible_common import AnsibleBuilder, expand_pattern
 from .model import Inventory

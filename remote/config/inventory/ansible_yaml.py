@@ -5,15 +5,13 @@ groups; a group may hold `hosts:` (host patterns, with ranges and `:port`, each 
 vars or nothing), `vars:` and `children:` (groups, same shape, nested). A group met twice is
 one group. Ansible skips any other key in a group with a warning; gpuprov refuses it at its
 line, so a typo (`host:`) does not drop hosts silently.
-
-May import: `remote.errors`, `remote.config.yamlfile`, `ansible_common`, `model`.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Optional
 
-from ...errors import InputError, Where
+from ...ground.errors import InputError, Where
 from ..yamlfile import YamlMap, load_yaml
 from .ansible_common import AnsibleBuilder, expand_pattern
 from .model import Inventory

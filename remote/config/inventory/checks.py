@@ -1,14 +1,12 @@
 """The checks every inventory gets, whatever its format: names, the group graph (unknown
 children, cycles, depth) and jump hosts (unknown, itself, local, cycles, chains too long).
 Each raises `InputError` at the definition's own file and line (`Where`).
-
-May import: `remote.errors`, `model`.
 """
 from __future__ import annotations
 
 import re
 
-from ...errors import Where
+from ...ground.errors import Where
 from .model import NAME, Group, Host
 
 MAX_GROUP_DEPTH = 50

@@ -4,8 +4,6 @@ and the settings that reach hosts (host keys, timeouts, secrets, the fleet cache
 A reader of one inventory format (`yaml_reader` for gpuprov's YAML) builds these objects and
 hands hosts and groups to `checks.check_graph`, which refuses what no format may hold (a name
 both a host and a group, group cycles, jump chains without end).
-
-May import: `remote.errors`.
 """
 from __future__ import annotations
 
@@ -15,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol
 
-from ...errors import InputError, Where
+from ...ground.errors import InputError, Where
 
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # used with fullmatch: `$` would pass a final newline
 CACHE_REACH = ("auto", "direct", "forward")

@@ -7,17 +7,13 @@ archive `provision` installs from, as `--bundle`).
 
 This module reads the format only: keys, types, positions. What every inventory must satisfy
 whatever its format is in `checks`; the objects it builds are `model`'s.
-
-May import: `remote.errors`, `remote.config.schema`, `remote.config.yamlfile`,
-`model`, `checks`. A scheduler's key on a host (`slurm:`) is read by the reader of the
-schedulers' table the loader is handed (`model.SettingsReaders`).
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from ...errors import InputError, Where
+from ...ground.errors import InputError, Where
 from ..schema import check_keys, expect, expect_str_list
 from ..yamlfile import YamlMap, load_yaml
 from .checks import check_graph, check_group_name, check_host_name

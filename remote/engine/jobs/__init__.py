@@ -9,9 +9,6 @@
 A job is called once per host, in that host's worker thread, with the session open; it keeps
 its per-host state on the stack or in the session, never on itself (one job object serves
 every host of a run). The `Job` protocol is `session.Job`.
-
-May import: `remote.errors`, `config`, `kinds`, `output`, `transport.connection`, the engine's
-`session` and the modules below it. Never `run`.
 """
 from __future__ import annotations
 

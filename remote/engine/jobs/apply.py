@@ -19,7 +19,7 @@ from typing import Any, Optional, Protocol, Sequence
 
 from ...config.recipe import Recipe, Step, facts_used
 from ...config.templating import evaluate, fact_dependent_vars, names_in, render_shell, render_text, resolve_vars
-from ...errors import BecomeError, CommandTimeout, Interrupted, PlanError, TemplateError
+from ...ground.errors import BecomeError, CommandTimeout, Interrupted, PlanError, TemplateError
 from ...kinds import Command, Kind, LocalAction, Planned, Probe, RebootAndWait
 from ...transport.connection import CommandResult
 from ..probes import batch_script, in_one_write, parse_batch

@@ -10,10 +10,10 @@ import shlex
 from pathlib import Path
 from typing import Any, Optional
 
-from ...errors import CommandTimeout, PullError, PullNoOutput, PullTimedOut
+from ...ground.errors import CommandTimeout, PullError, PullNoOutput, PullTimedOut
+from ...ground.resultsfile import MAX_FILE_BYTES, UnusableFile, read_results
+from ...ground.runfolder import run_dir
 from ...output.term import printable_line
-from ...resultsfile import MAX_FILE_BYTES, UnusableFile, read_results
-from ...runfolder import run_dir
 from ...transport.connection import COMMIT_FILE, pull
 from ..results import Outcome
 from ..session import HostSession
@@ -54,7 +54,7 @@ def pull_run(session: HostSession, run_id: str, dest: Path) -> None:
     session.log.event(f"pulled {res.stdout_bytes} bytes into {dest}: {', '.join(names)}")
 
 
-# A results.json larger than this is not read (remote.resultsfile, the one reader).
+# A results.json larger than this is not read (remote.ground.resultsfile, the one reader).
 MAX_RESULTS_BYTES = MAX_FILE_BYTES
 
 
@@ -153,7 +153,7 @@ class PullLogs:
             pull_run(session, run_id, dest)
         except PullError as exc:
             # Not pulled: nothing was judged, so no verdict either; the job's own work failed
-            # (exit 1, remote/exitcodes.py), not a validation.
+            # (exit 1, remote/ground/exitcodes.py), not a validation.
             session.conclude(Outcome(PULL, f"{run_id}: not pulled: {exc}", False))
             return
         text, _ = summarize(dest / COMMIT_FILE, 0)

@@ -12,9 +12,9 @@ import shlex
 from pathlib import Path, PurePosixPath
 from typing import Any, Optional
 
-from ...errors import CommandTimeout
+from ...ground.errors import CommandTimeout
+from ...ground.runfolder import STACK_MANIFEST, run_dir
 from ...kinds import Probe
-from ...runfolder import STACK_MANIFEST, run_dir
 from ...stack.manifest import HOST_SCRIPT, ManifestError, parse
 from ..results import StepStatus
 from ..session import HostSession

@@ -1,14 +1,12 @@
 """The reboot-and-wait command (`kinds.commands.RebootAndWait`): reboot a host, reconnect, and
 wait for a new boot_id. The session reopens its connection here; the cache route it found goes
 with the old connection (`HostSession.close`).
-
-May import: `remote.errors`, `engine.session`, `engine.results`.
 """
 from __future__ import annotations
 
 import time
 
-from ...errors import CommandTimeout, ConnectionLost, Unreachable
+from ...ground.errors import CommandTimeout, ConnectionLost, Unreachable
 from ..results import StepStatus
 from ..session import HostSession
 

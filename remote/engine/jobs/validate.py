@@ -26,7 +26,7 @@ from validate.core import CHECK_NAMES
 
 from ...config.inventory import yaml_reader
 from ...config.templating import is_template
-from ...errors import (
+from ...ground.errors import (
     CommandTimeout,
     GpuprovError,
     InputError,
@@ -37,9 +37,9 @@ from ...errors import (
     PullTimedOut,
     Where,
 )
-from ...fileio import write_atomic
-from ...paths import VALIDATE_DIR
-from ...runfolder import (
+from ...ground.fileio import write_atomic
+from ...ground.paths import VALIDATE_DIR
+from ...ground.runfolder import (
     CRASHED,
     NOT_STORED,
     NOT_UNPACKED,

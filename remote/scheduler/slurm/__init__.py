@@ -16,18 +16,14 @@ drains the nodes that failed and resumes the ones gpuprov drained that now pass.
 - `gate`     drain reasons, drain and resume, the reservation that keeps users' jobs off the
              nodes while they are validated
 - `cluster`  `SlurmCluster`, the `base.Cluster` the route drives
-
-May import: `remote.errors`, `remote.fileio`, `config` (schema, yamlfile), `output`,
-`transport` (the line splitter, storing a pulled tarball), from the engine the session, results
-and the validate job's helpers, and `..base`. Never `cli`, `..route` or another scheduler.
 """
 from __future__ import annotations
 
 import shlex
 from typing import Any, Optional
 
-from ...errors import Where
-from ...runfolder import CLUSTER_RECORD
+from ...ground.errors import Where
+from ...ground.runfolder import CLUSTER_RECORD
 from ..base import RunContext
 from .cluster import SlurmCluster
 from .gate import drain_command, drain_reason, each_node_command, parse_each_node

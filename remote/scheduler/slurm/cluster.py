@@ -21,7 +21,7 @@ import time
 from typing import Optional, Sequence
 
 from ...engine.jobs.validate import suite_args
-from ...errors import CommandTimeout
+from ...ground.errors import CommandTimeout
 from ...transport.connection import LineSplitter, PullLimits
 from ..base import NodeRecord, NodeView, Plan, RouteFailed, RunContext, list_until_answered
 from . import gate

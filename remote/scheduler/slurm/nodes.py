@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional
 
-from ...runid import RUN_ID_TEXT
+from ...ground.runid import RUN_ID_TEXT
 from ..base import Plan, natural_order
 
 # A node name becomes a folder, logs/<node>/<run>/: the inventory's own rule for host names.

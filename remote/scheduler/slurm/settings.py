@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from ...config.schema import check_keys, expect
 from ...config.yamlfile import YamlMap
-from ...errors import Where
+from ...ground.errors import Where
 
 # The keys of a host's `slurm:` mapping and what each means (docs/gen_reference.py writes them
 # into docs/reference/inventory-keys.md).

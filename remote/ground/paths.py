@@ -14,7 +14,7 @@ from .errors import InputError
 
 # The folder holding `remote/`, `validate/`, `playbooks/` and `tasks.py`: the clone's root in an
 # editable install, site-packages in a normal one.
-INSTALL_ROOT = Path(__file__).resolve().parent.parent
+INSTALL_ROOT = Path(__file__).resolve().parents[2]
 RECIPES_DIR = INSTALL_ROOT / "playbooks"
 TASKS_FILE = INSTALL_ROOT / "tasks.py"
 VALIDATE_DIR = INSTALL_ROOT / "validate"  # the payload pushed to hosts

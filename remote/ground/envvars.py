@@ -1,7 +1,5 @@
 """Numbers a user may set through the environment (GPUPROV_OUTPUT_MAX_BYTES, the lock's bounds):
 read once here, each refused in one line that names the variable.
-
-May import: `remote.errors` only (beside config, below transport and lock, which read through it).
 """
 from __future__ import annotations
 

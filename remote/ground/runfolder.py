@@ -4,7 +4,7 @@ the names of the files in it. The one owner of that layout: the engine, the Slur
 ask here (tests/test_runfolder.py holds them to it).
 
     logs/                   LOGS_DIR, `--logs-dir` / `invoke report --logs`
-      <host>/<run id>/      run_dir(); run ids: remote/runid.py
+      <host>/<run id>/      run_dir(); run ids: remote/ground/runid.py
         provision.log       PROVISION_LOG: the control side's record of the run (output/runlog.py)
         results.json        RESULTS: the validation's results, pulled from the host, moved in last
         bench_torch.log     BENCH_LOG: the seed's benchmark log, pulled with it

@@ -1,7 +1,5 @@
 """Run ids: the name of each run's folder (`logs/<host>/<run id>/`), made on the control side
 and, when a host names one back, checked before it names a folder here.
-
-May import: nothing of gpuprov's.
 """
 from __future__ import annotations
 
