@@ -10,7 +10,9 @@
 - exit-codes.md: remote/ground/exitcodes.py, and validate's statuses from its modules' docstrings;
 - xid-actions.md: the Xid catalog (validate/xid_catalog.py) and the actions gpuprov takes from
   it (validate/driver_errors.py);
-- expectations.md: the floors per GPU model (validate/expectations.py).
+- expectations.md: the floors per GPU model (validate/expectations.py);
+- import-rules.md: the import-linter contracts of pyproject.toml ([tool.importlinter]), each
+  with its layers or forbidden modules, and the comments written beside them there.
 
     python3 docs/gen_reference.py            # write the pages
     python3 docs/gen_reference.py --check    # exit 1 naming each stale page (tests/test_docs.py)
@@ -296,6 +298,111 @@ def expectations_page() -> str:
     return "\n".join(out)
 
 
+# -- import rules -----------------------------------------------------------------------------
+
+PYPROJECT = ROOT / "pyproject.toml"
+CONTRACTS = "[[tool.importlinter.contracts]]"
+
+
+def _comment_notes(text: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """The comments of pyproject's [tool.importlinter] part (the one above its header is left out:
+    the contracts themselves are the rule), each joined to the line it stands over: the section's
+    own notes, then per contract its notes (`notes`) and those over a layer's line (`layers`)."""
+    section: list[str] = []
+    contracts: list[dict[str, Any]] = []
+    pending: list[str] = []
+    inside = False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            if line == "[tool.importlinter]" or line == CONTRACTS:
+                inside = True
+                if line == CONTRACTS:
+                    contracts.append({"notes": list(pending), "layers": {}})
+            elif not line.startswith('["') and not line.startswith("['"):
+                inside = False
+            pending = []
+            continue
+        if not inside:
+            pending = []
+            continue
+        if line.startswith("#"):
+            pending.append(line.lstrip("#").strip())
+            continue
+        if pending:
+            target = contracts[-1] if contracts else None
+            layer = line.rstrip(",").strip()
+            if target is not None and layer[:1] in "\"'" and layer[:1]:
+                target["layers"][layer.strip("\"'")] = " ".join(pending)
+            elif target is not None:
+                target["notes"].append(" ".join(pending))
+            else:
+                section.append(" ".join(pending))
+        if line:
+            pending = []
+    return section, contracts
+
+
+def _modules(names: Iterable[str]) -> str:
+    return ", ".join(f"`{n}`" for n in names)
+
+
+def _contract_lines(contract: dict[str, Any], notes: dict[str, Any]) -> list[str]:
+    kind = contract.get("type", "?")
+    out = [f"## {contract.get('name', '(no name)')}", ""]
+    out += [f"Type `{kind}`" + (f", in {_modules(contract['containers'])}"
+                                if contract.get("containers") else "")
+            + (", exhaustive: every module of the container has its layer"
+               if contract.get("exhaustive") else "") + ".", ""]
+    out += [" ".join(notes.get("notes", []))] if notes.get("notes") else []
+    out += [""] if notes.get("notes") else []
+    if kind == "layers":
+        rows = [(n, f"`{layer}`", notes.get("layers", {}).get(layer, ""))
+                for n, layer in enumerate(contract.get("layers", []), 1)]
+        out += _table(("", "layer", "what it is (pyproject's comment)"), rows)
+    elif kind == "forbidden":
+        out += _table(("modules", "may not import"),
+                      [(_modules(contract.get("source_modules", [])),
+                        _modules(contract.get("forbidden_modules", [])))])
+    elif kind == "protected":
+        out += _table(("protected modules", "only imported by"),
+                      [(_modules(contract.get("protected_modules", [])),
+                        _modules(contract.get("allowed_importers", [])))])
+    shown = {"name", "type", "containers", "exhaustive", "layers", "source_modules",
+             "forbidden_modules", "protected_modules", "allowed_importers"}
+    rest = [(f"`{k}`", f"`{v!r}`") for k, v in contract.items() if k not in shown]
+    return out + (_table(("setting", "value"), rest) if rest else [])
+
+
+def import_rules_page() -> str:
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11: the same parser, as the package tomli
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    text = PYPROJECT.read_text(encoding="utf-8")
+    linter = tomllib.loads(text).get("tool", {}).get("importlinter", {})
+    section, notes = _comment_notes(text)
+    out = _header("Import rules", "the import-linter contracts of `pyproject.toml` "
+                  "(`[tool.importlinter]`) and the comments beside them")
+    out += ["Which module may import which: the one statement of it, checked by `lint-imports` "
+            "(import-linter, https://import-linter.readthedocs.io) in CI and before each "
+            "commit. A change to the rules is a change to `pyproject.toml`; this page follows. "
+            "Where a change belongs: [Development](../development.md#layout).", "",
+            "A `layers` contract lists its layers top first: a layer may import those below it, "
+            "never one above. Modules of one layer joined by `|` are independent (neither imports "
+            "the other); joined by `:`, they may import each other (import-linter's layers "
+            "contract, https://github.com/seddonym/import-linter/blob/master/docs/contract_types/layers.md, "
+            "\"Layers containing multiple siblings\"). "
+            "A `forbidden` contract names modules that may not import others; a `protected` one, "
+            "modules only the listed importers may import.", "",
+            "Packages in the graph: " + _modules(linter.get("root_packages", [])) + ".", ""]
+    out += [" ".join(section), ""] if section else []
+    for index, contract in enumerate(linter.get("contracts", [])):
+        out += _contract_lines(contract, notes[index] if index < len(notes) else {})
+    return "\n".join(out)
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "commands.md": commands_page,
     "step-kinds.md": kinds_page,
@@ -304,6 +411,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "exit-codes.md": exit_codes_page,
     "xid-actions.md": xid_page,
     "expectations.md": expectations_page,
+    "import-rules.md": import_rules_page,
 }
 
 

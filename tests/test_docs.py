@@ -42,6 +42,29 @@ def test_generated_reference_pages_are_current():
     assert not stale, f"stale generated pages {stale}: run `{gen.COMMAND}` and commit them"
 
 
+def test_import_rules_page_shows_every_contract_of_pyproject():
+    """Issue 42: the import rules are written once, in pyproject.toml; the docs page that shows
+    them is generated from there, every contract with its layers or forbidden modules."""
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))[
+        "tool"]["importlinter"]["contracts"]
+    page = (DOCS / "reference" / "import-rules.md").read_text(encoding="utf-8")
+    assert "*Generated from" in page
+    for contract in contracts:
+        assert f"## {contract['name']}" in page
+        for layer in contract.get("layers", []):
+            assert "`" + layer.replace("|", "\\|") + "`" in page, layer
+        for module in contract.get("forbidden_modules", []):
+            assert f"`{module}`" in page, module
+    development = (DOCS / "development.md").read_text(encoding="utf-8")
+    assert "may import" not in development.lower(), "development.md keeps a hand-written copy"
+    assert "reference/import-rules.md" in development
+
+
 def test_results_json_fields_are_what_a_run_writes():
     from validate import actions, output
     from validate.core import FAIL, Result
