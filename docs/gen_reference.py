@@ -304,42 +304,56 @@ PYPROJECT = ROOT / "pyproject.toml"
 CONTRACTS = "[[tool.importlinter.contracts]]"
 
 
+def _split_comment(line: str) -> tuple[str, str]:
+    """A TOML line's value part and its trailing `# comment` (a `#` inside a quoted string is
+    no comment)."""
+    quote = ""
+    for index, char in enumerate(line):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char == "#":
+            return line[:index].strip(), line[index + 1:].strip()
+    return line.strip(), ""
+
+
 def _comment_notes(text: str) -> tuple[list[str], list[dict[str, Any]]]:
     """The comments of pyproject's [tool.importlinter] part (the one above its header is left out:
-    the contracts themselves are the rule), each joined to the line it stands over: the section's
-    own notes, then per contract its notes (`notes`) and those over a layer's line (`layers`)."""
+    the contracts themselves are the rule), each joined to the line it stands over or ends: the
+    section's own notes, then per contract its notes (`notes`) and those of a layer's line
+    (`layers`)."""
     section: list[str] = []
     contracts: list[dict[str, Any]] = []
     pending: list[str] = []
     inside = False
     for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith("["):
-            if line == "[tool.importlinter]" or line == CONTRACTS:
-                inside = True
-                if line == CONTRACTS:
-                    contracts.append({"notes": list(pending), "layers": {}})
-            elif not line.startswith('["') and not line.startswith("['"):
-                inside = False
+        line, comment = _split_comment(raw)
+        if line.startswith("[") and not line.startswith(("[\"", "['")):
+            inside = line in ("[tool.importlinter]", CONTRACTS)
+            if line == CONTRACTS:
+                contracts.append({"notes": pending + ([comment] if comment else []), "layers": {}})
             pending = []
             continue
         if not inside:
             pending = []
             continue
-        if line.startswith("#"):
-            pending.append(line.lstrip("#").strip())
+        if comment:
+            pending.append(comment)
+        if not line:
+            if not comment:
+                pending = []  # a blank line ends a comment that stood over nothing
             continue
         if pending:
             target = contracts[-1] if contracts else None
-            layer = line.rstrip(",").strip()
-            if target is not None and layer[:1] in "\"'" and layer[:1]:
-                target["layers"][layer.strip("\"'")] = " ".join(pending)
+            value = line.rstrip(",").strip()
+            if target is not None and value[:1] in ("\"", "'"):
+                target["layers"][value.strip("\"'")] = " ".join(pending)
             elif target is not None:
                 target["notes"].append(" ".join(pending))
             else:
                 section.append(" ".join(pending))
-        if line:
-            pending = []
+        pending = []
     return section, contracts
 
 
@@ -354,8 +368,8 @@ def _contract_lines(contract: dict[str, Any], notes: dict[str, Any]) -> list[str
                                 if contract.get("containers") else "")
             + (", exhaustive: every module of the container has its layer"
                if contract.get("exhaustive") else "") + ".", ""]
-    out += [" ".join(notes.get("notes", []))] if notes.get("notes") else []
-    out += [""] if notes.get("notes") else []
+    for note in notes.get("notes", []):
+        out += [note, ""]
     if kind == "layers":
         rows = [(n, f"`{layer}`", notes.get("layers", {}).get(layer, ""))
                 for n, layer in enumerate(contract.get("layers", []), 1)]
@@ -370,7 +384,8 @@ def _contract_lines(contract: dict[str, Any], notes: dict[str, Any]) -> list[str
                         _modules(contract.get("allowed_importers", [])))])
     shown = {"name", "type", "containers", "exhaustive", "layers", "source_modules",
              "forbidden_modules", "protected_modules", "allowed_importers"}
-    rest = [(f"`{k}`", f"`{v!r}`") for k, v in contract.items() if k not in shown]
+    rest = [(f"`{k}`", _modules(v) if isinstance(v, list) else f"`{v!r}`")
+            for k, v in contract.items() if k not in shown]
     return out + (_table(("setting", "value"), rest) if rest else [])
 
 
