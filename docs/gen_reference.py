@@ -10,7 +10,8 @@
 - exit-codes.md: remote/ground/exitcodes.py, and validate's statuses from its modules' docstrings;
 - xid-actions.md: the Xid catalog (validate/xid_catalog.py) and the actions gpuprov takes from
   it (validate/driver_errors.py);
-- expectations.md: the floors per GPU model (validate/expectations.py).
+- expectations.md: the floors per GPU model (validate/expectations.py);
+- report-files.md: the files `gpuprov report` writes, a row each of remote/report/exports.py.
 
     python3 docs/gen_reference.py            # write the pages
     python3 docs/gen_reference.py --check    # exit 1 naming each stale page (tests/test_docs.py)
@@ -296,6 +297,17 @@ def expectations_page() -> str:
     return "\n".join(out)
 
 
+def report_files_page() -> str:
+    from remote.report.exports import EXPORTS
+
+    out = _header("Report files", "`remote/report/exports.py`")
+    out += ["The files `gpuprov report` writes into its folder (`--out`, default "
+            "`reports/<UTC time>/`), in this order, then `report.txt` (the printed report as "
+            "plain text). `--prometheus FILE` and `--json PATH` write to paths of yours.", ""]
+    out += _table(("file", "what it holds"), [(f"`{e.file}`", e.what) for e in EXPORTS.values()])
+    return "\n".join(out)
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "commands.md": commands_page,
     "step-kinds.md": kinds_page,
@@ -304,6 +316,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "exit-codes.md": exit_codes_page,
     "xid-actions.md": xid_page,
     "expectations.md": expectations_page,
+    "report-files.md": report_files_page,
 }
 
 
