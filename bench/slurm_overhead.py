@@ -47,7 +47,8 @@ from typing import Optional
 import yaml
 
 from remote import cli
-from remote.ground.runfolder import CLUSTER_RECORD, LOGS_DIR
+from remote.ground.runfolder import LOGS_DIR
+from remote.scheduler.slurm import CLUSTER_RECORD
 from tests.slurm_cluster import SlurmCluster, missing_reason
 
 

@@ -13,6 +13,7 @@
 - expectations.md: the floors per GPU model (validate/expectations.py);
 - import-rules.md: the import-linter contracts of pyproject.toml ([tool.importlinter]), each
   with its layers or forbidden modules, and the comments written beside them there.
+- report-files.md: the files `gpuprov report` writes, a row each of remote/report/exports.py.
 
     python3 docs/gen_reference.py            # write the pages
     python3 docs/gen_reference.py --check    # exit 1 naming each stale page (tests/test_docs.py)
@@ -418,6 +419,17 @@ def import_rules_page() -> str:
     return "\n".join(out)
 
 
+def report_files_page() -> str:
+    from remote.report.exports import EXPORTS
+
+    out = _header("Report files", "`remote/report/exports.py`")
+    out += ["The files `gpuprov report` writes into its folder (`--out`, default "
+            "`reports/<UTC time>/`), in this order, then `report.txt` (the printed report as "
+            "plain text). `--prometheus FILE` and `--json PATH` write to paths of yours.", ""]
+    out += _table(("file", "what it holds"), [(f"`{e.file}`", e.what) for e in EXPORTS.values()])
+    return "\n".join(out)
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "commands.md": commands_page,
     "step-kinds.md": kinds_page,
@@ -427,6 +439,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "xid-actions.md": xid_page,
     "expectations.md": expectations_page,
     "import-rules.md": import_rules_page,
+    "report-files.md": report_files_page,
 }
 
 

@@ -348,8 +348,8 @@ def test_output_files_default_folder_and_pictures(tmp_path, monkeypatch):
     (out,) = (work / "reports").iterdir()
     assert out.name[:8].isdigit() and out.name.endswith("Z")
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["drift.csv", "flags.json", "latency.png", "merged.csv", "regressions.png",
-                     "report.html", "report.txt"]
+    assert names == ["drift.csv", "flags.json", "health.csv", "latency.png", "merged.csv",
+                     "regressions.png", "report.html", "report.txt"]
     assert f"Wrote reports/{out.name}/" in printed(terminal)
     for png in ("latency.png", "regressions.png"):
         img = matplotlib.image.imread(out / png)

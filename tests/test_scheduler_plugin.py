@@ -11,8 +11,10 @@ results brought home by the route's own `NodeRecord.store`.
 from __future__ import annotations
 
 import base64
+import io
 import json
 import shlex
+import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,3 +161,32 @@ def test_a_scheduler_the_command_line_never_heard_of_validates_and_drains(farm, 
 
 def test_the_command_line_names_no_scheduler():
     assert "slurm" not in (REPO / "remote" / "cli.py").read_text().lower()
+
+
+def test_a_plugged_scheduler_owns_its_record_a_pull_refuses_it_and_the_report_skips_it(
+        farm, tmp_path):
+    """The row names its record (`shellfarm.json`); the run folder knows it from the row alone:
+    a host's archive carrying one is refused, and the report reads the folder holding one as
+    the cluster's record, no host's run without results (issue 42)."""
+    from remote.ground.errors import PullError
+    from remote.report.collect import NO_RESULTS, collect
+    from remote.transport.connection import publish_pull
+
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w:gz") as tar:
+        for name, data in (("shellfarm.json", b"{}"), ("results.json", b"{}")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    archive.seek(0)
+    dest = tmp_path / "logs" / "h1" / "20261122T055742.123Z-14af"
+    with pytest.raises(PullError, match="shellfarm.json, which only the control side writes"):
+        publish_pull(archive, dest)
+    assert not dest.exists()
+
+    logs = tmp_path / "records"
+    (logs / "login" / "20261122T055742.123Z-14af").mkdir(parents=True)
+    (logs / "login" / "20261122T055742.123Z-14af" / "shellfarm.json").write_text("{}")
+    (logs / "odd" / "20261122T055742.123Z-14af").mkdir(parents=True)
+    _, problems = collect(logs)
+    assert [(Path(p.path).parent.name, p.message) for p in problems] == [("odd", NO_RESULTS)]

@@ -13,7 +13,8 @@ import pytest
 
 from remote.config.inventory import Host, Timeouts
 from remote.ground.errors import Where
-from remote.ground.runfolder import CLUSTER_RECORD, STACK_MANIFEST
+from remote.ground.runfolder import STACK_MANIFEST
+from remote.scheduler.slurm import CLUSTER_RECORD
 from remote.transport.local import LocalConnection
 from remote.transport.transfer import PullError, PullLimits, pack, publish_pull, pull
 from tests.conftest import REPO

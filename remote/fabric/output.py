@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from jinja2 import Environment
-from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
 from ..engine.results import HostResult, Outcome, StepResult, StepStatus
 from ..ground.fileio import write_atomic
 from ..ground.runfolder import FABRIC_RECORD, run_dir
+from ..output.prometheus import Metric, write_metrics
 from ..output.term import escaped, printable
 from .verdict import PairResult, Verdict
 
@@ -192,30 +192,32 @@ def json_document(verdict: Verdict, results: dict[str, HostResult], run_id: str,
             "fabric": {"run": run_id, "rounds": rounds, **verdict.to_json()}}
 
 
-def write_prometheus(path: Path, verdict: Verdict, run_id: str) -> None:
-    """Each pair's figure and verdict, and each node's suspect flag, for node_exporter's
-    textfile collector (written atomically by prometheus_client, as `gpuprov report
-    --prometheus`)."""
-    registry = CollectorRegistry()
-    value = Gauge("gpuprov_fabric_pair_value", "the pair's figure in the tool's unit",
-                  ["client", "server", "tool", "unit"], registry=registry)
-    good = Gauge("gpuprov_fabric_pair_ok", "1 when the pair was measured and not slow",
-                 ["client", "server", "tool"], registry=registry)
-    suspect = Gauge("gpuprov_fabric_node_suspect", "1 when the node is a suspect of the run",
-                    ["node", "run"], registry=registry)
-    link = Gauge("gpuprov_fabric_link_suspect", "1 for each suspect link of the run",
-                 ["a", "b", "run"], registry=registry)
-    disagree = Gauge("gpuprov_fabric_node_disagrees", "1 when the node's figures disagree with "
-                     "every partner's", ["node", "run"], registry=registry)
+def prometheus_metrics(verdict: Verdict, run_id: str) -> list[Metric]:
+    """Each pair's figure and verdict, and each node's suspect flag."""
+    value = Metric("gpuprov_fabric_pair_value", "the pair's figure in the tool's unit",
+                   ("client", "server", "tool", "unit"))
+    good = Metric("gpuprov_fabric_pair_ok", "1 when the pair was measured and not slow",
+                  ("client", "server", "tool"))
+    suspect = Metric("gpuprov_fabric_node_suspect", "1 when the node is a suspect of the run",
+                     ("node", "run"))
+    link = Metric("gpuprov_fabric_link_suspect", "1 for each suspect link of the run",
+                  ("a", "b", "run"))
+    disagree = Metric("gpuprov_fabric_node_disagrees", "1 when the node's figures disagree with "
+                      "every partner's", ("node", "run"))
     for pair in verdict.pairs:
         if pair.value is not None:
-            value.labels(pair.client, pair.server, pair.tool, pair.unit).set(pair.value)
-        good.labels(pair.client, pair.server, pair.tool).set(1 if pair.measured and not pair.bad
-                                                             else 0)
+            value.set((pair.client, pair.server, pair.tool, pair.unit), pair.value)
+        good.set((pair.client, pair.server, pair.tool), 1 if pair.measured and not pair.bad else 0)
     for node, state in verdict.nodes.items():
-        suspect.labels(node, run_id).set(1 if state == "suspect" else 0)
+        suspect.set((node, run_id), 1 if state == "suspect" else 0)
     for a, b in verdict.suspect_links:
-        link.labels(a, b, run_id).set(1)
+        link.set((a, b, run_id), 1)
     for node in verdict.nodes:
-        disagree.labels(node, run_id).set(1 if node in verdict.disagreeing else 0)
-    write_to_textfile(str(path), registry)
+        disagree.set((node, run_id), 1 if node in verdict.disagreeing else 0)
+    return [value, good, suspect, link, disagree]
+
+
+def write_prometheus(path: Path, verdict: Verdict, run_id: str) -> None:
+    """`prometheus_metrics` for node_exporter's textfile collector, by the one Prometheus
+    writer (remote/output/prometheus.py), as `gpuprov report --prometheus`."""
+    write_metrics(path, prometheus_metrics(verdict, run_id))

@@ -43,7 +43,7 @@ from ..transport.connection import BaseConnection, CommandResult, LineSplitter
 from .auth import UNPACK, Credentials
 from .plan import Pair, plan_rounds
 from .tools import (
-    PROBE_SCRIPT,
+    HCA,
     TOOLS,
     Interference,
     PairSpec,
@@ -52,6 +52,7 @@ from .tools import (
     ToolOutputError,
     parse_probe,
     pick_tool,
+    probe_script,
 )
 from .verdict import PairResult
 
@@ -174,7 +175,7 @@ class FabricRun:
         try:
             if node.conn is None:
                 node.conn = self.run.connect(node.host)
-            out = node.conn.run(PROBE_SCRIPT, timeout=PROBE_TIMEOUT_S)
+            out = node.conn.run(probe_script(), timeout=PROBE_TIMEOUT_S)
             node.probe = parse_probe(out.out)
         except (GpuprovError, OSError) as exc:
             node.error = f"unreachable: {_short(exc)}"
@@ -217,7 +218,7 @@ class FabricRun:
     # ---------------------------------------------------------------- one pair
     def _spec(self, client: Node, server: Node, tool: Tool, port: int) -> PairSpec:
         hcas = [h for h in client.hcas if h in (server.probe.hcas if server.probe else [])]
-        if tool.name == "ib_write_bw" and not hcas:
+        if HCA in tool.needs and not hcas:
             hcas = (client.probe.hcas if client.probe else [])[:1]
         gpus = min(client.probe.gpus if client.probe else 1, server.probe.gpus if server.probe else 1)
         user = ""

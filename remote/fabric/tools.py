@@ -14,7 +14,8 @@ figure of its own choosing cannot lift its partners' pairs. What a node prints i
 a finite number in the tool's range, and never reads a node's name from the output (the run
 knows which pair it measured).
 
-Adding a tool: a class with the `Tool` shape and its row in `TOOLS`.
+Adding a tool: a class with the `Tool` shape (its `needs` says which devices it measures on)
+and its row in `TOOLS`.
 """
 from __future__ import annotations
 
@@ -53,19 +54,19 @@ class Probe:
     auth: set[str] = field(default_factory=set)  # tools built with their own authentication
 
 
-# One round trip per node: which tools it has, its RDMA devices, its GPUs, and whether its iperf3
-# has authentication: `iperf3 --version` lists "authentication" among its "Optional features
-# available" in a build with OpenSSL (esnet/iperf src/iperf_util.c, get_optional_features, under
-# HAVE_SSL, at tag 3.12; Debian 12's iperf 3.12 prints it).
-PROBE_SCRIPT = r"""
-command -v iperf3 >/dev/null 2>&1 && echo "have iperf3"
-iperf3 --version 2>/dev/null | grep -q 'authentication' && echo "auth iperf3"
-command -v ib_write_bw >/dev/null 2>&1 && echo "have ib_write_bw"
-command -v all_reduce_perf >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 && echo "have all_reduce_perf"
+# One round trip per node: which tools it has (each row's own `probe` lines, `probe_script`),
+# its RDMA devices and its GPUs.
+PROBE_DEVICES = r"""
 ls /sys/class/infiniband 2>/dev/null | head -n 64 | sed 's/^/hca /'
 command -v nvidia-smi >/dev/null 2>&1 && echo "gpus $(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')"
 true
 """
+
+
+def probe_script() -> str:
+    """The probe a node runs: every row's lines (`have NAME` where the node has the tool,
+    `auth NAME` where it has its own authentication), then its devices."""
+    return "\n" + "".join(tool.probe for tool in TOOLS.values()) + PROBE_DEVICES.lstrip("\n")
 
 
 def parse_probe(text: str) -> Probe:
@@ -100,10 +101,18 @@ class PairSpec:
     auth_user: str = ""  # iperf3's authentication, this run's user name ('' without it)
 
 
+# The devices a tool may need on both nodes of a pair (`Tool.needs`): an RDMA device (a pair
+# with no HCA chosen for both takes the client's first, `hcas` of its PairSpec), GPUs (`gpus`:
+# the fewer of the two nodes').
+HCA, GPU = "hca", "gpu"
+
+
 class Tool(Protocol):
     name: str
     unit: str
     in_flight_bytes: int  # how far the sender's own count may honestly run ahead of the receiver's
+    needs: frozenset[str]  # the devices it measures on: HCA, GPU (none: the IP network)
+    probe: str  # shell lines of `probe_script`: `echo "have NAME"` where the node has it
 
     def usable(self, client: Probe, server: Probe) -> bool: ...
 
@@ -220,6 +229,12 @@ class Iperf3:
     # Documentation/networking/ip-sysctl.rst) was still in flight when it stopped counting.
     # 64 MiB is gpuprov's bound (chosen: sites tune the buffer up to that for 100G+ links).
     in_flight_bytes = 64 << 20
+    needs: frozenset[str] = frozenset()  # the IP network only
+    # whether its iperf3 has authentication: `iperf3 --version` lists "authentication" among its
+    # "Optional features available" in a build with OpenSSL (esnet/iperf src/iperf_util.c,
+    # get_optional_features, under HAVE_SSL, at tag 3.12; Debian 12's iperf 3.12 prints it)
+    probe = ('command -v iperf3 >/dev/null 2>&1 && echo "have iperf3"\n'
+             'iperf3 --version 2>/dev/null | grep -q \'authentication\' && echo "auth iperf3"\n')
 
     def usable(self, client: Probe, server: Probe) -> bool:
         return "iperf3" in client.tools and "iperf3" in server.tools
@@ -323,6 +338,8 @@ class IbWriteBw:
     name = "ib_write_bw"
     unit = "Gb/s"
     in_flight_bytes = 0  # both figures are the client's one report (`check_server`)
+    needs = frozenset({HCA})
+    probe = 'command -v ib_write_bw >/dev/null 2>&1 && echo "have ib_write_bw"\n'
 
     def usable(self, client: Probe, server: Probe) -> bool:
         return ("ib_write_bw" in client.tools and "ib_write_bw" in server.tools
@@ -414,6 +431,9 @@ class NcclAllReduce:
     name = "all_reduce_perf"
     unit = "GB/s busbw"
     in_flight_bytes = 0  # one figure only
+    needs = frozenset({GPU})
+    probe = ('command -v all_reduce_perf >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 '
+             '&& echo "have all_reduce_perf"\n')
 
     def usable(self, client: Probe, server: Probe) -> bool:
         return ("all_reduce_perf" in client.tools and "all_reduce_perf" in server.tools

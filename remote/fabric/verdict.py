@@ -212,43 +212,53 @@ def _own_said(pair: PairResult, node: str) -> str:
             f"{theirs:.3g} {pair.unit} ({pair.client} -> {pair.server})")
 
 
-def judge(pairs: list[PairResult], nodes: list[str], floors: Optional[dict[str, float]] = None,
-          relative: float = RELATIVE, floors_from: str = "inventory fabric_floor") -> Verdict:
-    """Judge every pair, then name the suspect nodes and links (see the module's text)."""
-    references, cuts = judge_pairs(pairs, floors or {}, relative, floors_from)
+def _measured_pairs(pairs: list[PairResult], nodes: list[str]) -> dict[str, list[PairResult]]:
+    """Node -> its measured pairs (every node of `nodes` and of the pairs, in that order)."""
     mine: dict[str, list[PairResult]] = {n: [] for n in nodes}
     for pair in pairs:
         for node in pair.nodes():
             mine.setdefault(node, [])
             if pair.measured:
                 mine[node].append(pair)
-    suspects, reasons = [], {}
-    for node, theirs in mine.items():
-        if theirs and all(p.bad for p in theirs):
-            suspects.append(node)
-            partners = sorted({p.server if p.client == node else p.client for p in theirs})
-            failed = [p for p in theirs if p.value is None]
-            if len(failed) == len(theirs):
-                why = f"no pair completed ({failed[0].error or 'failed'})"
-            else:
-                why = f"slow or failed with every partner ({', '.join(partners)})"
-            if len(partners) < 2:
-                why += "; only one partner: the node and the link cannot be told apart"
-            reasons[node] = why
-    links = sorted({tuple(sorted(p.nodes())) for p in pairs
-                    if p.bad and p.client not in suspects and p.server not in suspects})
-    verdicts = {}
-    for node in mine:
-        if node in suspects:
-            verdicts[node] = "suspect"
-        elif any(node in link for link in links):
-            verdicts[node] = "ok (bad link)"
-            reasons[node] = "bad link with " + ", ".join(
-                a if b == node else b for a, b in links if node in (a, b))
-        elif not mine[node]:
-            verdicts[node] = "not measured"
-        else:
-            verdicts[node] = "ok"
+    return mine
+
+
+def _why_suspect(node: str, theirs: list[PairResult]) -> str:
+    """Why a node whose every pair is bad is a suspect."""
+    partners = sorted({p.server if p.client == node else p.client for p in theirs})
+    failed = [p for p in theirs if p.value is None]
+    if len(failed) == len(theirs):
+        why = f"no pair completed ({failed[0].error or 'failed'})"
+    else:
+        why = f"slow or failed with every partner ({', '.join(partners)})"
+    if len(partners) < 2:
+        why += "; only one partner: the node and the link cannot be told apart"
+    return why
+
+
+def _node_verdict(node: str, theirs: list[PairResult], suspects: list[str],
+                  links: list[tuple[str, str]], reasons: dict[str, str]) -> str:
+    """A node's verdict: suspect, ok with a bad link (its reason set), not measured, ok."""
+    if node in suspects:
+        return "suspect"
+    if any(node in link for link in links):
+        reasons[node] = "bad link with " + ", ".join(
+            a if b == node else b for a, b in links if node in (a, b))
+        return "ok (bad link)"
+    return "ok" if theirs else "not measured"
+
+
+def judge(pairs: list[PairResult], nodes: list[str], floors: Optional[dict[str, float]] = None,
+          relative: float = RELATIVE, floors_from: str = "inventory fabric_floor") -> Verdict:
+    """Judge every pair, then name the suspect nodes and links (see the module's text)."""
+    references, cuts = judge_pairs(pairs, floors or {}, relative, floors_from)
+    mine = _measured_pairs(pairs, nodes)
+    suspects = [node for node, theirs in mine.items() if theirs and all(p.bad for p in theirs)]
+    reasons = {node: _why_suspect(node, mine[node]) for node in suspects}
+    links: list[tuple[str, str]] = sorted({
+        (min(p.nodes()), max(p.nodes())) for p in pairs
+        if p.bad and p.client not in suspects and p.server not in suspects})
+    verdicts = {node: _node_verdict(node, theirs, suspects, links, reasons)
+                for node, theirs in mine.items()}
     named, lines = disagreements(pairs)
-    return Verdict(pairs, verdicts, reasons, suspects,
-                   [(a, b) for a, b in links], references, cuts, named, lines)
+    return Verdict(pairs, verdicts, reasons, suspects, links, references, cuts, named, lines)

@@ -23,8 +23,11 @@ ask here (tests/test_runfolder.py holds them to it).
                             ended; a run with it and no verdict is a failure in the host's
                             history (remote/report/history.py)
       <cluster>/<run id>/
-        slurm.json          CLUSTER_RECORD: a Slurm run's record; its nodes' results are in their
-                            own folders, <logs>/<node>/<run id>/ (remote/scheduler/route.py)
+        <record>            a cluster run's record, named by its scheduler's row (Slurm's:
+                            slurm.json, remote/scheduler/slurm/) and registered here by the
+                            table of schedulers (`register_cluster_record`); its nodes' results
+                            are in their own folders, <logs>/<node>/<run id>/
+                            (remote/scheduler/route.py)
 
 The bottom layer: imports nothing of gpuprov's, so every package may use it.
 """
@@ -38,18 +41,38 @@ PROVISION_LOG = "provision.log"
 RESULTS = "results.json"
 BENCH_LOG = "bench_torch.log"
 STACK_MANIFEST = "stack.json"
-CLUSTER_RECORD = "slurm.json"
 NOT_STARTED = "not-started.txt"
 EVIDENCE_PREFIX = "evidence-"
 EVIDENCE_SUFFIX = ".tar.gz"
 FABRIC_RECORD = "fabric.json"
+VALIDATION_ATTEMPT = "validation.json"
+# The names of cluster runs' records, one per scheduler: each scheduler's row names its own, and
+# the table of schedulers registers it here (`register_cluster_record`), so this floor names no
+# scheduler and imports nothing above it.
+CLUSTER_RECORDS: set[str] = set()
 # The files a pull may not bring: the control side itself writes them into the run folder (its
 # run log, the stack manifest it gathered, a cluster run's record). What a host sends never takes
 # their place, nor stands in for one the control side did not write
-# (remote/transport/transfer.py refuses an archive holding one).
-VALIDATION_ATTEMPT = "validation.json"
-CONTROL_FILES = frozenset({PROVISION_LOG, STACK_MANIFEST, CLUSTER_RECORD, NOT_STARTED,
-                           FABRIC_RECORD, VALIDATION_ATTEMPT})
+# (remote/transport/transfer.py refuses an archive holding one). Read at each pull: it holds
+# every cluster record registered by then.
+CONTROL_FILES: set[str] = {PROVISION_LOG, STACK_MANIFEST, NOT_STARTED, FABRIC_RECORD,
+                           VALIDATION_ATTEMPT}
+
+
+def register_cluster_record(name: str) -> None:
+    """`name` is a scheduler's record of a cluster run (its row's `record`): a pull refuses
+    it, and a folder holding it is the cluster's, no host's run (`cluster_record_in`)."""
+    CLUSTER_RECORDS.add(name)
+    CONTROL_FILES.add(name)
+
+
+def cluster_record_in(folder: Path) -> str | None:
+    """The name of the cluster run's record that run folder `folder` holds (any registered
+    scheduler's), None when it holds none."""
+    for name in sorted(CLUSTER_RECORDS):
+        if (Path(folder) / name).exists():
+            return name
+    return None
 
 
 def never_started(folder: Path) -> bool:

@@ -52,7 +52,12 @@ directory), files:
 - ``latency.png``    per-model latency of each host's latest run (log scale, slow hosts red).
 - ``regressions.png`` change of each host's latest run vs its previous run (or baseline).
 - ``report.html``    self-contained (images as data: URIs, inline CSS, no network).
+- ``health.csv``     each host's latest validation, row per host (``;``-separated, header
+                     row): verdict, GPU, failed and skipped checks, why there is no verdict.
 - ``report.txt``     the printed report as plain text.
+
+The files but report.txt are the rows of ``exports.EXPORTS`` (a new one: a module and its
+row).
 
 Definitions:
 
@@ -81,6 +86,7 @@ Modules, imports pointing down only (``collect`` <- ``analyse`` <- the outputs):
 - ``analyse``  merges and compares them into one ``Report`` (``build_report``).
 - ``text``     the printed report (terminal and report.txt), through ``remote.output.term``.
 - ``export``   merged.csv and flags.json.
+- ``exports``  the table of the files written (``EXPORTS``); ``health_csv`` one of its rows.
 - ``plot``     the two charts (matplotlib, imported only when files are written).
 - ``html``     the self-contained page.
 
@@ -89,7 +95,6 @@ They return data and never print; ``run_report`` (here) prints and writes the fi
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import shutil
 import sys
 from pathlib import Path
@@ -98,8 +103,7 @@ from ..ground.runfolder import LOGS_DIR
 from ..output.term import Terminal
 from .analyse import BadInput, Report, build_report
 from .collect import parse_bench_log
-from .drift import DRIFT_CSV
-from .export import drift_csv, flags_json, table_csv
+from .exports import EXPORTS
 from .history import QUARANTINE
 from .text import TERMINAL_TABLE_PARTS, paint, render
 
@@ -168,26 +172,11 @@ def default_out_dir(now: _dt.datetime | None = None) -> Path:
 
 
 def write_outputs(report: Report, out_dir: Path) -> dict[str, Path]:
-    """Write every output file but report.txt; returns {kind: path}."""
-    from . import html, plot  # matplotlib and jinja2 are only needed here
-
+    """Write every file of `exports.EXPORTS` (all but report.txt); returns {key: path}."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {
-        "csv": out_dir / "merged.csv",
-        "json": out_dir / "flags.json",
-        "drift_csv": out_dir / DRIFT_CSV,
-        "latency_png": out_dir / "latency.png",
-        "regressions_png": out_dir / "regressions.png",
-        "html": out_dir / "report.html",
-    }
-    paths["csv"].write_text(table_csv(report.table), encoding="utf-8")
-    paths["drift_csv"].write_text(drift_csv(report.drift), encoding="utf-8")
-    # Strict JSON (RFC 8259 has no Infinity or NaN): collect keeps every figure finite, and a
-    # figure that is not would stop here rather than be written for other tools to choke on.
-    paths["json"].write_text(json.dumps(flags_json(report), indent=2, allow_nan=False) + "\n",
-                             encoding="utf-8")
-    plot.latency_png(report, paths["latency_png"])
-    plot.regressions_png(report, paths["regressions_png"])
-    html.write_html(report, paths["html"],
-                    {"latency": paths["latency_png"], "regressions": paths["regressions_png"]})
+    paths: dict[str, Path] = {}
+    for export in EXPORTS.values():
+        path = out_dir / export.file
+        export.write(report, path, paths)
+        paths[export.key] = path
     return paths

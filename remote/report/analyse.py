@@ -9,7 +9,7 @@ import os
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from ..ground.errors import InputError
 from ..ground.runfolder import (
@@ -313,27 +313,30 @@ def find_outliers(runs: list[Run], outlier_pct: float) -> tuple[dict[str, list[s
     return groups, fleet
 
 
-def _baseline_runs(runs: list[Run], baseline: str | None) -> dict[str, Run | None]:
-    """Host -> the run its latest run is compared with (None: nothing to compare with)."""
-    latest = _latest_with_values(runs)
-    by_host: dict[str, list[Run]] = {}
-    for run in runs:
-        if run.latency:
-            by_host.setdefault(run.host, []).append(run)
+def _previous_runs(latest: dict[str, Run], by_host: dict[str, list[Run]]) -> dict[str, Run | None]:
+    """No baseline: each host's run before its latest."""
     out: dict[str, Run | None] = {}
-    if baseline is None:
-        for host, run in latest.items():
-            earlier = [r for r in by_host[host] if r.run_id < run.run_id]
-            out[host] = earlier[-1] if earlier else None
-        return out
-    base = baseline.strip().strip("/")
-    if "/" in base:
-        b_host, b_run = base.split("/", 1)
-        match = [r for r in by_host.get(b_host, []) if r.run_id == b_run]
-        if not match:
-            raise BadInput(f"--baseline {baseline}: no run {b_run!r} with benchmark values "
-                           f"for host {b_host!r}")
-        return {host: match[0] for host in latest}
+    for host, run in latest.items():
+        earlier = [r for r in by_host[host] if r.run_id < run.run_id]
+        out[host] = earlier[-1] if earlier else None
+    return out
+
+
+def _one_run(base: str, baseline: str, latest: dict[str, Run],
+             by_host: dict[str, list[Run]]) -> dict[str, Run | None]:
+    """`HOST/RUN`: that one run, for every host."""
+    b_host, b_run = base.split("/", 1)
+    match = [r for r in by_host.get(b_host, []) if r.run_id == b_run]
+    if not match:
+        raise BadInput(f"--baseline {baseline}: no run {b_run!r} with benchmark values "
+                       f"for host {b_host!r}")
+    return {host: match[0] for host in latest}
+
+
+def _named_baseline(base: str, baseline: str, latest: dict[str, Run],
+                    by_host: dict[str, list[Run]]) -> dict[str, Run | None]:
+    """A host name (its latest run, for every other host), else a run id (each host's run of
+    that id): a host name wins over a run id spelt the same."""
     if base in by_host:
         return {host: (latest[base] if host != base else None) for host in latest}
     if any(r.run_id == base for rs in by_host.values() for r in rs):
@@ -341,6 +344,21 @@ def _baseline_runs(runs: list[Run], baseline: str | None) -> dict[str, Run | Non
             host: next((r for r in by_host[host] if r.run_id == base), None) for host in latest
         }
     raise BadInput(f"--baseline {baseline}: names no host or run with benchmark values")
+
+
+def _baseline_runs(runs: list[Run], baseline: str | None) -> dict[str, Run | None]:
+    """Host -> the run its latest run is compared with (None: nothing to compare with)."""
+    latest = _latest_with_values(runs)
+    by_host: dict[str, list[Run]] = {}
+    for run in runs:
+        if run.latency:
+            by_host.setdefault(run.host, []).append(run)
+    if baseline is None:
+        return _previous_runs(latest, by_host)
+    base = baseline.strip().strip("/")
+    if "/" in base:
+        return _one_run(base, baseline, latest, by_host)
+    return _named_baseline(base, baseline, latest, by_host)
 
 
 def find_regressions(runs: list[Run], regression_pct: float, baseline: str | None = None) -> list[RunComparison]:
@@ -453,62 +471,54 @@ def _waivers(res: dict[str, Any]) -> list[tuple[str, str]]:
             and isinstance(w.get("check"), str) and isinstance(w.get("what"), str)] if isinstance(used, list) else []
 
 
-def build_report(
-    logs_dir: Path,
-    baseline: str | None = None,
-    outlier_pct: float = 15.0,
-    regression_pct: float = 10.0,
-    quarantine: tuple[int, int] = QUARANTINE,
-) -> Report:
-    """Read, merge and compare; no output. Raises BadInput for a missing logs folder or
-    a baseline that names nothing."""
-    logs_dir = Path(logs_dir)
-    if not logs_dir.is_dir():
-        raise BadInput(f"logs folder {logs_dir} does not exist")
-    runs, problems = collect(logs_dir)
-    # Folders without results that are no bad log (runfolder.run_without_results): a fabric
-    # run (read below), a validation started that brought nothing home (a failure in
-    # History), a host a rollout never started, an evidence run, a run that only
-    # provisioned (--no-validate, a cache host); each counted apart, not listed as problems.
+def _set_apart(problems: list[Problem]) -> tuple[dict[str, list[Problem]], list[Problem]]:
+    """Folders without results that are no bad log (runfolder.run_without_results): a fabric
+    run (read apart), a validation started that brought nothing home (a failure in History),
+    a host a rollout never started, an evidence run, a run that only provisioned
+    (--no-validate, a cache host); each counted apart ({kind: its problems}), not listed as
+    problems (the rest)."""
     apart: dict[str, list[Problem]] = {}
     for p in problems:
         kind = run_without_results(Path(p.path)) if p.message == NO_RESULTS else None
         if kind is not None:
             apart.setdefault(kind, []).append(p)
     counted = {id(p) for kept in apart.values() for p in kept}
-    problems = [p for p in problems if id(p) not in counted]
-    groups, fleet = find_outliers(runs, outlier_pct)
-    gpus = host_gpus(runs)
-    drift = find_drift(logs_dir, {h: gpus.get(h, UNKNOWN_GPU) for h in os.listdir(logs_dir)})
-    problems += drift.problems
-    hosts = [name for name in os.listdir(logs_dir) if not name.startswith(".")]
-    history, history_problems = find_history(logs_dir, runs, hosts, quarantine)
-    known = {str(p) for p in problems}  # drift reported the newest bad manifests already
-    problems += [p for p in history_problems if str(p) not in known]
-    comparisons = find_regressions(runs, regression_pct, baseline)
-    fabric, fabric_problems = find_fabric(logs_dir, hosts)
-    problems += fabric_problems
+    return apart, [p for p in problems if id(p) not in counted]
+
+
+# The note on each kind of folder set apart, in this order: (kind, text from its count, the
+# hosts it names, the newest fabric run's id)
+APART_NOTES: tuple[tuple[str, Callable[[int, str, str], str]], ...] = (
+    (FABRIC_RUN, lambda n, hosts, fabric_run: (
+        f"{n} fabric run folder(s) (gpuprov fabric): pairs, no validation figures; the newest "
+        f"run, {fabric_run}, under Fabric")),
+    (ATTEMPTED_RUN, lambda n, hosts, fabric_run: (
+        f"{n} run(s) whose validation was started and brought no results home (timed out, "
+        f"crashed, archive refused): failed runs in History ({hosts})")),
+    (PROVISIONED_RUN, lambda n, hosts, fabric_run: (
+        f"{n} run(s) without validation results (provisioning only, e.g. --no-validate): "
+        "nothing to compare")),
+    (EVIDENCE_RUN, lambda n, hosts, fabric_run: (
+        f"{n} evidence run(s) (gpuprov evidence): archives, no figures ({hosts})")),
+    (NOT_STARTED_RUN, lambda n, hosts, fabric_run: (
+        f"{n} host run(s) not started: a rollout stopped before them ({hosts})")),
+)
+
+
+def _apart_notes(apart: dict[str, list[Problem]], fabric_run: str) -> list[str]:
+    """A note per kind of folder set apart (`APART_NOTES`), naming up to 10 of its hosts."""
     notes = []
+    for kind, note in APART_NOTES:
+        if kind in apart:
+            hosts = ", ".join(sorted({Path(p.path).parent.name for p in apart[kind]})[:10])
+            notes.append(note(len(apart[kind]), hosts, fabric_run))
+    return notes
 
-    def hosts_of(kind: str) -> str:
-        return ", ".join(sorted({Path(p.path).parent.name for p in apart[kind]})[:10])
 
-    if FABRIC_RUN in apart:
-        notes.append(f"{len(apart[FABRIC_RUN])} fabric run folder(s) (gpuprov fabric): pairs, no "
-                     f"validation figures; the newest run, {fabric.run_id}, under Fabric")
-    if ATTEMPTED_RUN in apart:
-        notes.append(f"{len(apart[ATTEMPTED_RUN])} run(s) whose validation was started and "
-                     "brought no results home (timed out, crashed, archive refused): failed "
-                     f"runs in History ({hosts_of(ATTEMPTED_RUN)})")
-    if PROVISIONED_RUN in apart:
-        notes.append(f"{len(apart[PROVISIONED_RUN])} run(s) without validation results "
-                     "(provisioning only, e.g. --no-validate): nothing to compare")
-    if EVIDENCE_RUN in apart:
-        notes.append(f"{len(apart[EVIDENCE_RUN])} evidence run(s) (gpuprov evidence): archives, "
-                     f"no figures ({hosts_of(EVIDENCE_RUN)})")
-    if NOT_STARTED_RUN in apart:
-        notes.append(f"{len(apart[NOT_STARTED_RUN])} host run(s) not started: a rollout stopped "
-                     f"before them ({hosts_of(NOT_STARTED_RUN)})")
+def _comparison_notes(logs_dir: Path, runs: list[Run], groups: dict[str, list[str]],
+                      comparisons: list[RunComparison], baseline: str | None) -> list[str]:
+    """No runs at all; a host alone in its GPU group; hosts with nothing to compare with."""
+    notes = []
     if not runs:
         notes.append(f"no runs found under {logs_dir}/<host>/<run>/")
     for gpu, hosts in groups.items():
@@ -523,6 +533,36 @@ def build_report(
              else f"baseline {baseline} gives nothing to compare with: ")
             + ", ".join(uncompared)
         )
+    return notes
+
+
+def build_report(
+    logs_dir: Path,
+    baseline: str | None = None,
+    outlier_pct: float = 15.0,
+    regression_pct: float = 10.0,
+    quarantine: tuple[int, int] = QUARANTINE,
+) -> Report:
+    """Read, merge and compare; no output. Raises BadInput for a missing logs folder or
+    a baseline that names nothing."""
+    logs_dir = Path(logs_dir)
+    if not logs_dir.is_dir():
+        raise BadInput(f"logs folder {logs_dir} does not exist")
+    runs, problems = collect(logs_dir)
+    apart, problems = _set_apart(problems)
+    groups, fleet = find_outliers(runs, outlier_pct)
+    gpus = host_gpus(runs)
+    drift = find_drift(logs_dir, {h: gpus.get(h, UNKNOWN_GPU) for h in os.listdir(logs_dir)})
+    problems += drift.problems
+    hosts = [name for name in os.listdir(logs_dir) if not name.startswith(".")]
+    history, history_problems = find_history(logs_dir, runs, hosts, quarantine)
+    known = {str(p) for p in problems}  # drift reported the newest bad manifests already
+    problems += [p for p in history_problems if str(p) not in known]
+    comparisons = find_regressions(runs, regression_pct, baseline)
+    fabric, fabric_problems = find_fabric(logs_dir, hosts)
+    problems += fabric_problems
+    notes = (_apart_notes(apart, fabric.run_id)
+             + _comparison_notes(logs_dir, runs, groups, comparisons, baseline))
     return Report(
         logs_dir=logs_dir,
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
@@ -532,4 +572,3 @@ def build_report(
         health=with_no_verdicts(health_summary(runs), history),
         drift=drift, history=history, quarantine=quarantine, fabric=fabric,
     )
-

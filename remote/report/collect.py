@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional
 from ..ground import resultsfile
 from ..ground.resultsfile import MAX_FILE_BYTES as MAX_FILE_BYTES  # noqa: F401  (re-exported: report docs cite it)
 from ..ground.resultsfile import UnusableFile, read_capped
-from ..ground.runfolder import BENCH_LOG, CLUSTER_RECORD, NO_VERDICT_RECORDED, RESULTS, VALIDATION_ATTEMPT
+from ..ground.runfolder import BENCH_LOG, NO_VERDICT_RECORDED, RESULTS, VALIDATION_ATTEMPT, cluster_record_in
 
 MISSING = "-"
 # The latencies a run may contribute: below a nanosecond (one clock cycle at 1 GHz) or above
@@ -325,8 +325,9 @@ def collect(logs_dir: Path) -> tuple[list[Run], list[Problem]]:
             run = Run(host=host_dir.name, run_id=run_dir.name, path=run_dir)
             res_path, log_path = run_dir / RESULTS, run_dir / BENCH_LOG
             if not res_path.exists() and not log_path.exists():
-                # a cluster's record is no host's run: its nodes' runs are read by their names
-                if not (run_dir / CLUSTER_RECORD).exists():
+                # a cluster's record (any scheduler's, as its row names it) is no host's run:
+                # its nodes' runs are read by their names
+                if cluster_record_in(run_dir) is None:
                     problems.append(Problem(str(run_dir), NO_RESULTS))
                 continue
             if res_path.exists():

@@ -87,58 +87,82 @@ def history_json(history: HostHistory) -> dict[str, Any]:
                           "no_verdict": m.no_verdict or None} for m in history.timeline]}
 
 
-def flags_json(report: Report) -> dict[str, Any]:
-    def ratio(r: ModelRatio, ref_name: str) -> dict[str, Any]:
-        return {"model": r.model, "label": r.label, "ms": r.value, ref_name: r.reference,
-                "pct": round(r.pct, 3)}
+def _ratio(r: ModelRatio, ref_name: str) -> dict[str, Any]:
+    """One model's figure against its reference, the reference under `ref_name`."""
+    return {"model": r.model, "label": r.label, "ms": r.value, ref_name: r.reference,
+            "pct": round(r.pct, 3)}
 
+
+def _rules_json(report: Report) -> dict[str, Any]:
+    """What the report was decided with: its thresholds, history rules and baseline."""
     return {
-        "schema": 1,
-        "generated": report.generated,
-        "logs_dir": str(report.logs_dir),
         "thresholds": {"outlier_pct": report.outlier_pct,
                        "regression_pct": report.regression_pct},
         "history_rules": {"quarantine": {"failed": report.quarantine[0],
                                          "of_last_runs": report.quarantine[1]},
                           "flapping": {"changes": FLAP_CHANGES, "of_last_runs": FLAP_WINDOW}},
         "baseline": report.baseline,
-        "flagged": report.flagged,
-        "flags": report.flag_lines(),
-        "fabric": report.fabric.to_json(),
-        "quarantine": [
-            {"kind": "quarantine", "host": h.host, "failed": h.recent_failures,
-             "of_last_runs": min(report.quarantine[1], h.runs), "last_failure": h.last_failure}
-            for h in report.quarantined
-        ],
+    }
+
+
+def _fleet_json(report: Report) -> dict[str, Any]:
+    """The hosts against their peers: the outliers, then every host."""
+    return {
         "outliers": [
             {"host": h.host, "run": h.run_id, "gpu": h.gpu, "peers": h.peers,
              "typical_pct": round(h.typical_pct or 0.0, 3), "models": len(h.ratios),
-             "worst": ratio(h.worst, "peers_median_ms") if h.worst else None}
+             "worst": _ratio(h.worst, "peers_median_ms") if h.worst else None}
             for h in report.outliers
         ],
         "regressions": [
             {"host": c.host, "run": c.run_id, "baseline": c.base_key,
-             **ratio(r, "baseline_ms")}
+             **_ratio(r, "baseline_ms")}
             for c, r in report.regressions
         ],
         "fleet": [
             {"host": h.host, "run": h.run_id, "gpu": h.gpu, "peers": h.peers,
              "typical_pct": None if h.typical_pct is None else round(h.typical_pct, 3),
-             "slow": h.slow, "models": [ratio(r, "peers_median_ms") for r in h.ratios]}
+             "slow": h.slow, "models": [_ratio(r, "peers_median_ms") for r in h.ratios]}
             for h in report.fleet
         ],
         "comparisons": [
             {"host": c.host, "run": c.run_id, "baseline": c.base_key,
-             "changes": [ratio(r, "baseline_ms") for r in c.changes]}
+             "changes": [_ratio(r, "baseline_ms") for r in c.changes]}
             for c in report.comparisons
         ],
-        "health": [
-            {**{k: v for k, v in asdict(h).items() if k not in ("checks",)},
-             "failed": [asdict(c) for c in h.failed],
-             "skipped": [asdict(c) for c in h.skipped],
-             "passed": [c.name for c in h.passed]}
-            for h in report.health
-        ],
+    }
+
+
+def _health_json(report: Report) -> list[dict[str, Any]]:
+    """Each host's latest validation: its fields, its failed, skipped and passed checks."""
+    return [
+        {**{k: v for k, v in asdict(h).items() if k not in ("checks",)},
+         "failed": [asdict(c) for c in h.failed],
+         "skipped": [asdict(c) for c in h.skipped],
+         "passed": [c.name for c in h.passed]}
+        for h in report.health
+    ]
+
+
+def _quarantine_json(report: Report) -> list[dict[str, Any]]:
+    return [{"kind": "quarantine", "host": h.host, "failed": h.recent_failures,
+             "of_last_runs": min(report.quarantine[1], h.runs), "last_failure": h.last_failure}
+            for h in report.quarantined]
+
+
+def flags_json(report: Report) -> dict[str, Any]:
+    """flags.json's document (the module's text says what it holds)."""
+    return {
+        "schema": 1,
+        "generated": report.generated,
+        "logs_dir": str(report.logs_dir),
+        **_rules_json(report),
+        "flagged": report.flagged,
+        "flags": report.flag_lines(),
+        "fabric": report.fabric.to_json(),
+        "quarantine": _quarantine_json(report),
+        **_fleet_json(report),
+        "health": _health_json(report),
         **_drift_json(report.drift),
         "stacks": {h: s.run_id for h, s in report.drift.stacks.items()},
         "problems": [asdict(p) for p in report.problems],
@@ -147,4 +171,3 @@ def flags_json(report: Report) -> dict[str, Any]:
         "runs": [{"host": r.host, "run": r.run_id, "source": r.source,
                   "gpu": r.gpu_name} for r in report.runs],
     }
-

@@ -15,7 +15,7 @@ through Agg.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
@@ -67,46 +67,50 @@ def latency_png(report: Report, path: Path) -> Path:
     return path
 
 
-def latency_figure(report: Report) -> Figure:
-    series = _latest_series(report)
-    models = sorted({m for *_, values in series for m in values})
-    width = max(8.0, min(24.0, 3.0 + 0.55 * len(models)))
-    fig = Figure(figsize=(width, 5.2), dpi=100, layout="constrained")
-    if not series or not models:
-        _empty(fig, "No benchmark values found")
-        return fig
-    labelled = len(models) <= MAX_MODEL_LABELS
-    slow = {h.host: h for h in report.outliers}
-    ax = fig.add_subplot()
-    ax.set_yscale("log")
-    xs = {m: i for i, m in enumerate(models)}
-    n = len(series)
-    spread = min(0.6, 0.12 * n)
-    normal = 0
-    # a host whose run printed several heads has a series per head: count hosts, not series
-    crowd = len({host for _, host, *_ in series}) > MAX_LEGEND_HOSTS
-    healthy = len({host for _, host, *_ in series if host not in slow})
-    for i, (name, host, _label, values) in enumerate(series):
-        offset = (i - (n - 1) / 2) * (spread / max(1, n - 1)) if n > 1 else 0.0
-        pts = sorted((xs[m] + offset, v) for m, v in values.items())
-        px, py = [p[0] for p in pts], [p[1] for p in pts]
-        if host in slow:
-            label = f"{name}: SLOW {slow[host].typical_pct:+.0f}% vs peers"
-            if labelled:  # a line across thousands of models is only ink
-                ax.plot(px, py, color=SLOW, lw=1.2, alpha=0.5, zorder=3)
-            ax.scatter(px, py, s=90, marker="X", color=SLOW, edgecolor="black",
-                       linewidth=0.6, zorder=4, label=label)
-        elif crowd:
-            ax.scatter(px, py, s=16, marker="o", color=NEUTRAL, alpha=0.6, zorder=2,
-                       label=f"{healthy} hosts within their peers" if normal == 0 else None)
-            normal += 1
+class _SeriesPainter:
+    """How each host's series is drawn: a slow host as red crosses (with its line when the
+    models are labelled), the healthy hosts in a palette, or, past MAX_LEGEND_HOSTS, as one
+    grey crowd with a single legend entry."""
+
+    def __init__(self, ax: Any, series: list[Any], slow: dict[str, Any], labelled: bool):
+        self.ax, self.slow, self.labelled = ax, slow, labelled
+        # a host whose run printed several heads has a series per head: count hosts, not series
+        self.crowd = len({host for _, host, *_ in series}) > MAX_LEGEND_HOSTS
+        self.healthy = len({host for _, host, *_ in series if host not in slow})
+        self.normal = 0
+
+    def slow_host(self, name: str, host: str, px: list[float], py: list[float]) -> None:
+        label = f"{name}: SLOW {self.slow[host].typical_pct:+.0f}% vs peers"
+        if self.labelled:  # a line across thousands of models is only ink
+            self.ax.plot(px, py, color=SLOW, lw=1.2, alpha=0.5, zorder=3)
+        self.ax.scatter(px, py, s=90, marker="X", color=SLOW, edgecolor="black",
+                        linewidth=0.6, zorder=4, label=label)
+
+    def crowded(self, px: list[float], py: list[float]) -> None:
+        self.ax.scatter(px, py, s=16, marker="o", color=NEUTRAL, alpha=0.6, zorder=2,
+                        label=f"{self.healthy} hosts within their peers" if self.normal == 0
+                        else None)
+        self.normal += 1
+
+    def healthy_host(self, name: str, px: list[float], py: list[float]) -> None:
+        color = _PALETTE[self.normal % len(_PALETTE)]
+        marker = _MARKERS[self.normal % len(_MARKERS)]
+        self.normal += 1
+        if self.labelled:
+            self.ax.plot(px, py, color=color, lw=0.8, alpha=0.35, zorder=2)
+        self.ax.scatter(px, py, s=36, marker=marker, color=color, zorder=3, label=name)
+
+    def draw(self, name: str, host: str, px: list[float], py: list[float]) -> None:
+        if host in self.slow:
+            self.slow_host(name, host, px, py)
+        elif self.crowd:
+            self.crowded(px, py)
         else:
-            color = _PALETTE[normal % len(_PALETTE)]
-            marker = _MARKERS[normal % len(_MARKERS)]
-            normal += 1
-            if labelled:
-                ax.plot(px, py, color=color, lw=0.8, alpha=0.35, zorder=2)
-            ax.scatter(px, py, s=36, marker=marker, color=color, zorder=3, label=name)
+            self.healthy_host(name, px, py)
+
+
+def _model_axis(ax: Any, models: list[str], labelled: bool) -> None:
+    """A label per model, or (too many to read) the models' numbers."""
     if labelled:
         ax.set_xticks(range(len(models)))
         ax.set_xticklabels([printable_line(m) for m in models], rotation=35 if len(models) > 6 else 0,
@@ -116,6 +120,10 @@ def latency_figure(report: Report) -> Figure:
         ax.set_xlabel(f"model number, 0 to {len(models) - 1} in name order "
                       "(names in merged.csv and report.html)")
     ax.set_xlim(-0.6, len(models) - 0.4)
+
+
+def _latency_axis_and_legend(ax: Any) -> None:
+    """The log-scale latency axis, the title, the grid and the legend beside the chart."""
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())
@@ -126,6 +134,29 @@ def latency_figure(report: Report) -> Figure:
                        ncols=1 if len(ax.get_legend_handles_labels()[1]) <= 18 else 2)
     for text in legend.get_texts():
         text.set_parse_math(False)
+
+
+def latency_figure(report: Report) -> Figure:
+    series = _latest_series(report)
+    models = sorted({m for *_, values in series for m in values})
+    width = max(8.0, min(24.0, 3.0 + 0.55 * len(models)))
+    fig = Figure(figsize=(width, 5.2), dpi=100, layout="constrained")
+    if not series or not models:
+        _empty(fig, "No benchmark values found")
+        return fig
+    labelled = len(models) <= MAX_MODEL_LABELS
+    ax = fig.add_subplot()
+    ax.set_yscale("log")
+    xs = {m: i for i, m in enumerate(models)}
+    n = len(series)
+    spread = min(0.6, 0.12 * n)
+    painter = _SeriesPainter(ax, series, {h.host: h for h in report.outliers}, labelled)
+    for i, (name, host, _label, values) in enumerate(series):
+        offset = (i - (n - 1) / 2) * (spread / max(1, n - 1)) if n > 1 else 0.0
+        pts = sorted((xs[m] + offset, v) for m, v in values.items())
+        painter.draw(name, host, [p[0] for p in pts], [p[1] for p in pts])
+    _model_axis(ax, models, labelled)
+    _latency_axis_and_legend(ax)
     return fig
 
 

@@ -3,9 +3,9 @@ Prometheus text format that node_exporter's textfile collector reads
 (https://github.com/prometheus/node_exporter#textfile-collector): point PATH at a `*.prom`
 file in its `--collector.textfile.directory`. Each host with a history also gets
 `gpuprov_host_quarantined` (1 when it failed K of its last N runs; `history`) and its run
-and failure counts, so an alert can take it out of service. Written with prometheus_client's
-CollectorRegistry and write_to_textfile, which writes a temporary file and renames it, so the
-collector never reads half a file. Metric names follow https://prometheus.io/docs/practices/naming/
+and failure counts, so an alert can take it out of service. Written by the one Prometheus writer
+(remote/output/prometheus.py: a temporary file renamed, so the collector never reads half a
+file). Metric names follow https://prometheus.io/docs/practices/naming/
 (base units: seconds). What a log says is untrusted: label values are whatever the text is
 (prometheus_client escapes them), numbers that are not finite are left out.
 """
@@ -15,8 +15,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
-
+from ..output.prometheus import Metric, write_metrics
 from .collect import Run, num
 from .history import HostHistory
 
@@ -50,69 +49,94 @@ def _finite(value: Any) -> Optional[float]:
     return number if number is not None and math.isfinite(number) else None
 
 
-def registry_for(runs: list[Run], history: Iterable[HostHistory] = ()) -> CollectorRegistry:
-    """The metrics of `runs` (collect's runs) and of each host's `history`, in a registry of
-    their own."""
-    registry = CollectorRegistry()
-    history = list(history)
-    quarantined = Gauge("gpuprov_host_quarantined", "1 when the host failed K of its last N "
-                        "runs (gpuprov report --quarantine K/N, default 2/3), else 0",
-                        ["host"], registry=registry)
-    run_count = Gauge("gpuprov_host_runs", "the host's runs with a verdict under logs/",
-                      ["host"], registry=registry)
-    failure_count = Gauge("gpuprov_host_failed_runs", "the host's failed runs under logs/",
-                          ["host"], registry=registry)
+def _history_metrics(history: list[HostHistory]) -> list[Metric]:
+    """Each host's quarantine flag, run and failure counts."""
+    quarantined = Metric("gpuprov_host_quarantined", "1 when the host failed K of its last N "
+                         "runs (gpuprov report --quarantine K/N, default 2/3), else 0", ("host",))
+    run_count = Metric("gpuprov_host_runs", "the host's runs with a verdict under logs/", ("host",))
+    failure_count = Metric("gpuprov_host_failed_runs", "the host's failed runs under logs/",
+                           ("host",))
     for record in history:
-        quarantined.labels(record.host).set(1 if record.quarantined else 0)
-        run_count.labels(record.host).set(record.runs)
-        failure_count.labels(record.host).set(len(record.failures))
-    valid = Gauge("gpuprov_validation_ok", "1 when the host's latest validation passed, else 0",
-                  ["host", "run"], registry=registry)
-    passed = Gauge("gpuprov_check_passed", "1 when the check passed in the host's latest "
-                   "validation, else 0 (failed or skipped)", ["host", "check"], registry=registry)
-    status = Gauge("gpuprov_check_status", "the check's status in the host's latest validation: "
-                   "1 for the status it had, 0 for the others", ["host", "check", "status"],
-                   registry=registry)
-    seconds = Gauge("gpuprov_check_duration_seconds", "how long the check ran",
-                    ["host", "check"], registry=registry)
-    latency = Gauge("gpuprov_bench_latency_seconds", "median inference latency per model in "
-                    "the host's latest benchmark", ["host", "model"], registry=registry)
-    throughput = Gauge("gpuprov_bench_throughput_images_per_second", "images per second per "
-                       "model and precision in the host's latest benchmark",
-                       ["host", "model", "precision"], registry=registry)
-    latest_results = _latest(runs, "results")
-    for host, run_id in unjudged_latest(latest_results, history).items():
-        valid.labels(host, run_id).set(0)
-    for host, run in latest_results.items():
-        results = run.results or {}
-        valid.labels(host, run.run_id).set(1 if results.get("ok") is True else 0)
-        checks = results.get("checks")
-        for check in checks if isinstance(checks, list) else []:
-            if not isinstance(check, dict) or not isinstance(check.get("name"), str):
-                continue
-            name, state = check["name"], str(check.get("status"))
-            passed.labels(host, name).set(1 if state == "pass" else 0)
-            for known in STATUSES:
-                status.labels(host, name, known).set(1 if state == known else 0)
-            took = _finite(check.get("elapsed_s"))
-            if took is not None:
-                seconds.labels(host, name).set(took)
-            models = (check.get("figures") or {}).get("models") if name == "bench" else None
-            for model, figures in (models.items() if isinstance(models, dict) else []):
-                rates = figures.get("throughput_ips") if isinstance(figures, dict) else None
-                for precision in ("fp32", "amp"):
-                    rate = _finite((rates or {}).get(precision)) if isinstance(rates, dict) else None
-                    if rate is not None:
-                        throughput.labels(host, str(model), precision).set(rate)
-    for host, run in _latest(runs, "latency").items():
+        quarantined.set((record.host,), 1 if record.quarantined else 0)
+        run_count.set((record.host,), record.runs)
+        failure_count.set((record.host,), len(record.failures))
+    return [quarantined, run_count, failure_count]
+
+
+class _Latest:
+    """The gauges of each host's latest validation and benchmark."""
+
+    def __init__(self) -> None:
+        self.valid = Metric("gpuprov_validation_ok", "1 when the host's latest validation "
+                            "passed, else 0", ("host", "run"))
+        self.passed = Metric("gpuprov_check_passed", "1 when the check passed in the host's "
+                             "latest validation, else 0 (failed or skipped)", ("host", "check"))
+        self.status = Metric("gpuprov_check_status", "the check's status in the host's latest "
+                             "validation: 1 for the status it had, 0 for the others",
+                             ("host", "check", "status"))
+        self.seconds = Metric("gpuprov_check_duration_seconds", "how long the check ran",
+                              ("host", "check"))
+        self.latency = Metric("gpuprov_bench_latency_seconds", "median inference latency per "
+                              "model in the host's latest benchmark", ("host", "model"))
+        self.throughput = Metric("gpuprov_bench_throughput_images_per_second", "images per "
+                                 "second per model and precision in the host's latest benchmark",
+                                 ("host", "model", "precision"))
+
+    def metrics(self) -> list[Metric]:
+        return [self.valid, self.passed, self.status, self.seconds, self.latency,
+                self.throughput]
+
+    def check(self, host: str, check: Any) -> None:
+        """One check of the host's latest results: passed, status, duration, bench figures."""
+        if not isinstance(check, dict) or not isinstance(check.get("name"), str):
+            return
+        name, state = check["name"], str(check.get("status"))
+        self.passed.set((host, name), 1 if state == "pass" else 0)
+        for known in STATUSES:
+            self.status.set((host, name, known), 1 if state == known else 0)
+        took = _finite(check.get("elapsed_s"))
+        if took is not None:
+            self.seconds.set((host, name), took)
+        if name == "bench":
+            self.bench(host, (check.get("figures") or {}).get("models"))
+
+    def bench(self, host: str, models: Any) -> None:
+        """The bench check's throughput per model and precision."""
+        for model, figures in (models.items() if isinstance(models, dict) else []):
+            rates = figures.get("throughput_ips") if isinstance(figures, dict) else None
+            for precision in ("fp32", "amp"):
+                rate = _finite((rates or {}).get(precision)) if isinstance(rates, dict) else None
+                if rate is not None:
+                    self.throughput.set((host, str(model), precision), rate)
+
+    def latencies(self, host: str, run: Run) -> None:
+        """The host's latest benchmark's median latency per model, in seconds."""
         column = run.latency.get(None) or next(iter(run.latency.values()), {})
         for model, ms in column.items():
             value = _finite(ms)
             if value is not None:
-                latency.labels(host, model).set(value / 1000.0)
-    return registry
+                self.latency.set((host, model), value / 1000.0)
+
+
+def metrics_for(runs: list[Run], history: Iterable[HostHistory] = ()) -> list[Metric]:
+    """The metrics of `runs` (collect's runs) and of each host's `history`."""
+    history = list(history)
+    latest = _Latest()
+    latest_results = _latest(runs, "results")
+    for host, run_id in unjudged_latest(latest_results, history).items():
+        latest.valid.set((host, run_id), 0)
+    for host, run in latest_results.items():
+        results = run.results or {}
+        latest.valid.set((host, run.run_id), 1 if results.get("ok") is True else 0)
+        checks = results.get("checks")
+        for check in checks if isinstance(checks, list) else []:
+            latest.check(host, check)
+    for host, run in _latest(runs, "latency").items():
+        latest.latencies(host, run)
+    return _history_metrics(history) + latest.metrics()
 
 
 def write_prometheus(path: Path, runs: list[Run], history: Iterable[HostHistory] = ()) -> None:
-    """Write the metrics of `runs` and `history` to `path` (atomically, by prometheus_client)."""
-    write_to_textfile(str(path), registry_for(runs, history))
+    """Write the metrics of `runs` and `history` to `path`, by the one Prometheus writer
+    (remote/output/prometheus.py: atomically, by prometheus_client)."""
+    write_metrics(path, metrics_for(runs, history))

@@ -183,7 +183,9 @@ class Scheduler(Protocol):
     def noun(self) -> str: ...    # how messages name it: "validated through Slurm"
 
     @property
-    def record(self) -> str: ...  # the run's record, logs/<cluster>/<run>/<record>
+    def record(self) -> str: ...  # the run's record, logs/<cluster>/<run>/<record>: set in
+    # `SCHEDULERS`, the row registers it with the run folder (a pull refuses it, the report
+    # reads a folder holding it as the cluster's)
 
     def read_settings(self, spec: Any, where: Where, host: str) -> Any:
         """The host's settings from its `key:` mapping; `InputError` (file:line) at a flaw,

@@ -209,7 +209,9 @@ class _ClusterRun:
         path = run_dir(self.job.inner.logs_dir, self.name, self.context.run_id) / self.scheduler.record
         write_atomic(path, json.dumps(self.record, indent=2) + "\n")
 
-    def finish(self) -> None:
+    def node_rows(self) -> None:
+        """A row per validated node in the recap, its verdict marked drained or resumed, all
+        the cluster's rows in natural order."""
         rows = self.state.rows
         for name, record in self.records.items():
             text = record.verdict
@@ -220,20 +222,25 @@ class _ClusterRun:
             rows.append(HostResult(name, elapsed_s=record.elapsed_s,
                                    outcome=Outcome(OUTCOME, text, record.ok)))
         rows.sort(key=lambda r: natural_order(r.name))
+
+    def summary(self) -> str:
+        """The login node's outcome: how many nodes passed, did not, were skipped, were down,
+        and which were drained."""
         passed = sum(r.ok for r in self.records.values())
         parts = [f"{len(self.records)} node(s) validated through {self.scheduler.noun}: "
                  f"{passed} passed"]
-        if len(self.records) - passed:
-            parts.append(f"{len(self.records) - passed} not passed")
-        skipped = self.record.get("skipped") or {}
-        down = self.record.get("down") or {}
-        if skipped:
-            parts.append(f"{len(skipped)} skipped")
-        if down:
-            parts.append(f"{len(down)} down")
+        counts = (("not passed", len(self.records) - passed),
+                  ("skipped", len(self.record.get("skipped") or {})),
+                  ("down", len(self.record.get("down") or {})))
+        parts += [f"{count} {what}" for what, count in counts if count]
         drained = [n for n, r in self.records.items() if r.drained]
         if drained:
             parts.append(f"drained {','.join(drained)}")
+        return ", ".join(parts)
+
+    def finish(self) -> None:
+        self.node_rows()
+        summary = self.summary()
         if not self.failure and not any(r.judged for r in self.records.values()):
             self.failure = self.context.no_task or f"{self.scheduler.noun} started no task"
         if self.failure:
@@ -241,7 +248,7 @@ class _ClusterRun:
             return
         ok = (not self.context.incomplete
               and not any(r.gate_error for r in self.records.values()))
-        self.conclude(", ".join(parts), ok)
+        self.conclude(summary, ok)
 
 
 def _stamp(seconds: float) -> str:

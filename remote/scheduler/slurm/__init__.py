@@ -23,7 +23,6 @@ import shlex
 from typing import Any, Optional
 
 from ...ground.errors import Where
-from ...ground.runfolder import CLUSTER_RECORD
 from ..base import RunContext
 from .cluster import SlurmCluster
 from .gate import drain_command, drain_reason, each_node_command, parse_each_node
@@ -31,6 +30,10 @@ from .hostlist import hostnames_lines, split_sections, wanted_nodes
 from .job import with_conf
 from .nodes import late_nodes, one_line_nodes, usable_nodes
 from .settings import SlurmSettings, load_slurm
+
+# A Slurm run's record, logs/<cluster>/<run>/slurm.json (the name runs recorded before this row
+# owned it were written with, kept so they stay readable)
+CLUSTER_RECORD = "slurm.json"
 
 
 class Slurm:
@@ -92,4 +95,4 @@ class Slurm:
                                    "--user=\"$(id -un)\"")
 
 
-__all__ = ["Slurm", "SlurmCluster", "SlurmSettings"]
+__all__ = ["CLUSTER_RECORD", "Slurm", "SlurmCluster", "SlurmSettings"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ...config.schema import check_keys, expect
 from ...config.yamlfile import YamlMap
@@ -91,55 +91,67 @@ class SlurmSettings:
         return self.at.get(key, self.where)
 
 
+def _slurm_name(value: Any, where: Where, what: str) -> str:
+    """partition, account, qos: a Slurm name."""
+    value = expect(value, str, where, what)
+    if not SLURM_NAME.fullmatch(value):
+        raise where.error(f"{what} {value!r} is not a Slurm name (letters, digits, '_', '.', "
+                          "'+', '-')")
+    return str(value)
+
+
+def _nodes(value: Any, where: Where, what: str) -> str:
+    nodes = expect(value, str, where, what)
+    if not HOSTLIST.fullmatch(nodes) or nodes.count("[") != nodes.count("]"):
+        raise where.error(f"{what} {nodes!r} is not a Slurm hostlist (like gpu[01-16],gpu20)")
+    return str(nodes)
+
+
+def _time(value: Any, where: Where, what: str) -> str:
+    return _shaped(value, TIME, where, f"{what} must be a Slurm time limit such as 30, "
+                   "\"01:00:00\" or \"1-00:00:00\"")
+
+
+def _gpus(value: Any, where: Where, what: str) -> str:
+    return _shaped(value, GPUS, where, f"{what} must be a count of 1 or more, or TYPE:COUNT "
+                   "(like h100:8)")
+
+
+def _fanout(value: Any, where: Where, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_FANOUT:
+        raise where.error(f"{what} must be a whole number from 1 to {MAX_FANOUT} (srun steps "
+                          f"at once), not {value!r}")
+    return value
+
+
+def _conf(value: Any, where: Where, what: str) -> str:
+    conf = expect(value, str, where, what)
+    if not conf.startswith("/") or "\n" in conf or "\0" in conf:
+        raise where.error(f"{what} must be an absolute path on the login node, not {conf!r}")
+    return str(conf)
+
+
+# The reader of each key of `slurm:` but `partition`'s presence, in the order they are checked
+# (the first flaw is the one named): value, where it is, `host 'H': slurm.KEY` -> the setting
+KEY_READERS: tuple[tuple[str, Callable[[Any, Where, str], Any]], ...] = (
+    ("partition", _slurm_name), ("account", _slurm_name), ("qos", _slurm_name),
+    ("nodes", _nodes), ("time", _time), ("gpus_per_node", _gpus),
+    ("extra_args", lambda value, where, what: _extra_args(value, where, what[:-len(".extra_args")])),
+    ("fanout", _fanout), ("conf", _conf),
+)
+
+
 def load_slurm(spec: Any, where: Where, host: str) -> SlurmSettings:
     """Check a host's `slurm:` mapping; raise `InputError` (file:line) at the first flaw."""
     what = f"host '{host}': slurm"
     expect(spec, dict, where, what)
     check_keys(spec, SLURM_KEYS, what)
     at: dict[str, Where] = dict(spec.key_where) if isinstance(spec, YamlMap) else {}
-
-    def pos(key: str) -> Where:
-        return at.get(key, where)
-
-    values: dict[str, Any] = {}
     partition = spec.get("partition")
     if partition is None or partition == "":
         raise where.error(f"{what} needs 'partition' (the Slurm partition whose nodes to validate)")
-    for key in ("partition", "account", "qos"):
-        if key in spec:
-            value = expect(spec[key], str, pos(key), f"{what}.{key}")
-            if not SLURM_NAME.fullmatch(value):
-                raise pos(key).error(f"{what}.{key} {value!r} is not a Slurm name (letters, "
-                                     "digits, '_', '.', '+', '-')")
-            values[key] = value
-    if "nodes" in spec:
-        nodes = expect(spec["nodes"], str, pos("nodes"), f"{what}.nodes")
-        if not HOSTLIST.fullmatch(nodes) or nodes.count("[") != nodes.count("]"):
-            raise pos("nodes").error(f"{what}.nodes {nodes!r} is not a Slurm hostlist "
-                                     "(like gpu[01-16],gpu20)")
-        values["nodes"] = nodes
-    if "time" in spec:
-        values["time"] = _shaped(spec["time"], TIME, pos("time"), f"{what}.time must be a "
-                                 "Slurm time limit such as 30, \"01:00:00\" or \"1-00:00:00\"")
-    if "gpus_per_node" in spec:
-        values["gpus_per_node"] = _shaped(spec["gpus_per_node"], GPUS, pos("gpus_per_node"),
-                                          f"{what}.gpus_per_node must be a count of 1 or more, "
-                                          "or TYPE:COUNT (like h100:8)")
-    if "extra_args" in spec:
-        values["extra_args"] = _extra_args(spec["extra_args"], pos("extra_args"), what)
-    if "fanout" in spec:
-        fanout = spec["fanout"]
-        if (isinstance(fanout, bool) or not isinstance(fanout, int)
-                or not 1 <= fanout <= MAX_FANOUT):
-            raise pos("fanout").error(f"{what}.fanout must be a whole number from 1 to "
-                                      f"{MAX_FANOUT} (srun steps at once), not {fanout!r}")
-        values["fanout"] = fanout
-    if "conf" in spec:
-        conf = expect(spec["conf"], str, pos("conf"), f"{what}.conf")
-        if not conf.startswith("/") or "\n" in conf or "\0" in conf:
-            raise pos("conf").error(f"{what}.conf must be an absolute path on the login node, "
-                                    f"not {conf!r}")
-        values["conf"] = conf
+    values = {key: read(spec[key], at.get(key, where), f"{what}.{key}")
+              for key, read in KEY_READERS if key in spec}
     return SlurmSettings(where=where, at=at, host=host, **values)
 
 
