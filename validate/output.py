@@ -10,10 +10,10 @@ from typing import Any
 
 from . import SCHEMA, TOOL, __version__, actions
 from .core import FAIL, PASS, SKIP
+from .shared import BENCH_LOG as BENCH_LOG  # the control side reads them too
+from .shared import RESULTS as RESULTS
 
-RESULTS = "results.json"
 LOG = "validate.log"
-BENCH_LOG = "bench_torch.log"
 
 
 # The fields of results.json (schema SCHEMA), of each entry of its "checks" and of each
