@@ -26,7 +26,6 @@ the GPU, deferred]: ...``, exit 0, and results.json has it as
 ``deferred_action``.
 """
 
-import argparse
 import datetime
 import os
 import shutil
@@ -34,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from . import actions, host, output, profile, slurm_node
+from . import actions, host, output, slurm_node
 from .core import FAIL, SKIP, SPECS, Context, run_check
 
 HEALTHY, SICK, UNCHECKED = 0, 1, 3
@@ -45,49 +44,28 @@ DRIVER_PROC = "/proc/driver/nvidia/version"
 # how the checks word a finding that does not fail (system's notices, xid's): not repeated in the line
 NOTE_WORDS = ("warning: ", "reported, not failed: ")
 
-class UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
+DESCRIPTION = ("Fast GPU node health: GPU count, driver, nvidia-smi health, Xid/SXid since boot, "
+               "Fabric Manager. Exit 0 healthy, 1 sick, 3 could not check.")
+# Its options (argparse rows, in --help order): validate/cli.py MODES reads them with its one parser.
+OPTIONS = (
+    (("--health",), dict(action="store_true", required=True)),
+    (("--out",), dict(metavar="DIR", help="write results.json (and nvidia-smi artefacts) there")),
+    (("--expect-gpus",), dict(type=int, metavar="N", dest="expect_gpus",
+                              help="sick unless exactly N GPUs are visible (0: a node without GPUs is healthy)")),
+    (("--kernel-log",), dict(metavar="PATH", dest="kernel_log",
+                             help="kernel log to scan for Xid/SXid (default: journalctl -k -b, else dmesg)")),
+    (("--profile",), dict(metavar="FILE|JSON",
+                          help="the node's profile (validate/profile.py): its ignore_xids and acknowledged_before "
+                               "apply")),
+    (("--slurm-drain",), dict(action="store_true", dest="slurm_drain",
+                              help="under Slurm (SLURMD_NODENAME set), drain this node when sick or not checkable")),
+)
 
 
 def build_parser():
-    p = _Parser(prog="python3 -m validate --health",
-                description="Fast GPU node health: GPU count, driver, nvidia-smi health, Xid/SXid since boot, "
-                            "Fabric Manager. Exit 0 healthy, 1 sick, 3 could not check.")
-    p.add_argument("--health", action="store_true", required=True)
-    p.add_argument("--out", metavar="DIR", help="write results.json (and nvidia-smi artefacts) there")
-    p.add_argument("--expect-gpus", type=int, metavar="N", dest="expect_gpus",
-                   help="sick unless exactly N GPUs are visible (0: a node without GPUs is healthy)")
-    p.add_argument("--kernel-log", metavar="PATH", dest="kernel_log",
-                   help="kernel log to scan for Xid/SXid (default: journalctl -k -b, else dmesg)")
-    p.add_argument("--profile", metavar="FILE|JSON",
-                   help="the node's profile (validate/profile.py): its ignore_xids and acknowledged_before apply")
-    p.add_argument("--slurm-drain", action="store_true", dest="slurm_drain",
-                   help="under Slurm (SLURMD_NODENAME set), drain this node when sick or not checkable")
-    return p
-
-
-def parse_args(argv):
-    opts = build_parser().parse_args(argv)
-    if opts.expect_gpus is not None and opts.expect_gpus < 0:
-        raise UsageError("--expect-gpus must be >= 0")
-    if opts.kernel_log is not None and not os.path.isfile(opts.kernel_log):
-        raise UsageError("--kernel-log %s: no such file" % opts.kernel_log)
-    if opts.out is not None and os.path.exists(opts.out) and not os.path.isdir(opts.out):
-        raise UsageError("--out %s: exists and is not a folder" % opts.out)
-    opts.profile_doc = None
-    if opts.profile is not None:
-        try:
-            opts.profile_doc = profile.load(opts.profile)
-        except profile.BadProfile as exc:
-            raise UsageError(str(exc)) from None
-    opts.device = "auto"
-    opts.checks = list(HEALTH_CHECKS)
-    return opts
+    """The parser of ``--health`` (validate/cli.py's, for this mode)."""
+    from . import cli
+    return cli.build_parser(cli.HEALTH)
 
 
 def driver_loaded(proc_version=DRIVER_PROC):
@@ -174,20 +152,33 @@ def _host_document(results):
 
 
 def main(argv, stdout=None, stderr=None):
-    stdout = stdout if stdout is not None else sys.stdout
+    """``python3 -m validate --health ...`` (``argv`` with ``--health``): its exit status."""
+    from . import cli
     stderr = stderr if stderr is not None else sys.stderr
     try:
-        opts = parse_args(argv)
-        if opts.out:
-            os.makedirs(opts.out, exist_ok=True)
-            if not os.access(opts.out, os.W_OK):
-                raise UsageError("--out %s: not writable" % opts.out)
-    except UsageError as exc:
+        opts = cli.parse(cli.HEALTH, argv)
+        cli._writable_out(opts)
+    except cli.UsageError as exc:
         stderr.write("validate: error: %s\n" % exc)
         return USAGE
-    except OSError as exc:
-        stderr.write("validate: error: --out %s: %s\n" % (opts.out, exc.strerror or exc))
-        return USAGE
+    return run(opts, stdout, stderr)
+
+
+def _results_document(opts, started, t0, code, line, results):
+    doc = output.results_document(started, time.perf_counter() - t0, code == HEALTHY, {
+        "health": True, "out": opts.out, "expect_gpus": opts.expect_gpus, "kernel_log": opts.kernel_log,
+        "slurm_drain": opts.slurm_drain, "device": "auto", "checks": list(HEALTH_CHECKS)},
+        _host_document(results), results)
+    doc["health"] = {"exit": code, "line": PREFIX + line}
+    return doc
+
+
+def run(opts, stdout=None, stderr=None):
+    """The health checks, the one line, and the drain under Slurm: the exit status."""
+    stdout = stdout if stdout is not None else sys.stdout
+    stderr = stderr if stderr is not None else sys.stderr
+    opts.device = "auto"
+    opts.checks = list(HEALTH_CHECKS)
     opts.health = True
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     t0 = time.perf_counter()
@@ -197,12 +188,8 @@ def main(argv, stdout=None, stderr=None):
         results = [run_check(ctx, SPECS[name], True, named=False) for name in HEALTH_CHECKS]
         code, line, act = verdict(results, opts, driver_loaded())
         if opts.out:
-            doc = output.results_document(started, time.perf_counter() - t0, code == HEALTHY, {
-                "health": True, "out": opts.out, "expect_gpus": opts.expect_gpus, "kernel_log": opts.kernel_log,
-                "slurm_drain": opts.slurm_drain, "device": "auto", "checks": list(HEALTH_CHECKS)},
-                _host_document(results), results)
-            doc["health"] = {"exit": code, "line": PREFIX + line}
-            output.write_json_atomic(os.path.join(out_dir, output.RESULTS), doc)
+            output.write_json_atomic(os.path.join(out_dir, output.RESULTS),
+                                     _results_document(opts, started, t0, code, line, results))
     finally:
         if not opts.out:
             shutil.rmtree(out_dir, ignore_errors=True)
