@@ -84,41 +84,62 @@ def _sick(findings):
     return SICK, "sick: %s [action: %s]" % (first["what"], act), act
 
 
-def verdict(results, opts, driver_line):
-    """(exit code, one line without the prefix, action or None)."""
-    by = dict((r.name, r) for r in results)
-    system = by["system"]
-    smi = (system.figures.get("nvidia_smi") or {}).get("path")
-    if smi is None:
-        # the kernel's own words outrank a missing tool: Xid 79 ("GPU has fallen off the
-        # bus") in the log and no nvidia-smi is a sick node, not one that could not be checked
-        kernel = [f for f in by["xid"].findings if f["fails"]] if by["xid"].status == FAIL else []
-        if kernel:
-            return _sick(kernel)
-    no_driver = smi is None and driver_line is None
-    if no_driver:
-        if opts.expect_gpus == 0:
-            return HEALTHY, "healthy: no NVIDIA GPU or driver, as --expect-gpus 0 says", None
-        if opts.expect_gpus is None:
-            return UNCHECKED, "could not check: no NVIDIA driver (nvidia-smi not found, %s absent)" % DRIVER_PROC, None
-        return SICK, ("sick: no NVIDIA driver (nvidia-smi not found, %s absent), expected %d GPUs [action: %s]"
-                      % (DRIVER_PROC, opts.expect_gpus, actions.REBOOT_NODE)), actions.REBOOT_NODE
-    if smi is None:
-        return UNCHECKED, "could not check: the driver is loaded (%s) but nvidia-smi is not found" % driver_line, None
-    failed = [r for r in results if r.status == FAIL]
-    if failed:
-        findings = [f for r in failed for f in r.findings if f["fails"]]
-        if findings:
-            return _sick(findings)
-        r = failed[0]
-        return SICK, "sick: %s: %s" % (r.name, r.reason), None
-    # a skip that leaves something unchecked (the kernel log not readable) has a
-    # warning or stays required; "no NVSwitch on this board" has neither
-    unchecked = [r for r in results if r.status == SKIP and (r.required or r.warnings)]
-    if unchecked:
-        r = unchecked[0]
-        return UNCHECKED, "could not check: %s: %s" % (r.name, r.reason), None
-    gpus = system.figures.get("gpus") or []
+def _smi(by):
+    return (by["system"].figures.get("nvidia_smi") or {}).get("path")
+
+
+def _kernel_outranks_tool(by, opts, driver_line):
+    """The kernel's own words outrank a missing tool: Xid 79 ("GPU has fallen off the bus") in
+    the log and no nvidia-smi is a sick node, not one that could not be checked."""
+    if _smi(by) is not None or by["xid"].status != FAIL:
+        return None
+    kernel = [f for f in by["xid"].findings if f["fails"]]
+    return _sick(kernel) if kernel else None
+
+
+def _no_driver(by, opts, driver_line):
+    """No nvidia-smi and no driver: healthy, unchecked or sick as --expect-gpus says."""
+    if _smi(by) is not None or driver_line is not None:
+        return None
+    if opts.expect_gpus == 0:
+        return HEALTHY, "healthy: no NVIDIA GPU or driver, as --expect-gpus 0 says", None
+    if opts.expect_gpus is None:
+        return UNCHECKED, "could not check: no NVIDIA driver (nvidia-smi not found, %s absent)" % DRIVER_PROC, None
+    return SICK, ("sick: no NVIDIA driver (nvidia-smi not found, %s absent), expected %d GPUs [action: %s]"
+                  % (DRIVER_PROC, opts.expect_gpus, actions.REBOOT_NODE)), actions.REBOOT_NODE
+
+
+def _no_tool(by, opts, driver_line):
+    """A driver loaded and no nvidia-smi to ask it."""
+    if _smi(by) is not None:
+        return None
+    return UNCHECKED, "could not check: the driver is loaded (%s) but nvidia-smi is not found" % driver_line, None
+
+
+def _failed(by, opts, driver_line):
+    """A failed check: sick, named by its worst failing finding (else by its reason)."""
+    failed = [r for r in by.values() if r.status == FAIL]
+    if not failed:
+        return None
+    findings = [f for r in failed for f in r.findings if f["fails"]]
+    if findings:
+        return _sick(findings)
+    return SICK, "sick: %s: %s" % (failed[0].name, failed[0].reason), None
+
+
+def _left_unchecked(by, opts, driver_line):
+    """A skip that leaves something unchecked (the kernel log not readable) has a warning or
+    stays required; "no NVSwitch on this board" has neither."""
+    unchecked = [r for r in by.values() if r.status == SKIP and (r.required or r.warnings)]
+    if not unchecked:
+        return None
+    return UNCHECKED, "could not check: %s: %s" % (unchecked[0].name, unchecked[0].reason), None
+
+
+def _summary(by):
+    """What a healthy line says: the GPUs, the driver, the kernel log's lines, the fabric, and
+    the inventory's waivers that made it healthy."""
+    gpus = by["system"].figures.get("gpus") or []
     names = sorted(set(g.get("name") or "?" for g in gpus))
     xid = by["xid"].figures
     fab = by["fabric"]
@@ -126,19 +147,40 @@ def verdict(results, opts, driver_line):
         len(gpus), "/".join(names), gpus[0].get("driver_version") if gpus else "-",
         len(xid.get("events") or []), len(xid.get("sxids") or []),
         "; " + fab.summary if fab.status != SKIP else "")
-    waived = [w["waiver"] for r in results for w in r.waivers]
-    if waived:  # the inventory's waivers that made it healthy, named
+    waived = [w["waiver"] for r in by.values() for w in r.waivers]
+    if waived:
         summary += "; waived: " + ", ".join(sorted(set(waived)))
-    later = actions.deferred(f for r in results for f in r.findings)
+    return summary
+
+
+def _healthy(by, opts, driver_line):
+    """Healthy; one that needs an action once its GPUs are idle (a pending row remap) names it
+    up front."""
+    summary = _summary(by)
+    findings = [f for r in by.values() for f in r.findings]
+    later = actions.deferred(findings)
     if later is None:
         return HEALTHY, "healthy: " + summary, None
-    # passes, yet needs an action once its GPUs are idle (a pending row remap): named up front
-    first = next(f for r in results for f in r.findings if not f["fails"] and f["action"] == later)
-    what = first["what"]
+    what = next(f for f in findings if not f["fails"] and f["action"] == later)["what"]
     for note in NOTE_WORDS:
         if what.startswith(note):
             what = what[len(note):]
     return HEALTHY, "healthy [action: %s, deferred]: %s; %s" % (later, what, summary), later
+
+
+# The verdict's rules, in order: the first that speaks decides.  Each gets the results by check
+# name, the options and the driver's version line (None: not loaded).
+VERDICT_RULES = (_kernel_outranks_tool, _no_driver, _no_tool, _failed, _left_unchecked, _healthy)
+
+
+def verdict(results, opts, driver_line):
+    """(exit code, one line without the prefix, action or None)."""
+    by = dict((r.name, r) for r in results)
+    for rule in VERDICT_RULES:
+        said = rule(by, opts, driver_line)
+        if said is not None:
+            return said
+    raise AssertionError("_healthy always speaks")
 
 
 def _host_document(results):
