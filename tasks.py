@@ -12,6 +12,7 @@ from typing import Any
 from invoke import Exit, Task, task
 
 from remote.ground.runfolder import LOGS_DIR
+from validate.shared import BUG_REPORT_FULL_TIMEOUT_S, BUG_REPORT_SAFE_TIMEOUT_S
 
 INVENTORY = "./inventory.yaml, else ~/.config/gpuprov/inventory.yaml"
 RECIPE = "site.yaml shipped with gpuprov"
@@ -244,7 +245,8 @@ def logs(c, host=None, limit=None, inventory=None, list_hosts=False):
                          "list-hosts": LIST_HOSTS,
                          "bug-report-timeout": "seconds for nvidia-bug-report.sh's full run, and "
                                                "again for its --safe-mode run when the full one "
-                                               "hangs (default 300, then 180)"})
+                                               f"hangs (default {BUG_REPORT_FULL_TIMEOUT_S:g}, then "
+                                               f"{BUG_REPORT_SAFE_TIMEOUT_S:g})"})
 def evidence(c, host=None, limit=None, inventory=None, list_hosts=False, bug_report_timeout=None):
     """Gather evidence for a GPU replacement into logs/<host>/<run>/evidence-<host>-<serials>.tar.gz."""
     from remote import cli

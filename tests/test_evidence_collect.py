@@ -20,19 +20,12 @@ from pathlib import Path
 import pytest
 
 from remote import cli
-from remote.evidence import RMA
 from remote.evidence.archive import check_manifest, check_name
 from remote.ground.errors import PullError
 from tests.conftest import REPO, write_yaml
-from validate import actions
 from validate.evidence import archive_stem
 
 SMI_Q = REPO / "tests" / "fixtures" / "validate" / "h100_590_smi_q.txt"
-
-
-def test_the_control_side_knows_validates_worst_action():
-    """The evidence follows the verdict whose words validate/actions.py writes."""
-    assert RMA == actions.DRAIN_RMA == actions.ORDER[-1]
 
 
 @pytest.fixture
@@ -232,7 +225,6 @@ def test_the_control_sides_limit_outlasts_the_collectors_own_bounds():
     from validate import evidence
     from validate.checks import xid
 
-    assert (job.FULL_TIMEOUT_S, job.SAFE_TIMEOUT_S) == (evidence.FULL_TIMEOUT_S, evidence.SAFE_TIMEOUT_S)
     host_side = evidence.SMI_TIMEOUT_S + len(xid.KERNEL_LOG_COMMANDS) * xid.KERNEL_LOG_TIMEOUT_S
     assert job.MARGIN_S >= host_side + 60, (job.MARGIN_S, host_side)
 

@@ -15,7 +15,6 @@ from remote import cli
 from remote.ground import runfolder
 from remote.scheduler.slurm import CLUSTER_RECORD
 from tests.conftest import REPO, write_yaml
-from validate import output as host_output
 
 FILE_NAMES = (runfolder.PROVISION_LOG, runfolder.RESULTS, runfolder.BENCH_LOG,
               runfolder.STACK_MANIFEST, CLUSTER_RECORD, runfolder.VALIDATION_ATTEMPT)
@@ -46,10 +45,6 @@ def test_a_run_writes_its_folder_where_the_recap_junit_and_report_read(tmp_path,
     with contextlib.redirect_stdout(shown), contextlib.redirect_stderr(shown):
         rc = cli.report(out=str(tmp_path / "report"))
     assert "note: 1 run(s) without validation results" in shown.getvalue(), shown.getvalue()
-
-
-def test_the_hosts_validation_writes_the_names_the_control_side_reads():
-    assert (host_output.RESULTS, host_output.BENCH_LOG) == (runfolder.RESULTS, runfolder.BENCH_LOG)
 
 
 def _spelled_by_hand(path: Path) -> list[str]:

@@ -14,9 +14,9 @@ import re
 import signal
 import sys
 import time
-from typing import Any
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from . import TOOL, __version__, expectations, host, infiniband, output, profile, torchenv
+from . import TOOL, __version__, expectations, health, host, infiniband, output, profile, torchenv
 from .core import CHECK_NAMES, CHECKS, PASS, SKIP, Context, Result, apply_warn_only, not_selected, run_check
 from .specs import DEFAULT_FLOOR
 
@@ -55,46 +55,64 @@ def _csv_list(text):
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
-def build_parser():
-    p = _Parser(
-        prog="python3 -m validate",
-        description="Validate a GPU instance: cuDNN sample, torch CUDA checks, benchmarks, GPU health.",
-    )
-    p.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
-    p.add_argument("--checks", metavar="A,B",
-                   help="run only these checks (they become required, unless one cannot apply here: "
-                        "p2p on one GPU, fabric without NVSwitch; that one is reported n/a and not counted)")
-    p.add_argument("--skip", metavar="A,B", help="do not run these checks")
-    p.add_argument("--models", metavar="LIST|classic|all",
-                   help="bench models: comma list, 'classic' (the 31 classic torchvision classifiers, "
-                        "default; 'seed' is the old name) or 'all'")
-    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
-                   help="auto (default): the GPU, and a machine without one is not validated")
-    p.add_argument("--warmup", type=int, metavar="N", help="untimed runs before timing (GPU 10, CPU 2)")
-    p.add_argument("--iters", type=int, metavar="N", help="timed runs per measurement (GPU 100, CPU 10)")
-    p.add_argument("--batch", metavar="1,64",
-                   help="batch sizes: 1 for latency, the largest for throughput (GPU 1,64; CPU 1,8)")
-    p.add_argument("--amp", action="store_true",
-                   help="also time batch-1 latency under AMP (GPU) / measure bf16 AMP throughput (CPU)")
-    p.add_argument("--weights", metavar="DIR", help="folder with ResNet50 weights (resnet50-*.pth)")
-    p.add_argument("--image", metavar="PATH", help="image to classify (default: the packaged photo)")
-    p.add_argument("--expect-gpus", type=int, metavar="N", dest="expect_gpus",
-                   help="fail unless exactly N GPUs are visible")
-    p.add_argument("--quick", action="store_true",
-                   help="system, cudnn_*, torch_*, stress (15 s), xid, and bench with a few models")
-    p.add_argument("--floor", type=float, default=DEFAULT_FLOOR, metavar="F",
-                   help="ignored: kept for old command lines; the floors are validate/expectations.py's")
-    p.add_argument("--stress-seconds", type=float, metavar="S", dest="stress_seconds",
-                   help="duration of the stress check (GPU: 60, 15 with --quick; CPU: 2)")
-    p.add_argument("--kernel-log", metavar="PATH", dest="kernel_log",
-                   help="kernel log to scan for Xid errors (default: journalctl -k -b, else dmesg)")
-    p.add_argument("--profile", metavar="FILE|JSON",
-                   help="the node's profile: expected GPUs, PCIe, IB ports, floors, tolerance, waivers "
-                        "(validate/profile.py; gpuprov passes the inventory's node_profile)")
-    p.add_argument("--sysfs-root", metavar="DIR", dest="sysfs_root",
-                   help="read InfiniBand ports from DIR/class/infiniband (a recorded tree; default /sys)")
-    p.add_argument("--version", action="version", version="%s %s" % (TOOL, __version__))
-    return p
+class Mode(NamedTuple):
+    """One way to run ``python3 -m validate``: the option that chooses it, its options (argparse
+    rows, in --help order), the rules that check them after argparse (names in ``RULES``, in
+    the order they are applied) and its function, ``run(opts, stream)`` -> exit status."""
+
+    flag: Optional[str]  # None: the full run, chosen when no other mode's flag is given
+    prog: str
+    description: str
+    options: Sequence[Tuple[Tuple[str, ...], Dict[str, Any]]]
+    rules: Sequence[str]
+    run: Callable[[argparse.Namespace, Any], int]
+    usage: Optional[str] = None  # the one line any argparse error gets instead of its own words
+    # the one form of command line it takes, as ``--option=value`` words for its parser (None: wrong)
+    shape: Optional[Callable[[List[str]], Optional[List[str]]]] = None
+    torch: bool = False  # may import torch (Kineto's log level is set first)
+    help: bool = True  # has -h/--help
+
+
+RUN_OPTIONS = (
+    (("--out",), dict(required=True, metavar="DIR", help="output folder (created)")),
+    (("--checks",), dict(metavar="A,B",
+                         help="run only these checks (they become required, unless one cannot apply here: "
+                              "p2p on one GPU, fabric without NVSwitch; that one is reported n/a and not counted)")),
+    (("--skip",), dict(metavar="A,B", help="do not run these checks")),
+    (("--models",), dict(metavar="LIST|classic|all",
+                         help="bench models: comma list, 'classic' (the 31 classic torchvision classifiers, "
+                              "default; 'seed' is the old name) or 'all'")),
+    (("--device",), dict(choices=["auto", "cuda", "cpu"], default="auto",
+                         help="auto (default): the GPU, and a machine without one is not validated")),
+    (("--warmup",), dict(type=int, metavar="N", help="untimed runs before timing (GPU 10, CPU 2)")),
+    (("--iters",), dict(type=int, metavar="N", help="timed runs per measurement (GPU 100, CPU 10)")),
+    (("--batch",), dict(metavar="1,64",
+                        help="batch sizes: 1 for latency, the largest for throughput (GPU 1,64; CPU 1,8)")),
+    (("--amp",), dict(action="store_true",
+                      help="also time batch-1 latency under AMP (GPU) / measure bf16 AMP throughput (CPU)")),
+    (("--weights",), dict(metavar="DIR", help="folder with ResNet50 weights (resnet50-*.pth)")),
+    (("--image",), dict(metavar="PATH", help="image to classify (default: the packaged photo)")),
+    (("--expect-gpus",), dict(type=int, metavar="N", dest="expect_gpus",
+                              help="fail unless exactly N GPUs are visible")),
+    (("--quick",), dict(action="store_true",
+                        help="system, cudnn_*, torch_*, stress (15 s), xid, and bench with a few models")),
+    (("--floor",), dict(type=float, default=DEFAULT_FLOOR, metavar="F",
+                        help="ignored: kept for old command lines; the floors are validate/expectations.py's")),
+    (("--stress-seconds",), dict(type=float, metavar="S", dest="stress_seconds",
+                                 help="duration of the stress check (GPU: 60, 15 with --quick; CPU: 2)")),
+    (("--kernel-log",), dict(metavar="PATH", dest="kernel_log",
+                             help="kernel log to scan for Xid errors (default: journalctl -k -b, else dmesg)")),
+    (("--profile",), dict(metavar="FILE|JSON",
+                          help="the node's profile: expected GPUs, PCIe, IB ports, floors, tolerance, waivers "
+                               "(validate/profile.py; gpuprov passes the inventory's node_profile)")),
+    (("--sysfs-root",), dict(metavar="DIR", dest="sysfs_root",
+                             help="read InfiniBand ports from DIR/class/infiniband (a recorded tree; default /sys)")),
+    (("--version",), dict(action="version", version="%s %s" % (TOOL, __version__))),
+)
+JUDGE_OPTIONS = (
+    (("--judge",), dict(required=True, metavar="FILE.json")),
+    (("--profile",), dict(metavar="FILE|JSON")),
+)
 
 
 def _check_list(opts, attr):
@@ -120,41 +138,95 @@ def _batch_sizes(raw):
     return sorted(set(batches))
 
 
-def parse_args(argv):
-    """Options, each checked after argparse: one ``UsageError`` line naming the option."""
-    opts = build_parser().parse_args(argv)
-    for attr in ("checks", "skip"):
-        setattr(opts, attr, _check_list(opts, attr))
-    if opts.warmup is not None and opts.warmup < 0:
-        raise UsageError("--warmup must be >= 0")
-    if opts.iters is not None and opts.iters < 1:
-        raise UsageError("--iters must be >= 1")
-    if opts.batch is not None:
-        opts.batch = _batch_sizes(opts.batch)
-    if opts.expect_gpus is not None and opts.expect_gpus < 0:
-        raise UsageError("--expect-gpus must be >= 0")
-    if not (0.0 < opts.floor <= 1.0):
-        raise UsageError("--floor must be in (0, 1]")
-    if opts.stress_seconds is not None and not opts.stress_seconds > 0:
-        raise UsageError("--stress-seconds must be > 0")
-    if opts.kernel_log is not None and not os.path.isfile(opts.kernel_log):
-        raise UsageError("--kernel-log %s: no such file" % opts.kernel_log)
-    if opts.sysfs_root is not None and not os.path.isdir(opts.sysfs_root):
-        raise UsageError("--sysfs-root %s: not a folder" % opts.sysfs_root)
-    opts.profile_doc = None
-    if opts.profile is not None:
+def _limit(attr, wrong, message):
+    """A rule: when ``--attr`` is given and ``wrong(value)``, the line ``message`` (``%s``: the value)."""
+    def rule(opts):
+        value = getattr(opts, attr)
+        if value is not None and wrong(value):
+            raise UsageError(message % value if "%s" in message else message)
+    return rule
+
+
+def _set(attr, compute):
+    """A rule that sets ``opts.attr`` to ``compute(opts)``."""
+    def rule(opts):
+        setattr(opts, attr, compute(opts))
+    return rule
+
+
+def _profile(check_names):
+    """``--profile`` loaded (None when not given), its waivers' check names held against
+    ``check_names`` (none: not checked)."""
+    def load(opts):
+        if opts.profile is None:
+            return None
         try:
-            opts.profile_doc = profile.load(opts.profile, CHECK_NAMES)
+            return profile.load(opts.profile, check_names)
         except profile.BadProfile as exc:
             raise UsageError(str(exc)) from None
-    if opts.weights is not None and not os.path.isdir(opts.weights):
-        raise UsageError("--weights %s: not a folder" % opts.weights)
-    if opts.image is not None and not os.path.isfile(opts.image):
-        raise UsageError("--image %s: no such file" % opts.image)
-    if os.path.exists(opts.out) and not os.path.isdir(opts.out):
-        raise UsageError("--out %s: exists and is not a folder" % opts.out)
-    opts.model_list = resolve_models(opts)
+    return _set("profile_doc", load)
+
+
+# Every rule an option is held to after argparse, by name; a mode lists the ones it applies.
+RULES: Dict[str, Callable[[argparse.Namespace], None]] = {
+    "checks": _set("checks", lambda o: _check_list(o, "checks")),
+    "skip": _set("skip", lambda o: _check_list(o, "skip")),
+    "warmup": _limit("warmup", lambda v: v < 0, "--warmup must be >= 0"),
+    "iters": _limit("iters", lambda v: v < 1, "--iters must be >= 1"),
+    "batch": _set("batch", lambda o: _batch_sizes(o.batch) if o.batch is not None else None),
+    "expect_gpus": _limit("expect_gpus", lambda v: v < 0, "--expect-gpus must be >= 0"),
+    "floor": _limit("floor", lambda v: not (0.0 < v <= 1.0), "--floor must be in (0, 1]"),
+    "stress_seconds": _limit("stress_seconds", lambda v: not v > 0, "--stress-seconds must be > 0"),
+    "kernel_log": _limit("kernel_log", lambda v: not os.path.isfile(v), "--kernel-log %s: no such file"),
+    "sysfs_root": _limit("sysfs_root", lambda v: not os.path.isdir(v), "--sysfs-root %s: not a folder"),
+    "profile": _profile(CHECK_NAMES),
+    "profile_unchecked": _profile(()),
+    "weights": _limit("weights", lambda v: not os.path.isdir(v), "--weights %s: not a folder"),
+    "image": _limit("image", lambda v: not os.path.isfile(v), "--image %s: no such file"),
+    "out": _limit("out", lambda v: os.path.exists(v) and not os.path.isdir(v), "--out %s: exists and is not a folder"),
+    "models": _set("model_list", lambda o: resolve_models(o)),
+}
+
+
+def build_parser(mode=None):
+    """The argparse parser of ``mode`` (default: the full run)."""
+    mode = mode or RUN
+    p = _Parser(prog=mode.prog, description=mode.description, add_help=mode.help)
+    for flags, kwargs in mode.options:
+        p.add_argument(*flags, **kwargs)
+    return p
+
+
+def choose_mode(args):
+    """The mode whose flag ``args`` gives (the first in ``MODES``), else the full run."""
+    words = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for mode in MODES:
+        if mode.flag is not None:
+            words.add_argument(mode.flag, action="store_true", dest=mode.flag.lstrip("-"))
+    given = words.parse_known_args(args)[0]
+    return next((m for m in MODES if m.flag is not None and getattr(given, m.flag.lstrip("-"))), RUN)
+
+
+def parse(mode, args):
+    """``args`` read by ``mode``'s parser, then held to its rules: one ``UsageError`` line."""
+    if mode.shape is not None:
+        args = mode.shape(args)
+        if args is None:
+            raise UsageError(mode.usage)
+    try:
+        opts = build_parser(mode).parse_args(args)
+    except UsageError:
+        if mode.usage is None:
+            raise
+        raise UsageError(mode.usage) from None
+    for name in mode.rules:
+        RULES[name](opts)
     return opts
+
+
+def parse_args(argv):
+    """The full run's options, each checked after argparse: one ``UsageError`` line naming the option."""
+    return parse(RUN, argv)
 
 
 def resolve_models(opts):
@@ -348,109 +420,161 @@ def _utc_now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _judge(args, stream):
+def _judge_shape(args):
+    """``--judge FILE.json [--profile FILE|JSON]``, in that order (a FILE may begin with '-')."""
+    if len(args) not in (2, 4) or args[0] != "--judge" or (len(args) == 4 and args[2] != "--profile"):
+        return None
+    return ["%s=%s" % pair for pair in zip(args[0::2], args[1::2])]
+
+
+def _judge(opts, stream):
     """``--judge FILE.json [--profile FILE|JSON]``: its exit status."""
     from . import judge
-    if args[0] != "--judge" or len(args) not in (2, 4) or (len(args) == 4 and args[2] != "--profile"):
-        stream.write("validate: error: usage: python3 -m validate --judge FILE.json [--profile FILE|JSON]\n")
-        return 2
-    prof = None
-    if len(args) == 4:  # the profile's node, floors and tolerance, as a run on the node would use them
+    if opts.profile_doc is not None:  # the profile's node, floors and tolerance, as a run on the node would use them
+        expectations.use_profile(opts.profile_doc["floors"], opts.profile_doc["tolerance"])
+    return judge.main(opts.judge, stderr=stream, prof=opts.profile_doc)
+
+
+def _writable_out(opts):
+    """The mode's ``--out`` folder, made (when given) and writable; else one ``UsageError`` line."""
+    out = getattr(opts, "out", None)
+    if not out:
+        return
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as exc:
+        raise UsageError("--out %s: %s" % (out, exc.strerror or exc)) from None
+    if not os.access(out, os.W_OK):
+        raise UsageError("--out %s: not writable" % out)
+
+
+class _Run(object):
+    """One full run: the checks of its plan in order, results.json rewritten after each, the
+    log and the last progress line at the end."""
+
+    def __init__(self, opts, stream):
+        self.opts = opts
+        self.started = _utc_now()
+        self.t0 = time.perf_counter()
+        self.ctx = Context(opts, os.path.abspath(opts.out), stream=stream)
+        self.plan = select(opts)
+        self.results: list[Any] = []
+        self.interrupted = False
+        self.torch_needed = needs_torch(self.plan)
+        self.prof = opts.profile_doc or profile.empty()
+        self.unreferenced: list[str] = []
+
+    def start(self):
+        opts, ctx = self.opts, self.ctx
+        ctx.progress("%s %s: %d of %d checks, device %s, output %s" % (
+            TOOL, __version__, sum(1 for p in self.plan if p[1]), len(self.plan), opts.device, ctx.out_dir),
+            check="validate")
+        resolve_defaults(opts, self.torch_needed)
+        expectations.use_profile(self.prof["floors"], self.prof["tolerance"])
+        ctx.shared["ib_before"] = infiniband.read_ports(opts.sysfs_root or "/sys")
+        self.unreferenced = no_reference(opts, self.prof)
+        if self.unreferenced:
+            ctx.progress("no reference: %s: in no table (validate/expectations.py) and no profile floor; its "
+                         "performance is measured and reported, not judged" % ", ".join(self.unreferenced),
+                         check="validate")
+
+    def flush(self, final):
+        """results.json (the log too when ``final``); whether the run is validated."""
+        req = [r for r in self.results if r.required]
+        ok = final and not self.interrupted and all(r.status == PASS for r in req)
+        doc = output.results_document(self.started, time.perf_counter() - self.t0, ok,
+                                      options_document(self.opts), host_document(self.ctx, self.torch_needed),
+                                      self.results, self.unreferenced)
+        output.write_json_atomic(os.path.join(self.ctx.out_dir, output.RESULTS), doc)
+        if final:
+            output.write_log(os.path.join(self.ctx.out_dir, output.LOG), doc, self.results)
+        return ok
+
+    def one(self, spec, required):
+        """Run one selected check; an interrupt ends it as failed and the rest as not run."""
         try:
-            prof = profile.load(args[3], CHECK_NAMES)
-        except profile.BadProfile as exc:
-            stream.write("validate: error: %s\n" % exc)
-            return 2
-        expectations.use_profile(prof["floors"], prof["tolerance"])
-    return judge.main(args[1], stderr=stream, prof=prof)
+            result = run_check(self.ctx, spec, required, named=spec.name in (self.opts.checks or []))
+        except KeyboardInterrupt:
+            self.interrupted = True
+            _ignore_signals()  # let the results be written
+            return _ended(spec.name, required, "fail", "interrupted")
+        apply_warn_only(result, self.prof["warn_only"])
+        return result
+
+    def checks(self):
+        for spec, chosen, required, why in self.plan:
+            if self.interrupted:
+                self.results.append(_ended(spec.name, required, SKIP, "not run: interrupted"))
+            elif not chosen:
+                self.results.append(not_selected(spec, why))
+            else:
+                self.results.append(self.one(spec, required))
+                self.flush(False)
+
+    def last_line(self, ok):
+        results, opts = self.results, self.opts
+        warned = [r.name for r in results if r.warnings]
+        # named in --checks and not counted: n/a here
+        uncounted = [r for r in results if r.name in (opts.checks or []) and r.waived and not r.required]
+        self.ctx.progress("%s: %s%s%s (%.1fs); see %s" % (
+            "VALIDATED" if ok else "NOT VALIDATED",
+            ", ".join("%s %s" % (r.name, r.status) for r in results if r.required) or "no check counted",
+            "; not counted: %s" % ", ".join("%s n/a" % r.name for r in uncounted) if uncounted else "",
+            "; warnings from %s" % ", ".join(warned) if warned else "",
+            time.perf_counter() - self.t0, os.path.join(self.ctx.out_dir, output.LOG)), check="validate")
+
+
+def _ended(name, required, status, reason):
+    r = Result(name, required)
+    r.status = status
+    r.reason = reason
+    return r
+
+
+def run_validation(opts, stream):
+    """The full run (``--out DIR``): its exit status, 0 validated, 1 not, 130 interrupted."""
+    _terminate_as_interrupt()
+    run = _Run(opts, stream)
+    run.start()
+    run.checks()
+    ok = run.flush(True)
+    run.last_line(ok)
+    if run.interrupted:
+        return 130
+    return 0 if ok else 1
+
+
+RUN = Mode(None, "python3 -m validate",
+           "Validate a GPU instance: cuDNN sample, torch CUDA checks, benchmarks, GPU health.",
+           RUN_OPTIONS,
+           ("checks", "skip", "warmup", "iters", "batch", "expect_gpus", "floor", "stress_seconds", "kernel_log",
+            "sysfs_root", "profile", "weights", "image", "out", "models"),
+           run_validation, torch=True)
+# The modes, in the order their flags are looked for: the fast health subset (its own options,
+# no torch: validate/health.py), recorded figures against the table (validate/judge.py; no
+# torch), and the full run.
+HEALTH = Mode("--health", "python3 -m validate --health", health.DESCRIPTION, health.OPTIONS,
+              ("expect_gpus", "kernel_log", "out", "profile_unchecked"),
+              lambda opts, stream: health.run(opts, stderr=stream))
+JUDGE = Mode("--judge", "python3 -m validate --judge", "", JUDGE_OPTIONS, ("profile",), _judge,
+             usage="usage: python3 -m validate --judge FILE.json [--profile FILE|JSON]", shape=_judge_shape,
+             help=False)
+MODES = (HEALTH, JUDGE, RUN)
 
 
 def main(argv=None, stream=None):
     stream = stream if stream is not None else sys.stderr
     args = sys.argv[1:] if argv is None else list(argv)
-    if "--health" in args:  # the fast subset: its own options, no torch (validate/health.py)
-        from . import health
-        return health.main(args, stderr=stream)
-    if "--judge" in args:  # recorded figures against the table (validate/judge.py); no torch
-        return _judge(args, stream)
-    # Kineto (torch.profiler) logs errors on machines without a GPU straight
-    # to stderr; keep the progress stream readable.
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+    mode = choose_mode(args)
+    if mode.torch:
+        # Kineto (torch.profiler) logs errors on machines without a GPU straight
+        # to stderr; keep the progress stream readable.
+        os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     try:
-        opts = parse_args(args)
-        os.makedirs(opts.out, exist_ok=True)
-        if not os.access(opts.out, os.W_OK):
-            raise UsageError("--out %s: not writable" % opts.out)
+        opts = parse(mode, args)
+        _writable_out(opts)
     except UsageError as exc:
         stream.write("validate: error: %s\n" % exc)
         stream.flush()
         return 2
-    except OSError as exc:
-        stream.write("validate: error: --out %s: %s\n" % (opts.out, exc.strerror or exc))
-        stream.flush()
-        return 2
-
-    _terminate_as_interrupt()
-    started = _utc_now()
-    t0 = time.perf_counter()
-    ctx = Context(opts, os.path.abspath(opts.out), stream=stream)
-    plan = select(opts)
-    ctx.progress("%s %s: %d of %d checks, device %s, output %s" % (
-        TOOL, __version__, sum(1 for p in plan if p[1]), len(plan), opts.device, ctx.out_dir), check="validate")
-    torch_needed = needs_torch(plan)
-    resolve_defaults(opts, torch_needed)
-    results: list[Any] = []
-    interrupted = False
-    prof = opts.profile_doc or profile.empty()
-    expectations.use_profile(prof["floors"], prof["tolerance"])
-    ctx.shared["ib_before"] = infiniband.read_ports(opts.sysfs_root or "/sys")
-    unreferenced = no_reference(opts, prof)
-    if unreferenced:
-        ctx.progress("no reference: %s: in no table (validate/expectations.py) and no profile floor; its "
-                     "performance is measured and reported, not judged" % ", ".join(unreferenced), check="validate")
-
-    def flush_outputs(final):
-        req = [r for r in results if r.required]
-        ok = final and not interrupted and all(r.status == PASS for r in req)
-        doc = output.results_document(started, time.perf_counter() - t0, ok,
-                                      options_document(opts), host_document(ctx, torch_needed), results,
-                                      unreferenced)
-        output.write_json_atomic(os.path.join(ctx.out_dir, output.RESULTS), doc)
-        if final:
-            output.write_log(os.path.join(ctx.out_dir, output.LOG), doc, results)
-        return ok
-
-    for spec, chosen, required, why in plan:
-        if interrupted:
-            r = Result(spec.name, required)
-            r.status = SKIP
-            r.reason = "not run: interrupted"
-            results.append(r)
-            continue
-        if not chosen:
-            results.append(not_selected(spec, why))
-            continue
-        try:
-            results.append(run_check(ctx, spec, required, named=spec.name in (opts.checks or [])))
-            apply_warn_only(results[-1], prof["warn_only"])
-        except KeyboardInterrupt:
-            interrupted = True
-            _ignore_signals()  # let the results be written
-            r = Result(spec.name, required)
-            r.status = "fail"
-            r.reason = "interrupted"
-            results.append(r)
-        flush_outputs(False)
-    ok = flush_outputs(True)
-    warned = [r.name for r in results if r.warnings]
-    # named in --checks and not counted: n/a here
-    uncounted = [r for r in results if r.name in (opts.checks or []) and r.waived and not r.required]
-    ctx.progress("%s: %s%s%s (%.1fs); see %s" % (
-        "VALIDATED" if ok else "NOT VALIDATED",
-        ", ".join("%s %s" % (r.name, r.status) for r in results if r.required) or "no check counted",
-        "; not counted: %s" % ", ".join("%s n/a" % r.name for r in uncounted) if uncounted else "",
-        "; warnings from %s" % ", ".join(warned) if warned else "",
-        time.perf_counter() - t0, os.path.join(ctx.out_dir, output.LOG)), check="validate")
-    if interrupted:
-        return 130
-    return 0 if ok else 1
+    return mode.run(opts, stream)

@@ -53,20 +53,26 @@ from typing import Any
 
 from . import driver_errors, host
 from .checks.xid import read_kernel_log
-from .output import RESULTS
+from .shared import (
+    BUG_REPORT_FULL_TIMEOUT_S,
+    BUG_REPORT_SAFE_TIMEOUT_S,
+    EVIDENCE_MANIFEST,
+    EVIDENCE_PREFIX,
+    EVIDENCE_SUFFIX,
+    RESULTS,
+    STACK_MANIFEST,
+)
 from .smi import is_missing, parse_smi_q
 
 SCHEMA = 1
-MANIFEST = "manifest.json"
-STACK = "stack.json"  # remote/ground/runfolder.py STACK_MANIFEST
+MANIFEST = EVIDENCE_MANIFEST
+STACK = STACK_MANIFEST
 BUG_REPORT = "nvidia-bug-report.log"  # --output-file's name; the script appends .gz
 BUG_REPORT_PATHS = ("/usr/bin/nvidia-bug-report.sh",)  # where the driver installs it, if not on PATH
 SMI_Q = "nvidia-smi-q.txt"
 XID_LOG = "xid.log"
-# Ours (unsourced): the script says only "It may take several seconds to run"; a full run on a
-# many-GPU node reads every GPU's state and logs. Past this it is taken as hung.
-FULL_TIMEOUT_S = 300.0
-SAFE_TIMEOUT_S = 180.0
+FULL_TIMEOUT_S = BUG_REPORT_FULL_TIMEOUT_S  # validate/shared.py: the control side's too
+SAFE_TIMEOUT_S = BUG_REPORT_SAFE_TIMEOUT_S
 SMI_TIMEOUT_S = 60.0
 # Ours (unsourced): under the control side's pull cap (256 MiB, remote/transport/transfer.py
 # PullLimits.archive_bytes), so an archive that fits is never refused for its size.
@@ -94,7 +100,7 @@ def archive_stem(host_name: str, gpus: list[dict[str, Any]]) -> str:
                 break
             kept.append(s)
         text = "_".join(kept) + "_+%d" % (len(serials) - len(kept))
-    return "evidence-%s-%s" % (name[:64], text)
+    return "%s%s-%s" % (EVIDENCE_PREFIX, name[:64], text)
 
 
 def gpu_identities(smi_q_text: str) -> list[dict[str, Any]]:
@@ -265,7 +271,7 @@ def cap(stage: str, missing: list[dict[str, str]], max_bytes: int) -> list[str]:
 
 def pack(out_dir: str, stem: str, stage: str, names: list[str]) -> str:
     """``out_dir/<stem>.tar.gz``: the folder `stem` with manifest.json first, then `names`."""
-    path = os.path.join(out_dir, stem + ".tar.gz")
+    path = os.path.join(out_dir, stem + EVIDENCE_SUFFIX)
     tmp = path + ".part"
 
     def clean(info: tarfile.TarInfo) -> tarfile.TarInfo:

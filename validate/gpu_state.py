@@ -21,98 +21,122 @@ def _section(tree: dict[str, Any], *names: str) -> dict[str, Any] | None:
     return None
 
 
+def _remapped_rows(gpu: dict[str, Any]) -> dict[str, Any] | None:
+    rr = _section(gpu, "Remapped Rows")
+    if rr is None:
+        return None
+    return {
+        "correctable": to_number(rr.get("Correctable Error")),
+        "uncorrectable": to_number(rr.get("Uncorrectable Error")),
+        "pending": to_bool(rr.get("Pending")),
+        "failure": to_bool(rr.get("Remapping Failure Occurred")),
+    }
+
+
+def _count(value: Any) -> Any:
+    """A retired-pages cause: its value, or the "Count" some drivers nest under it."""
+    return value.get("Count") if isinstance(value, dict) else value
+
+
+def _retired_pages(gpu: dict[str, Any]) -> dict[str, Any] | None:
+    rp = _section(gpu, "Retired Pages")
+    if rp is None:
+        return None
+    return {
+        "single_bit": to_number(_count(rp.get("Single Bit ECC"))),
+        "double_bit": to_number(_count(rp.get("Double Bit ECC"))),
+        "pending": to_bool(rp.get("Pending Page Blacklist", rp.get("Pending Page Retirement"))),
+    }
+
+
+def _uncorrected(key: str, val: Any) -> int | float | None:
+    """One volatile ECC entry's uncorrected count (double bit, or "uncorrectable"), else None."""
+    if isinstance(val, dict) and key.lower().startswith("double bit"):
+        return to_number(val.get("Total"))
+    if isinstance(val, str) and "uncorrectable" in key.lower():
+        return to_number(val)
+    return None
+
+
+def _ecc_uncorrected_volatile(gpu: dict[str, Any]) -> int | float | None:
+    ecc = _section(gpu, "ECC Errors")
+    vol = _section(ecc, "Volatile") if ecc is not None else None
+    if vol is None:
+        return None
+    counts = [v for v in (_uncorrected(key, val) for key, val in vol.items()) if v is not None]
+    return sum(counts) if counts else None
+
+
+def _ecc_mode(gpu: dict[str, Any]) -> bool | None:
+    mode = _section(gpu, "ECC Mode")
+    return to_bool(mode.get("Current")) if mode else None
+
+
+# nvidia-smi -q's clock event (throttle) reasons, lower case -> ours
+THROTTLE_NAMES = {
+    "idle": "gpu_idle",
+    "applications clocks setting": "applications_clocks_setting",
+    "sw power cap": "sw_power_cap",
+    "hw slowdown": "hw_slowdown",
+    "hw thermal slowdown": "hw_thermal_slowdown",
+    "hw power brake slowdown": "hw_power_brake_slowdown",
+    "sync boost": "sync_boost",
+    "sw thermal slowdown": "sw_thermal_slowdown",
+    "display clock setting": "display_clock_setting",
+}
+
+
+def _throttle_active(gpu: dict[str, Any]) -> list[str] | None:
+    thr = _section(gpu, "Clocks Event Reasons", "Clocks Throttle Reasons", "Clocks Throttle Reasons #2")
+    if thr is None:
+        return None
+    return [THROTTLE_NAMES[key.lower()] for key, val in thr.items()
+            if THROTTLE_NAMES.get(key.lower()) and isinstance(val, str) and to_bool(val)]
+
+
+def _pcie(gpu: dict[str, Any]) -> dict[str, Any] | None:
+    pci = _section(gpu, "PCI")
+    link = _section(pci, "GPU Link Info") if pci else None
+    if link is None:
+        return None
+    gen = _section(link, "PCIe Generation") or {}
+    width = _section(link, "Link Width") or {}
+    return {
+        "gen_current": to_number(gen.get("Current")),
+        "gen_max": to_number(gen.get("Max")),
+        "width_current": to_number(width.get("Current")),
+        "width_max": to_number(width.get("Max")),
+    }
+
+
+def _fabric(gpu: dict[str, Any]) -> dict[str, Any] | None:
+    """Hopper and newer on an NVSwitch board: State Not Started / In Progress / Completed,
+    Status Success or an error; "N/A" / "Not Supported" elsewhere (gpud
+    components/accelerator/nvidia/fabric-manager: single-GPU H200 boxes report "Not Supported")."""
+    fabric = _section(gpu, "Fabric")
+    if fabric is None:
+        return None
+    return {"state": to_str(fabric.get("State")), "status": to_str(fabric.get("Status"))}
+
+
+# smi_q_health's facts, in the record's order: each read from one GPU's -q tree (None: no section)
+HEALTH_FACTS = (
+    ("remapped_rows", _remapped_rows),
+    ("retired_pages", _retired_pages),
+    ("ecc_uncorrected_volatile", _ecc_uncorrected_volatile),
+    ("ecc_mode", _ecc_mode),
+    ("throttle_active", _throttle_active),
+    ("pcie", _pcie),
+    ("fabric", _fabric),
+)
+
+
 def smi_q_health(gpu: dict[str, Any]) -> dict[str, Any]:
     """Health facts from one GPU of ``parse_smi_q``: remapped rows, retired
     pages, ECC uncorrected counts, clock event (throttle) reasons, PCIe link."""
     out: dict[str, Any] = {"bus_id": gpu.get("_bus_id"), "name": to_str(gpu.get("Product Name"))}
-    rr = _section(gpu, "Remapped Rows")
-    if rr is not None:
-        out["remapped_rows"] = {
-            "correctable": to_number(rr.get("Correctable Error")),
-            "uncorrectable": to_number(rr.get("Uncorrectable Error")),
-            "pending": to_bool(rr.get("Pending")),
-            "failure": to_bool(rr.get("Remapping Failure Occurred")),
-        }
-    else:
-        out["remapped_rows"] = None
-    rp = _section(gpu, "Retired Pages")
-    if rp is not None:
-        single = rp.get("Single Bit ECC")
-        double = rp.get("Double Bit ECC")
-        if isinstance(single, dict):  # some drivers nest a "Count" under each cause
-            single = single.get("Count")
-        if isinstance(double, dict):
-            double = double.get("Count")
-        pending = rp.get("Pending Page Blacklist", rp.get("Pending Page Retirement"))
-        out["retired_pages"] = {
-            "single_bit": to_number(single),
-            "double_bit": to_number(double),
-            "pending": to_bool(pending),
-        }
-    else:
-        out["retired_pages"] = None
-    ecc = _section(gpu, "ECC Errors")
-    unc = None
-    if ecc is not None:
-        vol = _section(ecc, "Volatile")
-        if vol is not None:
-            total: int | float = 0
-            seen = False
-            for key, val in vol.items():
-                if isinstance(val, dict) and key.lower().startswith("double bit"):
-                    v = to_number(val.get("Total"))
-                elif isinstance(val, str) and "uncorrectable" in key.lower():
-                    v = to_number(val)
-                else:
-                    continue
-                if v is not None:
-                    total += v
-                    seen = True
-            unc = total if seen else None
-    out["ecc_uncorrected_volatile"] = unc
-    mode = _section(gpu, "ECC Mode")
-    out["ecc_mode"] = to_bool(mode.get("Current")) if mode else None
-    thr = _section(gpu, "Clocks Event Reasons", "Clocks Throttle Reasons", "Clocks Throttle Reasons #2")
-    if thr is not None:
-        names = {
-            "idle": "gpu_idle",
-            "applications clocks setting": "applications_clocks_setting",
-            "sw power cap": "sw_power_cap",
-            "hw slowdown": "hw_slowdown",
-            "hw thermal slowdown": "hw_thermal_slowdown",
-            "hw power brake slowdown": "hw_power_brake_slowdown",
-            "sync boost": "sync_boost",
-            "sw thermal slowdown": "sw_thermal_slowdown",
-            "display clock setting": "display_clock_setting",
-        }
-        active = []
-        for key, val in thr.items():
-            norm = names.get(key.lower())
-            if norm and isinstance(val, str) and to_bool(val):
-                active.append(norm)
-        out["throttle_active"] = active
-    else:
-        out["throttle_active"] = None
-    pci = _section(gpu, "PCI")
-    link = _section(pci, "GPU Link Info") if pci else None
-    if link is not None:
-        gen = _section(link, "PCIe Generation") or {}
-        width = _section(link, "Link Width") or {}
-        out["pcie"] = {
-            "gen_current": to_number(gen.get("Current")),
-            "gen_max": to_number(gen.get("Max")),
-            "width_current": to_number(width.get("Current")),
-            "width_max": to_number(width.get("Max")),
-        }
-    else:
-        out["pcie"] = None
-    fabric = _section(gpu, "Fabric")
-    # Hopper and newer on an NVSwitch board: State Not Started / In Progress /
-    # Completed, Status Success or an error; "N/A" / "Not Supported" elsewhere
-    # (gpud components/accelerator/nvidia/fabric-manager: single-GPU H200 boxes
-    # report "Not Supported").
-    out["fabric"] = ({"state": to_str(fabric.get("State")), "status": to_str(fabric.get("Status"))}
-                     if fabric is not None else None)
+    for key, read in HEALTH_FACTS:
+        out[key] = read(gpu)
     return out
 
 

@@ -26,7 +26,6 @@ the GPU, deferred]: ...``, exit 0, and results.json has it as
 ``deferred_action``.
 """
 
-import argparse
 import datetime
 import os
 import shutil
@@ -34,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from . import actions, host, output, profile, slurm_node
+from . import actions, host, output, slurm_node
 from .core import FAIL, SKIP, SPECS, Context, run_check
 
 HEALTHY, SICK, UNCHECKED = 0, 1, 3
@@ -45,49 +44,28 @@ DRIVER_PROC = "/proc/driver/nvidia/version"
 # how the checks word a finding that does not fail (system's notices, xid's): not repeated in the line
 NOTE_WORDS = ("warning: ", "reported, not failed: ")
 
-class UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
+DESCRIPTION = ("Fast GPU node health: GPU count, driver, nvidia-smi health, Xid/SXid since boot, "
+               "Fabric Manager. Exit 0 healthy, 1 sick, 3 could not check.")
+# Its options (argparse rows, in --help order): validate/cli.py MODES reads them with its one parser.
+OPTIONS = (
+    (("--health",), dict(action="store_true", required=True)),
+    (("--out",), dict(metavar="DIR", help="write results.json (and nvidia-smi artefacts) there")),
+    (("--expect-gpus",), dict(type=int, metavar="N", dest="expect_gpus",
+                              help="sick unless exactly N GPUs are visible (0: a node without GPUs is healthy)")),
+    (("--kernel-log",), dict(metavar="PATH", dest="kernel_log",
+                             help="kernel log to scan for Xid/SXid (default: journalctl -k -b, else dmesg)")),
+    (("--profile",), dict(metavar="FILE|JSON",
+                          help="the node's profile (validate/profile.py): its ignore_xids and acknowledged_before "
+                               "apply")),
+    (("--slurm-drain",), dict(action="store_true", dest="slurm_drain",
+                              help="under Slurm (SLURMD_NODENAME set), drain this node when sick or not checkable")),
+)
 
 
 def build_parser():
-    p = _Parser(prog="python3 -m validate --health",
-                description="Fast GPU node health: GPU count, driver, nvidia-smi health, Xid/SXid since boot, "
-                            "Fabric Manager. Exit 0 healthy, 1 sick, 3 could not check.")
-    p.add_argument("--health", action="store_true", required=True)
-    p.add_argument("--out", metavar="DIR", help="write results.json (and nvidia-smi artefacts) there")
-    p.add_argument("--expect-gpus", type=int, metavar="N", dest="expect_gpus",
-                   help="sick unless exactly N GPUs are visible (0: a node without GPUs is healthy)")
-    p.add_argument("--kernel-log", metavar="PATH", dest="kernel_log",
-                   help="kernel log to scan for Xid/SXid (default: journalctl -k -b, else dmesg)")
-    p.add_argument("--profile", metavar="FILE|JSON",
-                   help="the node's profile (validate/profile.py): its ignore_xids and acknowledged_before apply")
-    p.add_argument("--slurm-drain", action="store_true", dest="slurm_drain",
-                   help="under Slurm (SLURMD_NODENAME set), drain this node when sick or not checkable")
-    return p
-
-
-def parse_args(argv):
-    opts = build_parser().parse_args(argv)
-    if opts.expect_gpus is not None and opts.expect_gpus < 0:
-        raise UsageError("--expect-gpus must be >= 0")
-    if opts.kernel_log is not None and not os.path.isfile(opts.kernel_log):
-        raise UsageError("--kernel-log %s: no such file" % opts.kernel_log)
-    if opts.out is not None and os.path.exists(opts.out) and not os.path.isdir(opts.out):
-        raise UsageError("--out %s: exists and is not a folder" % opts.out)
-    opts.profile_doc = None
-    if opts.profile is not None:
-        try:
-            opts.profile_doc = profile.load(opts.profile)
-        except profile.BadProfile as exc:
-            raise UsageError(str(exc)) from None
-    opts.device = "auto"
-    opts.checks = list(HEALTH_CHECKS)
-    return opts
+    """The parser of ``--health`` (validate/cli.py's, for this mode)."""
+    from . import cli
+    return cli.build_parser(cli.HEALTH)
 
 
 def driver_loaded(proc_version=DRIVER_PROC):
@@ -106,41 +84,62 @@ def _sick(findings):
     return SICK, "sick: %s [action: %s]" % (first["what"], act), act
 
 
-def verdict(results, opts, driver_line):
-    """(exit code, one line without the prefix, action or None)."""
-    by = dict((r.name, r) for r in results)
-    system = by["system"]
-    smi = (system.figures.get("nvidia_smi") or {}).get("path")
-    if smi is None:
-        # the kernel's own words outrank a missing tool: Xid 79 ("GPU has fallen off the
-        # bus") in the log and no nvidia-smi is a sick node, not one that could not be checked
-        kernel = [f for f in by["xid"].findings if f["fails"]] if by["xid"].status == FAIL else []
-        if kernel:
-            return _sick(kernel)
-    no_driver = smi is None and driver_line is None
-    if no_driver:
-        if opts.expect_gpus == 0:
-            return HEALTHY, "healthy: no NVIDIA GPU or driver, as --expect-gpus 0 says", None
-        if opts.expect_gpus is None:
-            return UNCHECKED, "could not check: no NVIDIA driver (nvidia-smi not found, %s absent)" % DRIVER_PROC, None
-        return SICK, ("sick: no NVIDIA driver (nvidia-smi not found, %s absent), expected %d GPUs [action: %s]"
-                      % (DRIVER_PROC, opts.expect_gpus, actions.REBOOT_NODE)), actions.REBOOT_NODE
-    if smi is None:
-        return UNCHECKED, "could not check: the driver is loaded (%s) but nvidia-smi is not found" % driver_line, None
-    failed = [r for r in results if r.status == FAIL]
-    if failed:
-        findings = [f for r in failed for f in r.findings if f["fails"]]
-        if findings:
-            return _sick(findings)
-        r = failed[0]
-        return SICK, "sick: %s: %s" % (r.name, r.reason), None
-    # a skip that leaves something unchecked (the kernel log not readable) has a
-    # warning or stays required; "no NVSwitch on this board" has neither
-    unchecked = [r for r in results if r.status == SKIP and (r.required or r.warnings)]
-    if unchecked:
-        r = unchecked[0]
-        return UNCHECKED, "could not check: %s: %s" % (r.name, r.reason), None
-    gpus = system.figures.get("gpus") or []
+def _smi(by):
+    return (by["system"].figures.get("nvidia_smi") or {}).get("path")
+
+
+def _kernel_outranks_tool(by, opts, driver_line):
+    """The kernel's own words outrank a missing tool: Xid 79 ("GPU has fallen off the bus") in
+    the log and no nvidia-smi is a sick node, not one that could not be checked."""
+    if _smi(by) is not None or by["xid"].status != FAIL:
+        return None
+    kernel = [f for f in by["xid"].findings if f["fails"]]
+    return _sick(kernel) if kernel else None
+
+
+def _no_driver(by, opts, driver_line):
+    """No nvidia-smi and no driver: healthy, unchecked or sick as --expect-gpus says."""
+    if _smi(by) is not None or driver_line is not None:
+        return None
+    if opts.expect_gpus == 0:
+        return HEALTHY, "healthy: no NVIDIA GPU or driver, as --expect-gpus 0 says", None
+    if opts.expect_gpus is None:
+        return UNCHECKED, "could not check: no NVIDIA driver (nvidia-smi not found, %s absent)" % DRIVER_PROC, None
+    return SICK, ("sick: no NVIDIA driver (nvidia-smi not found, %s absent), expected %d GPUs [action: %s]"
+                  % (DRIVER_PROC, opts.expect_gpus, actions.REBOOT_NODE)), actions.REBOOT_NODE
+
+
+def _no_tool(by, opts, driver_line):
+    """A driver loaded and no nvidia-smi to ask it."""
+    if _smi(by) is not None:
+        return None
+    return UNCHECKED, "could not check: the driver is loaded (%s) but nvidia-smi is not found" % driver_line, None
+
+
+def _failed(by, opts, driver_line):
+    """A failed check: sick, named by its worst failing finding (else by its reason)."""
+    failed = [r for r in by.values() if r.status == FAIL]
+    if not failed:
+        return None
+    findings = [f for r in failed for f in r.findings if f["fails"]]
+    if findings:
+        return _sick(findings)
+    return SICK, "sick: %s: %s" % (failed[0].name, failed[0].reason), None
+
+
+def _left_unchecked(by, opts, driver_line):
+    """A skip that leaves something unchecked (the kernel log not readable) has a warning or
+    stays required; "no NVSwitch on this board" has neither."""
+    unchecked = [r for r in by.values() if r.status == SKIP and (r.required or r.warnings)]
+    if not unchecked:
+        return None
+    return UNCHECKED, "could not check: %s: %s" % (unchecked[0].name, unchecked[0].reason), None
+
+
+def _summary(by):
+    """What a healthy line says: the GPUs, the driver, the kernel log's lines, the fabric, and
+    the inventory's waivers that made it healthy."""
+    gpus = by["system"].figures.get("gpus") or []
     names = sorted(set(g.get("name") or "?" for g in gpus))
     xid = by["xid"].figures
     fab = by["fabric"]
@@ -148,19 +147,40 @@ def verdict(results, opts, driver_line):
         len(gpus), "/".join(names), gpus[0].get("driver_version") if gpus else "-",
         len(xid.get("events") or []), len(xid.get("sxids") or []),
         "; " + fab.summary if fab.status != SKIP else "")
-    waived = [w["waiver"] for r in results for w in r.waivers]
-    if waived:  # the inventory's waivers that made it healthy, named
+    waived = [w["waiver"] for r in by.values() for w in r.waivers]
+    if waived:
         summary += "; waived: " + ", ".join(sorted(set(waived)))
-    later = actions.deferred(f for r in results for f in r.findings)
+    return summary
+
+
+def _healthy(by, opts, driver_line):
+    """Healthy; one that needs an action once its GPUs are idle (a pending row remap) names it
+    up front."""
+    summary = _summary(by)
+    findings = [f for r in by.values() for f in r.findings]
+    later = actions.deferred(findings)
     if later is None:
         return HEALTHY, "healthy: " + summary, None
-    # passes, yet needs an action once its GPUs are idle (a pending row remap): named up front
-    first = next(f for r in results for f in r.findings if not f["fails"] and f["action"] == later)
-    what = first["what"]
+    what = next(f for f in findings if not f["fails"] and f["action"] == later)["what"]
     for note in NOTE_WORDS:
         if what.startswith(note):
             what = what[len(note):]
     return HEALTHY, "healthy [action: %s, deferred]: %s; %s" % (later, what, summary), later
+
+
+# The verdict's rules, in order: the first that speaks decides.  Each gets the results by check
+# name, the options and the driver's version line (None: not loaded).
+VERDICT_RULES = (_kernel_outranks_tool, _no_driver, _no_tool, _failed, _left_unchecked, _healthy)
+
+
+def verdict(results, opts, driver_line):
+    """(exit code, one line without the prefix, action or None)."""
+    by = dict((r.name, r) for r in results)
+    for rule in VERDICT_RULES:
+        said = rule(by, opts, driver_line)
+        if said is not None:
+            return said
+    raise AssertionError("_healthy always speaks")
 
 
 def _host_document(results):
@@ -174,20 +194,33 @@ def _host_document(results):
 
 
 def main(argv, stdout=None, stderr=None):
-    stdout = stdout if stdout is not None else sys.stdout
+    """``python3 -m validate --health ...`` (``argv`` with ``--health``): its exit status."""
+    from . import cli
     stderr = stderr if stderr is not None else sys.stderr
     try:
-        opts = parse_args(argv)
-        if opts.out:
-            os.makedirs(opts.out, exist_ok=True)
-            if not os.access(opts.out, os.W_OK):
-                raise UsageError("--out %s: not writable" % opts.out)
-    except UsageError as exc:
+        opts = cli.parse(cli.HEALTH, argv)
+        cli._writable_out(opts)
+    except cli.UsageError as exc:
         stderr.write("validate: error: %s\n" % exc)
         return USAGE
-    except OSError as exc:
-        stderr.write("validate: error: --out %s: %s\n" % (opts.out, exc.strerror or exc))
-        return USAGE
+    return run(opts, stdout, stderr)
+
+
+def _results_document(opts, started, t0, code, line, results):
+    doc = output.results_document(started, time.perf_counter() - t0, code == HEALTHY, {
+        "health": True, "out": opts.out, "expect_gpus": opts.expect_gpus, "kernel_log": opts.kernel_log,
+        "slurm_drain": opts.slurm_drain, "device": "auto", "checks": list(HEALTH_CHECKS)},
+        _host_document(results), results)
+    doc["health"] = {"exit": code, "line": PREFIX + line}
+    return doc
+
+
+def run(opts, stdout=None, stderr=None):
+    """The health checks, the one line, and the drain under Slurm: the exit status."""
+    stdout = stdout if stdout is not None else sys.stdout
+    stderr = stderr if stderr is not None else sys.stderr
+    opts.device = "auto"
+    opts.checks = list(HEALTH_CHECKS)
     opts.health = True
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     t0 = time.perf_counter()
@@ -197,12 +230,8 @@ def main(argv, stdout=None, stderr=None):
         results = [run_check(ctx, SPECS[name], True, named=False) for name in HEALTH_CHECKS]
         code, line, act = verdict(results, opts, driver_loaded())
         if opts.out:
-            doc = output.results_document(started, time.perf_counter() - t0, code == HEALTHY, {
-                "health": True, "out": opts.out, "expect_gpus": opts.expect_gpus, "kernel_log": opts.kernel_log,
-                "slurm_drain": opts.slurm_drain, "device": "auto", "checks": list(HEALTH_CHECKS)},
-                _host_document(results), results)
-            doc["health"] = {"exit": code, "line": PREFIX + line}
-            output.write_json_atomic(os.path.join(out_dir, output.RESULTS), doc)
+            output.write_json_atomic(os.path.join(out_dir, output.RESULTS),
+                                     _results_document(opts, started, t0, code, line, results))
     finally:
         if not opts.out:
             shutil.rmtree(out_dir, ignore_errors=True)

@@ -10,10 +10,10 @@ from typing import Any
 
 from . import SCHEMA, TOOL, __version__, actions
 from .core import FAIL, PASS, SKIP
+from .shared import BENCH_LOG as BENCH_LOG  # the control side reads them too
+from .shared import RESULTS as RESULTS
 
-RESULTS = "results.json"
 LOG = "validate.log"
-BENCH_LOG = "bench_torch.log"
 
 
 # The fields of results.json (schema SCHEMA), of each entry of its "checks" and of each
@@ -148,36 +148,44 @@ def _reference_and_waivers(doc):
     return lines
 
 
-def render_log(doc, results):
-    host = doc["host"]
-    lines = []
-    failed_req = [r.name for r in results if r.required and r.status != PASS]
-    verdict = "VALIDATED" if doc["ok"] else "NOT VALIDATED"
-    waived_names = [r.name for r in results if r.waived and not r.required and r.status == SKIP]
+def _waived_names(results):
+    return [r.name for r in results if r.waived and not r.required and r.status == SKIP]
+
+
+def _log_verdict(doc, results):
+    """The verdict line, with the waived checks and the count of warnings."""
+    waived_names = _waived_names(results)
     warning_count = sum(len(r.warnings) for r in results)
-    lines.append("%s %s: %s (exit %d)%s%s" % (
-        TOOL, __version__, verdict, 0 if doc["ok"] else 1,
+    return ["%s %s: %s (exit %d)%s%s" % (
+        TOOL, __version__, "VALIDATED" if doc["ok"] else "NOT VALIDATED", 0 if doc["ok"] else 1,
         "; waived: %s" % ", ".join(waived_names) if waived_names else "",
-        "; %d warning(s)" % warning_count if warning_count else ""))
-    lines.append("started %s UTC, took %.1f s" % (doc["started"], doc["elapsed_s"]))
-    lines.append(
+        "; %d warning(s)" % warning_count if warning_count else "")]
+
+
+def _log_run(doc, results):
+    """When, on which host, with which software and options."""
+    host = doc["host"]
+    opts = doc["options"]
+    return [
+        "started %s UTC, took %.1f s" % (doc["started"], doc["elapsed_s"]),
         "host %s: %s, kernel %s, %s, %s x %s, %s GiB RAM"
         % (host.get("hostname"), host.get("os"), host.get("kernel"), host.get("arch"),
-           host.get("cpus"), host.get("cpu"), host.get("memory_gib"))
-    )
-    lines.append(
+           host.get("cpus"), host.get("cpu"), host.get("memory_gib")),
         "python %s, torch %s, torchvision %s, CUDA (torch build) %s, driver %s, GPUs %s%s, device %s"
         % (host.get("python"), _fmt(host.get("torch")), _fmt(host.get("torchvision")),
            _fmt(host.get("cuda")), _fmt(host.get("driver")), _fmt(host.get("gpu_count")),
-           (" (%s)" % host["gpu_name"]) if host.get("gpu_name") else "", host.get("device"))
-    )
-    opts = doc["options"]
-    lines.append(
+           (" (%s)" % host["gpu_name"]) if host.get("gpu_name") else "", host.get("device")),
         "options: device=%s models=%s warmup=%s iters=%s batch=%s amp=%s quick=%s weights=%s expect_gpus=%s"
         % (opts.get("device"), opts.get("models"), opts.get("warmup"), opts.get("iters"),
            ",".join(str(b) for b in opts.get("batch") or []), opts.get("amp"), opts.get("quick"),
-           opts.get("weights") or "-", _fmt(opts.get("expect_gpus")))
-    )
+           opts.get("weights") or "-", _fmt(opts.get("expect_gpus"))),
+    ]
+
+
+def _log_actions(doc, results):
+    """The required checks not passed, and the operator's actions, now and when idle."""
+    lines = []
+    failed_req = [r.name for r in results if r.required and r.status != PASS]
     if failed_req:
         lines.append("required checks not passed: %s" % ", ".join(failed_req))
     if doc.get("action"):
@@ -185,35 +193,55 @@ def render_log(doc, results):
     if doc.get("deferred_action"):
         lines.append("operator's action, when the GPUs are idle (new work may start meanwhile): %s"
                      % doc["deferred_action"])
-    lines.extend(_reference_and_waivers(doc))
+    return lines
+
+
+def _log_waivers_and_warnings(doc, results):
+    """What was measured without a reference, what was waived and why, and each warning."""
+    lines = list(_reference_and_waivers(doc))
+    waived_names = _waived_names(results)
     waived = [r for r in results if r.name in waived_names]
     if waived:
         lines.append("required checks waived (not applicable here): %s"
                      % "; ".join("%s: %s" % (r.name, r.waived) for r in waived))
-    for r in results:
-        for w in r.warnings:
-            if w != r.waived:  # already on the waived line
-                lines.append("warning: %s: %s" % (r.name, w))
-    lines.append("")
-    lines.append("%-14s %-5s %-6s %8s  %s" % ("check", "state", "req", "time", "result"))
+    lines.extend("warning: %s: %s" % (r.name, w) for r in results for w in r.warnings
+                 if w != r.waived)  # a waiver is already on the waived line
+    return lines
+
+
+def _log_table(doc, results):
+    """One row per check: state, requirement, time and its summary (or reason)."""
+    lines = ["", "%-14s %-5s %-6s %8s  %s" % ("check", "state", "req", "time", "result")]
     for r in results:
         text = r.summary if r.status == PASS else r.reason
         if r.status != PASS and r.summary:
             text = "%s [%s]" % (r.reason, r.summary)
         lines.append("%-14s %-5s %-6s %7.1fs  %s" % (
             r.name, _WORD.get(r.status, r.status), _requirement(r), r.elapsed_s, text))
+    return lines
+
+
+def _log_details(doc, results):
+    """Each check's details and artefacts (a skipped check without any: nothing)."""
+    lines = []
     for r in results:
         if not r.details and not r.artefacts and r.status == SKIP:
             continue
-        lines.append("")
-        lines.append("== %s: %s ==" % (r.name, _WORD.get(r.status, r.status)))
+        lines += ["", "== %s: %s ==" % (r.name, _WORD.get(r.status, r.status))]
         if r.status != PASS:
             lines.append("  reason: %s" % r.reason)
-        for d in r.details:
-            lines.append("  " + d)
+        lines.extend("  " + d for d in r.details)
         if r.artefacts:
             lines.append("  artefacts: %s" % ", ".join(r.artefacts))
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+# validate.log's sections, top to bottom: each gets (results document, results), gives lines.
+LOG_SECTIONS = (_log_verdict, _log_run, _log_actions, _log_waivers_and_warnings, _log_table, _log_details)
+
+
+def render_log(doc, results):
+    return "\n".join(line for section in LOG_SECTIONS for line in section(doc, results)) + "\n"
 
 
 def write_log(path, doc, results):

@@ -95,22 +95,29 @@ def _ports(where, spec):
     return out
 
 
-def from_document(doc: Any, check_names=()) -> dict[str, Any]:
-    """The checked profile of a parsed document (BadProfile naming the key)."""
-    doc = _mapping("profile", doc, KEYS)
-    gpus = _mapping("gpus", doc.get("gpus") or {}, ("count", "model"))
-    pcie = _mapping("pcie", doc.get("pcie") or {}, ("gen", "width"))
+def _ib(doc):
     ib = doc.get("ib") or []
     ib = [ib] if isinstance(ib, dict) else ib
     if not isinstance(ib, list):
         raise BadProfile("ib: not a mapping or a list of mappings")
-    floors = _mapping("floors", doc.get("floors") or {}, FLOOR_FIGURES)
+    return ib
+
+
+def _tolerance(doc):
     tolerance = _num("tolerance", doc.get("tolerance", 0.0))
     if tolerance >= 1:
         raise BadProfile("tolerance: %r is not below 1 (a fraction: 0.05 = 5 %%)" % tolerance)
+    return tolerance
+
+
+def _ignore_xids(doc):
     ignore = doc.get("ignore_xids") or []
     if not isinstance(ignore, list):
         raise BadProfile("ignore_xids: not a list of Xid numbers")
+    return ignore
+
+
+def _warn_only(doc, check_names):
     warn_only = doc.get("warn_only") or []
     if not isinstance(warn_only, list) or not all(isinstance(c, str) for c in warn_only):
         raise BadProfile("warn_only: not a list of check names")
@@ -118,25 +125,56 @@ def from_document(doc: Any, check_names=()) -> dict[str, Any]:
         if check_names and name not in check_names:
             raise BadProfile("warn_only: unknown check %r (known: %s)" % (name, ", ".join(check_names)),
                              "warn_only[%d]" % i)
+    return warn_only
+
+
+def _model(gpus):
     model = gpus.get("model")
     if model is not None and not isinstance(model, str):
         raise BadProfile("gpus.model: not a string")
-    # the floors of `gpuprov fabric`'s pairs, per tool (ib_write_bw Gb/s, all_reduce_perf GB/s,
-    # iperf3 Gb/s): checked here, judged by the fabric command (the tool names are its own)
+    return model
+
+
+def _fabric(doc):
+    """The floors of `gpuprov fabric`'s pairs, per tool (ib_write_bw Gb/s, all_reduce_perf GB/s,
+    iperf3 Gb/s): checked here, judged by the fabric command (the tool names are its own)."""
     fabric = doc.get("fabric") or {}
     if not isinstance(fabric, dict) or not all(isinstance(k, str) for k in fabric):
         raise BadProfile("fabric: not a mapping of a tool to its floor")
+    return fabric
+
+
+def _optional_int(where, mapping, key, low):
+    return _int(where, mapping[key], low) if mapping.get(key) is not None else None
+
+
+def _acknowledged_before(doc):
+    value = doc.get("acknowledged_before")
+    return parse_time("acknowledged_before", value) if value is not None else None
+
+
+def from_document(doc: Any, check_names=()) -> dict[str, Any]:
+    """The checked profile of a parsed document (BadProfile naming the key): each key's shape
+    first, in this order, then its values."""
+    doc = _mapping("profile", doc, KEYS)
+    gpus = _mapping("gpus", doc.get("gpus") or {}, ("count", "model"))
+    pcie = _mapping("pcie", doc.get("pcie") or {}, ("gen", "width"))
+    ib = _ib(doc)
+    floors = _mapping("floors", doc.get("floors") or {}, FLOOR_FIGURES)
+    tolerance = _tolerance(doc)
+    ignore = _ignore_xids(doc)
+    warn_only = _warn_only(doc, check_names)
+    model = _model(gpus)
+    fabric = _fabric(doc)
     return {
-        "gpus": {"count": _int("gpus.count", gpus["count"], 1) if gpus.get("count") is not None else None,
-                 "model": model},
-        "pcie": {"gen": _int("pcie.gen", pcie["gen"], 1) if pcie.get("gen") is not None else None,
-                 "width": _int("pcie.width", pcie["width"], 1) if pcie.get("width") is not None else None},
+        "gpus": {"count": _optional_int("gpus.count", gpus, "count", 1), "model": model},
+        "pcie": {"gen": _optional_int("pcie.gen", pcie, "gen", 1),
+                 "width": _optional_int("pcie.width", pcie, "width", 1)},
         "ib": [_ports("ib[%d]" % i, p) for i, p in enumerate(ib)],
         "floors": dict((k, _num("floors." + k, v)) for k, v in floors.items()),
         "tolerance": tolerance,
         "ignore_xids": [_int("ignore_xids[%d]" % i, x, 1) for i, x in enumerate(ignore)],
-        "acknowledged_before": parse_time("acknowledged_before", doc["acknowledged_before"])
-        if doc.get("acknowledged_before") is not None else None,
+        "acknowledged_before": _acknowledged_before(doc),
         "warn_only": list(warn_only),
         "fabric": dict((k, _num("fabric." + k, v)) for k, v in fabric.items()),
         "document": doc,

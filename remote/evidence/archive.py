@@ -26,16 +26,16 @@ from pathlib import Path
 from typing import Any, BinaryIO, Optional
 
 from validate.evidence import archive_stem
+from validate.shared import EVIDENCE_MANIFEST as MANIFEST
+from validate.shared import EVIDENCE_STEM_CHARS
 
 from ..ground.errors import PullError
 from ..ground.resultsfile import UnusableFile, read_capped
 from ..ground.runfolder import EVIDENCE_PREFIX, EVIDENCE_SUFFIX
 from ..transport.connection import BaseConnection, publish_pull, pull
 
-MANIFEST = "manifest.json"  # validate/evidence.py MANIFEST
 SUFFIX = EVIDENCE_SUFFIX
-# validate/evidence.py archive_stem: letters, digits, '.', '-', '_' and the '+N' of a cut list
-NAME = re.compile(re.escape(EVIDENCE_PREFIX) + r"[A-Za-z0-9._+-]{1,250}" + re.escape(SUFFIX))
+NAME = re.compile(re.escape(EVIDENCE_PREFIX) + "[" + EVIDENCE_STEM_CHARS + "]{1,250}" + re.escape(SUFFIX))
 HIDDEN = ".evidence"  # the hidden folder of the run folder the archive is checked in
 CHUNK = 1 << 20
 

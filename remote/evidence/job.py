@@ -14,6 +14,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
+from validate.actions import DRAIN_RMA
+from validate.shared import BUG_REPORT_FULL_TIMEOUT_S as FULL_TIMEOUT_S
+from validate.shared import BUG_REPORT_SAFE_TIMEOUT_S as SAFE_TIMEOUT_S
+
 from ..engine.jobs import Job
 from ..engine.jobs.logs import PULL_TIMEOUT_S, remote_root
 from ..engine.jobs.validate import UNPACK_FAILED, choose_python, package_bytes, suite_args
@@ -28,14 +32,11 @@ from ..transport.connection import pack
 from .archive import bring_home
 
 OUTCOME = "evidence"
-# validate/actions.py DRAIN_RMA, the worst action (tests/test_evidence.py holds them equal).
-RMA = "drain and replace (RMA)"
-# validate/evidence.py's own bounds (FULL_TIMEOUT_S, SAFE_TIMEOUT_S); the command gets both and
-# this margin for what the collector waits for besides: nvidia-smi -q (60 s there), the kernel
-# log (journalctl, then dmesg: 60 s each, validate/checks/xid.py) and a minute to pack (ours,
-# unsourced). tests/test_evidence_collect.py holds them together.
-FULL_TIMEOUT_S = 300.0
-SAFE_TIMEOUT_S = 180.0
+RMA = DRAIN_RMA  # the worst action, in validate/actions.py's words
+# The command gets the collector's own bounds (validate/shared.py) and this margin for what the
+# collector waits for besides: nvidia-smi -q (60 s there), the kernel log (journalctl, then
+# dmesg: 60 s each, validate/checks/xid.py) and a minute to pack (ours, unsourced).
+# tests/test_evidence_collect.py holds the margin against them.
 MARGIN_S = 240.0
 CLEANUP_TIMEOUT_S = 60.0
 

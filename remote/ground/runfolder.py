@@ -29,21 +29,23 @@ ask here (tests/test_runfolder.py holds them to it).
                             are in their own folders, <logs>/<node>/<run id>/
                             (remote/scheduler/route.py)
 
-The bottom layer: imports nothing of gpuprov's, so every package may use it.
+The bottom layer: imports nothing of remote/'s, so every package may use it; the names the
+host's validate/ writes too are validate/shared.py's (their one owner).
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from validate.shared import BENCH_LOG as BENCH_LOG
+from validate.shared import EVIDENCE_PREFIX as EVIDENCE_PREFIX
+from validate.shared import EVIDENCE_SUFFIX as EVIDENCE_SUFFIX
+from validate.shared import RESULTS as RESULTS
+from validate.shared import STACK_MANIFEST as STACK_MANIFEST
+
 LOGS_DIR = "logs"  # relative to where gpuprov runs
 PROVISION_LOG = "provision.log"
-RESULTS = "results.json"
-BENCH_LOG = "bench_torch.log"
-STACK_MANIFEST = "stack.json"
 NOT_STARTED = "not-started.txt"
-EVIDENCE_PREFIX = "evidence-"
-EVIDENCE_SUFFIX = ".tar.gz"
 FABRIC_RECORD = "fabric.json"
 VALIDATION_ATTEMPT = "validation.json"
 # The names of cluster runs' records, one per scheduler: each scheduler's row names its own, and

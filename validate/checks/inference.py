@@ -69,10 +69,8 @@ def _set_tf32(torch, matmul, cudnn):
         torch.backends.cudnn.allow_tf32 = cudnn
 
 
-def run(ctx, res):
-    torch = ctx.torch()
-    tv = ctx.torchvision()
-    f = res.figures
+def _device(ctx, res):
+    """(use CUDA, why the GPU is not usable or None); a problem in GPU mode without one."""
     mode = ctx.device_mode
     gpu_reason = ctx.gpu_unavailable_reason() if mode != "cpu" else None
     use_cuda = mode != "cpu" and gpu_reason is None
@@ -81,90 +79,93 @@ def run(ctx, res):
     elif mode == "auto" and gpu_reason:
         res.problem("CUDA not available (%s): GPU/CPU agreement not checked" % gpu_reason)
     ctx.device_used = ctx.device_used or ("cuda" if use_cuda else "cpu")
+    return use_cuda, gpu_reason
+
+
+def _trained_model(ctx, torch, tv, path):
+    ctx.progress("loading %s" % path)
+    model = tv.models.resnet50(weights=None)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except TypeError:  # torch < 1.13 has no weights_only
+        state = torch.load(path, map_location="cpu")
+    model.load_state_dict(state)
+    model.eval()
+    return model
+
+
+def _probabilities(ctx, torch, model, batch, devs, cls):
+    """Class probabilities on each device, each device's batch-1 latency into ``cls``."""
+    outputs = {}
+    with torch.inference_mode():
+        for d in devs:
+            m = model.to(d)
+            outputs[d] = torch.softmax(m(batch.to(d)).float(), dim=1)[0].cpu()
+            lat = timing.measure(lambda: m(batch.to(d)), 1, max(1, min(ctx.opts.iters, 10)), d)
+            cls.setdefault("latency_ms", {})[d] = lat["median"]
+    return outputs
+
+
+def _classify(ctx, res, torch, tv, image, use_cuda, cls):
+    """1. The image classified with real weights, into ``cls`` (a warning and a skip without them)."""
     from torchvision.models import ResNet50_Weights
 
-    image = ctx.opts.image or DEFAULT_IMAGE
-    f["image"] = image
-
-    # 1. classification with real weights -------------------------------
     path, member, where = find_weights(torch, ctx.opts.weights)
-    cls: dict[str, Any] = {}
-    f["classification"] = cls
     if path is None:
         cls["status"] = "skip"
         cls["reason"] = "no ResNet50 weights in %s (offline: never downloaded; pass --weights DIR)" % (
             " or ".join(where) or "--weights")
         res.warn("classification skipped: " + cls["reason"])
-    else:
-        wenum = getattr(ResNet50_Weights, member) if member else ResNet50_Weights.IMAGENET1K_V1
-        categories = wenum.meta["categories"]
-        ctx.progress("loading %s" % path)
-        model = tv.models.resnet50(weights=None)
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except TypeError:  # torch < 1.13 has no weights_only
-            state = torch.load(path, map_location="cpu")
-        model.load_state_dict(state)
-        model.eval()
-        batch = load_image(tv, image, wenum.transforms()).unsqueeze(0)
-        devs = ["cuda", "cpu"] if use_cuda else ["cpu"]
-        outputs = {}
-        with torch.inference_mode():
-            for d in devs:
-                m = model.to(d)
-                probs = torch.softmax(m(batch.to(d)).float(), dim=1)[0].cpu()
-                outputs[d] = probs
-                lat = timing.measure(lambda: m(batch.to(d)), 1, max(1, min(ctx.opts.iters, 10)), d)
-                cls.setdefault("latency_ms", {})[d] = lat["median"]
-        probs = outputs[devs[0]]
-        top = torch.topk(probs, 5)
-        cls["status"] = "done"
-        cls["weights"] = path
-        cls["weights_tag"] = member
-        cls["device"] = devs[0]
-        cls["top5"] = [{"index": int(i), "class": categories[int(i)], "prob": float(p)}
-                       for p, i in zip(top.values, top.indices)]
-        lines = ["%s (%s) on %s, weights %s" % (os.path.basename(image), image, devs[0], path)]
-        lines += ["%-28s %6.2f%%" % (t["class"], 100 * t["prob"]) for t in cls["top5"]]
-        with open(ctx.artefact(res, TOP5_FILE), "w") as fh:
-            fh.write("\n".join(lines) + "\n")
-        for line in lines:
-            res.note(line)
-        if use_cuda:
-            cpu_top = torch.topk(outputs["cpu"], 5).indices.tolist()
-            cls["cpu_top5_same"] = cpu_top == top.indices.tolist()
-            if cpu_top[0] != int(top.indices[0]):
-                res.problem("trained ResNet50: GPU top-1 %s, CPU top-1 %s" % (
-                    categories[int(top.indices[0])], categories[cpu_top[0]]))
-        del model
-
-    # 2. GPU vs CPU on the same randomly initialised model -----------------
-    agree: dict[str, Any] = {}
-    f["gpu_cpu_agreement"] = agree
+        return
+    wenum = getattr(ResNet50_Weights, member) if member else ResNet50_Weights.IMAGENET1K_V1
+    categories = wenum.meta["categories"]
+    model = _trained_model(ctx, torch, tv, path)
+    batch = load_image(tv, image, wenum.transforms()).unsqueeze(0)
+    devs = ["cuda", "cpu"] if use_cuda else ["cpu"]
+    outputs = _probabilities(ctx, torch, model, batch, devs, cls)
+    top = torch.topk(outputs[devs[0]], 5)
+    cls.update({"status": "done", "weights": path, "weights_tag": member, "device": devs[0],
+                "top5": [{"index": int(i), "class": categories[int(i)], "prob": float(p)}
+                         for p, i in zip(top.values, top.indices)]})
+    lines = ["%s (%s) on %s, weights %s" % (os.path.basename(image), image, devs[0], path)]
+    lines += ["%-28s %6.2f%%" % (t["class"], 100 * t["prob"]) for t in cls["top5"]]
+    with open(ctx.artefact(res, TOP5_FILE), "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    for line in lines:
+        res.note(line)
     if use_cuda:
-        torch.manual_seed(0)
-        model = tv.models.resnet50(weights=None).eval()
-        x = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(1))
-        prev = tf32_flags(torch)
-        _set_tf32(torch, False, False)
-        try:
-            with torch.inference_mode():
-                ref = model(x).double()
-                got = model.to("cuda")(x.to("cuda")).double().cpu()
-        finally:
-            _set_tf32(torch, bool(prev.get("matmul_allow_tf32")), bool(prev.get("cudnn_allow_tf32")))
-        rel = float((got - ref).abs().max() / ref.abs().max())
-        same_top1 = got.argmax(1).tolist() == ref.argmax(1).tolist()
-        agree.update({"status": "done", "rel_error": rel, "tolerance": AGREE_TOL, "same_top1": same_top1})
-        res.note("random-init ResNet50, GPU vs CPU: rel. error %.2g (tol %g), same top-1: %s"
-                 % (rel, AGREE_TOL, same_top1))
-        if rel > AGREE_TOL or not same_top1:
-            res.problem("GPU and CPU outputs differ: rel. error %.2g, same top-1 %s" % (rel, same_top1))
-        del model
-    else:
-        agree["status"] = "skip"
-        agree["reason"] = gpu_reason or "--device cpu"
+        cpu_top = torch.topk(outputs["cpu"], 5).indices.tolist()
+        cls["cpu_top5_same"] = cpu_top == top.indices.tolist()
+        if cpu_top[0] != int(top.indices[0]):
+            res.problem("trained ResNet50: GPU top-1 %s, CPU top-1 %s" % (
+                categories[int(top.indices[0])], categories[cpu_top[0]]))
 
+
+def _agreement(res, torch, tv, use_cuda, gpu_reason):
+    """2. GPU vs CPU on the same randomly initialised model (TF32 off)."""
+    if not use_cuda:
+        return {"status": "skip", "reason": gpu_reason or "--device cpu"}
+    torch.manual_seed(0)
+    model = tv.models.resnet50(weights=None).eval()
+    x = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    prev = tf32_flags(torch)
+    _set_tf32(torch, False, False)
+    try:
+        with torch.inference_mode():
+            ref = model(x).double()
+            got = model.to("cuda")(x.to("cuda")).double().cpu()
+    finally:
+        _set_tf32(torch, bool(prev.get("matmul_allow_tf32")), bool(prev.get("cudnn_allow_tf32")))
+    rel = float((got - ref).abs().max() / ref.abs().max())
+    same_top1 = got.argmax(1).tolist() == ref.argmax(1).tolist()
+    res.note("random-init ResNet50, GPU vs CPU: rel. error %.2g (tol %g), same top-1: %s"
+             % (rel, AGREE_TOL, same_top1))
+    if rel > AGREE_TOL or not same_top1:
+        res.problem("GPU and CPU outputs differ: rel. error %.2g, same top-1 %s" % (rel, same_top1))
+    return {"status": "done", "rel_error": rel, "tolerance": AGREE_TOL, "same_top1": same_top1}
+
+
+def _summarise(res, image, cls, agree, mode):
     if cls.get("status") == "done":
         t = cls["top5"][0]
         res.summary = "%s: %s %.1f%%" % (os.path.basename(image), t["class"], 100 * t["prob"])
@@ -177,3 +178,19 @@ def run(ctx, res):
         res.summary = ""
         if mode == "cpu":
             res.skip("%s; GPU/CPU agreement not applicable with --device cpu" % cls["reason"])
+
+
+def run(ctx, res):
+    torch = ctx.torch()
+    tv = ctx.torchvision()
+    f = res.figures
+    use_cuda, gpu_reason = _device(ctx, res)
+    image = ctx.opts.image or DEFAULT_IMAGE
+    f["image"] = image
+    cls: dict[str, Any] = {}
+    f["classification"] = cls  # filled as it goes: what a failure midway leaves is recorded
+    _classify(ctx, res, torch, tv, image, use_cuda, cls)
+    agree: dict[str, Any] = {}
+    f["gpu_cpu_agreement"] = agree
+    agree.update(_agreement(res, torch, tv, use_cuda, gpu_reason))
+    _summarise(res, image, cls, agree, ctx.device_mode)

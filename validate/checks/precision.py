@@ -41,16 +41,9 @@ def _rel(torch, got, ref):
     return float(torch.linalg.vector_norm((got.float() - ref.float())) / torch.linalg.vector_norm(ref.float()))
 
 
-def run(ctx, res):
-    torch = ctx.torch()
-    tv = ctx.torchvision()
-    device = ctx.device(res)
+def _int8_qdq(ctx, res, torch, device, gen):
+    """int8 quantize / dequantize against its error bound and torch's own codes."""
     opts = ctx.opts
-    f = res.figures
-    f["device"] = device
-    gen = torch.Generator().manual_seed(0)
-
-    # int8 quantize / dequantize ---------------------------------------
     ctx.progress("int8 quantize/dequantize on %s" % device)
     x = torch.randn(1 << 20, generator=gen).to(device) * 3.0
     scale, zero = qparams(x)
@@ -64,8 +57,8 @@ def run(ctx, res):
     same = float((ref.int_repr().to(device) == q).float().mean())
     t_own = timing.measure(lambda: dequantize(torch, quantize(torch, x, scale, zero), scale, zero),
                            opts.warmup, opts.iters, device)
-    f["int8_qdq"] = {"elements": x.numel(), "scale": scale, "zero_point": zero, "max_abs_error": err,
-                     "error_bound": bound, "agree_with_torch": same, "qdq_ms": t_own["median"]}
+    res.figures["int8_qdq"] = {"elements": x.numel(), "scale": scale, "zero_point": zero, "max_abs_error": err,
+                               "error_bound": bound, "agree_with_torch": same, "qdq_ms": t_own["median"]}
     res.note("int8 q/dq of 2^20 values: scale %.5f, zero point %d, max error %.5f (bound %.5f), "
              "%.4f%% codes equal to torch.quantize_per_tensor, %.3f ms" % (
                  scale, zero, err, bound, 100 * same, t_own["median"]))
@@ -73,8 +66,12 @@ def run(ctx, res):
         res.problem("int8 quantize/dequantize error %.5f exceeds scale/2 = %.5f" % (err, bound))
     if same < 0.999:  # only rounding ties may differ
         res.problem("int8 codes differ from torch.quantize_per_tensor on %.3f%% of values" % (100 * (1 - same)))
+    return err, bound
 
-    # AMP on a ResNet18 ----------------------------------------------------
+
+def _amp(ctx, res, torch, tv, device, gen):
+    """AMP against fp32 on a ResNet18: its error and its speed-up."""
+    opts = ctx.opts
     ctx.progress("AMP vs fp32, resnet18 on %s" % device)
     torch.manual_seed(0)
     model = tv.models.resnet18(weights=None).eval().to(device)
@@ -91,16 +88,20 @@ def run(ctx, res):
             tamp = timing.measure(lambda: model(batch), opts.warmup, opts.iters, device)
     rel = _rel(torch, amp_out, ref_out)
     top1 = float((amp_out.float().argmax(1) == ref_out.argmax(1)).float().mean())
-    f["amp"] = {"model": "resnet18", "batch": nb, "dtype": dname, "rel_error": rel, "top1_agreement": top1,
-                "fp32_ms": t32["median"], "amp_ms": tamp["median"], "speedup": t32["median"] / tamp["median"],
-                "tolerance": AMP_TOL[dname]}
+    res.figures["amp"] = {"model": "resnet18", "batch": nb, "dtype": dname, "rel_error": rel,
+                          "top1_agreement": top1, "fp32_ms": t32["median"], "amp_ms": tamp["median"],
+                          "speedup": t32["median"] / tamp["median"], "tolerance": AMP_TOL[dname]}
     res.note("AMP (%s) ResNet18 batch %d: rel. error %.3g, top-1 agreement %.0f%%, fp32 %.2f ms, AMP %.2f ms (%.2fx)"
              % (dname, nb, rel, 100 * top1, t32["median"], tamp["median"], t32["median"] / tamp["median"]))
     if rel > AMP_TOL[dname]:
         res.problem("AMP %s output rel. error %.3g > %g" % (dname, rel, AMP_TOL[dname]))
-    del model
+    return dname, rel
 
-    # dynamic int8 MLP (CPU) ------------------------------------------------
+
+def _int8_dynamic(ctx, res, torch, gen):
+    """A dynamically quantized int8 MLP on the CPU (skipped when this build lacks the kernels)."""
+    opts = ctx.opts
+    f = res.figures
     ctx.progress("dynamic int8 MLP on cpu")
     nn = torch.nn
     torch.manual_seed(0)
@@ -129,6 +130,18 @@ def run(ctx, res):
     except Exception as exc:  # quantized CPU kernels missing from this build
         f["int8_dynamic"] = {"skipped": "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")}
         res.note("dynamic int8 skipped: %s" % f["int8_dynamic"]["skipped"])
+
+
+def run(ctx, res):
+    torch = ctx.torch()
+    tv = ctx.torchvision()
+    device = ctx.device(res)
+    f = res.figures
+    f["device"] = device
+    gen = torch.Generator().manual_seed(0)  # one stream of inputs through the three parts, in turn
+    err, bound = _int8_qdq(ctx, res, torch, device, gen)
+    dname, rel = _amp(ctx, res, torch, tv, device, gen)
+    _int8_dynamic(ctx, res, torch, gen)
     res.summary = "int8 q/dq err %.4f <= %.4f; AMP %s rel. err %.3g, %.2fx; %s" % (
         err, bound, dname, rel, f["amp"]["speedup"],
         ("dyn. int8 MLP rel. err %.3g, %.2fx" % (f["int8_dynamic"]["rel_error"], f["int8_dynamic"]["speedup"]))

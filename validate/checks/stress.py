@@ -87,40 +87,64 @@ def power_verdict(model, share, sampled):
     return expectations.verdict(expected, drawn)
 
 
+def _error(g, peers, fraction):
+    return "%s: %s" % (g["label"], g["error"]) if g.get("error") else None
+
+
+def _mismatches(g, peers, fraction):
+    if not g.get("mismatches"):
+        return None
+    return "%s: %d of %d results differ from the verified first product" % (
+        g["label"], g["mismatches"], g["iterations"])
+
+
+def _throttled(g, peers, fraction):
+    seen: set[str] = set()
+    for row in g.get("samples") or []:
+        seen.update(r for r in (row.get("throttle") or []) if r in BAD_THROTTLE)
+    return "%s: clocks held back under load by %s" % (g["label"], ", ".join(sorted(seen))) if seen else None
+
+
+def _below_peers(g, peers, fraction):
+    speeds = peers.get(g.get("name"), [])
+    peer = statistics.median(speeds) if len(speeds) > 1 else None
+    if not peer or g.get("tflops") is None or g["tflops"] >= fraction * peer:
+        return None
+    return "%s: %.1f TFLOPS under load, below %.0f%% of its peers' median %.1f (%d x %s)" % (
+        g["label"], g["tflops"], 100 * fraction, peer, len(speeds), g.get("name"))
+
+
+def _below_floor(g, peers, fraction):
+    e = g.get("expected")
+    if not e or g.get("tflops") is None or expectations.verdict(e, g["tflops"])["verdict"] != "fail":
+        return None
+    return "%s: %.1f TFLOPS under load, below %.1f (%s on a healthy %s: %s)" % (
+        g["label"], g["tflops"], e["floor"], e["rule"], g.get("name"), e["source"])
+
+
+def _low_power(g, peers, fraction):
+    power = g.get("power")
+    if not power or power["verdict"] != "fail":
+        return None
+    return "%s: drew at most %.0f W under load, below %.0f (%s: %s)" % (
+        g["label"], power["value"], power["floor"], power["rule"], power["source"])
+
+
+# What fails a GPU under load, in the order its problems are listed: each rule gets the GPU's
+# entry, its peers' TFLOPS by model name and the peer fraction, and says a problem or None.
+RULES = (_error, _mismatches, _throttled, _below_peers, _below_floor, _low_power)
+
+
 def judge(per_gpu, fraction=PEER_FRACTION):
     """Problems for a stress run.  ``per_gpu``: [{"label", "name", "tflops",
     "mismatches", "expected": expected_tflops(...) or None, "samples": [typed
     nvidia-smi rows], "power": power_verdict(...) or None}]."""
-    problems = []
-    models: dict[Any, list[float]] = {}
+    peers: dict[Any, list[float]] = {}
     for g in per_gpu:
         if g.get("tflops"):
-            models.setdefault(g.get("name"), []).append(g["tflops"])
-    for g in per_gpu:
-        speeds = models.get(g.get("name"), [])
-        peer = statistics.median(speeds) if len(speeds) > 1 else None
-        if g.get("error"):
-            problems.append("%s: %s" % (g["label"], g["error"]))
-        if g.get("mismatches"):
-            problems.append("%s: %d of %d results differ from the verified first product"
-                            % (g["label"], g["mismatches"], g["iterations"]))
-        seen: set[str] = set()
-        for row in g.get("samples") or []:
-            seen.update(r for r in (row.get("throttle") or []) if r in BAD_THROTTLE)
-        if seen:
-            problems.append("%s: clocks held back under load by %s" % (g["label"], ", ".join(sorted(seen))))
-        if peer and g.get("tflops") is not None and g["tflops"] < fraction * peer:
-            problems.append("%s: %.1f TFLOPS under load, below %.0f%% of its peers' median %.1f (%d x %s)"
-                            % (g["label"], g["tflops"], 100 * fraction, peer, len(speeds), g.get("name")))
-        e = g.get("expected")
-        if e and g.get("tflops") is not None and expectations.verdict(e, g["tflops"])["verdict"] == "fail":
-            problems.append("%s: %.1f TFLOPS under load, below %.1f (%s on a healthy %s: %s)"
-                            % (g["label"], g["tflops"], e["floor"], e["rule"], g.get("name"), e["source"]))
-        power = g.get("power")
-        if power and power["verdict"] == "fail":
-            problems.append("%s: drew at most %.0f W under load, below %.0f (%s: %s)"
-                            % (g["label"], power["value"], power["floor"], power["rule"], power["source"]))
-    return problems
+            peers.setdefault(g.get("name"), []).append(g["tflops"])
+    said = (rule(g, peers, fraction) for g in per_gpu for rule in RULES)
+    return [p for p in said if p is not None]
 
 
 def summarize_samples(rows):
@@ -179,30 +203,28 @@ def _worker(torch, dev, n, mode, seconds, out):
         out["error"] = "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
 
 
-def run(ctx, res):
-    torch = ctx.torch()
-    device = ctx.device(res)
-    seconds = ctx.opts.stress_seconds
-    if device == "cuda":
-        targets = [("cuda:%d" % i, torch.cuda.get_device_properties(i)) for i in range(torch.cuda.device_count())]
-        names = [p.name for _, p in targets]
-        modes = [gemm_mode(p.major) for _, p in targets]
-        n = GPU_N
-    else:
-        targets = [("cpu", None)]
-        names = ["cpu"]
-        modes = ["fp32"]
-        n = CPU_N
-    mode = "/".join(sorted(set(modes)))
-    smi = host.find_nvidia_smi() if device == "cuda" else None
-    ctx.progress("%d x %s GEMM n=%d on %d device(s) for %.0f s" % (2, mode, n, len(targets), seconds))
-    ids = gpusample.pci_ids(smi)
+def _targets(torch, device):
+    """([(device, torch's properties or None)], names, GEMM modes, n)."""
+    if device != "cuda":
+        return [("cpu", None)], ["cpu"], ["fp32"], CPU_N
+    targets = [("cuda:%d" % i, torch.cuda.get_device_properties(i)) for i in range(torch.cuda.device_count())]
+    return targets, [p.name for _, p in targets], [gemm_mode(p.major) for _, p in targets], GPU_N
+
+
+def _entries(targets, names, modes, ids):
+    """Each device's entry: its label, model, MIG share, dtype and expected TFLOPS."""
     results = []
     for (dev, p), name, m in zip(targets, names, modes):
         model, _, share = sku_of(name, p, ids.get(gpusample.torch_bus_key(p))) if p else (None, {}, None)
         results.append({"label": "GPU %s" % dev.split(":")[-1] if dev != "cpu" else "cpu", "device": dev,
                         "name": name, "model": model, "mig_share": share, "dtype": m,
                         "expected": expected_tflops(model, share, m) if p else None})
+    return results
+
+
+def _load(torch, targets, results, n, seconds, smi):
+    """One GEMM thread per device, all at once, nvidia-smi sampling meanwhile; each entry gets
+    its samples, their summary and its power verdict."""
     with gpusample.Sampler(smi) as sampler:
         threads = [threading.Thread(target=_worker, args=(torch, dev, n, out["dtype"], seconds, out))
                    for (dev, _), out in zip(targets, results)]
@@ -215,28 +237,47 @@ def run(ctx, res):
         g["samples"] = sampler.for_gpu(key) if key is not None else []
         g["sampled"] = summarize_samples(g["samples"])
         g["power"] = power_verdict(g.get("model"), g.get("mig_share"), g["sampled"]) if props is not None else None
-    for p in judge(results):
-        # wrong products, throttling or a GPU far below its peers under load:
-        # the GPU (or its cooling / power) needs hands on it
-        res.problem(p, actions.DRAIN_RMA)
-    f = res.figures
-    f.update({"device": device, "n": n, "dtype": mode, "seconds": seconds,
-              "sampled_by": "nvidia-smi every 1 s" if smi else None,
-              "per_gpu": [dict((k, v) for k, v in g.items() if k != "samples") for g in results]})
-    if not smi:
-        res.note("clocks, power and temperature not sampled: no nvidia-smi")
-    for g in results:
-        s = g["sampled"]
-        res.note("%s: %s %s TFLOPS (floor %s), %s iterations, %s mismatches; SM clock min %s MHz, max %s C, "
-                 "max %s W, throttle %s"
-                 % (g["label"], g["dtype"], "%.1f" % g["tflops"] if g.get("tflops") else "-",
-                    "%.1f" % g["expected"]["floor"] if g.get("expected") else "none",
-                    g.get("iterations", "-"),
-                    g.get("mismatches", "-"), s.get("sm_clock_min_mhz", "-"), s.get("temperature_max_c", "-"),
-                    s.get("power_max_w", "-"), ",".join(s.get("throttle_seen") or []) or "-"))
-    res.summary = "%d device(s), %.0f s %s GEMM n=%d: %s" % (
+
+
+def _note(g):
+    s = g["sampled"]
+    return ("%s: %s %s TFLOPS (floor %s), %s iterations, %s mismatches; SM clock min %s MHz, max %s C, "
+            "max %s W, throttle %s"
+            % (g["label"], g["dtype"], "%.1f" % g["tflops"] if g.get("tflops") else "-",
+               "%.1f" % g["expected"]["floor"] if g.get("expected") else "none",
+               g.get("iterations", "-"),
+               g.get("mismatches", "-"), s.get("sm_clock_min_mhz", "-"), s.get("temperature_max_c", "-"),
+               s.get("power_max_w", "-"), ",".join(s.get("throttle_seen") or []) or "-"))
+
+
+def _summary(results, seconds, mode, n):
+    return "%d device(s), %.0f s %s GEMM n=%d: %s" % (
         len(results), seconds, mode, n,
         ", ".join("%s %s TFLOPS%s" % (g["label"], "%.1f" % g["tflops"] if g.get("tflops") else "-",
                                        (" %s C" % g["sampled"]["temperature_max_c"])
                                        if g["sampled"].get("temperature_max_c") is not None else "")
                   for g in results))
+
+
+def run(ctx, res):
+    torch = ctx.torch()
+    device = ctx.device(res)
+    seconds = ctx.opts.stress_seconds
+    targets, names, modes, n = _targets(torch, device)
+    mode = "/".join(sorted(set(modes)))
+    smi = host.find_nvidia_smi() if device == "cuda" else None
+    ctx.progress("%d x %s GEMM n=%d on %d device(s) for %.0f s" % (2, mode, n, len(targets), seconds))
+    results = _entries(targets, names, modes, gpusample.pci_ids(smi))
+    _load(torch, targets, results, n, seconds, smi)
+    for p in judge(results):
+        # wrong products, throttling or a GPU far below its peers under load:
+        # the GPU (or its cooling / power) needs hands on it
+        res.problem(p, actions.DRAIN_RMA)
+    res.figures.update({"device": device, "n": n, "dtype": mode, "seconds": seconds,
+                        "sampled_by": "nvidia-smi every 1 s" if smi else None,
+                        "per_gpu": [dict((k, v) for k, v in g.items() if k != "samples") for g in results]})
+    if not smi:
+        res.note("clocks, power and temperature not sampled: no nvidia-smi")
+    for g in results:
+        res.note(_note(g))
+    res.summary = _summary(results, seconds, mode, n)

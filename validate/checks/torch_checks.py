@@ -101,6 +101,91 @@ def _compare(torch, a, b):
     return float((a - b).abs().max()) / scale
 
 
+def _device_record(torch, i, arch_list):
+    """One GPU as torch sees it: name, capability, memory, SMs, and whether this build has
+    kernels for it (``compat.kernel_support``)."""
+    p = torch.cuda.get_device_properties(i)
+    support, via = compat.kernel_support(p.major, p.minor, arch_list)
+    free, _ = torch.cuda.mem_get_info(i)
+    return {
+        "index": i,
+        "name": p.name,
+        "capability": "%d.%d" % (p.major, p.minor),
+        "memory_gib": round(p.total_memory / 2.0 ** 30, 2),
+        "free_gib": round(free / 2.0 ** 30, 2),
+        "multiprocessors": p.multi_processor_count,
+        "arch_supported": support != compat.NONE,
+        "arch_support": support,
+        "arch_via": via,
+    }
+
+
+def _judge_kernels(res, dev, arch_list):
+    """No kernels for the GPU in this build fails; PTX only (JIT by the driver) is a warning."""
+    i, name = dev["index"], dev["name"]
+    sm = "sm_%s" % dev["capability"].replace(".", "")
+    if not dev["arch_supported"]:
+        res.problem("GPU %d (%s, %s) has no kernels in this torch build (archs %s)"
+                    % (i, name, sm, " ".join(arch_list)))
+    elif dev["arch_support"] == compat.PTX:
+        res.note("warning: GPU %d (%s): no %s-compatible cubin in this torch build, only PTX (%s), "
+                 "JIT-compiled by the driver: slow first runs" % (i, name, sm, dev["arch_via"]))
+        res.figures.setdefault("warnings", []).append("GPU %d: kernels by PTX JIT only (%s)" % (i, dev["arch_via"]))
+
+
+def _judge_agreement(res, dev):
+    """The GPU's matmul/elementwise op and cuDNN convolution against the CPU's (TF32 off)."""
+    i = dev["index"]
+    if dev["op_rel_error"] > 1e-4:
+        res.problem("GPU %d: matmul/elementwise differs from the CPU (rel. error %.2g)" % (i, dev["op_rel_error"]))
+    if dev["conv_rel_error"] > 1e-4:
+        res.problem("GPU %d: cuDNN convolution differs from the CPU (rel. error %.2g)" % (i, dev["conv_rel_error"]))
+    res.note("GPU %d: %s, cc %s, %.1f GiB (%.1f free), %d SMs, op rel. err %.2g, conv rel. err %.2g"
+             % (i, dev["name"], dev["capability"], dev["memory_gib"], dev["free_gib"], dev["multiprocessors"],
+                dev["op_rel_error"], dev["conv_rel_error"]))
+
+
+def _set_tf32(torch, matmul, cudnn):
+    """TF32 flags set (a None leaves one as it is)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if matmul is not None:
+            torch.backends.cuda.matmul.allow_tf32 = matmul
+        if cudnn is not None:
+            torch.backends.cudnn.allow_tf32 = cudnn
+
+
+def _each_gpu(ctx, res, torch, count, arch_list):
+    """Every GPU's record, its op and convolution compared with the CPU's, judged in turn."""
+    gen = torch.Generator().manual_seed(1234)
+    a = torch.randn(512, 512, generator=gen)
+    b = torch.randn(512, 512, generator=gen)
+    img = torch.randn(2, 3, 64, 64, generator=gen)
+    w = torch.randn(16, 3, 3, 3, generator=gen)
+    ref_op = torch.sin(a @ b) + torch.exp(-a.abs())
+    ref_conv = torch.nn.functional.conv2d(img, w, padding=1)
+    devices = []
+    for i in range(count):
+        dev = _device_record(torch, i, arch_list)
+        d = torch.device("cuda", i)
+        dev["op_rel_error"] = _compare(torch, torch.sin(a.to(d) @ b.to(d)) + torch.exp(-a.to(d).abs()), ref_op)
+        dev["conv_rel_error"] = _compare(torch, torch.nn.functional.conv2d(img.to(d), w.to(d), padding=1), ref_conv)
+        torch.cuda.synchronize(d)
+        devices.append(dev)
+        ctx.progress("GPU %d %s: op rel. error %.2g, conv %.2g" % (i, dev["name"], dev["op_rel_error"],
+                                                                   dev["conv_rel_error"]))
+        _judge_kernels(res, dev, arch_list)
+        _judge_agreement(res, dev)
+    return devices
+
+
+def _arch_list(torch):
+    try:
+        return torch.cuda.get_arch_list()
+    except Exception:
+        return []
+
+
 def run_cuda(ctx, res):
     torch = ctx.torch()
     state = torchenv.cuda_state()
@@ -117,71 +202,13 @@ def run_cuda(ctx, res):
     count = state["count"]
     if expect is not None and count != expect:
         res.problem("%d CUDA devices visible, expected %d" % (count, expect))
-    try:
-        arch_list = torch.cuda.get_arch_list()
-    except Exception:
-        arch_list = []
-    gen = torch.Generator().manual_seed(1234)
-    a = torch.randn(512, 512, generator=gen)
-    b = torch.randn(512, 512, generator=gen)
-    img = torch.randn(2, 3, 64, 64, generator=gen)
-    w = torch.randn(16, 3, 3, 3, generator=gen)
+    arch_list = _arch_list(torch)
     prev = tf32_flags(torch)
-    devices = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+    _set_tf32(torch, False, False)
     try:
-        ref_op = torch.sin(a @ b) + torch.exp(-a.abs())
-        ref_conv = torch.nn.functional.conv2d(img, w, padding=1)
-        for i in range(count):
-            p = torch.cuda.get_device_properties(i)
-            cap = "%d.%d" % (p.major, p.minor)
-            sm = "sm_%d%d" % (p.major, p.minor)
-            support, via = compat.kernel_support(p.major, p.minor, arch_list)
-            supported = support != compat.NONE
-            free, total = torch.cuda.mem_get_info(i)
-            dev = {
-                "index": i,
-                "name": p.name,
-                "capability": cap,
-                "memory_gib": round(p.total_memory / 2.0 ** 30, 2),
-                "free_gib": round(free / 2.0 ** 30, 2),
-                "multiprocessors": p.multi_processor_count,
-                "arch_supported": supported,
-                "arch_support": support,
-                "arch_via": via,
-            }
-            d = torch.device("cuda", i)
-            op_err = _compare(torch, torch.sin(a.to(d) @ b.to(d)) + torch.exp(-a.to(d).abs()), ref_op)
-            conv_err = _compare(torch, torch.nn.functional.conv2d(img.to(d), w.to(d), padding=1), ref_conv)
-            torch.cuda.synchronize(d)
-            dev["op_rel_error"] = op_err
-            dev["conv_rel_error"] = conv_err
-            devices.append(dev)
-            ctx.progress("GPU %d %s: op rel. error %.2g, conv %.2g" % (i, p.name, op_err, conv_err))
-            if not supported:
-                res.problem("GPU %d (%s, %s) has no kernels in this torch build (archs %s)"
-                            % (i, p.name, sm, " ".join(arch_list)))
-            elif support == compat.PTX:
-                res.note("warning: GPU %d (%s): no %s-compatible cubin in this torch build, only PTX (%s), "
-                         "JIT-compiled by the driver: slow first runs" % (i, p.name, sm, via))
-                f.setdefault("warnings", []).append("GPU %d: kernels by PTX JIT only (%s)" % (i, via))
-            if op_err > 1e-4:
-                res.problem("GPU %d: matmul/elementwise differs from the CPU (rel. error %.2g)" % (i, op_err))
-            if conv_err > 1e-4:
-                res.problem("GPU %d: cuDNN convolution differs from the CPU (rel. error %.2g)" % (i, conv_err))
-            res.note("GPU %d: %s, cc %s, %.1f GiB (%.1f free), %d SMs, op rel. err %.2g, conv rel. err %.2g"
-                     % (i, p.name, cap, dev["memory_gib"], dev["free_gib"], p.multi_processor_count,
-                        op_err, conv_err))
+        devices = _each_gpu(ctx, res, torch, count, arch_list)
     finally:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            if prev.get("matmul_allow_tf32") is not None:
-                torch.backends.cuda.matmul.allow_tf32 = prev["matmul_allow_tf32"]
-            if prev.get("cudnn_allow_tf32") is not None:
-                torch.backends.cudnn.allow_tf32 = prev["cudnn_allow_tf32"]
+        _set_tf32(torch, prev.get("matmul_allow_tf32"), prev.get("cudnn_allow_tf32"))
     f["devices"] = devices
     names = sorted(set(d["name"] for d in devices))
     res.summary = "%dx %s (cc %s, %.1f GiB), cuDNN %s; ops match the CPU" % (

@@ -104,6 +104,44 @@ def _waivers(ctx, res, source, events, sxids):
     return events, sxids
 
 
+def _unreadable(res, path, reasons):
+    """No kernel log: a skip when the user named it (--kernel-log), else a waiver saying why."""
+    f = res.figures
+    res.summary = "kernel log not readable"
+    if path:
+        res.skip("kernel log not readable, Xid errors not checked: " + "; ".join(reasons))
+        return
+    uid, groups, restrict = _identity()
+    f.update(uid=uid, groups=groups, dmesg_restrict=restrict)
+    res.waive("kernel log not readable, Xid errors NOT checked (%s): %s"
+              % ("; ".join(reasons), why_unreadable(uid, groups, restrict)))
+
+
+def _record(f, events, sxids, findings):
+    f["events"] = [dict((k, e[k]) for k in ("xid", "pci", "pid", "process", "detail")) for e in events]
+    f["xids"] = sorted(set(e["xid"] for e in events))
+    f["sxids"] = sorted(set(e["sxid"] for e in sxids))
+    f["sick"] = sorted(set(x["xid"] for x in findings if x["sick"] and "xid" in x))
+    f["sick_sxids"] = sorted(set(x["sxid"] for x in findings if x["sick"] and "sxid" in x))
+    f["catalog"] = driver_errors.CATALOG_VERSION
+
+
+def _wrapped(res, text, source):
+    """dmesg's ring buffer wrapped: what came before is not checked (a warning)."""
+    start = driver_errors.dmesg_start(text) if source == "dmesg" else None
+    res.figures["log_starts_s"] = start
+    if start:
+        res.warn("dmesg starts %.0f s after boot (its ring buffer wrapped): Xids logged earlier were not "
+                 "checked; journalctl -k -b (root or group adm/systemd-journal) or --kernel-log reach back "
+                 "to boot" % start)
+
+
+def _summary(f, source, events, sxids):
+    return "%d Xid event(s) in %s%s%s" % (
+        len(events), source, (": " + ", ".join("Xid %d" % x for x in f["xids"])) if events else "",
+        "; %d SXid line(s): %s" % (len(sxids), ", ".join("SXid %d" % x for x in f["sxids"])) if sxids else "")
+
+
 def run(ctx, res):
     path = getattr(ctx.opts, "kernel_log", None)
     text, source, reasons = read_kernel_log(path)
@@ -111,37 +149,18 @@ def run(ctx, res):
     f["source"] = source
     f["unreadable"] = reasons
     if text is None:
-        res.summary = "kernel log not readable"
-        if path:
-            res.skip("kernel log not readable, Xid errors not checked: " + "; ".join(reasons))
-            return
-        uid, groups, restrict = _identity()
-        f.update(uid=uid, groups=groups, dmesg_restrict=restrict)
-        res.waive("kernel log not readable, Xid errors NOT checked (%s): %s"
-                  % ("; ".join(reasons), why_unreadable(uid, groups, restrict)))
+        _unreadable(res, path, reasons)
         return
     events = driver_errors.parse(text)
     sxids = driver_errors.parse_sxid(text)
     events, sxids = _waivers(ctx, res, source, events, sxids)
     findings = driver_errors.judge(events) + driver_errors.judge_sxid(sxids)
-    f["events"] = [dict((k, e[k]) for k in ("xid", "pci", "pid", "process", "detail")) for e in events]
-    f["xids"] = sorted(set(e["xid"] for e in events))
-    f["sxids"] = sorted(set(e["sxid"] for e in sxids))
-    f["sick"] = sorted(set(x["xid"] for x in findings if x["sick"] and "xid" in x))
-    f["sick_sxids"] = sorted(set(x["sxid"] for x in findings if x["sick"] and "sxid" in x))
-    f["catalog"] = driver_errors.CATALOG_VERSION
+    _record(f, events, sxids, findings)
     for x in findings:
         if x["sick"]:
             res.problem(x["what"], x["action"])
         else:
             res.notice("reported, not failed: " + x["what"], x["action"])
     res.note("read %d lines from %s" % (len(text.splitlines()), source))
-    start = driver_errors.dmesg_start(text) if source == "dmesg" else None
-    f["log_starts_s"] = start
-    if start:  # the ring buffer wrapped: what came before is not checked
-        res.warn("dmesg starts %.0f s after boot (its ring buffer wrapped): Xids logged earlier were not "
-                 "checked; journalctl -k -b (root or group adm/systemd-journal) or --kernel-log reach back "
-                 "to boot" % start)
-    res.summary = "%d Xid event(s) in %s%s%s" % (
-        len(events), source, (": " + ", ".join("Xid %d" % x for x in f["xids"])) if events else "",
-        "; %d SXid line(s): %s" % (len(sxids), ", ".join("SXid %d" % x for x in f["sxids"])) if sxids else "")
+    _wrapped(res, text, source)
+    res.summary = _summary(f, source, events, sxids)
