@@ -12,9 +12,10 @@ from ..config.schema import Arg
 from ..ground.errors import InputError, PlanError, Where
 from .base import Args, Command, Kind, listed, q, redacted_url, with_env
 from .commands import LocalAction, Planned
+from .route import BundleNeeds
 
 if TYPE_CHECKING:
-    from .route import BundleRoute, CacheRoute
+    from .route import BundleRoute, BundleTarget, CacheRoute
 
 
 # Used with fullmatch: `$` would let a name end in a newline.
@@ -304,6 +305,16 @@ class Apt(Kind[AptState]):
             args = dict(args, proxy=route.apt_proxy, proxy_https=list(route.apt_https),
                         proxy_direct=list(route.apt_direct))
         return args
+
+    def bundle_carries(self, args: Args, target: BundleTarget) -> BundleNeeds:
+        """The step's literal package names, when it installs them; a templated name is left
+        out (it is the host's, known only there; cuda.yaml's cuda-toolkit-{{ cuda_pkg_suffix }}
+        is NVIDIA's, which `gpuprov bundle --apt-repo` carries)."""
+        if args.get("state", "present") != "present":
+            return BundleNeeds()
+        packages = args.get("packages")
+        names = packages.split() if isinstance(packages, str) else packages or []
+        return BundleNeeds(packages=tuple(str(n).split("=")[0] for n in names if "{{" not in str(n)))
 
     def through_bundle(self, args: Args, bundle: BundleRoute) -> Args:
         """apt reads the bundle's signed repository alone; the packages it lacks are named
