@@ -17,9 +17,10 @@ import hashlib
 import pytest
 
 from remote.bundle import read_bundle
-from remote.bundle.build import DebStep, recipe_deb_steps, this_distro
+from remote.bundle.build import recipe_deb_steps, this_distro
 from remote.config.yamlfile import load_yaml
 from remote.ground.paths import RECIPES_DIR
+from remote.kinds.deb import DebFile as DebStep
 from tests.conftest import invoke, write_yaml
 from tests.http_stub import serve
 from tests.test_bundle_distro import small_locks

@@ -53,19 +53,21 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 from urllib.parse import unquote
 
+from ..config.aptlock import AptLock
 from ..config.lockfile import LockFile, read_lock
-from ..config.recipe import Step, load_recipe
+from ..config.recipe import Recipe, load_recipe
 from ..config.templating import names_in, render_value, var_order
 from ..config.yamlfile import load_yaml
 from ..ground.errors import InputError, TemplateError
 from ..ground.paths import RECIPES_DIR, VALIDATE_DIR, recipe_path
 from ..kinds import KINDS
+from ..kinds.route import BundleNeeds, BundleTarget, CarriedFile, HostOnly
 from ..lock import LOCKS_DIR, PYPI, STACK, lock_name, stack_rows
 from ..lock.apt import REPO
 from . import aptrepo, trust
@@ -251,23 +253,21 @@ def _same_version(a: str, b: str) -> bool:
         return a == b
 
 
-def _recipe_steps(recipe: Path) -> list[Step[Any]]:
-    """The steps of `recipe` and of the recipes it includes, in order, loaded as provision
-    loads them (InputError naming the file and line of a flaw)."""
-    return load_recipe(recipe, KINDS).steps
-
-
-def recipe_packages(recipe: Path) -> list[str]:
-    """The literal package names of `recipe`'s apt steps (and of the recipes it includes); a
-    templated name is left out (it is the host's, known only there; cuda.yaml's
-    cuda-toolkit-{{ cuda_pkg_suffix }} is NVIDIA's, which `--apt-repo` carries)."""
-    out: list[str] = []
-    for step in _recipe_steps(recipe):
-        if step.kind.name == "apt" and step.args.get("state", "present") == "present":
-            packages = step.args.get("packages")
-            names = packages.split() if isinstance(packages, str) else packages or []
-            out += [str(n).split("=")[0] for n in names if "{{" not in str(n)]
-    return list(dict.fromkeys(out))
+def recipe_needs(recipe: Path, distro_name: str, arch: str, cuda: str,
+                 apt_base: str = "") -> BundleNeeds:
+    """What the bundle must carry for `recipe` (and the recipes it includes), loaded as
+    provision loads them (InputError naming the file and line of a flaw): each step's kind says
+    it (`Kind.bundle_carries`: Debian packages, files by url and sha256), its values rendered
+    for the target by `TargetRender`. The packages once each, in the order the steps name them."""
+    loaded = load_recipe(recipe, KINDS)
+    target = BundleTarget(distro_name, arch, TargetRender(loaded, distro_name, arch, cuda, apt_base))
+    packages: list[str] = []
+    files: list[CarriedFile] = []
+    for step in loaded.steps:
+        needs = step.kind.bundle_carries(step.args, target)
+        packages += needs.packages
+        files += needs.files
+    return BundleNeeds(tuple(dict.fromkeys(packages)), tuple(files))
 
 
 class HostFact(Exception):
@@ -296,62 +296,57 @@ def target_facts(distro_name: str, arch: str) -> TargetFacts:
                        pkg_manager="apt")
 
 
-@dataclass(frozen=True)
-class DebStep:
-    """A recipe's `deb` step as the bundle sees it: its url and sha256 rendered for the target
-    (`why` empty), or why they are not known until the host (`why`)."""
+class TargetRender:
+    """Renders a step's values as provision renders them (remote/config/templating.py), from
+    the recipe's own vars (its defaults; `cuda_version` the bundle's row, `nvidia_repo_base`
+    `--apt-base` when given) and the facts the target tells (`target_facts`). A value that
+    reads anything else (another fact, the host's name, a var that does) is the host's, known
+    only there: HostOnly says what it reads. The inventory's and --var's values are not seen
+    here: a host whose vars give another sha256 finds no file in the bundle, and is told so.
+    The vars are rendered at the first call (a recipe whose steps render nothing renders none)."""
 
-    name: str
-    url: str
-    sha256: str
-    why: str = ""
+    def __init__(self, loaded: Recipe[Any], distro_name: str, arch: str, cuda: str, apt_base: str):
+        self.loaded, self.distro_name, self.arch = loaded, distro_name, arch
+        self.raw = dict(loaded.vars, cuda_version=cuda)
+        if apt_base:
+            self.raw["nvidia_repo_base"] = apt_base
+        self._vars: Optional[tuple[dict[str, Any], dict[str, str]]] = None
+
+    def _context(self, known: dict[str, Any]) -> dict[str, Any]:
+        return {"facts": target_facts(self.distro_name, self.arch), **known, "vars": known}
+
+    def _rendered_vars(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """(the vars known for the target, rendered; the others -> what they read)."""
+        if self._vars is None:
+            known: dict[str, Any] = {}
+            unknown: dict[str, str] = {}
+            for name in var_order(self.raw, self.loaded.vars_where):
+                try:
+                    known[name] = render_value(self.raw[name], self._context(known))
+                except HostFact as exc:
+                    unknown[name] = f"facts.{exc}"
+                except TemplateError as exc:
+                    unknown[name] = _host_only(self.raw[name], unknown, known) or str(exc)
+            self._vars = (known, unknown)
+        return self._vars
+
+    def __call__(self, values: list[Any]) -> list[Any]:
+        known, unknown = self._rendered_vars()
+        try:
+            return [render_value(value, self._context(known)) for value in values]
+        except HostFact as exc:
+            raise HostOnly(f"facts.{exc}") from None
+        except TemplateError as exc:
+            raise HostOnly(_host_only(values, unknown, known) or str(exc)) from None
 
 
 def recipe_deb_steps(recipe: Path, distro_name: str, arch: str, cuda: str,
-                     apt_base: str = "") -> list[DebStep]:
-    """The `deb` steps of `recipe` (and of the recipes it includes), their url and sha256
-    rendered as provision renders them (remote/config/templating.py), from the recipe's own
-    vars (its defaults; `cuda_version` the bundle's row, `nvidia_repo_base` `--apt-base` when
-    given) and the facts the target tells (`target_facts`). A step whose url or sha256 reads
-    anything else (another fact, the host's name, a var that does) is the host's, known only
-    there: it comes back with `why`, and the deb kind names it on a host that needs it. The
-    inventory's and --var's values are not seen here: a host whose vars give another sha256
-    finds no file in the bundle, and is told so."""
-    loaded = load_recipe(recipe, KINDS)
-    steps = [step for step in loaded.steps if step.kind.name == "deb"]
-    if not steps:
-        return []
-    raw = dict(loaded.vars, cuda_version=cuda)
-    if apt_base:
-        raw["nvidia_repo_base"] = apt_base
-    context: dict[str, Any] = {"facts": target_facts(distro_name, arch)}
-    known: dict[str, Any] = {}
-    unknown: dict[str, str] = {}
-    for name in var_order(raw, loaded.vars_where):
-        try:
-            known[name] = render_value(raw[name], {**context, **known, "vars": known})
-        except HostFact as exc:
-            unknown[name] = f"facts.{exc}"
-        except TemplateError as exc:
-            unknown[name] = _host_only(raw[name], unknown, known) or str(exc)
-    out = []
-    for step in steps:
-        name = str(step.args["name"])
-        try:
-            url, sha = (str(render_value(step.args[key], {**context, **known, "vars": known}))
-                        for key in ("url", "sha256"))
-        except (HostFact, TemplateError) as exc:
-            read = (f"facts.{exc}" if isinstance(exc, HostFact) else
-                    _host_only([step.args["url"], step.args["sha256"]], unknown, known) or str(exc))
-            out.append(DebStep(name, step.args["url"], step.args["sha256"],
-                               f"its url or sha256 reads {read}, known only on the host"))
-            continue
-        if not SHA256.fullmatch(sha):
-            out.append(DebStep(name, url, sha, f"its sha256 renders to {sha!r} for {distro_name} "
-                                               f"{arch}, not 64 hex digits"))
-        else:
-            out.append(DebStep(name, url, sha))
-    return out
+                     apt_base: str = "") -> list[CarriedFile]:
+    """The files the steps of `recipe` (and of the recipes it includes) ask the bundle to carry
+    (its `deb` steps'), their url and sha256 rendered for the target (`TargetRender`); one
+    whose url or sha256 reads what only the host knows comes back with `why`, and its kind
+    names it on a host that needs it."""
+    return list(recipe_needs(recipe, distro_name, arch, cuda, apt_base).files)
 
 
 def _host_only(value: Any, unknown: dict[str, str], known: dict[str, Any]) -> Optional[str]:
@@ -367,40 +362,49 @@ def _host_only(value: Any, unknown: dict[str, str], known: dict[str, Any]) -> Op
     return None
 
 
-def fetch_deb_files(debs: dict[str, str], dest: Path) -> dict[str, tuple[str, str]]:
-    """The .debs of a recipe's `deb` steps (url -> sha256), each downloaded (urllib: this
-    machine's http_proxy/https_proxy apply) into `dest` as SHA256.deb and checked against the
-    step's sha256; file name -> (origin, sha256). The deb kind finds its file by that sha256."""
+def _download(url: str, target: Path) -> str:
+    """`url` downloaded into `target` (urllib: this machine's http_proxy/https_proxy apply);
+    its sha256. OSError or ValueError when it fails."""
     import base64
     import urllib.parse
     import urllib.request
 
-    out: dict[str, tuple[str, str]] = {}
-    for url, want in sorted(debs.items()):
-        shown = _without_password(url)
-        target = dest / f"{want}.deb"
-        digest = hashlib.sha256()
-        # urllib sends no user part of a URL: it goes as HTTP basic auth, and not along a
-        # redirect to another host (an "unredirected" header), as pip_lock's uv fetcher does
-        parts = urllib.parse.urlsplit(url)
-        request = urllib.request.Request(
-            urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])))
-        if "@" in parts.netloc:
-            user = f"{urllib.parse.unquote(parts.username or '')}:{urllib.parse.unquote(parts.password or '')}"
-            request.add_unredirected_header("Authorization",
-                                            "Basic " + base64.b64encode(user.encode()).decode())
+    digest = hashlib.sha256()
+    # urllib sends no user part of a URL: it goes as HTTP basic auth, and not along a
+    # redirect to another host (an "unredirected" header), as pip_lock's uv fetcher does
+    parts = urllib.parse.urlsplit(url)
+    request = urllib.request.Request(
+        urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])))
+    if "@" in parts.netloc:
+        user = f"{urllib.parse.unquote(parts.username or '')}:{urllib.parse.unquote(parts.password or '')}"
+        request.add_unredirected_header("Authorization",
+                                        "Basic " + base64.b64encode(user.encode()).decode())
+    with urllib.request.urlopen(request, timeout=300) as answer, open(target, "wb") as f:
+        for block in iter(lambda: answer.read(1 << 20), b""):
+            digest.update(block)
+            f.write(block)
+    return digest.hexdigest()
+
+
+def fetch_carried(files: list[CarriedFile], stage: Path) -> list[tuple[CarriedFile, str]]:
+    """The files the recipe's steps ask the bundle to carry, each downloaded into `stage` at
+    its path in the bundle (`CarriedFile.path`: a deb step's apt/SHA256.deb) and checked
+    against the step's sha256; (file, origin) each, once per url. The kind finds its file on
+    the host by that sha256."""
+    out = []
+    for url, carried in sorted({f.url: f for f in files}.items()):
+        shown, want = _without_password(url), carried.sha256
+        target = stage / carried.path
+        target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with urllib.request.urlopen(request, timeout=300) as answer, open(target, "wb") as f:
-                for block in iter(lambda: answer.read(1 << 20), b""):
-                    digest.update(block)
-                    f.write(block)
+            got = _download(url, target)
         except (OSError, ValueError) as exc:
             reason = getattr(exc, "reason", None) or type(exc).__name__   # never the URL itself
-            raise BundleError(f"deb {shown}: download failed: {reason}") from None
-        if digest.hexdigest() != want:
-            raise BundleError(f"deb {shown}: its sha256 is {digest.hexdigest()}, the recipe's "
+            raise BundleError(f"{carried.kind} {shown}: download failed: {reason}") from None
+        if got != want:
+            raise BundleError(f"{carried.kind} {shown}: its sha256 is {got}, the recipe's "
                               f"step says {want}")
-        out[target.name] = (f"{shown} (a recipe's deb step)", want)
+        out.append((carried, f"{shown} (a recipe's {carried.kind} step)"))
     return out
 
 
@@ -459,11 +463,21 @@ def fetch_debs(packages: list[str], dest: Path, extra_stanzas: tuple[str, ...] =
     options = (kept_cache(dest, env) if packages else ()) if options is None else options
     if closure is None:    # else the caller's, with its `index`, made while the wheels downloaded
         closure = dependency_closure(packages, env, options) if packages else []
-    if not closure:
-        (dest / "Packages").write_text("\n\n".join(extra_stanzas) + "\n")
-        return {}, {}
-    # The index stanzas of the versions apt-get download takes (the candidates), read while it
-    # downloads: apt-cache loads its cache for a few seconds, the download waits on the network.
+    stanzas: dict[tuple[str, str], str] = {}
+    digests: dict[str, str] = {}
+    if closure:
+        shown = _download_debs(closure, dest, env, options, index, own_cache)
+        stanzas, digests = _index_downloaded(dest, shown)
+    (dest / "Packages").write_text("\n\n".join([stanzas[k] for k in sorted(stanzas)] + list(extra_stanzas))
+                                   + "\n")
+    return {name: version for name, version in stanzas}, digests
+
+
+def _download_debs(closure: list[str], dest: Path, env: Optional[dict[str, str]],
+                   options: tuple[str, ...], index: Optional[str], own_cache: bool) -> str:
+    """`apt-get download` of `closure` into `dest`; the index stanzas of the versions it takes
+    (the candidates): `index` when the caller read them, else read while it downloads (apt-cache
+    loads its cache for a few seconds, the download waits on the network)."""
     shown: list[str] = [index] if index is not None else []
     failed: list[BundleError] = []
 
@@ -485,6 +499,13 @@ def fetch_debs(packages: list[str], dest: Path, extra_stanzas: tuple[str, ...] =
                 (dest / cache).unlink(missing_ok=True)
     if failed:
         raise failed[0]
+    return shown[0]
+
+
+def _index_downloaded(dest: Path, shown: str) -> tuple[dict[tuple[str, str], str], dict[str, str]]:
+    """The .debs apt-get download left in `dest`, each renamed as in Debian's pool and matched
+    with its index stanza in `shown`: ((name, version) -> the stanza pointing at the file here,
+    file name -> the index's SHA256). BundleError for a file the index does not list."""
     files: dict[tuple[str, str], Path] = {}
     for deb in dest.glob("*.deb"):
         # apt-get download names a file NAME_VERSION_ARCH.deb, an epoch's colon written `%3a`
@@ -492,30 +513,31 @@ def fetch_debs(packages: list[str], dest: Path, extra_stanzas: tuple[str, ...] =
         files[(name, unquote(version))] = deb
     stanzas: dict[tuple[str, str], str] = {}
     digests: dict[str, str] = {}
-    for stanza in shown[0].split("\n\n"):
+    for stanza in shown.split("\n\n"):
         fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and line[0] != " ")
         key = (fields.get("Package", ""), fields.get("Version", ""))
         if key not in files or key in stanzas:
             continue
-        deb = files[key]
-        # The index's SHA256, not the file's: the archive hashes each file once, as it copies
-        # it in, and refuses one that is not this (`ArchiveWriter.add`, given it as `expect`)
-        digest = fields.get("SHA256", "")
-        if not SHA256.fullmatch(digest):
-            raise BundleError(f"apt-cache show lists no SHA256 for {key[0]}={key[1]}")
-        # named as in Debian's pool, without the epoch: apt would read `%3a` in a file: URI
-        # back as a colon
-        plain = f"{key[0]}_{key[1].partition(':')[2] or key[1]}_{fields.get('Architecture', 'all')}.deb"
-        deb.rename(dest / plain)
-        digests[plain] = digest
+        plain, digests[plain] = _pool_file(files[key], key, fields)
         stanzas[key] = "\n".join(f"Filename: ./{plain}" if line.startswith("Filename: ") else line
                                  for line in stanza.strip("\n").splitlines())
     missing = sorted(f"{n}={v}" for n, v in set(files) - set(stanzas))
     if missing:
         raise BundleError(f"apt-cache show does not list {', '.join(missing)}")
-    (dest / "Packages").write_text("\n\n".join([stanzas[k] for k in sorted(stanzas)] + list(extra_stanzas))
-                                   + "\n")
-    return {name: version for name, version in stanzas}, digests
+    return stanzas, digests
+
+
+def _pool_file(deb: Path, key: tuple[str, str], fields: dict[str, str]) -> tuple[str, str]:
+    """`deb` renamed as in Debian's pool, without the epoch (apt would read `%3a` in a file:
+    URI back as a colon); (its name, the SHA256 its index stanza `fields` lists)."""
+    # The index's SHA256, not the file's: the archive hashes each file once, as it copies
+    # it in, and refuses one that is not this (`ArchiveWriter.add`, given it as `expect`)
+    digest = fields.get("SHA256", "")
+    if not SHA256.fullmatch(digest):
+        raise BundleError(f"apt-cache show lists no SHA256 for {key[0]}={key[1]}")
+    plain = f"{key[0]}_{key[1].partition(':')[2] or key[1]}_{fields.get('Architecture', 'all')}.deb"
+    deb.rename(deb.parent / plain)
+    return plain, digest
 
 
 @dataclass
@@ -640,146 +662,237 @@ def apt_environment(distro_name: str, arch: str, folder: Path, mirror: str = "",
     return env
 
 
-def build_bundle(options: BundleOptions,  # noqa: C901  one step after the other, each with its progress line
-                 progress: Callable[[str], None] = print) -> BuildReport:
-    """Build the bundle `options` describe (see the module docstring)."""
-    started = time.monotonic()
-    cuda, out, torch, arch = options.cuda, Path(options.out), options.torch, options.arch
+@dataclass
+class _Inputs:
+    """What one build reads before anything is fetched, every option checked: the target, the
+    locks, the recipe's packages and files (`recipe_needs`), the command that makes it again."""
+
+    options: BundleOptions
+    out: Path
+    distro_name: str
+    distro: Distro
+    index_url: str
+    names: list[str]
+    locks: list[LockFile]
+    apt_lock: Optional[AptLock]
+    apt_base: str
+    packages: list[str]
+    files: list[CarriedFile]
+    command: str
+    sign: Optional[Callable[[bytes], bytes]]
+
+
+def _read_inputs(options: BundleOptions, progress: Callable[[str], None]) -> _Inputs:
+    """The build's inputs (InputError: one line, before anything is fetched)."""
     distro_name = options.distro or this_distro()
-    index_url = options.index_url or PYPI
-    recipe = Path(recipe_path(options.recipe)) if options.recipe else DEFAULT_RECIPE
     locks_dir = Path(options.locks) if options.locks else LOCKS_DIR
-    with_debs, apt_repo, apt_base = options.debs, options.apt_repo, options.apt_base
-    mirror, security_mirror = options.mirror, options.security_mirror
-    distro = _target(cuda, distro_name, arch, with_debs, mirror, security_mirror)
+    distro = _target(options.cuda, distro_name, options.arch, options.debs, options.mirror,
+                     options.security_mirror)
     sign = trust.signer(options.sign_key) if options.sign_key else None
-    names = [lock_name(cuda, torch), UV_LOCK]
+    names = [lock_name(options.cuda, options.torch), UV_LOCK]
     locks = [read_lock(locks_dir / name) for name in names]
+    apt_repo = options.apt_repo
     if apt_repo and not REPO.fullmatch(apt_repo):
         raise InputError(f"--apt-repo {apt_repo}: not a repository such as debian12/x86_64")
-    apt_lock = aptrepo.read_lock(locks_dir, apt_repo, cuda) if apt_repo else None
-    apt_base = apt_base or str(load_yaml(STACK, "recipe")["vars"]["nvidia_repo_base"])
-    packages = recipe_packages(recipe) if with_debs else []
-    deb_steps = (recipe_deb_steps(recipe, distro_name, arch, cuda, options.apt_base)
-                 if with_debs else [])
-    deb_files = {step.url: step.sha256 for step in deb_steps if not step.why}
-    for step in deb_steps:
-        if step.why:
-            progress(f"bundle: not carried: deb {step.name} ({_without_password(step.url)}): "
-                     f"{step.why}; a host that needs it is told so")
-    command = rebuild_command(replace(options, distro=distro_name))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
-    key = BundleKey(f"{cuda} {distro_name}") if packages or apt_lock else None
-    stop = threading.Event()
-    # Helpers beside the downloads: the key, the recipe's package list and its index stanzas
-    # are made while the wheels download, and the wheels are copied into the archive (hashed on the way) while
-    # the .debs download; the downloads themselves run one after the other (see below).
-    pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="bundle")
-    writer = ArchiveWriter(work / out.name)
-    try:
-        keygen = pool.submit(key.generate) if key is not None else None
+    apt_lock = aptrepo.read_lock(locks_dir, apt_repo, options.cuda) if apt_repo else None
+    apt_base = options.apt_base or str(load_yaml(STACK, "recipe")["vars"]["nvidia_repo_base"])
+    needs = _recipe_needs(options, distro_name, progress) if options.debs else BundleNeeds()
+    return _Inputs(options, Path(options.out), distro_name, distro, options.index_url or PYPI,
+                   names, locks, apt_lock, apt_base, list(needs.packages),
+                   [f for f in needs.files if not f.why],
+                   rebuild_command(replace(options, distro=distro_name)), sign)
+
+
+def _recipe_needs(options: BundleOptions, distro_name: str,
+                  progress: Callable[[str], None]) -> BundleNeeds:
+    """What the recipe's steps ask the bundle to carry; a line for each file left out."""
+    recipe = Path(recipe_path(options.recipe)) if options.recipe else DEFAULT_RECIPE
+    needs = recipe_needs(recipe, distro_name, options.arch, options.cuda, options.apt_base)
+    for carried in needs.files:
+        if carried.why:
+            progress(f"bundle: not carried: {carried.kind} {carried.name} "
+                     f"({_without_password(carried.url)}): {carried.why}; a host that needs it is told so")
+    return needs
+
+
+@dataclass
+class _Debs:
+    """The .debs a build fetched: `debs` package -> version (the manifest's), `nvidia` the apt
+    lock's (file name -> origin, sha256), `digests` the distribution's (file name -> sha256),
+    `env` the apt that served them (None: this machine's)."""
+
+    debs: dict[str, str] = field(default_factory=dict)
+    nvidia: dict[str, tuple[str, str]] = field(default_factory=dict)
+    digests: dict[str, str] = field(default_factory=dict)
+    env: Optional[dict[str, str]] = None
+    stanzas: list[str] = field(default_factory=list)     # the apt lock's index stanzas
+
+
+class _Build:
+    """One build in its temporary folder `work`: the archive written as the files come, with
+    helpers beside the downloads (the key, the recipe's package list and its index stanzas are
+    made while the wheels download, and the wheels are copied into the archive, hashed on the
+    way, while the .debs download); the downloads themselves run one after the other."""
+
+    def __init__(self, inputs: _Inputs, work: Path, progress: Callable[[str], None]):
+        self.i, self.work, self.progress = inputs, work, progress
+        self.stage = work / "stage"
+        self.packages = list(inputs.packages)      # the apt lock's outside dependencies join
+        self.key = (BundleKey(f"{inputs.options.cuda} {inputs.distro_name}")
+                    if inputs.packages or inputs.apt_lock else None)
+        self.stop = threading.Event()
+        self.pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="bundle")
+        self.writer = ArchiveWriter(work / inputs.out.name)
+
+    def run(self) -> BuildReport:
+        """Every file into the archive, the manifest last; the report (without the total)."""
+        i = self.i
+        keygen = self.pool.submit(self.key.generate) if self.key is not None else None
         # apt-cache depends and show are CPU (each reads the apt lists), the wheels' download
         # the network
-        planning = pool.submit(_plan_apt, list(packages), distro_name, arch, work, mirror,
-                               security_mirror, progress) if packages else None
-        stage = work / "stage"
+        planning = self.pool.submit(self._plan_apt, list(self.packages)) if self.packages else None
         for folder in ("wheels", "apt"):
-            (stage / folder).mkdir(parents=True)
-        for path in [lock.path for lock in locks] + ([apt_lock.path] if apt_lock else []):
-            writer.add(f"locks/{path.name}", path, str(path))
+            (self.stage / folder).mkdir(parents=True)
+        for path in [lock.path for lock in i.locks] + ([i.apt_lock.path] if i.apt_lock else []):
+            self.writer.add(f"locks/{path.name}", path, str(path))
         for rel, source in validate_files(VALIDATE_DIR).items():
-            writer.add(rel, source, f"this gpuprov's {VALIDATE_DIR}")
-        t0 = time.monotonic()
-        progress(f"bundle: wheels of {', '.join(names)} for {distro_name} {arch} (python "
-                 f"{distro.python}) from {_without_password(index_url)}")
-        origins = fetch_wheels(locks, marker_environment(distro, arch), distro, arch, index_url,
-                               stage / "wheels")
-        wheel_s = time.monotonic() - t0
-        wheel_bytes = sum((stage / "wheels" / name).stat().st_size for name in origins)
-        progress(f"bundle: {len(origins)} wheels, {wheel_bytes / 1e6:.1f} MB in {wheel_s:.1f} s")
-
-        def write_wheels() -> None:
-            for name, (origin, allowed) in sorted(origins.items()):
-                if stop.is_set():
-                    return
-                writer.add(f"wheels/{name}", stage / "wheels" / name, origin, allowed)
-                (stage / "wheels" / name).unlink()      # in the archive now: not kept twice
-
-        wheels_written = pool.submit(write_wheels)
+            self.writer.add(rel, source, f"this gpuprov's {VALIDATE_DIR}")
+        origins, wheel_bytes, wheel_s = self._wheels()
+        wheels_written = self.pool.submit(self._write_wheels, origins)
         # The .debs after the wheels, not beside them: measured 2026-11-27 06:46 UTC on this
         # 2-core machine (3 runs each way), the .debs took 8.7-17.0 s beside pip against
         # 5.8-9.9 s after it, and the pair was no faster (13.0-28.7 s against 15.5-26.8 s):
         # apt-cache depends (1.7 s of CPU) competes with pip's TLS and hashing for the CPUs,
         # and apt-get download with pip for the link.
         t0 = time.monotonic()
-        debs: dict[str, str] = {}
-        nvidia: dict[str, tuple[str, str]] = {}
-        stanzas: list[str] = []
-        if apt_lock is not None:
-            progress(f"bundle: .debs of {apt_lock.path.name} from {apt_base}/{apt_repo}")
-            (work / "nvidia").mkdir()
-            debs, nvidia, stanzas, outside = aptrepo.fetch_apt_lock(apt_lock, apt_base, apt_repo,
-                                                                    work / "nvidia")
-            if with_debs:
-                packages += sorted(outside - set(packages))
-            elif outside:
-                progress(f"bundle: not carried (--no-debs): {' '.join(sorted(outside))}, which "
-                         "they depend on from the distribution")
-        digests: dict[str, str] = {}
-        apt_env: Optional[dict[str, str]] = None
-        if packages or nvidia:
-            if packages:
-                progress(f"bundle: .debs of {' '.join(packages)} and their dependencies")
-            plan = (planning.result() if planning is not None else
-                    _plan_apt([], distro_name, arch, work, mirror, security_mirror, progress)
-                    if packages else AptPlan(None, (), [], ""))
-            apt_env = plan.env
-            more = [p for p in packages if p not in plan.closure]     # the apt lock's
-            if more:
-                ours, digests = fetch_debs(packages, stage / "apt", tuple(stanzas), plan.env,
-                                           options=plan.options)
-            else:
-                ours, digests = fetch_debs(packages, stage / "apt", tuple(stanzas), plan.env,
-                                           closure=plan.closure, index=plan.index,
-                                           options=plan.options)
-            debs.update(ours)
-            assert key is not None and keygen is not None   # made when any .deb may come
-            keygen.result()
-            make_repository(stage / "apt", key)
+        debs = self._fetch_debs(planning, keygen)
         wheels_written.result()
-        for name, (origin, digest) in nvidia.items():
-            writer.add(f"apt/{name}", work / "nvidia" / name, origin, {digest})
-        for name, digest in sorted(digests.items()):
-            writer.add(f"apt/{name}", stage / "apt" / name,
-                       "this machine's apt sources (apt-get download)" if apt_env is None
-                       else f"{distro_name}'s archive (apt-get download)", {digest})
-        if packages or nvidia:
-            for index in ("Packages", "Release", "InRelease", "bundle-key.gpg"):
-                writer.add(f"apt/{index}", stage / "apt" / index, "made for the bundle")
-        for name, (origin, digest) in fetch_deb_files(deb_files, stage / "apt").items():
-            writer.add(f"apt/{name}", stage / "apt" / name, origin, {digest})
+        self._add_debs(debs)
         deb_s = time.monotonic() - t0
-        deb_bytes = sum(f["size"] for f in writer.files if f["path"].endswith(".deb"))
-        if packages or nvidia:
-            progress(f"bundle: {len(debs)} .debs, {deb_bytes / 1e6:.1f} MB in {deb_s:.1f} s")
+        deb_bytes = sum(f["size"] for f in self.writer.files if f["path"].endswith(".deb"))
+        if self.packages or debs.nvidia:
+            self.progress(f"bundle: {len(debs.debs)} .debs, {deb_bytes / 1e6:.1f} MB in {deb_s:.1f} s")
+        bundle_id = self._finish(origins, debs.debs)
+        return BuildReport(i.out, bundle_id, len(origins), wheel_bytes, len(debs.debs), deb_bytes,
+                           wheel_s, deb_s, 0.0)
+
+    def _plan_apt(self, packages: list[str]) -> AptPlan:
+        o = self.i.options
+        return _plan_apt(packages, self.i.distro_name, o.arch, self.work, o.mirror, o.security_mirror,
+                         self.progress)
+
+    def _wheels(self) -> tuple[dict[str, tuple[str, frozenset[str]]], int, float]:
+        """The locks' wheels fetched into the stage: (file name -> origin and allowed sha256s,
+        their bytes, the seconds it took)."""
+        i, t0 = self.i, time.monotonic()
+        self.progress(f"bundle: wheels of {', '.join(i.names)} for {i.distro_name} {i.options.arch} "
+                      f"(python {i.distro.python}) from {_without_password(i.index_url)}")
+        origins = fetch_wheels(i.locks, marker_environment(i.distro, i.options.arch), i.distro,
+                               i.options.arch, i.index_url, self.stage / "wheels")
+        wheel_s = time.monotonic() - t0
+        wheel_bytes = sum((self.stage / "wheels" / name).stat().st_size for name in origins)
+        self.progress(f"bundle: {len(origins)} wheels, {wheel_bytes / 1e6:.1f} MB in {wheel_s:.1f} s")
+        return origins, wheel_bytes, wheel_s
+
+    def _write_wheels(self, origins: dict[str, tuple[str, frozenset[str]]]) -> None:
+        for name, (origin, allowed) in sorted(origins.items()):
+            if self.stop.is_set():
+                return
+            self.writer.add(f"wheels/{name}", self.stage / "wheels" / name, origin, allowed)
+            (self.stage / "wheels" / name).unlink()      # in the archive now: not kept twice
+
+    def _fetch_debs(self, planning: Optional[Future[AptPlan]], keygen: Optional[Future[None]]) -> _Debs:
+        """The apt lock's .debs, then the recipe's packages and their dependencies in a signed
+        repository with them."""
+        got = self._nvidia_debs()
+        if self.packages or got.nvidia:
+            if self.packages:
+                self.progress(f"bundle: .debs of {' '.join(self.packages)} and their dependencies")
+            plan = (planning.result() if planning is not None else
+                    self._plan_apt([]) if self.packages else AptPlan(None, (), [], ""))
+            got.env = plan.env
+            more = [p for p in self.packages if p not in plan.closure]     # the apt lock's
+            dest, stanzas = self.stage / "apt", tuple(got.stanzas)
+            if more:
+                ours, got.digests = fetch_debs(self.packages, dest, stanzas, plan.env, options=plan.options)
+            else:
+                ours, got.digests = fetch_debs(self.packages, dest, stanzas, plan.env, closure=plan.closure,
+                                               index=plan.index, options=plan.options)
+            got.debs.update(ours)
+            assert self.key is not None and keygen is not None   # made when any .deb may come
+            keygen.result()
+            make_repository(self.stage / "apt", self.key)
+        return got
+
+    def _nvidia_debs(self) -> _Debs:
+        """The .debs of the apt lock (`--apt-repo`), and the packages of the distribution they
+        depend on added to the recipe's (or named, with --no-debs)."""
+        got = _Debs()
+        i = self.i
+        if i.apt_lock is None:
+            return got
+        self.progress(f"bundle: .debs of {i.apt_lock.path.name} from {i.apt_base}/{i.options.apt_repo}")
+        (self.work / "nvidia").mkdir()
+        got.debs, got.nvidia, got.stanzas, outside = aptrepo.fetch_apt_lock(
+            i.apt_lock, i.apt_base, i.options.apt_repo, self.work / "nvidia")
+        if i.options.debs:
+            self.packages += sorted(outside - set(self.packages))
+        elif outside:
+            self.progress(f"bundle: not carried (--no-debs): {' '.join(sorted(outside))}, which "
+                          "they depend on from the distribution")
+        return got
+
+    def _add_debs(self, got: _Debs) -> None:
+        """The .debs into the archive, with the repository's index files, then the recipe's
+        carried files (`fetch_carried`)."""
+        writer, apt = self.writer, self.stage / "apt"
+        for name, (origin, digest) in got.nvidia.items():
+            writer.add(f"apt/{name}", self.work / "nvidia" / name, origin, {digest})
+        for name, digest in sorted(got.digests.items()):
+            writer.add(f"apt/{name}", apt / name,
+                       "this machine's apt sources (apt-get download)" if got.env is None
+                       else f"{self.i.distro_name}'s archive (apt-get download)", {digest})
+        if self.packages or got.nvidia:
+            for index in ("Packages", "Release", "InRelease", "bundle-key.gpg"):
+                writer.add(f"apt/{index}", apt / index, "made for the bundle")
+        for carried, origin in fetch_carried(self.i.files, self.stage):
+            writer.add(carried.path, self.stage / carried.path, origin, {carried.sha256})
+
+    def _finish(self, origins: dict[str, tuple[str, frozenset[str]]], debs: dict[str, str]) -> str:
+        """The manifest, last; the bundle's id."""
+        i = self.i
         uv = next(f"wheels/{name}" for name in origins if name.startswith("uv-"))
-        manifest = {"schema": SCHEMA, "cuda": cuda, "torch": torch, "distro": distro_name,
-                    "arch": arch, "python": distro.python, "command": command,
-                    "created": email.utils.formatdate(usegmt=True), "uv_wheel": uv, "debs": debs}
-        bundle_id = writer.finish(manifest, sign)
+        manifest = {"schema": SCHEMA, "cuda": i.options.cuda, "torch": i.options.torch,
+                    "distro": i.distro_name, "arch": i.options.arch, "python": i.distro.python,
+                    "command": i.command, "created": email.utils.formatdate(usegmt=True),
+                    "uv_wheel": uv, "debs": debs}
+        return self.writer.finish(manifest, i.sign)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.writer.close()
+        if self.key is not None:
+            self.key.close()
+
+
+def build_bundle(options: BundleOptions, progress: Callable[[str], None] = print) -> BuildReport:
+    """Build the bundle `options` describe (see the module docstring): written in a temporary
+    folder beside `--out`, renamed into place when whole."""
+    started = time.monotonic()
+    inputs = _read_inputs(options, progress)
+    out = inputs.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    build = _Build(inputs, work, progress)
+    try:
+        report = build.run()
         os.replace(work / out.name, out)
     finally:
-        stop.set()
-        pool.shutdown(wait=True, cancel_futures=True)
-        writer.close()
-        if key is not None:
-            key.close()
+        build.close()
         shutil.rmtree(work, ignore_errors=True)
-    total = time.monotonic() - started
-    report = BuildReport(out, bundle_id, len(origins), wheel_bytes, len(debs), deb_bytes,
-                         wheel_s, deb_s, total)
-    progress(f"bundle: {out} ({out.stat().st_size / 1e6:.1f} MB, id {bundle_id}) in {total:.1f} s")
+    report.total_s = time.monotonic() - started
+    progress(f"bundle: {out} ({out.stat().st_size / 1e6:.1f} MB, id {report.id}) in {report.total_s:.1f} s")
     _anchor_lines(out, options.sign_key, progress)
     return report
 

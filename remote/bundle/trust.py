@@ -208,23 +208,55 @@ def verify(data: bytes, signature: bytes, keyring: Path, want: str) -> str:
 
 def judge(status: str, want: str) -> str:
     """What gpgv's status lines (`status`) say against `want` (the module docstring): "" for a
-    good signature by that primary key, else why not."""
+    good signature by that primary key, else why not: the first of VERDICTS that says why."""
     lines = [line.split()[1:] for line in status.splitlines() if line.startswith("[GNUPG:] ")]
     words = {fields[0] for fields in lines if fields}
-    for bad, why in (("BADSIG", "a bad signature (the manifest was changed after it was signed)"),
-                     ("REVKEYSIG", "made by a revoked key"), ("EXPKEYSIG", "made by an expired key"),
-                     ("EXPSIG", "an expired signature")):
-        if bad in words:
+    for rule in VERDICTS:
+        why = rule(lines, words, want)
+        if why is not None:
             return why
-    if "NO_PUBKEY" in words or "ERRSIG" in words:
-        signer = next((f[1] for f in lines if f and f[0] in ("NO_PUBKEY", "ERRSIG") and len(f) > 1), "?")
-        return f"made by key {signer}, which is not in the keyring given"
-    good = [f for f in lines if f and f[0] == "VALIDSIG" and len(f) >= 11]
-    if "GOODSIG" not in words or not good:
+    return ""
+
+
+Status = list[list[str]]   # gpgv's status lines, each split into its words after [GNUPG:]
+# A status word that condemns the signature, whatever else is said.
+BAD_WORDS = (("BADSIG", "a bad signature (the manifest was changed after it was signed)"),
+             ("REVKEYSIG", "made by a revoked key"), ("EXPKEYSIG", "made by an expired key"),
+             ("EXPSIG", "an expired signature"))
+
+
+def _bad(lines: Status, words: set[str], want: str) -> Optional[str]:
+    return next((why for bad, why in BAD_WORDS if bad in words), None)
+
+
+def _unknown_signer(lines: Status, words: set[str], want: str) -> Optional[str]:
+    if "NO_PUBKEY" not in words and "ERRSIG" not in words:
+        return None
+    signer = next((f[1] for f in lines if f and f[0] in ("NO_PUBKEY", "ERRSIG") and len(f) > 1), "?")
+    return f"made by key {signer}, which is not in the keyring given"
+
+
+def _valid(lines: Status) -> Status:
+    """The VALIDSIG lines whole (the primary key's fingerprint is their 10th field)."""
+    return [f for f in lines if f and f[0] == "VALIDSIG" and len(f) >= 11]
+
+
+def _no_good(lines: Status, words: set[str], want: str) -> Optional[str]:
+    if "GOODSIG" not in words or not _valid(lines):
         return "gpgv found no good signature in it"
+    return None
+
+
+def _another_key(lines: Status, words: set[str], want: str) -> Optional[str]:
+    good = _valid(lines)
     if not any(f[10].upper() == want for f in good):
         return f"made by key {good[0][10]}, not the site key"
-    return ""
+    return None
+
+
+# judge's rules, in order: each says why not, or None to leave it to the next.
+VERDICTS: tuple[Callable[[Status, set[str], str], Optional[str]], ...] = (
+    _bad, _unknown_signer, _no_good, _another_key)
 
 
 def _binary_keyring(keyring: Path, tmp: Path, home: Path) -> Path:

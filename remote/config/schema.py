@@ -47,27 +47,32 @@ def check_args(mapping: Mapping[str, Any], spec: Mapping[str, Arg], where: Where
         check_keys(mapping, spec, f"'{what}'", where)
     out: dict[str, Any] = {}
     for name, arg in spec.items():
-        label = f"'{what}.{name}'" if what else f"'{name}'"
         value = mapping.get(name)
-        at = _position(mapping, name, where)
         if arg.required and (value is None or value == ""):
             raise where.error(f"'{what}' needs '{name}'")
         if value is None and (arg.nullable or name not in mapping):
             out[name] = arg.default
             continue
-        if arg.types and not any(_is(value, kind) for kind in arg.types):
-            expect(value, arg.types[0], at, label)
-        if arg.items is not None and isinstance(value, list):
-            expect_list_of(value, arg.items, at, label)
-        if arg.valid is not None and not arg.valid(value):
-            raise at.error(f"{label} must be {arg.must}")
-        if arg.choices and value not in arg.choices:
-            # At the step (not the key) like the other checks of a value's meaning.
-            raise where.error(f"{label} must be {_one_of(arg.choices)}"
-                              f"{suggest(str(value), arg.choices)}")
+        label = f"'{what}.{name}'" if what else f"'{name}'"
+        _check_value(value, arg, label, _position(mapping, name, where), where)
         out[name] = value
     out.update((key, value) for key, value in mapping.items() if key not in spec)
     return out
+
+
+def _check_value(value: Any, arg: Arg, label: str, at: Where, where: Where) -> None:
+    """The rules of `arg` on a value given: its type, its items' type, its own check, its
+    choices. Errors point at the key's line `at`; a choice's at the step (`where`), like the
+    other checks of a value's meaning."""
+    if arg.types and not any(_is(value, kind) for kind in arg.types):
+        expect(value, arg.types[0], at, label)
+    if arg.items is not None and isinstance(value, list):
+        expect_list_of(value, arg.items, at, label)
+    if arg.valid is not None and not arg.valid(value):
+        raise at.error(f"{label} must be {arg.must}")
+    if arg.choices and value not in arg.choices:
+        raise where.error(f"{label} must be {_one_of(arg.choices)}"
+                          f"{suggest(str(value), arg.choices)}")
 
 
 def suggest(word: str, choices: Iterable[str]) -> str:

@@ -19,6 +19,7 @@ import functools
 import json
 import re
 import threading
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 from ..ground.errors import HostError
@@ -115,29 +116,41 @@ def parse_reach(out: str, address: str, apt_port: int, pypi_port: int,
     if "@nopython" in out and "@apt" not in out:
         return None, "no python on the host to ask the cache with"
     host = f"[{address}]" if ":" in address else address
-    apt_line = re.search(r"^@apt (\d+) ?(.*)$", out, re.M)
-    apt_up = bool(apt_line) and 100 <= int(apt_line.group(1)) < 600  # type: ignore[union-attr]
+    apt_up, apt_why = _apt_answer(out)
     pypi_line = re.search(r"^@pypi (\d+)$", out, re.M)
-    body = out[pypi_line.end():] if pypi_line else ""
-    indexes, pypi_why = _mirrors(body, f"http://{host}:{pypi_port}")
-    if pypi_line and pypi_line.group(1) == "0":  # no HTTP answer: the body is the error
-        pypi_why = " ".join(body.split())[:200] or "no answer"
-    elif pypi_line and pypi_line.group(1) != "200":
-        pypi_why = f"devpi answered HTTP {pypi_line.group(1)}"
+    indexes, pypi_why = _pypi_answer(out, pypi_line, f"http://{host}:{pypi_port}")
     if not apt_up and not indexes:
-        apt_why = (apt_line.group(2).strip() if apt_line else "") or "no answer"
         return None, f"apt-cacher-ng: {apt_why}; devpi: {pypi_why or 'no mirror index'}"
+    route = CacheRoute(indexes=indexes, trusted_host=f"{address}:{pypi_port}" if indexes else "",
+                       via=via)
+    if not apt_up:
+        return route, ""
     apt_part = out[:pypi_line.start()] if pypi_line else out
     listed = re.findall(r"^@apthttps (\S+)$", apt_part, re.M)
     apt_https = tuple(sorted({url.rstrip("/") for url in listed
                               if HTTPS_ORIGIN.fullmatch(url.rstrip("/"))}))[:MAX_HTTPS_ORIGINS]
     apt_direct, hosts_listed = _apt_direct(apt_part, apt_https)
-    return CacheRoute(apt_proxy=f"http://{host}:{apt_port}" if apt_up else "",
-                      apt_https=apt_https if apt_up else (), indexes=indexes,
-                      apt_direct=apt_direct if apt_up else (),
-                      apt_hosts_listed=hosts_listed or not apt_up,
-                      trusted_host=f"{address}:{pypi_port}" if indexes else "",
-                      via=via), ""
+    return replace(route, apt_proxy=f"http://{host}:{apt_port}", apt_https=apt_https,
+                   apt_direct=apt_direct, apt_hosts_listed=hosts_listed), ""
+
+
+def _apt_answer(out: str) -> tuple[bool, str]:
+    """(whether apt-cacher-ng answered at all (any HTTP status), why not)."""
+    apt_line = re.search(r"^@apt (\d+) ?(.*)$", out, re.M)
+    if apt_line and 100 <= int(apt_line.group(1)) < 600:
+        return True, ""
+    return False, (apt_line.group(2).strip() if apt_line else "") or "no answer"
+
+
+def _pypi_answer(out: str, pypi_line: Optional[re.Match[str]], base: str) -> tuple[dict[str, str], str]:
+    """(devpi's mirror indexes, normalized origin -> its index URL under `base`; why none)."""
+    body = out[pypi_line.end():] if pypi_line else ""
+    indexes, why = _mirrors(body, base)
+    if pypi_line and pypi_line.group(1) == "0":  # no HTTP answer: the body is the error
+        why = " ".join(body.split())[:200] or "no answer"
+    elif pypi_line and pypi_line.group(1) != "200":
+        why = f"devpi answered HTTP {pypi_line.group(1)}"
+    return indexes, why
 
 
 def apt_route_line(route: CacheRoute) -> str:

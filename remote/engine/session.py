@@ -2,7 +2,8 @@
 the reporter its lines go to. A job (`engine/jobs/`, the `Job` protocol here) gets a
 `HostSession` and works only through it; the session knows what every job may need (the
 connection, facts, vars and context, the result). The fleet cache as the host reaches it is
-`cache.HostCache`; a reboot is a command type (`jobs/reboot.py`).
+`cache.HostCache`; the facts round trip, probes riding along, is `gather.round_trip`; a reboot
+is a command type (`jobs/reboot.py`).
 """
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from ..config.inventory import Host, Inventory
 from ..config.recipe import Recipe
 from ..config.templating import resolve_vars
 from ..ground.errors import (
-    CommandTimeout,
     ConnectionLost,
     GpuprovError,
     HostError,
@@ -30,14 +30,10 @@ from ..transport.connection import BaseConnection
 from . import facts as facts_mod
 from .cache import CacheLink, HostCache
 from .fact_shapes import FactShapeError, check_fact_shapes
+from .gather import round_trip
 from .options import RunOptions
-from .probes import batch_script, in_one_write, parse_batch
 from .results import HostResult, Outcome, StepResult, StepStatus
 from .varlayers import VarPositions, Vars, layered_vars
-
-# The facts script alone (a fraction of a second on a healthy host; nvidia-smi the slowest part)
-# gets this long, or the inventory's timeouts.command when that is shorter.
-FACTS_TIMEOUT_S = 60.0
 
 
 class Job(Protocol):
@@ -178,31 +174,8 @@ class HostSession:
             return {}
         script = facts_mod.script(self.host.python, names, over_ssh=not self.host.is_local)
         early = list(dict.fromkeys([*probes(), *self.ride_along]))
-        answers: dict[str, Probe] = {}
-        result, label, fact_lines, probe_lines = None, "gather facts", "", ""
-        if early:
-            # The facts script in a subshell, so the probes see none of its functions or vars.
-            batch, token = batch_script(list(enumerate(early)))
-            try:
-                # the probes' own bound; should slow facts need more, they go alone below
-                result = self.conn.run(in_one_write(f"(\n{script})\n{batch}"),
-                                       timeout=self.inventory.timeouts.command)
-            except CommandTimeout as exc:  # a hanging `unless`: facts alone, probes later
-                self.log.event(f"facts + {len(early)} probes {exc}; gathering facts alone")
-            else:
-                steps = len([p for p in early if p not in self.ride_along])
-                label = "gather facts" + (f" + {steps} probes" if steps else "")
-                cut = result.out.find(token)
-                cut = len(result.out) if cut < 0 else cut
-                fact_lines, probe_lines = result.out[:cut], result.out[cut:]
-                answers = {early[key]: answer
-                           for key, answer in parse_batch(probe_lines, token).items()}
-        if result is None:
-            result = self.conn.run(script, timeout=min(FACTS_TIMEOUT_S,
-                                                       self.inventory.timeouts.command))
-            fact_lines = result.out
-        self.log.command("facts", label, result.rc, result.elapsed_s, probe_lines, result.err)
-        result.require_complete("facts")  # a cut answer would parse as wrong facts
+        fact_lines, answers = round_trip(self.conn, script, early, self.ride_along,
+                                         self.inventory.timeouts.command, self.log)
         self._store_facts(fact_lines)
         if self.facts["uid"] == 0:
             self.conn.is_root = True

@@ -7,7 +7,9 @@ Adding a kind means three things: its module here (a `Kind` subclass with `name`
 `tests/kinds/<name>/` (arguments + probe output -> fact and commands; the format is in
 tests/test_kinds.py). A kind that downloads sets `fetches` and sends its downloads through the
 fleet cache in `through_cache` (`route.CacheRoute` says where the cache is for the host), and
-installs from a bundle on the host in `through_bundle` (`route.BundleRoute`, `provision --bundle`).
+installs from a bundle on the host in `through_bundle` (`route.BundleRoute`, `provision --bundle`);
+it says what `gpuprov bundle` must carry for a step in `bundle_carries` (`route.BundleNeeds`:
+Debian packages, or files by url and sha256), so the bundle's build needs no edit either.
 `plan` yields typed commands (`commands`: shell, reboot-and-wait, local action); the engine
 runs those types, so a new kind needs no engine edit.
 """

@@ -12,9 +12,10 @@ from ..config.schema import Arg
 from ..ground.errors import InputError, PlanError, Where
 from .base import Args, Command, Kind, listed, q, redacted_url, with_env
 from .commands import LocalAction, Planned
+from .route import BundleNeeds
 
 if TYPE_CHECKING:
-    from .route import BundleRoute, CacheRoute
+    from .route import BundleRoute, BundleTarget, CacheRoute
 
 
 # Used with fullmatch: `$` would let a name end in a newline.
@@ -305,6 +306,16 @@ class Apt(Kind[AptState]):
                         proxy_direct=list(route.apt_direct))
         return args
 
+    def bundle_carries(self, args: Args, target: BundleTarget) -> BundleNeeds:
+        """The step's literal package names, when it installs them; a templated name is left
+        out (it is the host's, known only there; cuda.yaml's cuda-toolkit-{{ cuda_pkg_suffix }}
+        is NVIDIA's, which `gpuprov bundle --apt-repo` carries)."""
+        if args.get("state", "present") != "present":
+            return BundleNeeds()
+        packages = args.get("packages")
+        names = packages.split() if isinstance(packages, str) else packages or []
+        return BundleNeeds(packages=tuple(str(n).split("=")[0] for n in names if "{{" not in str(n)))
+
     def through_bundle(self, args: Args, bundle: BundleRoute) -> Args:
         """apt reads the bundle's signed repository alone; the packages it lacks are named
         when the step plans to install them."""
@@ -312,49 +323,72 @@ class Apt(Kind[AptState]):
                     _bundle_rebuild=bundle.rebuild)
 
     def plan(self, args: Args, fact: AptState) -> list[Planned]:
-        installed, held = fact.installed, fact.held
         specs, warning = self._locked_specs(args)
-        lock = int(args["lock_timeout"])
-        opts = APT_OPTS.format(lock=lock)
+        opts = APT_OPTS.format(lock=int(args["lock_timeout"]))
         cmds: list[Planned] = []
         if warning:
             cmds.append(LocalAction(lambda _context: (True, ""), warning, warning=warning))
         if args["state"] == "absent":
-            present = [n for n, _ in specs if n in installed]
-            if present:
-                unhold = [n for n in present if n in held]
-                if unhold:
-                    cmds.append(Command("apt-mark unhold " + " ".join(map(q, unhold))))
-                action = "purge" if args["purge"] else "remove"
-                cmds.append(Command(f"DEBIAN_FRONTEND=noninteractive apt-get {opts} {action} "
-                                    + " ".join(map(q, present))))
-            return cmds
+            return cmds + self._remove(specs, fact, args, opts)
         todo = [(n, pin) for n, pin in specs
-                if n not in installed or (pin and not fnmatch.fnmatchcase(installed[n], pin))]
-        bundle = args.get("_bundle_apt") or ""
-        if todo and bundle:
-            lacking = sorted(n for n, _ in todo if n not in args["_bundle_debs"])
-            if lacking:
-                raise PlanError(f"apt: {', '.join(lacking)} not in the bundle: add "
-                                f"{'them' if len(lacking) > 1 else 'it'} with "
-                                f"`{args['_bundle_rebuild']}` (the bundle carries the recipe's "
-                                "packages and their dependencies)")
-            # the bundle's own lists, read afresh: a local file, no network
-            cmds.append(apt_update_command(lock, bundle=bundle))
-            cmds.append(self._install(todo, args, opts + bundle))
+                if n not in fact.installed or (pin and not fnmatch.fnmatchcase(fact.installed[n], pin))]
+        if todo and args.get("_bundle_apt"):
+            cmds += self._install_from_bundle(todo, args, opts)
         elif todo:
-            stale = fact.now - fact.updated > int(args["cache_valid_time"])
-            if args["update_cache"] and stale:
-                cmds.append(apt_update_command(lock, args.get("proxy"), args.get("proxy_https") or (),
-                                               args.get("proxy_direct") or ()))
-            cmds.append(self._install(todo, args, opts))
+            cmds += self._install_from_sources(todo, args, fact, opts)
         if args["hold"]:
-            # apt-get install drops an existing hold of what it installs (a pinned downgrade
-            # or upgrade of a held package): hold those again too.
-            touched = {n for n, _ in todo}
-            unheld = [n for n, _ in specs if n not in held or n in touched]
-            if unheld:
-                cmds.append(Command("apt-mark hold " + " ".join(map(q, unheld))))
+            cmds += self._hold(specs, todo, fact)
+        return cmds
+
+    @staticmethod
+    def _hold(specs: list[tuple[str, Optional[str]]], todo: list[tuple[str, Optional[str]]],
+              fact: AptState) -> list[Planned]:
+        """`hold: true`: hold what is not held yet. apt-get install drops an existing hold of
+        what it installs (a pinned downgrade or upgrade of a held package): those again too."""
+        touched = {n for n, _ in todo}
+        unheld = [n for n, _ in specs if n not in fact.held or n in touched]
+        return [Command("apt-mark hold " + " ".join(map(q, unheld)))] if unheld else []
+
+    @staticmethod
+    def _remove(specs: list[tuple[str, Optional[str]]], fact: AptState, args: Args,
+                opts: str) -> list[Planned]:
+        """`state: absent`: the installed ones unheld, then removed (or purged)."""
+        present = [n for n, _ in specs if n in fact.installed]
+        if not present:
+            return []
+        cmds: list[Planned] = []
+        unhold = [n for n in present if n in fact.held]
+        if unhold:
+            cmds.append(Command("apt-mark unhold " + " ".join(map(q, unhold))))
+        action = "purge" if args["purge"] else "remove"
+        cmds.append(Command(f"DEBIAN_FRONTEND=noninteractive apt-get {opts} {action} "
+                            + " ".join(map(q, present))))
+        return cmds
+
+    def _install_from_bundle(self, todo: list[tuple[str, Optional[str]]], args: Args,
+                             opts: str) -> list[Planned]:
+        """`provision --bundle`: the bundle's own lists, read afresh (a local file, no
+        network), then the install from its repository alone; PlanError naming what it lacks."""
+        lacking = sorted(n for n, _ in todo if n not in args["_bundle_debs"])
+        if lacking:
+            raise PlanError(f"apt: {', '.join(lacking)} not in the bundle: add "
+                            f"{'them' if len(lacking) > 1 else 'it'} with "
+                            f"`{args['_bundle_rebuild']}` (the bundle carries the recipe's "
+                            "packages and their dependencies)")
+        bundle = args["_bundle_apt"]
+        return [apt_update_command(int(args["lock_timeout"]), bundle=bundle),
+                self._install(todo, args, opts + bundle)]
+
+    def _install_from_sources(self, todo: list[tuple[str, Optional[str]]], args: Args,
+                              fact: AptState, opts: str) -> list[Planned]:
+        """The host's sources: their lists updated first when asked and older than
+        `cache_valid_time`, then the install."""
+        cmds: list[Planned] = []
+        stale = fact.now - fact.updated > int(args["cache_valid_time"])
+        if args["update_cache"] and stale:
+            cmds.append(apt_update_command(int(args["lock_timeout"]), args.get("proxy"),
+                                           args.get("proxy_https") or (), args.get("proxy_direct") or ()))
+        cmds.append(self._install(todo, args, opts))
         return cmds
 
     @staticmethod

@@ -25,9 +25,10 @@ from ..config.templating import render_shell, render_value
 from ..ground.errors import Where
 from .commands import Command as Command  # noqa: F401  (re-exported: the kinds import it from here)
 from .commands import Planned
+from .route import BundleNeeds
 
 if TYPE_CHECKING:
-    from .route import BundleRoute, CacheRoute
+    from .route import BundleRoute, BundleTarget, CacheRoute
 
 Args = dict[str, Any]
 FactT = TypeVar("FactT")
@@ -161,6 +162,12 @@ class Kind(Generic[FactT]):
         """`args` (rendered) with the downloads sent through the fleet cache `route`; a kind
         with `fetches` overrides it."""
         return args
+
+    def bundle_carries(self, args: Args, target: BundleTarget) -> BundleNeeds:
+        """What `gpuprov bundle` must carry for this step (its `args` as loaded, unrendered;
+        `target.render` renders them for the bundle's target) so that `through_bundle` finds it
+        on the host; nothing, for a kind that installs nothing from a bundle."""
+        return BundleNeeds()
 
     def through_bundle(self, args: Args, bundle: BundleRoute) -> Args:
         """`args` (rendered) installing from the bundle unpacked on the host (`provision

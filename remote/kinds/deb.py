@@ -10,9 +10,10 @@ from ..config.schema import Arg
 from ..ground.errors import PlanError, Where
 from .apt import dpkg_installed
 from .base import Args, Command, Kind, q, redacted_url, with_env
+from .route import BundleNeeds, CarriedFile, HostOnly
 
 if TYPE_CHECKING:
-    from .route import BundleRoute
+    from .route import BundleRoute, BundleTarget
 
 SHA256 = re.compile(r"[0-9a-f]{64}")  # used with fullmatch: `$` would pass a final newline
 
@@ -23,6 +24,13 @@ class DebState:
 
     installed: bool
     version: str
+
+
+class DebFile(CarriedFile):
+    """A `deb` step's file in a bundle: apt/SHA256.deb."""
+
+    kind = "deb"
+    suffix = ".deb"
 
 
 class Deb(Kind[DebState]):
@@ -51,6 +59,21 @@ class Deb(Kind[DebState]):
     def parse(self, out: str) -> DebState:
         status, _, version = out.partition("\n")[0].partition("\t")
         return DebState(dpkg_installed(status), version.strip())
+
+    def bundle_carries(self, args: Args, target: BundleTarget) -> BundleNeeds:
+        """The step's file, its url and sha256 rendered for the target; or, where they read
+        what only the host knows or the sha256 is not one, named and left out (a host that
+        needs it is told so by `_from_bundle`)."""
+        name = str(args["name"])
+        try:
+            url, sha = (str(v) for v in target.render([args["url"], args["sha256"]]))
+        except HostOnly as exc:
+            return BundleNeeds(files=(DebFile(name, args["url"], args["sha256"],
+                                              f"its url or sha256 reads {exc}, known only on the host"),))
+        if not SHA256.fullmatch(sha):
+            return BundleNeeds(files=(DebFile(name, url, sha, f"its sha256 renders to {sha!r} for "
+                                                              f"{target.distro} {target.arch}, not 64 hex digits"),))
+        return BundleNeeds(files=(DebFile(name, url, sha),))
 
     def through_bundle(self, args: Args, bundle: BundleRoute) -> Args:
         """The .deb from the bundle unpacked on the host (`provision --bundle`), found by its

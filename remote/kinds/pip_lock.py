@@ -195,24 +195,7 @@ class PipLock(Kind[Installed]):
         and the uv fetcher reads UV_DEFAULT_INDEX too."""
         venv = str(args["venv"]).rstrip("/")
         py, base = q(venv + "/bin/python"), q(args["python"] or "python3")
-        # uv goes beside the venv, not into it, so the venv holds the lock alone.
-        tools, uv = q(venv + "-uv"), q(venv + "-uv/uv")
-        pip_opts = "--disable-pip-version-check --no-input -q --require-hashes"
-        uv_opts = "--require-hashes --system-certs --no-progress"
-        env = {}
-        if args.get("_find_links"):
-            # the bundle's folder, and no index: nothing is fetched (pip's --no-index,
-            # --find-links; uv's --offline too)
-            links = q(args["_find_links"])
-            pip_opts += f" --no-index --find-links {links}"
-            uv_opts += f" --offline --no-index --find-links {links}"
-            env["GPUPROV_UV_WHEEL"] = str(args["_uv_wheel"])
-        if args["index_url"]:
-            env = {"PIP_INDEX_URL": str(args["index_url"]),
-                   "UV_DEFAULT_INDEX": str(args["index_url"])}
-        if args["_trusted"]:
-            pip_opts += f" --trusted-host {q(args['_trusted'])}"
-            uv_opts += f" --allow-insecure-host {q(args['_trusted'])}"
+        pip_opts, uv_opts, env = _installer_options(args)
         lines = ['lock=$(mktemp) && err=$(mktemp) || exit 1',
                  'trap \'rm -f "$lock" "$err"\' EXIT',
                  'cat > "$lock"']
@@ -222,21 +205,7 @@ class PipLock(Kind[Installed]):
         if installer == "pip":
             lines += with_pip
         else:
-            try:
-                uv_pin = read_lock(self._path(args, UV_LOCK)).pins[0]
-            except InputError as exc:
-                raise PlanError(_lock_error(UV_LOCK, exc)) from None
-            otherwise = ('exit 1' if installer == "uv" else
-                         'echo "uv could not be fetched: installing with pip" >&2')
-            lines += [f'if [ ! -x {uv} ]; then',
-                      f'  {base} - {q(uv_pin.version)} {q(",".join(uv_pin.hashes))} '
-                      f"{tools} >&2 <<'EOF' || {otherwise}\n{_FETCH_UV}EOF",
-                      'fi',
-                      f'if [ -x {uv} ]; then',
-                      f'  [ -x {py} ] || {uv} venv -q --no-config --no-python-downloads '
-                      f'--allow-existing --python {base} {q(venv)} || exit 1',
-                      f'  NO_COLOR=1 {uv} pip install --python {py} {uv_opts} -r "$lock" 2>"$err"',
-                      'else', *(f"  {line}" for line in with_pip), 'fi']
+            lines += self._with_uv(args, venv, uv_opts, with_pip)
         lines += ['rc=$?', 'cat "$err" >&2',
                   f'[ $rc -eq 0 ] || {base} - "$err" <<\'EOF\'\n{_MISMATCH}EOF',
                   'exit $rc']
@@ -247,6 +216,52 @@ class PipLock(Kind[Installed]):
         return with_env("\n".join(lines), env, script_on_stdin=True, then=lock.text.encode(),
                         display=f"install {args['lock']} into {venv}{source} with {how}, hashes "
                                 f"required ({len(lock.pins)} packages)")
+
+    def _with_uv(self, args: Args, venv: str, uv_opts: str, with_pip: list[str]) -> list[str]:
+        """The script's lines with uv: fetched beside the venv if missing (pinned by uv.txt),
+        then the venv and the install with it; pip's lines `with_pip` when uv cannot be had
+        (`installer: auto`; with `installer: uv` the script fails instead)."""
+        py, base = q(venv + "/bin/python"), q(args["python"] or "python3")
+        # uv goes beside the venv, not into it, so the venv holds the lock alone.
+        tools, uv = q(venv + "-uv"), q(venv + "-uv/uv")
+        try:
+            uv_pin = read_lock(self._path(args, UV_LOCK)).pins[0]
+        except InputError as exc:
+            raise PlanError(_lock_error(UV_LOCK, exc)) from None
+        otherwise = ('exit 1' if args["installer"] == "uv" else
+                     'echo "uv could not be fetched: installing with pip" >&2')
+        return [f'if [ ! -x {uv} ]; then',
+                f'  {base} - {q(uv_pin.version)} {q(",".join(uv_pin.hashes))} '
+                f"{tools} >&2 <<'EOF' || {otherwise}\n{_FETCH_UV}EOF",
+                'fi',
+                f'if [ -x {uv} ]; then',
+                f'  [ -x {py} ] || {uv} venv -q --no-config --no-python-downloads '
+                f'--allow-existing --python {base} {q(venv)} || exit 1',
+                f'  NO_COLOR=1 {uv} pip install --python {py} {uv_opts} -r "$lock" 2>"$err"',
+                'else', *(f"  {line}" for line in with_pip), 'fi']
+
+
+def _installer_options(args: Args) -> tuple[str, str, dict[str, str]]:
+    """(pip's options, uv's, the installers' environment): hashes required; the bundle's
+    folder and no index under `provision --bundle`; the index in the environment, never in
+    the arguments (see `PipLock._install`); the fleet cache's host trusted over plain HTTP."""
+    pip_opts = "--disable-pip-version-check --no-input -q --require-hashes"
+    uv_opts = "--require-hashes --system-certs --no-progress"
+    env = {}
+    if args.get("_find_links"):
+        # the bundle's folder, and no index: nothing is fetched (pip's --no-index,
+        # --find-links; uv's --offline too)
+        links = q(args["_find_links"])
+        pip_opts += f" --no-index --find-links {links}"
+        uv_opts += f" --offline --no-index --find-links {links}"
+        env["GPUPROV_UV_WHEEL"] = str(args["_uv_wheel"])
+    if args["index_url"]:
+        env = {"PIP_INDEX_URL": str(args["index_url"]),
+               "UV_DEFAULT_INDEX": str(args["index_url"])}
+    if args["_trusted"]:
+        pip_opts += f" --trusted-host {q(args['_trusted'])}"
+        uv_opts += f" --allow-insecure-host {q(args['_trusted'])}"
+    return pip_opts, uv_opts, env
 
 
 def _lock_error(name: str, exc: InputError) -> str:

@@ -1,13 +1,17 @@
-"""What a step kind needs to know of the fleet cache: where one host's downloads go.
+"""What a step kind needs to know of where its downloads come from: the fleet cache (where one
+host's downloads go) and the bundle (what `gpuprov bundle` must carry for a step, and where the
+host finds it under `provision --bundle`).
 
-The engine works it out per host (remote/engine/cache.py); the kinds that download read it in
-`Kind.through_cache`.
+The engine works the cache out per host (remote/engine/cache.py); the kinds that download read
+it in `Kind.through_cache`. The bundle's build asks each step's kind what to carry
+(`Kind.bundle_carries`, remote/bundle/build.py), and each kind finds its part on the host in
+`Kind.through_bundle`.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Callable, ClassVar, Optional
 
 # What pip uses when no index is given (pip's --index-url default).
 PYPI_SIMPLE = "https://pypi.org/simple"
@@ -79,3 +83,54 @@ class BundleRoute:
         return (f" -o Dir::Etc::sourcelist={self.root}/sources.d/none.list"
                 f" -o Dir::Etc::sourceparts={self.root}/sources.d"
                 f" -o Dir::State::Lists={self.root}/lists")
+
+
+class HostOnly(Exception):
+    """A value renders only on the host: it reads what the bundle's target does not tell (a
+    fact, the host's name, a var left to the inventory or --var); the message says what."""
+
+
+@dataclass(frozen=True)
+class BundleTarget:
+    """What a kind is told of the hosts a bundle is built for: `distro` (as
+    remote/bundle/build.py's DISTROS names it) and `arch`; `render` renders a step's values as
+    provision would on such a host (a list in, the rendered list out), or raises HostOnly."""
+
+    distro: str
+    arch: str
+    render: Callable[[list[Any]], list[Any]]
+
+
+@dataclass(frozen=True)
+class CarriedFile:
+    """A file a bundle carries for a step: downloaded from `url` when the bundle is built,
+    checked against `sha256`, kept at `path` in the bundle, where the kind finds it by that
+    sha256 on the host (`BundleRoute.files`); with `why`, left out, and why. A kind subclasses
+    it to say its name (`kind`, in the build's lines) and where its files go (`folder`, one of
+    the bundle's folders, and the name's `suffix`)."""
+
+    kind: ClassVar[str] = ""
+    folder: ClassVar[str] = "apt"
+    suffix: ClassVar[str] = ""
+
+    name: str
+    url: str
+    sha256: str
+    why: str = ""
+
+    @property
+    def file_name(self) -> str:
+        return self.sha256 + self.suffix
+
+    @property
+    def path(self) -> str:
+        return f"{self.folder}/{self.file_name}"
+
+
+@dataclass(frozen=True)
+class BundleNeeds:
+    """What a bundle must carry for one step (`Kind.bundle_carries`): `packages`, Debian
+    packages of the target's archive (their dependencies come with them), and `files`."""
+
+    packages: tuple[str, ...] = ()
+    files: tuple[CarriedFile, ...] = ()

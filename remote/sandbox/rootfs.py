@@ -39,36 +39,14 @@ BUILD_TIMEOUT_S = 1800
 # this machine's apt and pip configuration
 
 def host_apt_sources() -> Dict[str, str]:
-    """The bookworm mirror and security mirror this machine's apt uses (or Debian's defaults).
+    """The bookworm mirror and security mirror this machine's apt uses (or Debian's defaults):
+    the first source of each suite in apt's order (sources.list, then sources.list.d by name).
 
     ``$GPUPROV_SANDBOX_MIRROR`` overrides the main mirror.
     """
     main = sec = None
-    entries = []  # (uri, suites)
     paths = [Path("/etc/apt/sources.list")] + sorted(Path("/etc/apt/sources.list.d").glob("*"))
-    for p in paths:
-        try:
-            text = p.read_text()
-        except OSError:
-            continue
-        if p.suffix == ".sources":
-            for stanza in re.split(r"\n\s*\n", text):
-                fields = {}
-                for line in stanza.splitlines():
-                    if ":" in line and not line.lstrip().startswith("#"):
-                        k, v = line.split(":", 1)
-                        fields[k.strip().lower()] = v.strip()
-                if (fields.get("enabled", "yes").lower() == "no"
-                        or "deb" not in fields.get("types", "").split()):
-                    continue
-                for uri in fields.get("uris", "").split():
-                    entries.append((uri, fields.get("suites", "").split()))
-        elif p.suffix == ".list" or p.name == "sources.list":
-            for line in text.splitlines():
-                words = re.sub(r"\[[^]]*\]", "", line.split("#", 1)[0]).split()
-                if len(words) >= 3 and words[0] == "deb":
-                    entries.append((words[1], [words[2]]))
-    for uri, suites in entries:
+    for uri, suites in _source_entries(paths):
         if sec is None and f"{SUITE}-security" in suites:
             sec = uri
         if main is None and SUITE in suites:
@@ -77,6 +55,51 @@ def host_apt_sources() -> Dict[str, str]:
         "mirror": os.environ.get("GPUPROV_SANDBOX_MIRROR") or main or DEFAULT_MIRROR,
         "security": sec or DEFAULT_SECURITY_MIRROR,
     }
+
+
+def _source_entries(paths: List[Path]) -> List[Tuple[str, List[str]]]:
+    """(uri, suites) of every enabled `deb` source in `paths`, in order; a file that cannot
+    be read is skipped."""
+    entries: List[Tuple[str, List[str]]] = []
+    for p in paths:
+        try:
+            text = p.read_text()
+        except OSError:
+            continue
+        if p.suffix == ".sources":
+            entries += _deb822_entries(text)
+        elif p.suffix == ".list" or p.name == "sources.list":
+            entries += _one_line_entries(text)
+    return entries
+
+
+def _deb822_entries(text: str) -> List[Tuple[str, List[str]]]:
+    """The deb822 form (sources.list(5), "DEB822-STYLE FORMAT"): a stanza per source, its
+    URIs and Suites; Enabled: no or Types without `deb` skip it."""
+    entries = []
+    for stanza in re.split(r"\n\s*\n", text):
+        fields = {}
+        for line in stanza.splitlines():
+            if ":" in line and not line.lstrip().startswith("#"):
+                k, v = line.split(":", 1)
+                fields[k.strip().lower()] = v.strip()
+        if (fields.get("enabled", "yes").lower() == "no"
+                or "deb" not in fields.get("types", "").split()):
+            continue
+        for uri in fields.get("uris", "").split():
+            entries.append((uri, fields.get("suites", "").split()))
+    return entries
+
+
+def _one_line_entries(text: str) -> List[Tuple[str, List[str]]]:
+    """The one-line form (sources.list(5), "ONE-LINE-STYLE FORMAT"): `deb [options] uri
+    suite ...`, comments and options dropped."""
+    entries = []
+    for line in text.splitlines():
+        words = re.sub(r"\[[^]]*\]", "", line.split("#", 1)[0]).split()
+        if len(words) >= 3 and words[0] == "deb":
+            entries.append((words[1], [words[2]]))
+    return entries
 
 
 def _apt_proxy_files() -> Dict[str, str]:

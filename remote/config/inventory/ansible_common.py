@@ -19,7 +19,7 @@ import re
 import string
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ...ground.errors import InputError, Where
 from ..yamlfile import YamlMap
@@ -210,18 +210,31 @@ class AnsibleBuilder:
 
 
 def _apply(host: Host, merged: dict[str, tuple[Any, Where]]) -> None:
-    """Set `host`'s connection settings from its merged `ansible_*` variables."""
+    """Set `host`'s connection settings from its merged `ansible_*` variables: each rule of
+    APPLY in turn (the first flaw is the one reported)."""
+    for rule in APPLY:
+        rule(host, merged)
+
+
+def _refuse_unknown(host: Host, merged: dict[str, tuple[Any, Where]]) -> None:
     for key, (_, where) in merged.items():
         if key not in KNOWN_VARS:
             raise where.error(
                 f"host '{host.name}': {key} is not supported (gpuprov would connect without it); "
                 f"supported: {', '.join(KNOWN_VARS)}; give other SSH options in ~/.ssh/config")
+
+
+def _apply_texts(host: Host, merged: dict[str, tuple[Any, Where]]) -> None:
+    """Address, user, key file and passwords: the first of each one's names given."""
     for names, field in ((ADDRESS_VARS, "address"), (USER_VARS, "user"),
                          (KEY_VARS, "identity_file"), (PASSWORD_VARS, "password"),
                          (BECOME_PASSWORD_VARS, "become_password")):
         given = next((k for k in names if k in merged), None)
         if given is not None:
             setattr(host, field, _text(host, given, *merged[given]))
+
+
+def _apply_port(host: Host, merged: dict[str, tuple[Any, Where]]) -> None:
     port_key = next((k for k in PORT_VARS if k in merged), None)
     if port_key is not None:
         value, where = merged[port_key]
@@ -229,10 +242,15 @@ def _apply(host: Host, merged: dict[str, tuple[Any, Where]]) -> None:
         if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
             raise where.error(f"host '{host.name}': {port_key} must be a number from 1 to 65535")
         host.port = port
-    _apply_become(host, merged)
+
+
+def _check_pipelining(host: Host, merged: dict[str, tuple[Any, Where]]) -> None:
     for key in PIPELINING_VARS:
         if key in merged:
             _boolean(host, key, *merged[key])  # a wrong word is still a typo to report
+
+
+def _apply_connection(host: Host, merged: dict[str, tuple[Any, Where]]) -> None:
     if "ansible_connection" in merged:
         connection = _text(host, "ansible_connection", *merged["ansible_connection"])
         if connection not in SSH_CONNECTIONS + ("local",):
@@ -240,6 +258,9 @@ def _apply(host: Host, merged: dict[str, tuple[Any, Where]]) -> None:
                 f"host '{host.name}': ansible_connection={connection} is not supported "
                 f"(gpuprov connects over ssh or local)")
         host.connection = "local" if connection == "local" else "ssh"
+
+
+def _apply_python(host: Host, merged: dict[str, tuple[Any, Where]]) -> None:
     if "ansible_python_interpreter" in merged:
         value, where = merged["ansible_python_interpreter"]
         python = sys.executable if isinstance(value, str) and PLAYBOOK_PYTHON.fullmatch(value) \
@@ -264,6 +285,12 @@ def _apply_become(host: Host, merged: dict[str, tuple[Any, Where]]) -> None:
         user = _text(host, "ansible_become_user", value, where)
         check_user_name(user, where, f"host '{host.name}': ansible_become_user")
         host.become_user = None if user == "root" else user
+
+
+# The rules `_apply` applies, in order.
+APPLY: tuple[Callable[[Host, dict[str, tuple[Any, Where]]], None], ...] = (
+    _refuse_unknown, _apply_texts, _apply_port, _apply_become, _check_pipelining,
+    _apply_connection, _apply_python)
 
 
 def _text(host: Host, key: str, value: Any, where: Where) -> str:
