@@ -24,6 +24,7 @@ from tests.procs import sigint_as_in_a_terminal, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 PORT = 2222
+AUTH_FOLDERS = "gpuprov-auth.*"  # remote/fabric/auth.py: mktemp -d /tmp/gpuprov-auth.XXXXXXXX
 CAP = "100mbit"  # a veth that carries Gb/s here throttled far below its peers
 
 
@@ -44,9 +45,10 @@ class FabricNet:
         # `ip netns add` leaves a file per namespace under /run/netns: a tmpfs of this mount
         # namespace's own takes them (and /run/sshd), gone with the scenario
         _sh("mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", "/run")
-        # and /tmp: what a host killed outright leaves there (its iperf3 credentials folder,
-        # remote/fabric/auth.py) goes with the scenario, not onto the machine's
-        _sh("mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", "/tmp")
+        # What a host killed outright leaves in /tmp (its iperf3 credentials folder,
+        # remote/fabric/auth.py) is removed by `close`: the folders there before are kept. No
+        # tmpfs over /tmp: the checkout may itself live under /tmp (a CI clone) and vanish.
+        self.auth_before = set(Path("/tmp").glob(AUTH_FOLDERS))
         _sh("ip", "link", "set", "lo", "up")
         _sh("ip", "link", "add", "br0", "type", "bridge")
         _sh("ip", "addr", "add", "198.18.0.1/24", "dev", "br0")
@@ -102,6 +104,8 @@ class FabricNet:
 
     def close(self) -> None:
         self.farm.close()
+        for folder in set(Path("/tmp").glob(AUTH_FOLDERS)) - self.auth_before:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def start_fabric(work: Path, inv: Path, *extra: str) -> subprocess.Popen:

@@ -150,8 +150,44 @@ class SilentServer:
         self.sock.close()
 
 
+# Runs argv[2:] and writes "<peak RSS in KiB> <exit status>" to argv[1]. A small process of its
+# own between the test and the command: a child's ru_maxrss includes the memory of the process
+# it was forked from, counted at exec (Linux's exec_mmap keeps the old mm's high-water mark), so a
+# command forked from a large pytest process would report pytest's size (2.6 GiB late in the
+# suite), not its own. The command dies with the launcher (PR_SET_PDEATHSIG, prctl(2)).
+_LAUNCHER = """
+import ctypes, os, signal, subprocess, sys
+def die_with_launcher():
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+proc = subprocess.Popen(sys.argv[2:], preexec_fn=die_with_launcher)
+_, status, usage = os.wait4(proc.pid, 0)
+with open(sys.argv[1], 'w') as handle:
+    handle.write('%d %d' % (usage.ru_maxrss, os.waitstatus_to_exitcode(status)))
+"""
+
+
 def run_measured(argv, env=None, cwd=None, timeout: float = 60.0) -> tuple:
-    """Run `argv`; return (rc, stdout, stderr, seconds, peak RSS in MiB) of that one child."""
+    """Run `argv`; return (rc, stdout, stderr, seconds, peak RSS in MiB) of that one command
+    (and the children it waited for), measured by a small launcher (_LAUNCHER)."""
+    import sys
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(prefix="gpuprov-measured-", delete=False) as handle:
+        measured = Path(handle.name)
+    try:
+        rc, out, err, elapsed = _run_launched([sys.executable, "-c", _LAUNCHER, str(measured), *argv],
+                                              env, cwd, timeout)
+        fields = measured.read_text().split()
+    finally:
+        measured.unlink(missing_ok=True)
+    if len(fields) != 2:  # the launcher was killed (the timeout): no figure
+        return rc, out, err, elapsed, float("inf")
+    return int(fields[1]), out, err, elapsed, int(fields[0]) / 1024
+
+
+def _run_launched(argv, env, cwd, timeout: float) -> tuple:
+    """Run `argv` with its output drained; (rc, stdout, stderr, seconds), killed by PID past
+    `timeout`."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     started = time.monotonic()
@@ -174,16 +210,14 @@ def run_measured(argv, env=None, cwd=None, timeout: float = 60.0) -> tuple:
     timer = threading.Timer(timeout, lambda: kill_pids([proc.pid]))
     timer.start()
     try:
-        # wait4 reports this child's own peak RSS (ru_maxrss, KiB on Linux)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc.wait()
     finally:
         timer.cancel()
-    proc.returncode = os.waitstatus_to_exitcode(status)
     elapsed = time.monotonic() - started
     for reader in readers:
         reader.join(5)
     text = {fd: b"".join(parts).decode("utf-8", "replace") for fd, parts in chunks.items()}
-    return proc.returncode, text[out_r], text[err_r], elapsed, usage.ru_maxrss / 1024
+    return proc.returncode, text[out_r], text[err_r], elapsed
 
 
 _HWM_WRAPPER = """
