@@ -121,7 +121,7 @@ def commands_page() -> str:
     out += [_first_paragraph(validate_cli), ""]
     out += _table(("option", "what it does"), _argparse_rows(validate_cli.build_parser()))
     out += ["## python3 -m validate --health", "", _first_paragraph(health), ""]
-    out += _table(("option", "what it does"), _argparse_rows(health.build_parser()))
+    out += _table(("option", "what it does"), _argparse_rows(validate_cli.build_parser(validate_cli.HEALTH)))
     out += ["## python3 -m validate --judge FILE.json [--profile FILE|JSON]", "",
             "Judges recorded figures against [the expectations table](expectations.md) "
             "(`validate/judge.py`); no torch. With `--profile`, its floors and tolerance apply, "

@@ -540,7 +540,7 @@ def test_judge_takes_the_profile_floors_and_tolerance(tmp_path, capsys):
 def test_health_applies_the_profile_waivers_and_names_them(tmp_path):
     """--health (a Slurm HealthCheckProgram) with gpud's dated Xid 79 line: sick, then
     healthy once the operator acknowledged the lines before 2025, the waiver named."""
-    from validate import health
+    from validate import cli as validate_cli
 
     log = tmp_path / "kern.log"
     log.write_text(XID13.split("] ")[0] + "] NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus\n")
@@ -548,10 +548,10 @@ def test_health_applies_the_profile_waivers_and_names_them(tmp_path):
     os.environ["PATH"] = SMI_NODE + os.pathsep + "/usr/bin:/bin"
     try:
         out = Stream()
-        assert health.main(["--health", "--kernel-log", str(log), "--expect-gpus", "8"], stdout=out) == 1
+        assert validate_cli.health_main(["--health", "--kernel-log", str(log), "--expect-gpus", "8"], stdout=out) == 1
         assert out.text.startswith("gpuprov health: sick: GPU PCI:0000:44:00: Xid 79"), out.text
         out = Stream()
-        assert health.main(["--health", "--kernel-log", str(log), "--expect-gpus", "8", "--profile",
+        assert validate_cli.health_main(["--health", "--kernel-log", str(log), "--expect-gpus", "8", "--profile",
                             '{"acknowledged_before": "2025-01-01"}'], stdout=out) == 0
         assert out.text.startswith("gpuprov health: healthy: 8 GPU(s) NVIDIA H100 80GB HBM3") and \
             out.text.rstrip().endswith("; waived: acknowledged_before"), out.text

@@ -562,6 +562,18 @@ JUDGE = Mode("--judge", "python3 -m validate --judge", "", JUDGE_OPTIONS, ("prof
 MODES = (HEALTH, JUDGE, RUN)
 
 
+def health_main(argv, stdout=None, stderr=None):
+    """``python3 -m validate --health ...`` (``argv`` with ``--health``): its exit status."""
+    stderr = stderr if stderr is not None else sys.stderr
+    try:
+        opts = parse(HEALTH, argv)
+        _writable_out(opts)
+    except UsageError as exc:
+        stderr.write("validate: error: %s\n" % exc)
+        return health.USAGE
+    return health.run(opts, stdout, stderr)
+
+
 def main(argv=None, stream=None):
     stream = stream if stream is not None else sys.stderr
     args = sys.argv[1:] if argv is None else list(argv)

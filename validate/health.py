@@ -62,12 +62,6 @@ OPTIONS = (
 )
 
 
-def build_parser():
-    """The parser of ``--health`` (validate/cli.py's, for this mode)."""
-    from . import cli
-    return cli.build_parser(cli.HEALTH)
-
-
 def driver_loaded(proc_version=DRIVER_PROC):
     """The kernel module's version line, or None when it is not loaded."""
     try:
@@ -193,19 +187,6 @@ def _host_document(results):
     return doc
 
 
-def main(argv, stdout=None, stderr=None):
-    """``python3 -m validate --health ...`` (``argv`` with ``--health``): its exit status."""
-    from . import cli
-    stderr = stderr if stderr is not None else sys.stderr
-    try:
-        opts = cli.parse(cli.HEALTH, argv)
-        cli._writable_out(opts)
-    except cli.UsageError as exc:
-        stderr.write("validate: error: %s\n" % exc)
-        return USAGE
-    return run(opts, stdout, stderr)
-
-
 def _results_document(opts, started, t0, code, line, results):
     doc = output.results_document(started, time.perf_counter() - t0, code == HEALTHY, {
         "health": True, "out": opts.out, "expect_gpus": opts.expect_gpus, "kernel_log": opts.kernel_log,
@@ -251,4 +232,3 @@ class _Quiet(object):
 
     def flush(self):
         pass
-
