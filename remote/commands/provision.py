@@ -12,20 +12,18 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, TextIO, Union
 
-from ..engine.jobs import Job
-from ..engine.jobs.apply import ApplyRecipe, Then
-from ..engine.jobs.manifest import RecordStack
 from ..ground.errors import InputError
 from ..ground.forks import DEFAULT_FORKS
 from ..ground.runfolder import LOGS_DIR
 from .assembly import Outputs, fail_input, print_hosts
-from .hostrun import HostRun, execute
 from .inputs import check_profiles, parse_tags, rollout_for, run_inputs
 
 if TYPE_CHECKING:
     from ..bundle import Bundle
     from ..config.recipe import Recipe
+    from ..engine.jobs import Job
     from ..kinds import Kind
+    from .hostrun import HostRun
 
 
 def run(host: Optional[str], recipe: str, inventory: str, check: bool = False,
@@ -60,6 +58,9 @@ def run(host: Optional[str], recipe: str, inventory: str, check: bool = False,
         return fail_input(exc)
     if list_hosts:
         return print_hosts(hosts, outputs.stream)
+    from ..engine.jobs.apply import ApplyRecipe  # the engine's jobs: only for a run
+    from .hostrun import HostRun, execute
+
     rec = _steps(rec, parse_tags(tags), parse_tags(skip_tags), sys.stderr)
     spec = HostRun(inv, hosts, rec.name, ApplyRecipe(rec, None, None), logs_dir, extra_vars, forks_n,
                    outputs, ask_become_pass, check=check, rollout=rollout,
@@ -74,6 +75,9 @@ def _job(spec: HostRun, rec: Recipe[Kind[Any]], checked: Optional[Bundle], suite
     """The recipe, after the bundle's push when there is one, then the validation (`suite`;
     through the scheduler for a cluster's login node), the stack manifest, and the evidence
     after an RMA verdict."""
+    from ..engine.jobs.apply import ApplyRecipe, Then
+    from ..engine.jobs.manifest import RecordStack
+
     logs = Path(spec.logs_dir)
     then: Optional[Then] = None
     if suite is not None:
