@@ -1,22 +1,24 @@
-"""Invoke tasks: the command line of gpuprov. Thin: options in, remote/ does the work, exit out.
+"""Invoke tasks: the command line of gpuprov. Thin: options in, the command's module
+(remote/commands/, through its table's `call`) does the work, exit out.
 
 The installed `gpuprov` command runs these same tasks (remote/program.py); in a clone `invoke
 TASK` does too. `gpuprov --help` lists them, `gpuprov TASK --help` shows each one's options.
 Options have Ansible's names and short flags where Ansible has one (`-i`, `-l`, `-e`, `-C`,
 `-D`, `-f`, `-v`, `-t`, `-K`); `-h` is always help.
 """
-import os
 from functools import partial
 from typing import Any
 
 from invoke import Exit, Task, task
 
+from remote.commands import call
+from remote.ground.exitcodes import EXIT_INPUT
+from remote.ground.forks import DEFAULT_FORKS
 from remote.ground.runfolder import LOGS_DIR
 from validate.shared import BUG_REPORT_FULL_TIMEOUT_S, BUG_REPORT_SAFE_TIMEOUT_S
 
 INVENTORY = "./inventory.yaml, else ~/.config/gpuprov/inventory.yaml"
 RECIPE = "site.yaml shipped with gpuprov"
-EXIT_INPUT = 2
 # Invoke's own options, under `invoke`: none reaches gpuprov's SSH work, so a run with one set
 # would do something else than asked (`invoke --dry provision` would change hosts).
 INVOKE_ONLY = {"dry": "--dry (for a dry run: provision --check)", "echo": "--echo",
@@ -48,7 +50,7 @@ SHORT = {"inventory": ["i"], "limit": ["l"], "var": ["extra-vars", "e"], "check"
 HOST = "hosts: a name, a group, a glob, 'all'; ',' or ':' joins, '!x' leaves x out, '&x' keeps only x"
 LIMIT = "narrow the hosts further, same patterns as --host (Ansible's -l); alone it applies to all"
 LIST_HOSTS = "print the hosts selected and exit; contact none"
-FORKS = "how many hosts to work on at once (default 16)"
+FORKS = f"how many hosts to work on at once (default {DEFAULT_FORKS})"
 VERBOSE = ("show each step's output live, line by line with the host name; -vv: also the "
            "commands each step ran, under its line (secrets masked)")
 JSON = "also write per-host results as JSON to this file; '-' writes only the JSON to stdout"
@@ -130,13 +132,12 @@ def provision(c, host=None, limit=None, recipe=None, inventory=None, check=False
               serial=None, max_fail_percentage=None,
               evidence=True, bundle=None, bundle_key="", bundle_keyring="", bundle_sha256=""):
     """Apply a recipe to hosts over SSH, idempotently and in parallel, then validate them."""
-    from remote import cli
     from remote.ground import paths
 
     _refuse_invoke_options(c)
     _need_host(host, limit, "provision")
     inventory = _inventory(inventory)
-    _exit(cli.provision(host=host, limit=limit, recipe=paths.recipe_path(recipe),
+    _exit(call("provision", host=host, limit=limit, recipe=paths.recipe_path(recipe),
                         inventory=inventory, check=check, diff=diff, tags=tags,
                         skip_tags=skip_tags, var=var, forks=forks, verbose=verbose,
                         list_hosts=list_hosts, json_path=json, junit_path=junit,
@@ -153,12 +154,10 @@ def provision(c, host=None, limit=None, recipe=None, inventory=None, check=False
                                  "the JSON to stdout"})
 def facts(c, host=None, limit=None, inventory=None, list_hosts=False, json=None):
     """Gather and show facts (OS, CPUs, memory, GPUs, driver, CUDA, cuDNN...) in one round trip."""
-    from remote import cli
-
     _refuse_invoke_options(c)
     _need_host(host, limit, "facts")
     inventory = _inventory(inventory)
-    _exit(cli.facts(host=host, limit=limit, inventory=inventory, list_hosts=list_hosts,
+    _exit(call("facts", host=host, limit=limit, inventory=inventory, list_hosts=list_hosts,
                     json_path=json))
 
 
@@ -182,12 +181,10 @@ def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None,
              resume_passed=False, serial=None, max_fail_percentage=None, evidence=True):
     """Push validate/ to hosts, run it there, pull the results into logs/<host>/<run>/.
     A host with slurm: validates its partition's nodes through Slurm instead."""
-    from remote import cli
-
     _refuse_invoke_options(c)
     _need_host(host, limit, "validate")
     inventory = _inventory(inventory)
-    _exit(cli.validate(host=host, limit=limit, inventory=inventory, suite=suite, json_path=json,
+    _exit(call("validate", host=host, limit=limit, inventory=inventory, suite=suite, json_path=json,
                        junit_path=junit, var=var, forks=forks, verbose=verbose,
                        list_hosts=list_hosts, drain_failed=drain_failed,
                        resume_passed=resume_passed, serial=serial,
@@ -216,12 +213,10 @@ def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None,
 def fabric(c, host=None, limit=None, inventory=None, json=None, junit=None, prometheus=None,
            html=None, var=None, list_hosts=False, drain_failed=False, ask_become_pass=False):
     """Pairwise tests across nodes (ib_write_bw, all_reduce_perf or iperf3): name the bad node or link."""
-    from remote import cli
-
     _refuse_invoke_options(c)
     _need_host(host, limit, "fabric")
     inventory = _inventory(inventory)
-    _exit(cli.fabric(host=host, limit=limit, inventory=inventory, json_path=json,
+    _exit(call("fabric", host=host, limit=limit, inventory=inventory, json_path=json,
                      junit_path=junit, prometheus=prometheus, html=html, var=var,
                      list_hosts=list_hosts, drain_failed=drain_failed,
                      ask_become_pass=ask_become_pass))
@@ -232,12 +227,10 @@ def fabric(c, host=None, limit=None, inventory=None, json=None, junit=None, prom
                          "list-hosts": LIST_HOSTS})
 def logs(c, host=None, limit=None, inventory=None, list_hosts=False):
     """Pull what the last validation left on hosts into logs/<host>/<run>/."""
-    from remote import cli
-
     _refuse_invoke_options(c)
     _need_host(host, limit, "logs")
     inventory = _inventory(inventory)
-    _exit(cli.logs(host=host, limit=limit, inventory=inventory, list_hosts=list_hosts))
+    _exit(call("logs", host=host, limit=limit, inventory=inventory, list_hosts=list_hosts))
 
 
 @task(short=SHORT, help={"host": "hosts to gather from (patterns as in provision --help)",
@@ -249,12 +242,10 @@ def logs(c, host=None, limit=None, inventory=None, list_hosts=False):
                                                f"{BUG_REPORT_SAFE_TIMEOUT_S:g})"})
 def evidence(c, host=None, limit=None, inventory=None, list_hosts=False, bug_report_timeout=None):
     """Gather evidence for a GPU replacement into logs/<host>/<run>/evidence-<host>-<serials>.tar.gz."""
-    from remote import cli
-
     _refuse_invoke_options(c)
     _need_host(host, limit, "evidence")
     inventory = _inventory(inventory)
-    _exit(cli.evidence(host=host, limit=limit, inventory=inventory, list_hosts=list_hosts,
+    _exit(call("evidence", host=host, limit=limit, inventory=inventory, list_hosts=list_hosts,
                        bug_report_timeout=bug_report_timeout))
 
 
@@ -274,10 +265,8 @@ def evidence(c, host=None, limit=None, inventory=None, list_hosts=False, bug_rep
 def report(c, logs=LOGS_DIR, out=None, baseline=None, threshold=None, fail_on_outlier=False,
            prometheus=None, quarantine=None, json=None):
     """Compare benchmark logs across hosts and runs: merged table, slow hosts, regressions, HTML."""
-    from remote import cli
-
     _refuse_invoke_options(c)
-    _exit(cli.report(logs=logs, out=out, baseline=baseline, threshold=threshold,
+    _exit(call("report", logs=logs, out=out, baseline=baseline, threshold=threshold,
                      fail_on_outlier=fail_on_outlier, prometheus=prometheus,
                      quarantine=quarantine, json_path=json))
 
@@ -296,25 +285,8 @@ def report(c, logs=LOGS_DIR, out=None, baseline=None, threshold=None, fail_on_ou
                         "(default: stack.yaml's nvidia_repo_base)"})
 def lock(c, cuda=None, torch_index=None, out=None, apt=False, apt_repo=None, apt_base=None):
     """Generate the locks: the wheel route's with uv (hash-pinned), or with --apt the apt route's."""
-    from pathlib import Path
-
-    from remote.lock import LOCKS_DIR, STACK, run_lock
-
-    if (apt_repo or apt_base) and not apt:
-        raise Exit("error: lock: --apt-repo and --apt-base need --apt", code=EXIT_INPUT)
-    if apt:
-        if torch_index:
-            raise Exit("error: lock: --torch-index locks wheels, not the apt route", code=EXIT_INPUT)
-        from remote.lock.apt import run_apt_lock
-
-        _exit(run_apt_lock(STACK, Path(out) if out else LOCKS_DIR, cuda=cuda, repo=apt_repo,
-                           base=apt_base))
-        return
-    # an option is on this machine's process list, for every user; the environment is not
-    torch_index = torch_index or os.environ.get("GPUPROV_TORCH_INDEX") or None
-    if torch_index and not cuda:
-        raise Exit("error: lock: --torch-index needs --cuda (one row's torch)", code=EXIT_INPUT)
-    _exit(run_lock(cuda=cuda, torch_index=torch_index, out_dir=Path(out) if out else LOCKS_DIR))
+    _exit(call("lock", cuda=cuda, torch_index=torch_index, out=out, apt=apt, apt_repo=apt_repo,
+               apt_base=apt_base))
 
 
 @task(help={"cuda": "the row of playbooks/stack.yaml whose locks the bundle carries (e.g. 13.0)",
@@ -343,13 +315,10 @@ def bundle(c, cuda, out, torch=False, distro="", arch="x86_64", index_url="", re
            sign_key=""):
     """Build one archive with a row's locked wheels, uv and the recipe's .debs (air-gapped sites)."""
     _refuse_invoke_options(c)
-    index_url = index_url or os.environ.get("GPUPROV_BUNDLE_INDEX") or ""
-    # every option, as given (before any import adds a name here): BundleOptions is their one
+    # every option, as given (before any other name is made here): BundleOptions is their one
     # list, and the manifest's rebuild command is made from it
     options = {name: value for name, value in locals().items() if name != "c"}
-    from remote.bundle import BundleOptions, run_bundle
-
-    _exit(run_bundle(BundleOptions(**options)))
+    _exit(call("bundle", **options))
 
 
 @task(positional=["action"],
@@ -360,13 +329,11 @@ def bundle(c, cuda, out, torch=False, distro="", arch="x86_64", index_url="", re
                        "is reached), to try provision --bundle"})
 def sandbox(c, action=None, hosts=None, offline=False):
     """Throwaway local Debian 12 hosts (needs root) for trying recipes: sandbox up|down|status."""
-    from remote import cli
+    if action in ("-h", "--help"):  # under invoke: the positional word took the flag
+        from invoke import Collection, Program
 
-    if action in ("-h", "--help"):  # the positional word took the flag: show the help anyway
-        from remote.program import print_task_help
-
-        print_task_help("sandbox")
+        Program(namespace=Collection(sandbox), binary="invoke").run(["invoke", "--help", "sandbox"],
+                                                                     exit=False)
         return
-
     _refuse_invoke_options(c)
-    _exit(cli.sandbox(action=action, hosts=hosts, offline=offline))
+    _exit(call("sandbox", action=action, hosts=hosts, offline=offline))

@@ -41,7 +41,7 @@ from pathlib import Path
 import yaml
 
 from bench.common import machine
-from remote import cli
+from remote.commands import fabric as fabric_cmd
 from tests.slurm_cluster import SlurmCluster, missing_reason
 
 
@@ -65,7 +65,7 @@ def fabric_run(cluster: SlurmCluster, work: Path, seconds: float) -> dict[str, f
     out = work / "out.json"
     began = time.monotonic()
     with contextlib.redirect_stdout(io.StringIO()):
-        rc = cli.fabric(host="hpc1", inventory=str(inventory), logs_dir=str(work / "logs"),
+        rc = fabric_cmd.run(host="hpc1", inventory=str(inventory), logs_dir=str(work / "logs"),
                         json_path=str(out))
     total = time.monotonic() - began
     doc = json.loads(out.read_text())["fabric"]

@@ -58,14 +58,15 @@ def timed(owner, attr: str, label: str) -> None:
 
 
 def install_phase_timers() -> None:
-    import remote.cli as cli
+    import remote.commands.hostrun as hostrun
+    import remote.commands.inputs as inputs
     import remote.engine.jobs.apply as apply
     import remote.engine.run as run
     import remote.engine.session as session
     import remote.output.recap as recap
     import remote.transport.connection as connection
 
-    timed(cli, "load_and_check", "load + check inventory, recipe, templates")
+    timed(inputs, "load_and_check", "load + check inventory, recipe, templates")
     timed(run.Run, "connect", "connect: TCP + SSH handshake + auth (per host)")
     timed(session.HostSession, "gather_facts", "facts + fact-free probes round trip (per host)")
     timed(session.HostSession, "build_context", "resolve vars (per host)")
@@ -77,7 +78,7 @@ def install_phase_timers() -> None:
     timed(connection.SSHConnection, "close", "close connection")
     timed(run.Run, "execute", "all hosts in parallel (wall)")
     timed(recap.Reporter, "recap", "print recap")
-    timed(cli, "write_json", "write --json")
+    timed(hostrun, "write_json", "write --json")
 
 
 def summarize_phases() -> list:
@@ -165,7 +166,7 @@ def main() -> int:
     t_imports = time.perf_counter()
     from invoke.main import program
 
-    import remote.cli  # noqa: F401  (what the provision task imports first)
+    import remote.commands.provision  # noqa: F401  (what the provision task imports first)
     t_invoke = time.perf_counter()
     if args.mode == "phases":
         install_phase_timers()
@@ -183,7 +184,7 @@ def main() -> int:
     t_end = time.perf_counter()
     report = {"status": status, "mode": args.mode,
               "wall_s": {"stdlib_and_argparse": round(T_STDLIB - T_START, 4),
-                         "import invoke + remote.cli (eager here)": round(t_invoke - t_imports, 4),
+                         "import invoke + remote.commands.provision (eager here)": round(t_invoke - t_imports, 4),
                          "invoke program: tasks load, run, lazy imports": round(t_end - t_run, 4),
                          "in-process total": round(t_end - T_START, 4)}}
     if profiles:

@@ -1,6 +1,7 @@
 """The converged re-run against its bare-paramiko floor, side by side (issue 30, point 10).
 
-    python3 -m bench.rerun_floor [--hosts 4] [--rounds 7]      # as root: starts sshd servers
+    python3 -m bench.rerun_floor [--hosts 4] [--rounds 7] [--floor one|recorded] [--load N]
+                                                               # as root: starts sshd servers
 
 Starts real sshd servers on 127.0.0.2.., converges the 10-step recipe of `bench.noop_rerun`
 once, and records what a converged re-run sends over the wire: each host's commands and the
@@ -15,6 +16,11 @@ two processes run in turn, gpuprov first, `--rounds` times each (start-up includ
 bytecode cache on for both), and the script prints each side's min, median and max and the
 ratio gpuprov/floor pair by pair. `--serve` leaves the servers up and prints both command
 lines, to time them with another tool, until Ctrl-C or SIGTERM.
+
+`--floor one` (the default, issue 42's floor): the bare-paramiko process logs in to every host
+and runs one command there (`true`), the least a tool that touches each host can do;
+`--floor recorded`: it sends gpuprov's recorded commands, as above. `--load N` times both
+under N busy-loop processes (started here, stopped by PID at the end).
 """
 from __future__ import annotations
 
@@ -26,12 +32,16 @@ import threading
 import time
 
 
-def floor(recorded: str, nodelay: bool = False) -> None:
-    """The floor: the recorded commands over bare paramiko, every host at once; `nodelay`:
-    on a socket with TCP_NODELAY, as gpuprov's (paramiko leaves Nagle on)."""
+def floor(recorded: str, nodelay: bool = False, one: bool = False) -> None:
+    """The floor: the recorded commands over bare paramiko, every host at once (`one`: a
+    single `true` a host instead); `nodelay`: on a socket with TCP_NODELAY, as gpuprov's
+    (paramiko leaves Nagle on)."""
     import paramiko
 
     plan = json.loads(open(recorded).read())
+    if one:
+        for entry in plan["hosts"]:
+            entry["commands"] = [{"command": "true", "stdin": ""}]
     key = paramiko.Ed25519Key.from_private_key_file(plan["key"])
     errors: list[str] = []
 
@@ -115,10 +125,15 @@ def main() -> int:  # noqa: C901 - one straight script: set up, record, time, pr
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--nodelay", action="store_true",
                         help="the floor's sockets with TCP_NODELAY, as gpuprov's")
+    parser.add_argument("--floor", choices=("one", "recorded"), default="one",
+                        help="the floor runs one command a host (default), or gpuprov's recorded ones")
+    parser.add_argument("--load", type=int, default=0,
+                        help="time under this many busy-loop processes (stopped by PID after)")
     parser.add_argument("--serve", action="store_true",
                         help="keep the servers up and print the two commands, until Ctrl-C")
     args = parser.parse_args()
     run_as_users_do()
+    busy: list[subprocess.Popen[bytes]] = []
     farm = SshdFarm(args.hosts)
     work = shared_tmp("gpuprov-floor-")
     try:
@@ -144,7 +159,8 @@ def main() -> int:  # noqa: C901 - one straight script: set up, record, time, pr
                     for a in farm.addresses]}
         (work / "floor.json").write_text(json.dumps(plan))
         floor_cmd = [sys.executable, str(REPO / "bench" / "rerun_floor.py"), "floor",
-                     str(work / "floor.json"), *(["--nodelay"] if args.nodelay else [])]
+                     str(work / "floor.json"), *(["--nodelay"] if args.nodelay else []),
+                     *(["--one"] if args.floor == "one" else [])]
         print(f"{len(sent)} commands recorded over {args.hosts} hosts "
               f"({', '.join(str(len(h['commands'])) for h in plan['hosts'])} a host)", flush=True)
         if args.serve:
@@ -156,6 +172,8 @@ def main() -> int:  # noqa: C901 - one straight script: set up, record, time, pr
                     time.sleep(3600)
             except KeyboardInterrupt:
                 return 0
+        for _ in range(args.load):
+            busy.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
         times: dict[str, list[float]] = {"gpuprov": [], "floor": []}
         for _ in range(args.rounds):
             for name, cmd in (("gpuprov", gpuprov), ("floor", floor_cmd)):
@@ -168,12 +186,17 @@ def main() -> int:  # noqa: C901 - one straight script: set up, record, time, pr
                 print(f"not a no-op run: {changed}", file=sys.stderr)
                 return 1
         ratios = [a / b for a, b in zip(times["gpuprov"], times["floor"])]
+        print(f"floor: {args.floor}; load: {args.load} busy-loop process(es); "
+              f"os.getloadavg() {os.getloadavg()[0]:.2f}")
         for name, values in (*times.items(), ("gpuprov/floor", ratios)):
             unit = "x" if "/" in name else " s"
             print(f"{name:14} min {min(values):.3f}{unit}  median {statistics.median(values):.3f}"
                   f"{unit}  max {max(values):.3f}{unit}")
         return 0
     finally:
+        for proc in busy:  # ours, by PID
+            proc.kill()
+            proc.wait()
         farm.close()
         shutil.rmtree(work, ignore_errors=True)
 
@@ -200,6 +223,6 @@ with open(os.environ["GPUPROV_SENT"], "w") as handle:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["floor"]:
-        floor(sys.argv[2], nodelay="--nodelay" in sys.argv[3:])
+        floor(sys.argv[2], nodelay="--nodelay" in sys.argv[3:], one="--one" in sys.argv[3:])
     else:
         sys.exit(main())

@@ -46,7 +46,7 @@ from typing import Optional
 
 import yaml
 
-from remote import cli
+from remote.commands import validate as validate_cmd
 from remote.ground.runfolder import LOGS_DIR
 from remote.scheduler.slurm import CLUSTER_RECORD
 from tests.slurm_cluster import SlurmCluster, missing_reason
@@ -126,7 +126,7 @@ def one_run(cluster: SlurmCluster, work: Path, fanout: Optional[int] = None) -> 
     logs = work / LOGS_DIR
     started = time.monotonic()
     with contextlib.redirect_stdout(io.StringIO()) as shown, LoginMemory() as memory:
-        rc = cli.validate(host="hpc1", inventory=str(inventory), logs_dir=str(logs))
+        rc = validate_cmd.run(host="hpc1", inventory=str(inventory), logs_dir=str(logs))
     total = time.monotonic() - started
     if rc != 0:
         raise SystemExit(f"the run failed (exit {rc}):\n{shown.getvalue()[-3000:]}")

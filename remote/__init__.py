@@ -1,7 +1,9 @@
 """gpuprov's control side: everything that runs on your machine (`validate/` runs on the host).
 
 Packages, imports pointing down only:
-- `cli`        options in, one job per command, exit status out (imports everything below).
+- `program`    the `gpuprov` console script (the program is `commands/program.py`).
+- `commands/`  one module per command, their table, the one run assembly: options in, the
+               command's part called, exit status out.
 - `engine/`    runs jobs on hosts in parallel: host sessions, facts, probes, results.
 - `kinds/`     one module per step kind: arguments, probe, plan.
 - `config/`    what the user writes (YAML, inventory, recipes, templates), checked before any

@@ -105,8 +105,8 @@ def invoke(*args, cwd=None, env=None, timeout=300, input_text=None) -> Result:
 
 @pytest.fixture
 def provision(work, capsys):
-    """Run `cli.provision` in this process and return its exit code, output and JSON."""
-    from remote import cli
+    """Run `provision_cmd.run` in this process and return its exit code, output and JSON."""
+    from remote.commands import provision as provision_cmd
 
     def run(host="all", recipe=None, inventory=None, **kwargs) -> Result:
         json_path = work / "result.json"
@@ -114,7 +114,7 @@ def provision(work, capsys):
             json_path.unlink()
         kwargs.setdefault("logs_dir", str(work / "logs"))
         kwargs.setdefault("validate", False)
-        rc = cli.provision(host=host, recipe=str(recipe), inventory=str(inventory),
+        rc = provision_cmd.run(host=host, recipe=str(recipe), inventory=str(inventory),
                            json_path=str(json_path), **kwargs)
         captured = capsys.readouterr()
         data = json.loads(json_path.read_text()) if json_path.exists() else None

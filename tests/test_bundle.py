@@ -167,7 +167,7 @@ def test_a_bundle_whose_validate_is_not_this_gpuprov_s_is_refused_naming_the_fil
 
 def test_provision_refuses_a_bundle_without_validate_before_any_host(bundle, tmp_path, capsys):
     """A bundle that carries no validate/ (built before bundles did): exit 2, no host."""
-    from remote import cli
+    from remote.commands import provision as provision_cmd
 
     old = _rewrite(bundle, tmp_path / "old.tar", lambda m, d: None if m.name.startswith("validate/") else (m, d))
     # its manifest still lists them: drop them there too, as an older gpuprov wrote it
@@ -184,7 +184,7 @@ def test_provision_refuses_a_bundle_without_validate_before_any_host(bundle, tmp
     inventory = write_yaml(tmp_path / "inventory.yaml",
                            {"hosts": {"h1": {"address": "127.0.0.1", "port": 9, "user": "nobody"}}})
     recipe = write_yaml(tmp_path / "r.yaml", {"name": "r", "steps": [{"apt": {"packages": ["g++"]}}]})
-    rc = cli.provision(host="all", recipe=str(recipe), inventory=str(inventory),
+    rc = provision_cmd.run(host="all", recipe=str(recipe), inventory=str(inventory),
                        logs_dir=str(tmp_path / "logs"), bundle=str(old),
                        bundle_sha256=hashlib.sha256(old.read_bytes()).hexdigest())
     err = capsys.readouterr().err
@@ -258,13 +258,13 @@ def test_a_bundle_built_from_another_lock_than_the_recipe_s_is_refused(bundle, t
 def test_provision_with_a_tampered_bundle_exits_2_before_any_host_is_contacted(bundle, tmp_path, capsys):
     """The host is at an address where nothing answers: a run that tried it would end
     `unreachable` (exit 3); the check stops it at 2 with the file named."""
-    from remote import cli
+    from remote.commands import provision as provision_cmd
 
     bad = _rewrite(bundle, tmp_path / "bad.tar", _flip(f"apt/{DEB}"))
     inventory = write_yaml(tmp_path / "inventory.yaml",
                            {"hosts": {"h1": {"address": "127.0.0.1", "port": 9, "user": "nobody"}}})
     recipe = write_yaml(tmp_path / "r.yaml", {"name": "r", "steps": [{"apt": {"packages": ["g++"]}}]})
-    rc = cli.provision(host="all", recipe=str(recipe), inventory=str(inventory), validate=False,
+    rc = provision_cmd.run(host="all", recipe=str(recipe), inventory=str(inventory), validate=False,
                        logs_dir=str(tmp_path / "logs"), bundle=str(bad),
                        bundle_sha256=hashlib.sha256(bundle.read_bytes()).hexdigest())
     err = capsys.readouterr().err
@@ -317,13 +317,13 @@ def test_a_failed_build_says_why_even_where_gpg_and_apt_are_missing(tmp_path, mo
 
 
 def _provision_with(tmp_path, inventory: dict, bundle: str = ""):
-    from remote import cli
+    from remote.commands import provision as provision_cmd
 
     # the trust anchor a bundle needs (tests/test_bundle_trust.py): the checks these tests
     # make refuse the bundle before it is compared
     inv = write_yaml(tmp_path / "inventory.yaml", {"bundle_sha256": "0" * 64, **inventory})
     recipe = write_yaml(tmp_path / "r.yaml", {"name": "r", "steps": [{"apt": {"packages": ["g++"]}}]})
-    return cli.provision(host="all", recipe=str(recipe), inventory=str(inv), validate=False,
+    return provision_cmd.run(host="all", recipe=str(recipe), inventory=str(inv), validate=False,
                          logs_dir=str(tmp_path / "logs"), bundle=bundle or None)
 
 

@@ -153,11 +153,11 @@ def re_signed(bundle: Path, out: Path, deb: Path, key: Keyring | None) -> Path:
 
 
 def _provision(tmp_path: Path, bundle: Path, inventory: dict | None = None, **anchor):
-    from remote import cli
+    from remote.commands import provision as provision_cmd
 
     inv = write_yaml(tmp_path / "inventory.yaml", inventory or {"hosts": {"h1": dict(NOWHERE)}})
     recipe = write_yaml(tmp_path / "r.yaml", {"name": "r", "steps": [{"apt": {"packages": ["g++"]}}]})
-    return cli.provision(host="all", recipe=str(recipe), inventory=str(inv), validate=False,
+    return provision_cmd.run(host="all", recipe=str(recipe), inventory=str(inv), validate=False,
                          logs_dir=str(tmp_path / "logs"), bundle=str(bundle), **anchor)
 
 

@@ -12,7 +12,7 @@ The host is an sshd on loopback whose login PATH starts with a folder of the tes
 - `tar` is the real one, except that packing answers with an archive the test crafted when one
   is there (`pack`), as a compromised host's tar would.
 
-Everything else is real: the control side (remote/cli.py in this process), the validate package
+Everything else is real: the control side (remote/commands/ in this process), the validate package
 pushed and run with the host's python3 (validate/evidence.py, and `python -m validate` for the
 RMA verdict, which reads a kernel log the test wrote with a real Xid line's shape).
 """
@@ -36,7 +36,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from remote import cli
+from remote.commands import evidence as evidence_cmd
+from remote.commands import provision as provision_cmd
+from remote.commands import validate as validate_cmd
 from remote.evidence import RMA
 from remote.report import build_report
 from tests import tarcraft
@@ -121,7 +123,7 @@ def earlier_run(work: Path, name: str) -> Path:
 
 
 def evidence(work, inventory, name, capsys, **kwargs):
-    rc = cli.evidence(host=name, inventory=str(inventory), logs_dir=str(work / "logs"), **kwargs)
+    rc = evidence_cmd.run(host=name, inventory=str(inventory), logs_dir=str(work / "logs"), **kwargs)
     out = capsys.readouterr()
     return rc, out.out + out.err
 
@@ -415,7 +417,7 @@ def test_an_rma_verdict_brings_the_evidence_and_no_evidence_leaves_it(host, tool
     (RMA): the run's folder gains the evidence archive, holding that run's results.json and
     stack.json, and the recap and `--json` say where it is. With --no-evidence it does not."""
     name, inventory = host
-    rc = cli.validate(host=name, inventory=str(inventory), logs_dir=str(work / "logs"),
+    rc = validate_cmd.run(host=name, inventory=str(inventory), logs_dir=str(work / "logs"),
                       json_path=str(work / "result.json"))
     out = capsys.readouterr().out
     assert rc == 3, out
@@ -429,7 +431,7 @@ def test_an_rma_verdict_brings_the_evidence_and_no_evidence_leaves_it(host, tool
     assert files[f"{stem}/stack.json"] == (run / "stack.json").read_bytes()
     assert f"{name}: {RMA}: evidence in {archive}" in out, out
 
-    rc = cli.validate(host=name, inventory=str(inventory), logs_dir=str(work / "logs"), evidence=False,
+    rc = validate_cmd.run(host=name, inventory=str(inventory), logs_dir=str(work / "logs"), evidence=False,
                       json_path=str(work / "result.json"))
     out = capsys.readouterr().out
     assert rc == 3, out
@@ -443,7 +445,7 @@ def test_provision_brings_the_evidence_after_its_validations_rma_verdict(host, t
     that run's folder."""
     name, inventory = host
     recipe = write_yaml(work / "recipe.yaml", {"steps": [{"name": "nothing", "shell": "true"}]})
-    rc = cli.provision(host=name, recipe=str(recipe), inventory=str(inventory),
+    rc = provision_cmd.run(host=name, recipe=str(recipe), inventory=str(inventory),
                        logs_dir=str(work / "logs"))
     out = capsys.readouterr().out
     assert rc == 3, out
@@ -460,7 +462,7 @@ def test_a_selection_with_a_cluster_still_brings_the_evidence(host, tools, work,
     data["hosts"]["login1"] = {"address": "127.0.0.1", "port": 9, "user": TEST_USER,
                                "slurm": {"partition": "debug"}}
     write_yaml(Path(inventory), data)
-    rc = cli.validate(host=f"{name},login1", inventory=str(inventory), logs_dir=str(work / "logs"),
+    rc = validate_cmd.run(host=f"{name},login1", inventory=str(inventory), logs_dir=str(work / "logs"),
                       json_path=str(work / "result.json"))
     out = capsys.readouterr().out
     assert rc == 4, out  # the unreachable login node (4 before 3, remote/ground/exitcodes.py)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from remote import cli
+from remote.commands import evidence as evidence_cmd
 from remote.evidence.archive import check_manifest, check_name
 from remote.ground.errors import PullError
 from tests.conftest import REPO, write_yaml
@@ -207,7 +207,7 @@ def test_a_bug_report_timeout_that_bounds_nothing_is_bad_input(tmp_path, capsys,
     port on loopback, never dialled)."""
     inventory = write_yaml(tmp_path / "inventory.yaml", {
         "hosts": {"gpu1": {"address": "127.0.0.1", "port": 9, "user": "nobody"}}})
-    rc = cli.evidence(host="gpu1", inventory=str(inventory), logs_dir=str(tmp_path / "logs"),
+    rc = evidence_cmd.run(host="gpu1", inventory=str(inventory), logs_dir=str(tmp_path / "logs"),
                       bug_report_timeout=value)
     err = capsys.readouterr().err
     assert rc == 2, err

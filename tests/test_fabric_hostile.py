@@ -35,9 +35,9 @@ def iperf3():
 
 
 def _fabric(inv: Path, work: Path, capsys) -> tuple[int, str, dict]:
-    from remote import cli
+    from remote.commands import fabric as fabric_cmd
 
-    rc = cli.fabric(host="all", inventory=str(inv), logs_dir=str(work / "logs"),
+    rc = fabric_cmd.run(host="all", inventory=str(inv), logs_dir=str(work / "logs"),
                     json_path=str(work / "out.json"))
     out = capsys.readouterr().out
     return rc, out, json.loads((work / "out.json").read_text())["fabric"]
@@ -180,7 +180,7 @@ def test_with_authentication_the_stranger_is_refused_and_the_pair_measured(farm,
     serves the partner. The credentials travel on stdin into a private folder, removed after:
     the password and the private key are on no command line while the run goes, in no file
     it leaves, and no folder of theirs is left in /tmp."""
-    from remote.fabric import command
+    from remote.commands import fabric as command
 
     made = []
     real = getattr(command, "new_credentials", None)

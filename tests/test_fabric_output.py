@@ -48,7 +48,7 @@ def write_inventory(tmp_path, vars_):
 
 
 def test_bad_settings_are_one_line_and_exit_2(tmp_path, capsys):
-    from remote import cli
+    from remote.commands import fabric as fabric_cmd
 
     for vars_, message in (({"fabric_seconds": -1}, "fabric_seconds must be a number"),
                            ({"fabric_tool": "ping"}, "fabric_tool must be one of"),
@@ -60,33 +60,33 @@ def test_bad_settings_are_one_line_and_exit_2(tmp_path, capsys):
                            ({"fabric_ports": "50000-5000²"}, "fabric_ports must be FIRST-LAST"),
                            ({"fabric_ports": "50000-"}, "fabric_ports must be FIRST-LAST")):
         inv = write_inventory(tmp_path, vars_)
-        assert cli.fabric(host="all", inventory=str(inv), logs_dir=str(tmp_path / "l")) == 2
+        assert fabric_cmd.run(host="all", inventory=str(inv), logs_dir=str(tmp_path / "l")) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: {inv}") and message in err and err.count("\n") == 1
     assert not (tmp_path / "l").exists()  # nothing half-written
 
 
 def test_one_node_or_drain_without_a_cluster_is_refused(tmp_path, capsys):
-    from remote import cli
+    from remote.commands import fabric as fabric_cmd
 
     inv = write_inventory(tmp_path, {})
-    assert cli.fabric(host="a", inventory=str(inv)) == 2
+    assert fabric_cmd.run(host="a", inventory=str(inv)) == 2
     assert "at least 2 nodes" in capsys.readouterr().err
-    assert cli.fabric(host="all", inventory=str(inv), drain_failed=True) == 2
+    assert fabric_cmd.run(host="all", inventory=str(inv), drain_failed=True) == 2
     assert "--drain-failed drains a cluster's nodes" in capsys.readouterr().err
 
 
 def test_settings_given_with_var_are_read_as_numbers(tmp_path, capsys):
-    from remote import cli
+    from remote.commands import fabric as fabric_cmd
 
     inv = write_inventory(tmp_path, {})
-    assert cli.fabric(host="all", inventory=str(inv), var=["fabric_seconds=soon"]) == 2
+    assert fabric_cmd.run(host="all", inventory=str(inv), var=["fabric_seconds=soon"]) == 2
     err = capsys.readouterr().err
     assert "fabric_seconds must be a number of seconds, 0 to 600, not 'soon'" in err
     # the value came from -e, not from the inventory: the error says so, as other -e errors do
     assert err.startswith("error: --var fabric_seconds: ") and str(inv) not in err, err
+    from remote.commands.fabric_settings import read_settings
     from remote.config.inventory import load_inventory
-    from remote.fabric.command import read_settings
 
     settings = read_settings(load_inventory(str(inv)), {"fabric_seconds": "2",
                                                         "fabric_relative": "0.25",

@@ -33,7 +33,7 @@ BROKEN_IPERF3 = "#!/bin/sh\necho 'iperf3: error - the NIC is gone' >&2\nexit 1\n
 
 
 def test_drain_failed_drains_the_suspect_with_the_reason(slurm, farm, work, capsys):
-    from remote import cli
+    from remote.commands import fabric as fabric_cmd
 
     with server_with_tools(farm, "127.0.0.40", {"iperf3": BROKEN_IPERF3}, "fabric-n2-"):
         inventory = work / "inventory.yaml"
@@ -46,7 +46,7 @@ def test_drain_failed_drains_the_suspect_with_the_reason(slurm, farm, work, caps
                       "n2": farm.host_entry("127.0.0.40"),
                       "n3": farm.host_entry(farm.addresses[1])}}, sort_keys=False))
         try:
-            rc = cli.fabric(host="all", inventory=str(inventory), logs_dir=str(work / "logs"),
+            rc = fabric_cmd.run(host="all", inventory=str(inventory), logs_dir=str(work / "logs"),
                             drain_failed=True, json_path=str(work / "out.json"))
             out = capsys.readouterr().out
             info = slurm.node_info()
@@ -63,7 +63,7 @@ def test_drain_failed_drains_the_suspect_with_the_reason(slurm, farm, work, caps
 
 
 def test_an_admins_drain_is_left_alone(slurm, farm, work, capsys):
-    from remote import cli
+    from remote.commands import fabric as fabric_cmd
 
     slurm.drain("n1", "admin: cable swap")
     try:
@@ -75,7 +75,7 @@ def test_an_admins_drain_is_left_alone(slurm, farm, work, capsys):
                                "slurm": {"partition": "debug", "conf": str(slurm.conf)}},
                       "n1": farm.host_entry(farm.addresses[0]),
                       "n3": farm.host_entry(farm.addresses[1])}}, sort_keys=False))
-        rc = cli.fabric(host="all", inventory=str(inventory), logs_dir=str(work / "logs"),
+        rc = fabric_cmd.run(host="all", inventory=str(inventory), logs_dir=str(work / "logs"),
                         drain_failed=True)
         out = capsys.readouterr().out
         info = slurm.node_info()
@@ -93,7 +93,7 @@ def test_the_nodes_of_a_cluster_are_paired_through_slurm(slurm, work, capsys):
     """`gpuprov fabric --host hpc1`: the partition's usable nodes, each command a job on its
     node (`srun -w`), the servers and clients real iperf3 (the test cluster's nodes all share
     127.0.0.1); a node an admin drained is not paired."""
-    from remote import cli
+    from remote.commands import fabric as fabric_cmd
 
     slurm.drain("n2", "admin: cable swap")
     try:
@@ -103,7 +103,7 @@ def test_the_nodes_of_a_cluster_are_paired_through_slurm(slurm, work, capsys):
             "hosts": {"hpc1": {"connection": "local",
                                "slurm": {"partition": "debug", "conf": str(slurm.conf)}}}},
             sort_keys=False))
-        rc = cli.fabric(host="hpc1", inventory=str(inventory), logs_dir=str(work / "logs"),
+        rc = fabric_cmd.run(host="hpc1", inventory=str(inventory), logs_dir=str(work / "logs"),
                         json_path=str(work / "out.json"))
         out = capsys.readouterr().out
     finally:
@@ -137,10 +137,10 @@ def test_the_nodes_hostlist_of_slurm_chooses_the_nodes_paired(slurm, work, capsy
     n3 of the same partition runs nothing."""
     import json
 
-    from remote import cli
+    from remote.commands import fabric as fabric_cmd
 
     inventory = cluster_inventory(work, slurm, nodes="n[1-2]")
-    rc = cli.fabric(host="hpc1", inventory=str(inventory), logs_dir=str(work / "logs"),
+    rc = fabric_cmd.run(host="hpc1", inventory=str(inventory), logs_dir=str(work / "logs"),
                     json_path=str(work / "out.json"))
     out = capsys.readouterr().out
     assert rc == 0, out
@@ -165,14 +165,14 @@ def test_a_hostlist_naming_nodes_it_cannot_have_is_one_line_and_exit_2(slurm, wo
     hostlist Slurm cannot read is the inventory's line, exit 2, and no node runs anything
     (without the check, the partition's usable nodes were paired). `small`, a partition of
     n1 and n2, is made for this test with scontrol."""
-    from remote import cli
+    from remote.commands import fabric as fabric_cmd
 
     slurm.run("scontrol", "create", "PartitionName=small", "Nodes=n[1-2]")
     try:
         inventory = cluster_inventory(work, slurm, nodes=hostlist)
         inventory.write_text(inventory.read_text().replace("partition: debug",
                                                            f"partition: {partition}"))
-        rc = cli.fabric(host="hpc1", inventory=str(inventory), logs_dir=str(work / "logs"))
+        rc = fabric_cmd.run(host="hpc1", inventory=str(inventory), logs_dir=str(work / "logs"))
         err = capsys.readouterr().err
     finally:
         slurm.run("scontrol", "delete", "PartitionName=small")
@@ -190,7 +190,7 @@ def test_a_controller_that_does_not_answer_is_said_not_blamed_on_the_hostlist(wo
     `scontrol show nodes` fails. The run says so, with scontrol's reason, exit 2; before, the
     empty listing was read as a cluster without n1 and n2, and the inventory's `nodes:` line
     was blamed for naming nodes the cluster does not have."""
-    from remote import cli
+    from remote.commands import fabric as fabric_cmd
 
     conf = work / "slurm.conf"
     conf.write_text("ClusterName=gone\nSlurmctldHost=localhost\nSlurmctldPort=9\n"
@@ -198,7 +198,7 @@ def test_a_controller_that_does_not_answer_is_said_not_blamed_on_the_hostlist(wo
     inventory = work / "inventory.yaml"
     inventory.write_text(yaml.safe_dump({"hosts": {"hpc1": {"connection": "local", "slurm": {
         "partition": "debug", "conf": str(conf), "nodes": "n[1-2]"}}}}))
-    rc = cli.fabric(host="hpc1", inventory=str(inventory), logs_dir=str(work / "logs"))
+    rc = fabric_cmd.run(host="hpc1", inventory=str(inventory), logs_dir=str(work / "logs"))
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert "hpc1: Slurm did not list its nodes (exit 1: slurm_load_node error: Unable to contact " \

@@ -12,7 +12,7 @@ from remote.ground.exitcodes import EXIT_UNREACHABLE
 
 
 def test_unreachable_node_is_named_and_the_others_are_measured(farm, inventory, work, capsys):
-    from remote import cli
+    from remote.commands import fabric as fabric_cmd
 
     if not shutil.which("iperf3"):
         pytest.fail("iperf3 is not installed (.ci/setup --dev installs it)")
@@ -21,7 +21,7 @@ def test_unreachable_node_is_named_and_the_others_are_measured(farm, inventory, 
                      "h3": farm.host_entry(farm.addresses[2]),
                      "gone": farm.host_entry("127.0.0.9")},  # nothing listens there
                     vars={"fabric_seconds": 1}, timeouts={"connect": 3})
-    rc = cli.fabric(host="all", inventory=str(inv), logs_dir=str(work / "logs"),
+    rc = fabric_cmd.run(host="all", inventory=str(inv), logs_dir=str(work / "logs"),
                     json_path=str(work / "out.json"))
     out = capsys.readouterr().out
     assert rc == EXIT_UNREACHABLE, out
@@ -45,14 +45,14 @@ def test_the_node_profiles_fabric_floor_judges_the_pairs_the_lowest_counts(farm,
     """Issue 33: a pair is judged against the profile's floor for its tool. Each node's
     node_profile names one; the lowest holds (a pair is held to what both of its nodes can do),
     and the run says where the floor came from. Real iperf3 over loopback sshd."""
-    from remote import cli
+    from remote.commands import fabric as fabric_cmd
 
     if not shutil.which("iperf3"):
         pytest.fail("iperf3 is not installed (.ci/setup --dev installs it)")
     # h1's profile asks the impossible; h2's a trickle: the trickle is the floor, nothing slow
     inv = _profiled(farm, inventory, {"h1": {"iperf3": 1e6}, "h2": {"iperf3": 0.001},
                                       "h3": {"iperf3": 1e6}})
-    rc = cli.fabric(host="all", inventory=str(inv), logs_dir=str(work / "logs"),
+    rc = fabric_cmd.run(host="all", inventory=str(inv), logs_dir=str(work / "logs"),
                     json_path=str(work / "out.json"))
     out = capsys.readouterr().out
     assert rc == 0, out
@@ -60,7 +60,7 @@ def test_the_node_profiles_fabric_floor_judges_the_pairs_the_lowest_counts(farm,
     # every node asks the impossible: every pair is slow, every node a suspect (exit 3)
     inv = _profiled(farm, inventory, {"h1": {"iperf3": 1e6}, "h2": {"iperf3": 1e6},
                                       "h3": {"iperf3": 1e6}})
-    rc = cli.fabric(host="all", inventory=str(inv), logs_dir=str(work / "logs"),
+    rc = fabric_cmd.run(host="all", inventory=str(inv), logs_dir=str(work / "logs"),
                     json_path=str(work / "out.json"))
     out = capsys.readouterr().out
     doc = json.loads((work / "out.json").read_text())
@@ -68,10 +68,10 @@ def test_the_node_profiles_fabric_floor_judges_the_pairs_the_lowest_counts(farm,
 
 
 def test_a_bad_fabric_floor_in_a_node_profile_is_one_line_exit_2(farm, inventory, work, capsys):
-    from remote import cli
+    from remote.commands import fabric as fabric_cmd
 
     inv = _profiled(farm, inventory, {"h1": {"iperf3": "fast"}, "h2": {}})
-    rc = cli.fabric(host="all", inventory=str(inv), logs_dir=str(work / "logs"))
+    rc = fabric_cmd.run(host="all", inventory=str(inv), logs_dir=str(work / "logs"))
     err = capsys.readouterr().err
     assert rc == 2 and "node_profile: fabric: 'iperf3': 'fast' is not a tool of" in err, err
     assert not (work / "logs").exists()
@@ -99,7 +99,7 @@ def _fabric_with_port_taken(farm, inventory, work, capsys, kind: str, others: in
     """`gpuprov fabric` over h1 and h2 while `kind` (`_holder`) takes a port on h2, with
     `fabric_ports` that port and the `others` above it (`before(port)` just before the run);
     (exit status, output, the --json's fabric, the port)."""
-    from remote import cli
+    from remote.commands import fabric as fabric_cmd
 
     held, peers = _holder(kind, farm.addresses[1])
     port = held.getsockname()[1]
@@ -108,7 +108,7 @@ def _fabric_with_port_taken(farm, inventory, work, capsys, kind: str, others: in
     try:
         if before is not None:
             before(port)
-        rc = cli.fabric(host="all", inventory=str(inv), logs_dir=str(work / "logs"),
+        rc = fabric_cmd.run(host="all", inventory=str(inv), logs_dir=str(work / "logs"),
                         json_path=str(work / "out.json"))
         out = capsys.readouterr().out
     finally:

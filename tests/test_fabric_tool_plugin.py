@@ -54,7 +54,7 @@ class RdmaEcho:
 
 def test_a_tool_no_other_file_names_is_probed_and_given_the_device_it_needs(
         tmp_path, monkeypatch, capsys):
-    from remote import cli
+    from remote.commands import fabric as fabric_cmd
 
     # first in the table: the best tool both nodes have measures the pair
     monkeypatch.setattr("remote.fabric.tools.TOOLS", {"rdma_echo": RdmaEcho(), **TOOLS})
@@ -62,8 +62,8 @@ def test_a_tool_no_other_file_names_is_probed_and_given_the_device_it_needs(
         "hosts": {"n1": {"connection": "local", "vars": {"fabric_address": "127.0.0.1"}},
                   "n2": {"connection": "local", "vars": {"fabric_address": "127.0.0.2"}}},
         "vars": {"fabric_seconds": 1}})
-    rc = cli.fabric(host="all", inventory=str(inventory), logs_dir=str(tmp_path / "logs"),
-                    json_path=str(tmp_path / "out.json"))
+    rc = fabric_cmd.run(host="all", inventory=str(inventory), logs_dir=str(tmp_path / "logs"),
+                       json_path=str(tmp_path / "out.json"))
     out = capsys.readouterr().out
     assert rc == 0, out
     pairs = json.loads((tmp_path / "out.json").read_text())["fabric"]["pairs"]

@@ -159,7 +159,7 @@ def _run_in_thread(provision_fn, *args, **kwargs):
 def test_session_killed_mid_step(farm, work, inventory):
     """The sshd processes serving one host's session are killed (SIGKILL, by PID) while its
     step runs: that host is reported at once, the other host's step completes."""
-    from remote import cli
+    from remote.commands import provision as provision_cmd
 
     inv = write_yaml(work / "inventory.yaml", {
         "known_hosts": [str(farm.known_hosts)],
@@ -170,7 +170,7 @@ def test_session_killed_mid_step(farm, work, inventory):
                                                   f"sleep {{{{ nap }}}}", "timeout": 120},
                         {"name": "after", "shell": f"touch {work}/{{{{ host }}}}.after"}])
     json_path = work / "out.json"
-    thread, box = _run_in_thread(cli.provision, host="all", recipe=str(rec), inventory=str(inv),
+    thread, box = _run_in_thread(provision_cmd.run, host="all", recipe=str(rec), inventory=str(inv),
                                  json_path=str(json_path), logs_dir=str(work / "logs"),
                                  validate=False)
     pid_file = work / "victim.pid"

@@ -18,7 +18,7 @@ import threading
 
 import pytest
 
-from remote import cli
+from remote.commands import provision as provision_cmd
 from remote.transport import forward
 from tests.conftest import write_yaml
 from tests.test_fleet_cache import NOTHING_LISTENS, cache_ports  # noqa: F401 - a fixture
@@ -131,7 +131,7 @@ def test_a_host_flooding_the_cache_forward_is_refused_past_the_cap(
     sampler = threading.Thread(target=count_forward_threads, daemon=True)
     sampler.start()
     try:
-        rc = cli.provision(host="h2", recipe=str(recipe), inventory=str(inventory),
+        rc = provision_cmd.run(host="h2", recipe=str(recipe), inventory=str(inventory),
                            json_path=str(work / "result.json"), logs_dir=str(work / "logs"),
                            validate=False)
     finally:

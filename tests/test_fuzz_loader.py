@@ -1,7 +1,7 @@
 """Property test: random mutations of valid inventories and recipes thrown at the loaders.
 
 The loaders are `remote.config.inventory.load_inventory`, `remote.config.recipe.load_recipe` and the static
-checks of `remote.cli.load_and_check` (selection, vars, templates per host). Whatever the bytes,
+checks of `remote.commands.inputs.load_and_check` (selection, vars, templates per host). Whatever the bytes,
 the only outcomes allowed are a loaded model or an `InputError` whose text is one line that
 starts with the path of the file at fault. Anything else (another exception, a multi-line
 message, a message naming no file) is a bug.
@@ -22,7 +22,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remote.cli import load_and_check
+from remote.commands.inputs import load_and_check
 from remote.ground.errors import InputError
 
 # per test; GPUPROV_FUZZ_EXAMPLES=20000 for a longer exploration

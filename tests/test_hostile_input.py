@@ -18,7 +18,7 @@ GOOD_INVENTORY = "hosts:\n  h1: {address: 127.0.0.99, port: 1}\n"
 GOOD_RECIPE = "steps:\n  - shell: echo hi\n"
 
 # (id, files {name: text or bytes}, file named in the message, line or None, expected text,
-#  extra cli.provision keyword arguments)
+#  extra provision_cmd.run keyword arguments)
 CASES = [
     # tabs, duplicate keys
     ("recipe tab", {REC: "steps:\n\t- shell: x\n"}, REC, 2, "tab character", {}),
@@ -222,13 +222,13 @@ def _write(work, files):
 @pytest.mark.parametrize("case,files,named,line,expected,kwargs", CASES,
                          ids=[c[0] for c in CASES])
 def test_hostile_input(work, capsys, case, files, named, line, expected, kwargs):
-    from remote import cli
+    from remote.commands import provision as provision_cmd
 
     _write(work, files)
     kwargs = dict(kwargs)
     host = kwargs.pop("host", "all")
     inventory = str(work / kwargs.pop("inventory", INV))
-    rc = cli.provision(host=host, recipe=str(work / REC), inventory=inventory, validate=False,
+    rc = provision_cmd.run(host=host, recipe=str(work / REC), inventory=inventory, validate=False,
                        logs_dir=str(work / "logs"), **kwargs)
     err = capsys.readouterr().err
     assert rc == 2, (rc, err)
@@ -317,11 +317,11 @@ def test_bombs_are_refused_in_bounded_time_and_memory(work, case, name, text, li
 def test_group_lattice_loads_in_bounded_time(work, capsys, case, text):
     import time
 
-    from remote import cli
+    from remote.commands.inputs import load_and_check
 
     _write(work, {INV: text})
     started = time.monotonic()
-    inv, hosts, _ = cli.load_and_check(str(work / INV), "x0", str(work / REC), {})
+    inv, hosts, _ = load_and_check(str(work / INV), "x0", str(work / REC), {})
     groups = inv.groups_of("h1")
     elapsed = time.monotonic() - started
     assert [h.name for h in hosts] == ["h1"] and len(groups) == 82

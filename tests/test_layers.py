@@ -36,16 +36,16 @@ def test_the_tree_as_it_is_keeps_every_contract(tree):
 def test_an_import_pointing_up_from_lock_is_refused(tree):
     apt = tree / "remote" / "lock" / "apt.py"
     apt.write_text(apt.read_text().replace("from ..ground.errors import InputError\n",
-                                           "from .. import cli  # noqa: F401\n"
+                                           "from .. import commands  # noqa: F401\n"
                                            "from ..ground.errors import InputError\n", 1))
     result = lint(tree)
     assert result.returncode != 0
-    assert "remote.lock is not allowed to import remote.cli" in result.stdout, result.stdout
+    assert "remote.lock is not allowed to import remote.commands" in result.stdout, result.stdout
 
 
 def test_a_package_in_no_layer_is_refused(tree):
     (tree / "remote" / "unplaced").mkdir()
-    (tree / "remote" / "unplaced" / "__init__.py").write_text("from .. import cli  # noqa: F401\n")
+    (tree / "remote" / "unplaced" / "__init__.py").write_text("from .. import commands  # noqa: F401\n")
     result = lint(tree)
     assert result.returncode != 0
     assert "remote.unplaced" in result.stdout, result.stdout

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from remote.cli import load_and_check
+from remote.commands.inputs import load_and_check
 from remote.engine.jobs.apply import ApplyRecipe
 from remote.engine.run import Run, RunOptions
 from remote.output.recap import Reporter

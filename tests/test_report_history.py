@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from remote import cli
+from remote.commands import report as report_cmd
 from remote.report import run_report
 from tests.conftest import invoke
 from tests.test_report_common import REPO, recording_terminal, results_json, write_run
@@ -173,7 +173,7 @@ def test_a_flapping_host_and_the_quarantine_limit_are_reported(tmp_path):
 @pytest.mark.parametrize("value", ["3/2", "0/3", "2", "two/3", "2/3/4", "2/9999"])
 def test_a_bad_quarantine_value_is_one_line_and_exit_2(tmp_path, capsys, value):
     (tmp_path / "logs").mkdir()
-    rc = cli.report(logs=str(tmp_path / "logs"), out=str(tmp_path / "out"), quarantine=value)
+    rc = report_cmd.run(logs=str(tmp_path / "logs"), out=str(tmp_path / "out"), quarantine=value)
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "--quarantine must be K/N" in err, err
     assert not (tmp_path / "out").exists()

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from remote import cli
+from remote.commands import provision as provision_cmd
+from remote.commands import report as report_cmd
 from remote.ground import runfolder
 from remote.scheduler.slurm import CLUSTER_RECORD
 from tests.conftest import REPO, write_yaml
@@ -28,7 +29,7 @@ def test_a_run_writes_its_folder_where_the_recap_junit_and_report_read(tmp_path,
     recipe.write_text("steps:\n  - name: fail on purpose\n    shell: exit 3\n")
     shown = io.StringIO()
     with contextlib.redirect_stdout(shown), contextlib.redirect_stderr(shown):
-        rc = cli.provision(host="a", inventory=str(inventory), recipe=str(recipe),
+        rc = provision_cmd.run(host="a", inventory=str(inventory), recipe=str(recipe),
                            validate=False, junit_path=str(tmp_path / "junit.xml"))
     assert rc == 1, shown.getvalue()
     logs = tmp_path / runfolder.LOGS_DIR
@@ -43,7 +44,7 @@ def test_a_run_writes_its_folder_where_the_recap_junit_and_report_read(tmp_path,
 
     shown = io.StringIO()
     with contextlib.redirect_stdout(shown), contextlib.redirect_stderr(shown):
-        rc = cli.report(out=str(tmp_path / "report"))
+        rc = report_cmd.run(out=str(tmp_path / "report"))
     assert "note: 1 run(s) without validation results" in shown.getvalue(), shown.getvalue()
 
 

@@ -53,7 +53,7 @@ def cluster(slurm):
 @pytest.fixture
 def run(cluster, tmp_path, capsys):
     """`gpuprov validate --host hpc1` in this process: (rc, stdout, stderr, --json, logs)."""
-    from remote import cli
+    from remote.commands import validate as validate_cmd
 
     def go(slurm_extra=None, vars_=None, **options):
         spec = {"partition": "debug", "conf": str(cluster.conf), "gpus_per_node": 2}
@@ -63,7 +63,7 @@ def run(cluster, tmp_path, capsys):
             "connection": "local", "slurm": spec, "vars": vars_ or {}}}}, sort_keys=False))
         json_path = tmp_path / "result.json"
         logs = tmp_path / "logs"
-        rc = cli.validate(host="hpc1", inventory=str(inventory), json_path=str(json_path),
+        rc = validate_cmd.run(host="hpc1", inventory=str(inventory), json_path=str(json_path),
                           logs_dir=str(logs), **options)
         out = capsys.readouterr()
         data = json.loads(json_path.read_text()) if json_path.exists() else None
@@ -112,8 +112,8 @@ def test_validate_runs_one_task_per_node_and_brings_each_nodes_results_home(clus
         assert record["nodes"][node]["srun_exit_status"] == record["nodes"][node]["exit_status"]
         assert record["nodes"][node]["exit_status"] not in (None, 0)
     # the SSH route's report reads the nodes' folders as they are
-    from remote import cli
-    assert cli.report(logs=str(logs), out=str(logs.parent / "report")) == 0
+    from remote.commands import report as report_cmd
+    assert report_cmd.run(logs=str(logs), out=str(logs.parent / "report")) == 0
 
 
 def test_nodes_that_pass_exit_0_and_are_not_drained(cluster, run):
@@ -129,7 +129,7 @@ def test_provision_of_a_cluster_validates_its_nodes_through_slurm(cluster, tmp_p
     """`gpuprov provision --host hpc1`: the recipe runs on the login node, then the partition's
     nodes are validated as `validate --host hpc1` does (before, the login node itself was
     validated over SSH, and a login node has no GPU)."""
-    from remote import cli
+    from remote.commands import provision as provision_cmd
 
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(yaml.safe_dump({"hosts": {"hpc1": {
@@ -139,7 +139,7 @@ def test_provision_of_a_cluster_validates_its_nodes_through_slurm(cluster, tmp_p
     recipe.write_text(f"name: login node\nsteps:\n  - name: mark\n"
                       f"    file: {{path: {tmp_path}/provisioned, content: \"x\\n\"}}\n")
     json_path, logs = tmp_path / "result.json", tmp_path / "logs"
-    rc = cli.provision(host="hpc1", recipe=str(recipe), inventory=str(inventory),
+    rc = provision_cmd.run(host="hpc1", recipe=str(recipe), inventory=str(inventory),
                        json_path=str(json_path), logs_dir=str(logs))
     out = capsys.readouterr()
     assert rc == 0, out.out + out.err
@@ -284,7 +284,7 @@ def test_a_job_slurm_refuses_drains_nothing_and_restores_what_it_took_back(clust
 def test_a_login_node_reached_over_ssh_works_the_same(cluster, farm, work, capsys):
     """The login node over SSH as a plain user (no root, no shared folder with gpuprov): the
     package crosses SSH on stdin, then srun's stdin to every node."""
-    from remote import cli
+    from remote.commands import validate as validate_cmd
 
     inventory = work / "inventory.yaml"
     inventory.write_text(yaml.safe_dump({
@@ -292,7 +292,7 @@ def test_a_login_node_reached_over_ssh_works_the_same(cluster, farm, work, capsy
         "hosts": {"login": dict(farm.host_entry(farm.addresses[0]), slurm={
             "partition": "gpu", "nodes": "n[1-2]", "conf": str(cluster.conf)},
             vars={"validate_args": passing(cluster)})}}))
-    rc = cli.validate(host="login", inventory=str(inventory), json_path=str(work / "r.json"),
+    rc = validate_cmd.run(host="login", inventory=str(inventory), json_path=str(work / "r.json"),
                       logs_dir=str(work / "logs"))
     out = capsys.readouterr().out
     assert rc == 0, out

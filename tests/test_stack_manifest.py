@@ -115,7 +115,7 @@ def test_validate_with_a_cluster_in_the_selection_records_each_hosts_stack(farm,
     cluster sent h1 down the bare SSH route, and its run had no stack.json)."""
     import os
 
-    from remote import cli
+    from remote.commands import validate as validate_cmd
 
     kernel_log = work / "kern.log"
     kernel_log.write_text("[    1.000000] Linux version 6.1.0\n")
@@ -126,7 +126,7 @@ def test_validate_with_a_cluster_in_the_selection_records_each_hosts_stack(farm,
              "login1": {"address": "127.0.0.1", "port": 9, "user": farm.user, "slurm": {"partition": "debug"}}}
     inv = inventory(hosts)
     for selection, rc in (("h1", 0), ("h1,login1", 4)):  # 4: the unreachable login node
-        got = cli.validate(host=selection, inventory=str(inv), logs_dir=str(work / "logs"),
+        got = validate_cmd.run(host=selection, inventory=str(inv), logs_dir=str(work / "logs"),
                            json_path=str(work / "result.json"))
         out = capsys.readouterr().out
         assert got == rc, out

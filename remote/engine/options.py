@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from ..ground.forks import DEFAULT_FORKS
 from ..ground.runfolder import LOGS_DIR
 from ..kinds.route import BundleRoute
 
@@ -15,7 +16,7 @@ from ..kinds.route import BundleRoute
 class RunOptions:
     check: bool = False
     extra_vars: dict[str, Any] = field(default_factory=dict)
-    forks: int = 16
+    forks: int = DEFAULT_FORKS
     become_password: Optional[str] = None
     logs_dir: Optional[Path] = Path(LOGS_DIR)  # None: keep no provision.log
     run_id: str = ""

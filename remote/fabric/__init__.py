@@ -5,5 +5,6 @@
 - `run`      the rounds over SSH: servers started and stopped by PID, each test bounded
 - `verdict`  each pair judged (floor or median), the suspect node or link by elimination
 - `output`   fabric.json per node, the matrix as text and HTML, recap rows, Prometheus
-- `command`  the run from checked inputs to the exit status (`remote.cli.fabric` calls it)
+- `measure`  the run from the command's assembled Run to the exit status
+             (`remote.commands.fabric` checks the options and settings, then calls it)
 """

@@ -4,6 +4,7 @@
 - `exitcodes`    the exit statuses every command returns.
 - `paths`        where the recipes, locks, the validation package and the user's files are.
 - `envvars`      numbers that can be set through the environment.
+- `forks`        how many hosts a run works on at once by default.
 - `fileio`       the one atomic file write.
 - `runid`        run ids: made here, recognised in what a host sends back.
 - `runfolder`    the run folder's file names and what a run without results is.

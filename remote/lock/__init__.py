@@ -35,6 +35,7 @@ from urllib.parse import unquote
 from ..config.lockfile import read_lock
 from ..config.yamlfile import load_yaml
 from ..ground.errors import InputError
+from ..ground.exitcodes import EXIT_INPUT, EXIT_OK
 from ..ground.paths import RECIPES_DIR
 from .limits import DEADLINE_VARIABLE, MAX_MEMORY_VARIABLE, fetch_deadline, max_memory_bytes, size_text
 
@@ -224,5 +225,5 @@ def run_lock(cuda: Optional[str] = None, torch: bool = True, torch_index: Option
             print(f"{path}: {len(lock.pins)} packages pinned with sha256")
     except InputError as exc:
         print(f"lock: {exc}", file=sys.stderr)
-        return 2
-    return 0
+        return EXIT_INPUT
+    return EXIT_OK

@@ -35,6 +35,7 @@ from ..config.aptlock import parse_apt_lock
 from ..config.templating import render_value
 from ..config.yamlfile import load_yaml
 from ..ground.errors import InputError
+from ..ground.exitcodes import EXIT_INPUT, EXIT_OK
 from ..ground.paths import RECIPES_DIR
 from .limits import BYTES_PER_STANZA, DEADLINE_VARIABLE, MAX_INDEX_VARIABLE, fetch_deadline, max_index_bytes, size_text
 
@@ -427,5 +428,5 @@ def run_apt_lock(stack: Path, out_dir: Path, cuda: Optional[str] = None,
             print(f"{path}: {len(parse_apt_lock(path.read_text(), path).pins)} apt packages pinned")
     except InputError as exc:
         print(f"lock: {exc}", file=sys.stderr)
-        return 2
-    return 0
+        return EXIT_INPUT
+    return EXIT_OK

@@ -279,8 +279,9 @@ class Validate:
         except Interrupted:
             attempt.end("not validated: interrupted", "interrupted", counts=False)
             raise
-        # this machine failing to store the results is no verdict on the host
-        attempt.end(outcome.text, no_verdict, counts=no_verdict != NOT_STORED, rc=rc)
+        # this machine failing to store the results is no verdict on the host; what the host
+        # said in the outcome may echo a secret of the run: masked as the terminal has it
+        attempt.end(session.redact(outcome.text), no_verdict, counts=no_verdict != NOT_STORED, rc=rc)
         if attempt.error:
             session.log.event(attempt.error)
         session.conclude(outcome)

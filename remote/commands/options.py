@@ -7,9 +7,9 @@ import json
 import shlex
 from typing import Any, Iterable, Optional, Union
 
-from .config.inventory import Host, Inventory
-from .config.yamlfile import YamlMap, load_yaml
-from .ground.errors import InputError
+from ..config.inventory import Host, Inventory
+from ..config.yamlfile import YamlMap, load_yaml
+from ..ground.errors import InputError
 
 _BOOLEANS = {"true": True, "false": False}
 

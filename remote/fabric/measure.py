@@ -1,5 +1,6 @@
-"""`gpuprov fabric`: the run from checked inputs to the exit status. `remote.cli.fabric` checks
-the options and the inventory, then hands over here.
+"""`gpuprov fabric`'s pairwise work, from the command's assembled Run to the exit status
+(`remote.commands.fabric` checks the options, the inventory and the settings, then hands over
+here): the nodes, the rounds, the verdict, the drain, the exports.
 
 Exit status (remote.ground.exitcodes): 0 no suspect, 3 a suspect node or link was found, or the two
 ends of a pair disagree (as a failed validation), 4 a node could not be reached (it is a
@@ -11,14 +12,12 @@ from __future__ import annotations
 import functools
 import json
 import math
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, TextIO
+from typing import Any, Optional, TextIO
 
-from ..config.inventory import Host, Inventory
-from ..engine.options import RunOptions
+from ..config.inventory import Host
 from ..engine.run import Run
 from ..engine.varlayers import layered_vars
 from ..ground.errors import GpuprovError, HostError, InputError
@@ -30,26 +29,25 @@ from ..ground.exitcodes import (
     EXIT_VALIDATION_FAILED,
 )
 from ..ground.fileio import write_atomic
-from ..ground.runid import new_run_id
 from ..output.junit import write_junit
-from ..output.recap import Reporter
 from ..output.runlog import Redactor
 from ..output.term import printable, printable_line
 from ..scheduler import SCHEDULERS
 from ..scheduler.base import list_until_answered
 from ..transport.connection import BaseConnection
-from .auth import new_credentials
 from .output import host_results, json_document, matrix_html, matrix_text, write_node_records, write_prometheus
 from .run import ClusterLink, FabricRun, Node, Settings, node_for
 from .tools import TOOLS
 from .verdict import PairResult, judge
 
-MAX_SECONDS = 600.0
 DRAIN_TIMEOUT_S = 120.0  # as the Slurm route's gate commands (slurm/cluster.py GATE_TIMEOUT_S)
 
 
 @dataclass
 class Exports:
+    """Where the run's results go besides the terminal: `--json` ('-': stdout alone, the lines
+    then go to stderr), `--junit`, `--prometheus`, `--html`."""
+
     json_path: Optional[str] = None
     junit_path: Optional[str] = None
     prometheus: Optional[str] = None
@@ -58,69 +56,6 @@ class Exports:
     @property
     def stream(self) -> TextIO:
         return sys.stderr if self.json_path == "-" else sys.stdout
-
-
-def read_settings(inventory: Inventory, extra_vars: dict[str, Any]) -> Settings:
-    """The run's settings from the inventory's `vars:` and `--var`: `fabric_seconds`,
-    `fabric_tool`, `fabric_floor` ({tool: figure in its unit}), `fabric_relative`,
-    `fabric_ports` (`FIRST-LAST`, the servers' ports);
-    `InputError` naming the inventory at a bad one."""
-    raw = dict(inventory.vars)
-    raw.update(extra_vars)
-    settings = Settings()
-
-    def bad(name: str, message: str) -> InputError:
-        """The error names where the value came from: `--var NAME`, else the inventory."""
-        if name in extra_vars:
-            return InputError(f"--var {name}: {message}")
-        return InputError(message, inventory.path)
-
-    seconds = _number(raw.get("fabric_seconds", settings.seconds))
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (
-            0 < seconds <= MAX_SECONDS):
-        raise bad("fabric_seconds", f"fabric_seconds must be a number of seconds, 0 to {MAX_SECONDS:g}, "
-                         f"not {seconds!r}")
-    settings.seconds = float(seconds)
-    tool = raw.get("fabric_tool")
-    if tool is not None and tool not in TOOLS:
-        raise bad("fabric_tool", f"fabric_tool must be one of {', '.join(TOOLS)}, not {tool!r}")
-    settings.tool = tool
-    floors = raw.get("fabric_floor") or {}
-    if isinstance(floors, str):
-        try:
-            floors = json.loads(floors)
-        except ValueError:
-            pass
-    if not isinstance(floors, dict):
-        raise bad("fabric_floor", "fabric_floor must map a tool to its floor, e.g. "
-                         "{\"iperf3\": 20}")
-    for name, value in floors.items():
-        if name not in TOOLS or isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value) or value <= 0:
-            raise bad("fabric_floor", f"fabric_floor: {name!r}: {value!r} is not a tool of "
-                             f"{', '.join(TOOLS)} with a positive figure")
-    settings.floors = {k: float(v) for k, v in floors.items()}
-    relative = _number(raw.get("fabric_relative", settings.relative))
-    if isinstance(relative, bool) or not isinstance(relative, (int, float)) or not (
-            0 < relative < 1):
-        raise bad("fabric_relative", f"fabric_relative must be between 0 and 1, not {relative!r}")
-    settings.relative = float(relative)
-    ports = raw.get("fabric_ports")
-    if ports is not None:
-        settings.ports = _port_range(ports, bad)
-    return settings
-
-
-def _port_range(value: Any, bad: Callable[[str, str], InputError]) -> tuple[int, int]:
-    """`fabric_ports`: `FIRST-LAST` (or one port), unprivileged, room left above LAST for
-    ib_write_bw's port per HCA."""
-    # ASCII digits only: str.isdigit() also takes '²', which int() refuses (a traceback)
-    found = re.fullmatch(r"([0-9]{1,5})(?:-([0-9]{1,5}))?", str(value).strip())
-    first, last = (int(found[1]), int(found[2] or found[1])) if found else (0, 0)
-    if not 1024 <= first <= last <= 65535 - 64:
-        raise bad("fabric_ports", f"fabric_ports must be FIRST-LAST, ports of 1024 to "
-                                  f"{65535 - 64}, not {value!r}")
-    return first, last
 
 
 def profile_floors(settings: Settings, profiles: list[Any]) -> None:
@@ -141,16 +76,6 @@ def profile_floors(settings: Settings, profiles: list[Any]) -> None:
     if lowest:
         settings.floors = lowest
         settings.floors_from = "node_profile fabric, the lowest of the nodes'"
-
-
-def _number(value: Any) -> Any:
-    """A number given through `--var NAME=VALUE` arrives as text."""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
 
 
 def job_name(run_id: str) -> str:
@@ -204,66 +129,35 @@ def cluster_nodes(engine: Run, login: Host, vars_: dict[str, Any], run_id: str,
             for name, address in found]
 
 
-def _secrets(settings: Settings, become_password: Optional[str]) -> Redactor:
-    """iperf3's credentials made for this run (`settings.auth`), and what masks the run's
-    secrets everywhere: the sudo password and the iperf3 password."""
-    settings.auth = new_credentials()
-    return Redactor([v for v in (become_password, settings.auth.password) if v])
-
-
-def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, Any],
-               exports: Exports, logs_dir: str, drain_failed: bool = False,
-               become_password: Optional[str] = None) -> int:
-    """Measure the pairs of `hosts` (a scheduler host among them is the cluster whose nodes
-    the suspects are drained on, with --drain-failed), write the results, return the exit
-    status."""
-    settings = read_settings(inventory, extra_vars)
+def run_pairs(engine: Run, hosts: list[Host], settings: Settings, exports: Exports,
+              logs_dir: str, drain_failed: bool = False) -> int:
+    """Measure the pairs of `hosts` on `engine` (the command's assembled Run; a scheduler host
+    among them is the cluster whose nodes are paired, and the suspects drained on with
+    `drain_failed`), write the results, return the exit status."""
     logins = [h for h in hosts if h.scheduler is not None]
-    members = [h for h in hosts if h.scheduler is None]
-    if len(members) < 2 and not logins:
-        raise InputError("fabric needs at least 2 nodes to pair (hosts, or a cluster's login "
-                         "node with a scheduler key)", inventory.path)
-    redact = _secrets(settings, become_password)
-    reporter = Reporter(redact, stream=exports.stream)
-    run_id = new_run_id()
-    options = RunOptions(extra_vars=extra_vars, forks=len(hosts), logs_dir=Path(logs_dir),
-                         run_id=run_id, become_password=become_password)
-    engine = Run(inventory, hosts, options, reporter, redact)
     opened: list[BaseConnection] = []
-    if len(members) >= 2:
-        layers = [layered_vars(inventory, h, extra_vars)[0] for h in members]
-        nodes = [node_for(h, raw) for h, raw in zip(members, layers)]
-        profile_floors(settings, [raw.get("node_profile") for raw in layers])
-    else:  # the cluster's nodes, each command a job on its node through the login node
-        try:
-            nodes = cluster_nodes(engine, logins[0], layered_vars(inventory, logins[0],
-                                                                  extra_vars)[0], run_id, opened)
-        except GpuprovError as exc:
-            reporter.close()
-            if isinstance(exc, InputError) and exc.line:
-                raise  # the inventory's own line (slurm.nodes naming a node it cannot have)
-            raise InputError(f"{logins[0].name}: {exc}", inventory.path) from None
+    nodes = _nodes(engine, hosts, settings, opened)
     names = [n.host.name for n in nodes]
+    reporter = engine.reporter
     reporter.set_hosts(names)
 
     def said(pair: PairResult) -> None:
         figure = f"{pair.value:.4g} {pair.unit}" if pair.value is not None else pair.error
         reporter.note(printable(f"round {pair.round}: {pair.client} -> {pair.server} "
-                                     f"({pair.tool}): {figure}"))
+                                f"({pair.tool}): {figure}"))
 
     fabric = FabricRun(engine, nodes, settings, on_pair=said)
     rounds = fabric.rounds()
+    run_id = engine.options.run_id
     reporter.note(f"fabric: {len(nodes)} node(s), {len(rounds)} round(s) of "
                   f"{', '.join(str(len(r)) for r in rounds)} pair(s), {settings.seconds:g} s a "
                   f"test, run {run_id}")
-    status = EXIT_OK
-    pairs: list[PairResult] = []
     try:
         fabric.open_all(reporter.note)
         pairs = fabric.execute()
     except KeyboardInterrupt:
-        status = EXIT_INTERRUPTED
         reporter.note("interrupted: the servers started were stopped; nothing judged")
+        return EXIT_INTERRUPTED
     finally:
         fabric.close_all()
         if opened:  # a cluster: its jobs go, whatever stopped their clients
@@ -271,10 +165,8 @@ def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, An
         for conn in opened:
             conn.close()
         reporter.close()
-    if status == EXIT_INTERRUPTED:
-        return status
     for pair in pairs:  # what a node said may echo a secret of the run: masked everywhere
-        pair.error = redact(pair.error)
+        pair.error = engine.redact(pair.error)
     verdict = judge(pairs, names, settings.floors, settings.relative, settings.floors_from)
     results = host_results(verdict, names)
     for node in nodes:
@@ -289,8 +181,30 @@ def run_fabric(inventory: Inventory, hosts: list[Host], extra_vars: dict[str, An
               f"logs: {logs_dir}/<node>/{run_id}/fabric.json\n")
     if drain_failed and verdict.suspect_nodes:
         _drain(engine, logins, verdict.suspect_nodes, verdict.reasons, run_id, out)
-    _export(exports, verdict, results, names, run_id, redact, logs_dir, fabric.round_seconds)
+    _export(exports, verdict, results, names, run_id, engine.redact, logs_dir, fabric.round_seconds)
     return exit_status(pairs, nodes, verdict)
+
+
+def _nodes(engine: Run, hosts: list[Host], settings: Settings,
+           opened: list[BaseConnection]) -> list[Node]:
+    """The nodes to pair: the selected hosts, with the floors of their profiles when the
+    settings name none; else a cluster's nodes, each command a job on its node through the
+    login node (its connection appended to `opened`)."""
+    inventory, extra_vars = engine.inventory, engine.options.extra_vars
+    logins = [h for h in hosts if h.scheduler is not None]
+    members = [h for h in hosts if h.scheduler is None]
+    if len(members) >= 2:
+        layers = [layered_vars(inventory, h, extra_vars)[0] for h in members]
+        profile_floors(settings, [raw.get("node_profile") for raw in layers])
+        return [node_for(h, raw) for h, raw in zip(members, layers)]
+    try:
+        return cluster_nodes(engine, logins[0], layered_vars(inventory, logins[0], extra_vars)[0],
+                             engine.options.run_id, opened)
+    except GpuprovError as exc:
+        engine.reporter.close()
+        if isinstance(exc, InputError) and exc.line:
+            raise  # the inventory's own line (slurm.nodes naming a node it cannot have)
+        raise InputError(f"{logins[0].name}: {exc}", inventory.path) from None
 
 
 def exit_status(pairs: list[PairResult], nodes: list[Node], verdict: Any) -> int:
