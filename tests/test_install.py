@@ -60,7 +60,7 @@ def test_fresh_debian_installs_and_runs_gpuprov_as_root_and_as_a_sudo_user(sandb
     for where, future in futures:
         error = future.exception()
         if error is not None:
-            failed.append(f"{where}:\n" + "".join(traceback.format_exception(error)))
+            failed.append(f"{where}:\n" + "".join(traceback.format_exception(type(error), error, error.__traceback__)))
     assert not failed, "\n".join(failed)
 
 
