@@ -4,6 +4,7 @@ as a sudo user, then `gpuprov` in a new login shell from another folder; and `pi
 into any venv gives a working `gpuprov` (recipes and tasks shipped as package data)."""
 from __future__ import annotations
 
+import concurrent.futures
 import io
 import os
 import re
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import traceback
 
 import pytest
 
@@ -44,8 +46,26 @@ def _run_with_input(client, command: str, data: bytes, timeout: float = 60.0):
 
 @pytest.mark.slow
 @pytest.mark.root
-@pytest.mark.parametrize("user,host", [("root", "sandbox1"), ("admin", "sandbox2")])
-def test_fresh_debian_installs_and_runs_gpuprov(sandbox_hosts, user, host):  # noqa: F811
+def test_fresh_debian_installs_and_runs_gpuprov_as_root_and_as_a_sudo_user(sandbox_hosts):  # noqa: F811
+    """root on sandbox1 and the sudo user admin on sandbox2, side by side: two hosts, nothing
+    shared but this machine's package caches, so each install makes every check of its own
+    (`_install_and_run`) in half the wall time of one after the other. Each failure names its
+    user@host, with its traceback."""
+    tarball = _tree_tarball()
+    cases = [("root", "sandbox1"), ("admin", "sandbox2")]
+    with concurrent.futures.ThreadPoolExecutor(len(cases)) as pool:
+        futures = [(f"{user}@{host}", pool.submit(_install_and_run, sandbox_hosts, user, host, tarball))
+                   for user, host in cases]
+    failed = []
+    for where, future in futures:
+        error = future.exception()
+        if error is not None:
+            failed.append(f"{where}:\n" + "".join(traceback.format_exception(type(error), error, error.__traceback__)))
+    assert not failed, "\n".join(failed)
+
+
+def _install_and_run(sandbox_hosts, user: str, host: str, tarball: bytes) -> None:  # noqa: F811
+    """The README's install step as `user` on `host`, then gpuprov in a new login shell."""
     # As a fresh machine: the distribution's python without pip or venv support.
     rc, out, err = sandbox_hosts.run(host, "apt-get purge -y -q python3-venv python3.11-venv "
                                      "python3-pip && apt-get autoremove -y -q", user="root",
@@ -57,7 +77,7 @@ def test_fresh_debian_installs_and_runs_gpuprov(sandbox_hosts, user, host):  # n
                                    "ls /usr/lib/python3*/EXTERNALLY-MANAGED")
         assert "No module named pip" in err and "EXTERNALLY-MANAGED" in out
         rc, out, err = _run_with_input(client, "rm -rf ~/gpuprov && tar -xzf - -C ~",
-                                       _tree_tarball())
+                                       tarball)
         assert rc == 0, err
         started = time.monotonic()
         rc, out, err = run(client, "cd ~/gpuprov && .ci/setup", timeout=900)
