@@ -65,6 +65,7 @@ from ..config.recipe import Recipe, load_recipe
 from ..config.templating import names_in, render_value, var_order
 from ..config.yamlfile import load_yaml
 from ..ground.errors import InputError, TemplateError
+from ..ground.exitcodes import EXIT_INPUT, EXIT_OK
 from ..ground.paths import RECIPES_DIR, VALIDATE_DIR, recipe_path
 from ..kinds import KINDS
 from ..kinds.route import BundleNeeds, BundleTarget, CarriedFile, HostOnly
@@ -914,5 +915,5 @@ def run_bundle(options: BundleOptions) -> int:
         build_bundle(options)
     except InputError as exc:
         print(f"bundle: {exc}", file=sys.stderr)
-        return 2
-    return 0
+        return EXIT_INPUT
+    return EXIT_OK

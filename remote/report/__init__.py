@@ -99,6 +99,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from ..ground.exitcodes import EXIT_INPUT, EXIT_OK, EXIT_STEP_FAILED
 from ..ground.runfolder import LOGS_DIR
 from ..output.term import Terminal
 from .analyse import BadInput, Report, build_report
@@ -132,7 +133,7 @@ def run_report(
         report = build_report(Path(logs_dir), baseline, outlier_pct, regression_pct, quarantine)
     except BadInput as exc:
         print(f"report: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_INPUT
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir()
     paths = write_outputs(report, out_dir)
     paths["txt"] = out_dir / "report.txt"
@@ -145,7 +146,7 @@ def run_report(
         except OSError as exc:
             print(f"report: cannot write {prometheus_path}: {exc.strerror or exc}",
                   file=sys.stderr)
-            return 2
+            return EXIT_INPUT
         paths["prometheus"] = prometheus_path
     if json_path == "-":
         sys.stdout.write(paths["json"].read_text(encoding="utf-8"))
@@ -154,11 +155,12 @@ def run_report(
             shutil.copyfile(paths["json"], json_path)
         except OSError as exc:
             print(f"report: cannot write {json_path}: {exc.strerror or exc}", file=sys.stderr)
-            return 2
+            return EXIT_INPUT
     terminal.write(paint(render(report, terminal.width, TERMINAL_TABLE_PARTS) + [
         [], [(f"Wrote {out_dir}/: " + ", ".join(p.name for p in paths.values()), "")]],
         terminal.color))
-    return 1 if fail_on_outlier and report.flagged else 0
+    # --fail-on-outlier: a flagged host is the report's failure, status 1 as a failed step's
+    return EXIT_STEP_FAILED if fail_on_outlier and report.flagged else EXIT_OK
 
 
 def default_out_dir(now: _dt.datetime | None = None) -> Path:
