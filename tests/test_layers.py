@@ -49,3 +49,26 @@ def test_a_package_in_no_layer_is_refused(tree):
     result = lint(tree)
     assert result.returncode != 0
     assert "remote.unplaced" in result.stdout, result.stdout
+
+
+def test_a_contract_named_only_forbids_every_other_room():
+    """A forbidden contract whose name says "only" forbids every other room of remote/ (whole,
+    or each of its modules but those allowed) that its name does not allow: a room added later
+    is not silently allowed."""
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    rooms = {p.stem for p in (ROOT / "remote").iterdir()
+             if p.name not in ("__init__.py", "__pycache__") and (p.suffix == ".py" or p.is_dir())}
+    named_only = [c for c in contracts if c["type"] == "forbidden" and " only " in c["name"]]
+    assert len(named_only) >= 5
+    for contract in named_only:
+        [source] = contract["source_modules"]
+        forbidden = contract["forbidden_modules"]
+        for room in sorted(rooms - {source.split(".")[1]}):
+            assert room in contract["name"] or any(
+                m == f"remote.{room}" or m.startswith(f"remote.{room}.") for m in forbidden), \
+                f"{contract['name']!r} does not forbid remote.{room}"
