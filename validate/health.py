@@ -35,11 +35,12 @@ import time
 
 from . import actions, host, output, slurm_node
 from .core import FAIL, SKIP, SPECS, Context, run_check
+from .shared import HEALTH_PREFIX
 
 HEALTHY, SICK, UNCHECKED = 0, 1, 3
 USAGE = 2
 HEALTH_CHECKS = ("system", "xid", "fabric")
-PREFIX = slurm_node.PREFIX
+PREFIX = HEALTH_PREFIX  # the line's, and its drains' reasons' (validate/shared.py)
 DRIVER_PROC = "/proc/driver/nvidia/version"
 # how the checks word a finding that does not fail (system's notices, xid's): not repeated in the line
 NOTE_WORDS = ("warning: ", "reported, not failed: ")
