@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from . import TOOL, __version__, expectations, health, host, infiniband, output, profile, torchenv
+from . import TOOL, __version__, drain, expectations, health, host, infiniband, output, profile, torchenv
 from .core import CHECK_NAMES, CHECKS, PASS, SKIP, Context, Result, apply_warn_only, not_selected, run_check
 from .specs import DEFAULT_FLOOR
 
@@ -58,7 +58,9 @@ def _csv_list(text):
 class Mode(NamedTuple):
     """One way to run ``python3 -m validate``: the option that chooses it, its options (argparse
     rows, in --help order), the rules that check them after argparse (names in ``RULES``, in
-    the order they are applied) and its function, ``run(opts, stream)`` -> exit status."""
+    the order they are applied) and its function, ``run(opts, stream)`` -> exit status.
+    ``table_options``: more rows after those, read from a table each time the parser is built
+    (--health: the drain hooks' options, validate/drain.py)."""
 
     flag: Optional[str]  # None: the full run, chosen when no other mode's flag is given
     prog: str
@@ -71,6 +73,7 @@ class Mode(NamedTuple):
     shape: Optional[Callable[[List[str]], Optional[List[str]]]] = None
     torch: bool = False  # may import torch (Kineto's log level is set first)
     help: bool = True  # has -h/--help
+    table_options: Optional[Callable[[], Sequence[Tuple[Tuple[str, ...], Dict[str, Any]]]]] = None
 
 
 RUN_OPTIONS = (
@@ -192,7 +195,7 @@ def build_parser(mode=None):
     """The argparse parser of ``mode`` (default: the full run)."""
     mode = mode or RUN
     p = _Parser(prog=mode.prog, description=mode.description, add_help=mode.help)
-    for flags, kwargs in mode.options:
+    for flags, kwargs in tuple(mode.options) + tuple(mode.table_options() if mode.table_options else ()):
         p.add_argument(*flags, **kwargs)
     return p
 
@@ -555,7 +558,7 @@ RUN = Mode(None, "python3 -m validate",
 # torch), and the full run.
 HEALTH = Mode("--health", "python3 -m validate --health", health.DESCRIPTION, health.OPTIONS,
               ("expect_gpus", "kernel_log", "out", "profile_unchecked"),
-              lambda opts, stream: health.run(opts, stderr=stream))
+              lambda opts, stream: health.run(opts, stderr=stream), table_options=drain.options)
 JUDGE = Mode("--judge", "python3 -m validate --judge", "", JUDGE_OPTIONS, ("profile",), _judge,
              usage="usage: python3 -m validate --judge FILE.json [--profile FILE|JSON]", shape=_judge_shape,
              help=False)

@@ -14,8 +14,9 @@ Exit status: 0 healthy, 1 sick (a finding whose action the line names),
 2 bad command line, 3 could not check (no NVIDIA driver and no
 ``--expect-gpus``, or a kernel log it may not read, and nothing sick).
 
-``--slurm-drain``: when ``SLURMD_NODENAME`` is set (Slurm's
-HealthCheckProgram and Prolog/Epilog run with it), drain that node with the
+A scheduler's drain hook (validate/drain.py, a row per scheduler), e.g.
+``--slurm-drain``: when the scheduler names this node (``SLURMD_NODENAME``,
+which Slurm's HealthCheckProgram and Prolog/Epilog run with), drain it with the
 finding and its action as the reason when the verdict is sick or
 could-not-check, and resume it when healthy again, by LBNL NHC's rule: a node
 drained for a reason it did not set is left alone (validate/slurm_node.py).
@@ -33,20 +34,22 @@ import sys
 import tempfile
 import time
 
-from . import actions, host, output, slurm_node
+from . import actions, drain, host, output
 from .core import FAIL, SKIP, SPECS, Context, run_check
+from .shared import HEALTH_PREFIX
 
 HEALTHY, SICK, UNCHECKED = 0, 1, 3
 USAGE = 2
 HEALTH_CHECKS = ("system", "xid", "fabric")
-PREFIX = slurm_node.PREFIX
+PREFIX = HEALTH_PREFIX  # the line's, and its drains' reasons' (validate/shared.py)
 DRIVER_PROC = "/proc/driver/nvidia/version"
 # how the checks word a finding that does not fail (system's notices, xid's): not repeated in the line
 NOTE_WORDS = ("warning: ", "reported, not failed: ")
 
 DESCRIPTION = ("Fast GPU node health: GPU count, driver, nvidia-smi health, Xid/SXid since boot, "
                "Fabric Manager. Exit 0 healthy, 1 sick, 3 could not check.")
-# Its options (argparse rows, in --help order): validate/cli.py MODES reads them with its one parser.
+# Its options (argparse rows, in --help order), then the drain hooks' (validate/drain.py):
+# validate/cli.py MODES reads them with its one parser.
 OPTIONS = (
     (("--health",), dict(action="store_true", required=True)),
     (("--out",), dict(metavar="DIR", help="write results.json (and nvidia-smi artefacts) there")),
@@ -57,8 +60,6 @@ OPTIONS = (
     (("--profile",), dict(metavar="FILE|JSON",
                           help="the node's profile (validate/profile.py): its ignore_xids and acknowledged_before "
                                "apply")),
-    (("--slurm-drain",), dict(action="store_true", dest="slurm_drain",
-                              help="under Slurm (SLURMD_NODENAME set), drain this node when sick or not checkable")),
 )
 
 
@@ -188,16 +189,17 @@ def _host_document(results):
 
 
 def _results_document(opts, started, t0, code, line, results):
-    doc = output.results_document(started, time.perf_counter() - t0, code == HEALTHY, {
-        "health": True, "out": opts.out, "expect_gpus": opts.expect_gpus, "kernel_log": opts.kernel_log,
-        "slurm_drain": opts.slurm_drain, "device": "auto", "checks": list(HEALTH_CHECKS)},
-        _host_document(results), results)
+    options = {"health": True, "out": opts.out, "expect_gpus": opts.expect_gpus, "kernel_log": opts.kernel_log}
+    options.update(drain.asked(opts))
+    options.update({"device": "auto", "checks": list(HEALTH_CHECKS)})
+    doc = output.results_document(started, time.perf_counter() - t0, code == HEALTHY, options,
+                                  _host_document(results), results)
     doc["health"] = {"exit": code, "line": PREFIX + line}
     return doc
 
 
 def run(opts, stdout=None, stderr=None):
-    """The health checks, the one line, and the drain under Slurm: the exit status."""
+    """The health checks, the one line, and the drain hooks asked for: the exit status."""
     stdout = stdout if stdout is not None else sys.stdout
     stderr = stderr if stderr is not None else sys.stderr
     opts.device = "auto"
@@ -218,9 +220,7 @@ def run(opts, stdout=None, stderr=None):
             shutil.rmtree(out_dir, ignore_errors=True)
     stdout.write(PREFIX + line + "\n")
     stdout.flush()
-    node = os.environ.get("SLURMD_NODENAME")
-    if opts.slurm_drain and node:
-        slurm_node.gate(node, code == HEALTHY, line, stderr, act)
+    drain.run(opts, code == HEALTHY, line, stderr, act)
     return code
 
 

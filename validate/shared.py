@@ -23,3 +23,16 @@ EVIDENCE_MANIFEST = "manifest.json"
 # many-GPU node reads every GPU's state and logs.  Past these it is taken as hung.
 BUG_REPORT_FULL_TIMEOUT_S = 300.0
 BUG_REPORT_SAFE_TIMEOUT_S = 180.0
+
+# The reasons gpuprov gives a node it drains in its scheduler: every one starts with
+# DRAIN_PREFIX, which is how gpuprov knows a drain as its own and leaves anyone else's alone
+# (LBNL NHC's rule: github.com/mej/nhc, helpers/node-mark-offline). A full run's reads
+# `gpuprov <run id>: ...` (remote/scheduler/slurm/gate.py); the health check's,
+# `gpuprov health: ...` (validate/drain.py's hooks), is the one line `--health` prints.
+DRAIN_PREFIX = "gpuprov "
+HEALTH_PREFIX = DRAIN_PREFIX + "health: "
+# Slurm sets no length limit on a node's reason that we could find documented: scontrol's
+# update_node.c copies it whole, and 22.05 stored and printed 5000 characters on the test
+# cluster (measured); `sinfo -R` prints it in a 20-column field by default. The cut is gpuprov's
+# own (unsourced): enough for what failed and what to do, short enough for a line of `sinfo -R`.
+DRAIN_REASON_MAX = 200

@@ -1,6 +1,6 @@
-"""``validate --health --slurm-drain``: drain this Slurm node when it is sick or cannot be
-checked, resume it when it is healthy again, and never touch a drain someone else set.
-Standard library only.
+"""``validate --health --slurm-drain`` (Slurm's row of validate/drain.py): drain this Slurm
+node when it is sick or cannot be checked, resume it when it is healthy again, and never touch
+a drain someone else set.  Standard library only.
 
 The rule is LBNL NHC's (github.com/mej/nhc, helpers/node-mark-offline and node-mark-online):
 it reads the node's state and reason first "to avoid overwriting notes which were not placed
@@ -18,12 +18,11 @@ import re
 import shutil
 
 from . import host
+from .shared import DRAIN_REASON_MAX as SLURM_REASON_MAX
+from .shared import HEALTH_PREFIX as PREFIX
 
-PREFIX = "gpuprov health: "
-# Slurm documents no length for a node's reason that we could find; sinfo -R
-# prints it in a 20-column field by default.  Ours: 200 characters keep the
-# finding and its action (**unsourced**).
-SLURM_REASON_MAX = 200
+# PREFIX, the health check's reasons' (``gpuprov health: ``), and SLURM_REASON_MAX, their cut:
+# validate/shared.py owns both, as remote/scheduler/slurm/ reads and writes the same reasons.
 # Where scontrol lives on the usual installs (Debian/Ubuntu /usr/bin, source
 # builds /usr/local/bin, OpenHPC / Bright /opt/slurm/bin, some sites sbin):
 # Slurm starts HealthCheckProgram with no PATH (shared/research/slurm.md, the project's research notes).

@@ -21,14 +21,13 @@ import shlex
 from pathlib import Path
 from typing import Any, Optional
 
-from ...output.term import printable_line
-from .nodes import GPUPROV_PREFIX
+from validate.shared import DRAIN_PREFIX, HEALTH_PREFIX
+from validate.shared import DRAIN_REASON_MAX as REASON_MAX
 
-# Slurm sets no length limit on a node's reason: scontrol's update_node.c copies it whole, and
-# 22.05 stored and printed 5000 characters on the test cluster (measured). The cut is gpuprov's
-# own (unsourced), the same as `validate --health --slurm-drain`'s: enough for what failed and
-# what to do, short enough for a line of `sinfo -R`.
-REASON_MAX = 200
+from ...output.term import printable_line
+
+# REASON_MAX: the reason's cut, the same as `validate --health --slurm-drain`'s (validate/shared.py
+# owns it, with why).
 RESULTS_MAX_BYTES = 16 << 20  # as the engine's summarize: a larger results.json is not read
 
 
@@ -38,9 +37,9 @@ def drain_reason(run_id: str, results_path: Optional[Path], fallback: str) -> st
     check = _first_failure(results_path) if results_path is not None else None
     if check is not None:
         name, finding = check
-        text = f"{GPUPROV_PREFIX}{run_id}: {name}: {finding}"
+        text = f"{DRAIN_PREFIX}{run_id}: {name}: {finding}"
     else:
-        text = f"{GPUPROV_PREFIX}{run_id}: {fallback}"
+        text = f"{DRAIN_PREFIX}{run_id}: {fallback}"
     text = " ".join(printable_line(text).split())
     return text if len(text) <= REASON_MAX else text[:REASON_MAX - 3] + "..."
 
@@ -102,7 +101,7 @@ def parse_each_node(out: str) -> dict[str, tuple[int, str]]:
 
 # nodes.GPUPROV_REASON as a `case` pattern: the health check's reasons, and a run's (a run id
 # starts with its 8-digit date and a T).
-_OURS_GLOB = "'gpuprov health: '*|'gpuprov '" + "[0-9]" * 8 + "T*"
+_OURS_GLOB = f"{shlex.quote(HEALTH_PREFIX)}*|{shlex.quote(DRAIN_PREFIX)}" + "[0-9]" * 8 + "T*"
 
 
 # The reason slurmctld itself gives a node it set DOWN for missing its pings

@@ -19,17 +19,20 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional
 
+from validate.shared import DRAIN_PREFIX, HEALTH_PREFIX
+
 from ...ground.runid import RUN_ID_TEXT
 from ..base import Plan, natural_order
 
 # A node name becomes a folder, logs/<node>/<run>/: the inventory's own rule for host names.
 NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-GPUPROV_PREFIX = "gpuprov "  # every reason gpuprov writes starts so (gate.drain_reason)
-# A drain is gpuprov's own only when its reason is one gpuprov writes: `gpuprov <run id>: ...`
-# (gate.drain_reason) or the health check's `gpuprov health: ...` (validate/slurm_node.py). An
-# admin's "gpuprov found fan 3 bad, do not resume" starts with the same word and is not: taking
-# it for ours would resume the node. gate.drain_command holds the same rule as a shell pattern.
-GPUPROV_REASON = re.compile(rf"gpuprov (?:health|{RUN_ID_TEXT}): ")
+# Every reason gpuprov writes starts with DRAIN_PREFIX (validate/shared.py owns it and the health
+# check's HEALTH_PREFIX). A drain is gpuprov's own only when its reason is one gpuprov
+# writes: `gpuprov <run id>: ...` (gate.drain_reason) or the health check's `gpuprov health: ...`
+# (validate/slurm_node.py). An admin's "gpuprov found fan 3 bad, do not resume" starts with the
+# same word and is not: taking it for ours would resume the node. gate.drain_command holds the
+# same rule as a shell pattern.
+GPUPROV_REASON = re.compile(rf"(?:{re.escape(HEALTH_PREFIX)}|{re.escape(DRAIN_PREFIX)}{RUN_ID_TEXT}: )")
 # Slurm's node states and flags (slurm.h NODE_STATE_*, and data_parser's NODE_STATES names):
 # any of these and no job can start on the node now, so it is reported, not validated.
 UNAVAILABLE = {"DOWN", "FUTURE", "UNKNOWN", "ERROR", "NOT_RESPONDING", "POWERED_DOWN",
