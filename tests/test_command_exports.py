@@ -6,6 +6,7 @@ not take it. The hosts are real sshd servers on loopback (tests/sshd.py)."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -65,3 +66,25 @@ def test_a_command_that_does_not_offer_an_export_does_not_take_it(plugged, work)
     with pytest.raises(TypeError, match="hosts_txt"):
         call("validate", host="h1", inventory=str(work / "inventory.yaml"),
              hosts_txt=str(work / "hosts.txt"))
+
+
+def _suspects(done: Finished, path: str) -> None:
+    judged = done.detail  # fabric's judged run: its nodes and verdict
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(f"{','.join(judged.names)}: {','.join(judged.verdict.suspect_nodes) or 'none'}\n")
+
+
+def test_a_plugged_fabric_export_reads_the_judged_run(monkeypatch, inventory, farm, work, capsys):
+    """Real iperf3 between two of the farm's nodes (as tests/test_fabric_ssh.py)."""
+    if not shutil.which("iperf3"):
+        pytest.fail("iperf3 is not installed (.ci/setup --dev installs it)")
+    monkeypatch.setitem(EXPORTS, "suspects", CommandExport(
+        "--suspects", "suspects", "the nodes and the suspects", _suspects, ("fabric",)))
+    inv = inventory({"h1": farm.host_entry(farm.addresses[0]),
+                     "h2": farm.host_entry(farm.addresses[1])}, vars={"fabric_seconds": 1})
+    out = work / "suspects.txt"
+    rc = call("fabric", host="all", inventory=str(inv), logs_dir=str(work / "logs"),
+              html=str(work / "m.html"), suspects=str(out))
+    assert rc == 0, capsys.readouterr()
+    assert out.read_text() == "h1,h2: none\n"
+    assert (work / "m.html").read_text().startswith("<!DOCTYPE html>")
