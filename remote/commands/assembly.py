@@ -4,7 +4,8 @@
 become password, each selected host's values of the inventory's `secrets:` vars, from every
 layer and `--var`, and the run's own secrets such as fabric's iperf3 password; `Run` adds the
 inventory's SSH and sudo passwords), makes the reporter on the stream the exports leave free,
-and the run's options. `Outputs` are the exports a run writes besides the terminal.
+and the run's options. `Outputs` are the exports a run writes besides the terminal (a row
+each in `remote.commands.exports`).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import getpass
 import os
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, TextIO, Union
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, TextIO, Uni
 from ..ground.errors import InputError
 from ..ground.exitcodes import EXIT_INPUT, EXIT_OK
 from ..ground.forks import DEFAULT_FORKS
+from .exports import CommandExport, Finished, offered
 
 if TYPE_CHECKING:
     from ..config.inventory import Host, Inventory
@@ -50,25 +52,50 @@ def become_password(ask: bool) -> Optional[str]:
 
 @dataclass
 class Outputs:
-    """Where a run's results go besides the terminal: `--json PATH` ('-': stdout alone, the
-    step lines then go to stderr), `--junit PATH`, and how much the lines show."""
+    """Where a run's results go besides the terminal: the paths given for the exports its
+    command offers (`remote.commands.exports`, by their `run` keyword: `json_path`, ...; '-'
+    for an export to stdout alone: the step lines then go to stderr), and how much the lines
+    show."""
 
-    json_path: Optional[str] = None
-    junit_path: Optional[str] = None
+    command: str = ""
+    paths: dict[str, str] = field(default_factory=dict)
     verbose: int = 0
     diff: bool = False
     list_hosts: bool = False
 
+    @classmethod
+    def of(cls, command: str, given: dict[str, Optional[str]], verbose: int = 0,
+           diff: bool = False, list_hosts: bool = False) -> Outputs:
+        """`command`'s outputs from its `run` keywords `given` (None: not asked for); a keyword
+        no export of the command takes is a TypeError, as for any function."""
+        params = {row.param for row in offered(command)}
+        for key in given:
+            if key not in params:
+                raise TypeError(f"{command}: run() got an unexpected keyword argument {key!r}")
+        return cls(command, {k: v for k, v in given.items() if v is not None}, verbose, diff,
+                   list_hosts)
+
+    def _asked(self) -> list[tuple[CommandExport, str]]:
+        return [(row, self.paths[row.param]) for row in offered(self.command)
+                if row.param in self.paths]
+
     @property
     def stream(self) -> TextIO:
-        return sys.stderr if self.json_path == "-" else sys.stdout
+        to_stdout = any(path == "-" and row.stdout for row, path in self._asked())
+        return sys.stderr if to_stdout else sys.stdout
 
     def check(self) -> None:
-        for flag, path in (("--json", self.json_path), ("--junit", self.junit_path)):
-            if path is not None and path != "-" and (not path or Path(path).is_dir()):
-                raise InputError(f"{flag} needs a file name, not {path!r}")
-        if self.junit_path == "-":
-            raise InputError("--junit needs a file name ('-' is for --json)")
+        for row, path in self._asked():
+            if path == "-" and not row.stdout:
+                raise InputError(f"{row.option} needs a file name ({row.dash})" if row.dash else
+                                 f"{row.option} needs a file name, not '-'")
+            if path != "-" and (not path or Path(path).is_dir()):
+                raise InputError(f"{row.option} needs a file name, not {path!r}")
+
+    def write(self, done: Finished) -> None:
+        """Each export asked for, in the table's order."""
+        for row, path in self._asked():
+            row.write(done, path)
 
 
 @dataclass

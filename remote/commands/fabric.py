@@ -13,11 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from ..engine.results import HostResult
 from ..fabric.auth import new_credentials
-from ..fabric.measure import Exports, run_pairs
+from ..fabric.measure import Judged, run_pairs
 from ..ground.errors import InputError
 from ..ground.runfolder import LOGS_DIR
 from .assembly import Outputs, assemble, become_password, fail_input, print_hosts, sigterm_as_interrupt
+from .exports import Finished
 from .fabric_settings import read_settings
 from .inputs import run_inputs
 
@@ -26,17 +28,17 @@ def run(host: Optional[str], inventory: str, json_path: Optional[str] = None,
         junit_path: Optional[str] = None, prometheus: Optional[str] = None,
         html: Optional[str] = None, var: Optional[list[str]] = None,
         logs_dir: str = LOGS_DIR, limit: Optional[str] = None, list_hosts: bool = False,
-        drain_failed: bool = False, ask_become_pass: bool = False) -> int:
-    """`gpuprov fabric` (module docstring)."""
+        drain_failed: bool = False, ask_become_pass: bool = False, **exports: Optional[str]) -> int:
+    """`gpuprov fabric` (module docstring); `exports`: the paths of the other exports it offers
+    (`remote.commands.exports`), by their keyword."""
     from ..scheduler import SCHEDULERS
 
-    outputs = Outputs(json_path, junit_path, 0, False, list_hosts)
+    outputs = Outputs.of("fabric", dict(json_path=json_path, junit_path=junit_path,
+                                        prometheus=prometheus, html=html, **exports),
+                         0, False, list_hosts)
     try:
         extra_vars, _, _, (inv, hosts, _) = run_inputs(inventory, host, limit, None, var, None,
                                                        "quick", outputs)
-        for flag, path in (("--prometheus", prometheus), ("--html", html)):
-            if path is not None and (not path or path == "-" or Path(path).is_dir()):
-                raise InputError(f"{flag} needs a file name, not {path!r}")
         if drain_failed and not any(h.scheduler for h in hosts):
             keys = " or ".join(f"{key}:" for key in SCHEDULERS)
             raise InputError(f"--drain-failed drains a cluster's nodes: select its login node "
@@ -54,8 +56,14 @@ def run(host: Optional[str], inventory: str, json_path: Optional[str] = None,
         built = assemble(inv, hosts, outputs, extra_vars=extra_vars,
                          password=become_password(ask_become_pass),
                          secrets=(settings.auth.password,), forks=len(hosts), logs_dir=Path(logs_dir))
+        run_id = built.options.run_id
+
+        def export(results: dict[str, HostResult], judged: Judged) -> None:
+            outputs.write(Finished("fabric", "fabric", results, built.redact, run_id,
+                                   Path(logs_dir), judged))
+
         with sigterm_as_interrupt():  # SIGTERM stops the servers as Ctrl-C does
-            return run_pairs(built.run, hosts, settings,
-                             Exports(json_path, junit_path, prometheus, html), logs_dir, drain_failed)
+            return run_pairs(built.run, hosts, settings, outputs.stream, export, logs_dir,
+                             drain_failed)
     except InputError as exc:
         return fail_input(exc)

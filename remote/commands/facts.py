@@ -1,10 +1,7 @@
 """`gpuprov facts`: gather and print the facts of the selected hosts (a table, `--json`)."""
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from ..engine.facts import FACTS
 from ..engine.jobs.gather import GatherFacts
@@ -12,16 +9,17 @@ from ..engine.results import HostResult
 from ..engine.run import RunInterrupted
 from ..ground.errors import InputError
 from ..ground.exitcodes import EXIT_INTERRUPTED, EXIT_OK, EXIT_STEP_FAILED, EXIT_UNREACHABLE
-from ..ground.fileio import write_atomic
 from ..output.recap import Reporter
 from .assembly import Outputs, assemble, fail_input, print_hosts, sigterm_as_interrupt
+from .exports import Finished
 from .inputs import load_for_run
 
 
 def run(host: Optional[str], inventory: str, json_path: Optional[str] = None,
-        limit: Optional[str] = None, list_hosts: bool = False) -> int:
-    """`gpuprov facts` (module docstring)."""
-    outputs = Outputs(json_path)
+        limit: Optional[str] = None, list_hosts: bool = False, **exports: Optional[str]) -> int:
+    """`gpuprov facts` (module docstring); `exports`: the paths of the other exports it offers
+    (`remote.commands.exports`), by their keyword."""
+    outputs = Outputs.of("facts", dict(json_path=json_path, **exports))
     try:
         outputs.check()
         inv, hosts, _ = load_for_run(inventory, host, None, {}, limit)
@@ -42,8 +40,8 @@ def run(host: Optional[str], inventory: str, json_path: Optional[str] = None,
     finally:
         reporter.close()
     _show(reporter, results)
-    if json_path:  # what a host sent may echo a secret of the run: masked as the table is
-        _export(json_path, results, built.redact)
+    # what a host sent may echo a secret of the run: the exports mask it as the table is
+    outputs.write(Finished("facts", "facts", results, built.redact, built.options.run_id))
     if interrupted:
         return EXIT_INTERRUPTED
     if all(r.facts is not None for r in results.values()):
@@ -64,15 +62,3 @@ def _show(reporter: Reporter, results: dict[str, HostResult]) -> None:
     for name, result in results.items():
         if result.unreachable:
             reporter.unreachable(name, result.message)
-
-
-def _export(json_path: str, results: dict[str, HostResult], redact: Callable[[str], str]) -> None:
-    data = {"hosts": {name: ({"facts": r.facts} if r.facts is not None else
-                             {"unreachable": True, "message": r.message})
-                      for name, r in results.items()}}
-    text = redact(json.dumps(data, indent=2)) + "\n"
-    if json_path == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    else:
-        write_atomic(Path(json_path), text)

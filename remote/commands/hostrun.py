@@ -1,10 +1,9 @@
 """A job over the selected hosts, from the assembled Run to the exit status: the first line,
 the run (batch after batch with a rollout), the recap, the failures under it, the exports
-(`--json`, `--junit`), and the status from the hosts' results (`remote.ground.exitcodes`).
+(`remote.commands.exports`), and the status from the hosts' results (`remote.ground.exitcodes`).
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -12,7 +11,7 @@ from typing import Any, Callable, Optional
 from ..config.inventory import Host, Inventory
 from ..engine.jobs import Job
 from ..engine.jobs.logs import OUTCOME as VALIDATION
-from ..engine.results import HostResult, StepStatus, json_document, write_json
+from ..engine.results import HostResult, StepStatus
 from ..engine.rollout import Rollout
 from ..engine.run import RunInterrupted
 from ..ground.errors import InputError
@@ -28,6 +27,7 @@ from ..ground.runfolder import PROVISION_LOG, run_dir
 from ..kinds.route import BundleRoute
 from ..output.recap import Failure, NotStarted
 from .assembly import Assembly, Outputs, assemble, become_password, fail_input, sigterm_as_interrupt
+from .exports import Finished
 
 Results = dict[str, HostResult]
 
@@ -108,18 +108,10 @@ def _show(built: Assembly, spec: HostRun, results: Results) -> None:
 
 def _export(built: Assembly, title: str, outputs: Outputs, results: Results,
             logs: Optional[Path]) -> None:
-    """`--json` (a file, or stdout alone) and `--junit`, masked as the terminal is."""
+    """The exports asked for (`remote.commands.exports`), masked as the terminal is."""
     rollout = built.run.rollout.to_json() if built.run.rollout is not None else None
-    if outputs.json_path == "-":
-        sys.stdout.write(json_document(results, built.redact, rollout))
-        sys.stdout.flush()
-    elif outputs.json_path:
-        write_json(Path(outputs.json_path), results, built.redact, rollout)
-    if outputs.junit_path:
-        from ..output.junit import write_junit
-
-        write_junit(Path(outputs.junit_path), title, results, built.redact, logs,
-                    built.options.run_id)
+    outputs.write(Finished(outputs.command, title, results, built.redact, built.options.run_id,
+                           logs, rollout))
 
 
 def exit_status(results: Results) -> int:

@@ -35,11 +35,13 @@ def run(host: Optional[str], recipe: str, inventory: str, check: bool = False,
         junit_path: Optional[str] = None, serial: Optional[str] = None,
         max_fail_percentage: Union[str, float, None] = None, evidence: bool = True,
         bundle: Optional[str] = None, bundle_key: str = "", bundle_keyring: str = "",
-        bundle_sha256: str = "") -> int:
+        bundle_sha256: str = "", **exports: Optional[str]) -> int:
     """`gpuprov provision` (module docstring); `bundle` is vouched for by `bundle_key` with
     `bundle_keyring`, or `bundle_sha256`, or the inventory's: never by anything in the bundle
-    (remote/bundle/trust.py)."""
-    outputs = Outputs(json_path, junit_path, verbose, diff, list_hosts)
+    (remote/bundle/trust.py). `exports`: the paths of the other exports provision offers
+    (`remote.commands.exports`), by their keyword."""
+    outputs = Outputs.of("provision", dict(json_path=json_path, junit_path=junit_path, **exports),
+                         verbose, diff, list_hosts)
     checked: Optional[Bundle] = None
     try:
         extra_vars, forks_n, suite, (inv, hosts, rec) = run_inputs(

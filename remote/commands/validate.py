@@ -24,11 +24,14 @@ def run(host: Optional[str], inventory: str, suite: str = "quick",
         limit: Optional[str] = None, verbose: int = 0, list_hosts: bool = False,
         junit_path: Optional[str] = None, drain_failed: bool = False,
         resume_passed: bool = False, serial: Optional[str] = None,
-        max_fail_percentage: Union[str, float, None] = None, evidence: bool = True) -> int:
-    """`gpuprov validate` (module docstring)."""
+        max_fail_percentage: Union[str, float, None] = None, evidence: bool = True,
+        **exports: Optional[str]) -> int:
+    """`gpuprov validate` (module docstring); `exports`: the paths of the other exports it
+    offers (`remote.commands.exports`), by their keyword."""
     from ..scheduler import SCHEDULERS
 
-    outputs = Outputs(json_path, junit_path, verbose, False, list_hosts)
+    outputs = Outputs.of("validate", dict(json_path=json_path, junit_path=junit_path, **exports),
+                         verbose, False, list_hosts)
     try:
         extra_vars, forks_n, suite, (inv, hosts, _) = run_inputs(
             inventory, host, limit, None, var, forks, suite, outputs)

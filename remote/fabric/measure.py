@@ -1,6 +1,7 @@
 """`gpuprov fabric`'s pairwise work, from the command's assembled Run to the exit status
 (`remote.commands.fabric` checks the options, the inventory and the settings, then hands over
-here): the nodes, the rounds, the verdict, the drain, the exports.
+here): the nodes, the rounds, the verdict, the drain; the exports are the command's
+(`remote.commands.exports`).
 
 Exit status (remote.ground.exitcodes): 0 no suspect, 3 a suspect node or link was found, or the two
 ends of a pair disagree (as a failed validation), 4 a node could not be reached (it is a
@@ -10,14 +11,13 @@ server's node, or its server reached by someone else), 130 interrupted.
 from __future__ import annotations
 
 import functools
-import json
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, TextIO
+from typing import Any, Callable, TextIO
 
 from ..config.inventory import Host
+from ..engine.results import HostResult
 from ..engine.run import Run
 from ..engine.varlayers import layered_vars
 from ..ground.errors import GpuprovError, HostError, InputError
@@ -28,14 +28,11 @@ from ..ground.exitcodes import (
     EXIT_UNREACHABLE,
     EXIT_VALIDATION_FAILED,
 )
-from ..ground.fileio import write_atomic
-from ..output.junit import write_junit
-from ..output.runlog import Redactor
 from ..output.term import printable, printable_line
 from ..scheduler import SCHEDULERS
 from ..scheduler.base import list_until_answered
 from ..transport.connection import BaseConnection
-from .output import host_results, json_document, matrix_html, matrix_text, write_node_records, write_prometheus
+from .output import host_results, matrix_text, write_node_records
 from .run import ClusterLink, FabricRun, Node, Settings, node_for
 from .tools import TOOLS
 from .verdict import PairResult, judge
@@ -43,19 +40,17 @@ from .verdict import PairResult, judge
 DRAIN_TIMEOUT_S = 120.0  # as the Slurm route's gate commands (slurm/cluster.py GATE_TIMEOUT_S)
 
 
-@dataclass
-class Exports:
-    """Where the run's results go besides the terminal: `--json` ('-': stdout alone, the lines
-    then go to stderr), `--junit`, `--prometheus`, `--html`."""
+@dataclass(frozen=True)
+class Judged:
+    """What the exports read of a judged run besides each node's result: the verdict, the
+    nodes in order, and how long each round took."""
 
-    json_path: Optional[str] = None
-    junit_path: Optional[str] = None
-    prometheus: Optional[str] = None
-    html: Optional[str] = None
+    verdict: Any
+    names: list[str]
+    round_seconds: list[float]
 
-    @property
-    def stream(self) -> TextIO:
-        return sys.stderr if self.json_path == "-" else sys.stdout
+
+Export = Callable[[dict[str, HostResult], Judged], None]
 
 
 def profile_floors(settings: Settings, profiles: list[Any]) -> None:
@@ -129,11 +124,12 @@ def cluster_nodes(engine: Run, login: Host, vars_: dict[str, Any], run_id: str,
             for name, address in found]
 
 
-def run_pairs(engine: Run, hosts: list[Host], settings: Settings, exports: Exports,
+def run_pairs(engine: Run, hosts: list[Host], settings: Settings, out: TextIO, export: Export,
               logs_dir: str, drain_failed: bool = False) -> int:
     """Measure the pairs of `hosts` on `engine` (the command's assembled Run; a scheduler host
     among them is the cluster whose nodes are paired, and the suspects drained on with
-    `drain_failed`), write the results, return the exit status."""
+    `drain_failed`), show the matrix on `out`, hand the results to `export` (the command's
+    exports), return the exit status."""
     logins = [h for h in hosts if h.scheduler is not None]
     opened: list[BaseConnection] = []
     nodes = _nodes(engine, hosts, settings, opened)
@@ -175,13 +171,12 @@ def run_pairs(engine: Run, hosts: list[Host], settings: Settings, exports: Expor
             results[node.host.name].message = node.error
     write_node_records(verdict, names, Path(logs_dir), run_id)
     reporter.recap(results, extra_column="fabric")
-    out = exports.stream
     out.write(matrix_text(verdict, names))
     out.write(f"rounds took {', '.join(f'{s:.2f} s' for s in fabric.round_seconds)}; "
               f"logs: {logs_dir}/<node>/{run_id}/fabric.json\n")
     if drain_failed and verdict.suspect_nodes:
         _drain(engine, logins, verdict.suspect_nodes, verdict.reasons, run_id, out)
-    _export(exports, verdict, results, names, run_id, engine.redact, logs_dir, fabric.round_seconds)
+    export(results, Judged(verdict, names, fabric.round_seconds))
     return exit_status(pairs, nodes, verdict)
 
 
@@ -215,21 +210,6 @@ def exit_status(pairs: list[PairResult], nodes: list[Node], verdict: Any) -> int
     if any(n.error for n in nodes):
         return EXIT_UNREACHABLE
     return EXIT_VALIDATION_FAILED if verdict.findings else EXIT_OK
-
-
-def _export(exports: Exports, verdict: Any, results: Any, names: list[str], run_id: str,
-            redact: Redactor, logs_dir: str, round_seconds: list[float]) -> None:
-    document = json_document(verdict, results, run_id, redact, round_seconds)
-    if exports.json_path == "-":
-        sys.stdout.write(json.dumps(document, indent=2) + "\n")
-    elif exports.json_path:
-        write_atomic(Path(exports.json_path), json.dumps(document, indent=2) + "\n")
-    if exports.junit_path:
-        write_junit(Path(exports.junit_path), "fabric", results, redact, Path(logs_dir), run_id)
-    if exports.prometheus:
-        write_prometheus(Path(exports.prometheus), verdict, run_id)
-    if exports.html:
-        write_atomic(Path(exports.html), matrix_html(verdict, names, run_id))
 
 
 def _drain(engine: Run, logins: list[Host], suspects: list[str], reasons: dict[str, str],
