@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from remote.engine.cache import APT_SOURCES_SCRIPT, apt_route_line, parse_reach, reach_script
-from remote.kinds.apt import proxy_options
+from remote.kinds.aptproxy import proxy_options
 from remote.kinds.route import CacheRoute
 from tests.http_stub import serve
 

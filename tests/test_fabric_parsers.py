@@ -223,7 +223,7 @@ def test_the_slurm_rows_listing_keeps_to_the_nodes_hostlist():
     only n1 and n2 count, for the nodes paired and for those worth waiting for (n3 only missed
     a ping, but is not asked for); no names at all is Slurm's own reason, at the key's line."""
     from remote.ground.errors import InputError, Where
-    from remote.scheduler.slurm import Slurm
+    from remote.scheduler.slurm.row import Slurm
     from remote.scheduler.slurm.settings import SlurmSettings
 
     settings = SlurmSettings("debug", Where("inventory.yaml", 4), {"nodes": Where("inventory.yaml", 6)},

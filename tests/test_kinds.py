@@ -140,3 +140,11 @@ def test_defaults_come_from_the_spec():
                     "cache_valid_time": 3600, "hold": False, "install_recommends": None,
                     "lock_timeout": 600, "purge": False, "proxy": None,
                     "proxy_https": None, "proxy_direct": None, "lock": None}
+
+
+def test_each_kind_row_is_keyed_by_its_kind_s_name():
+    """KINDS declares each row by key and place (its module imported when first used): the key
+    a recipe names is the kind's own `name`."""
+    from remote.kinds import KINDS
+
+    assert [(key, KINDS[key].name) for key in KINDS] == [(key, key) for key in KINDS]

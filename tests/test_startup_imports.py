@@ -1,6 +1,7 @@
 """What a command's process imports is what it uses (issue 42, "Start-up"): a no-op
 `gpuprov provision`, and `provision --list-hosts`, import neither fabric, bundle, report,
-evidence nor matplotlib. Each case is a real `gpuprov`
+evidence nor matplotlib, nor a step kind its recipe does not name, nor a scheduler its
+inventory does not name (remote/ground/rows.py). Each case is a real `gpuprov`
 process; the modules it held at exit (sys.modules) are what is checked, so a later import at
 the top of a command's module cannot pull them back unseen. Timings are bench/'s (not here).
 """
@@ -19,6 +20,11 @@ from tests.sshd import SshdFarm
 
 # what a provision without --bundle, without validation, never uses
 NEVER = ("remote.fabric", "remote.bundle", "remote.report", "remote.evidence", "matplotlib")
+# what a recipe of `file` and `shell` steps, on an inventory without a `slurm:` host, never uses
+UNUSED_ROWS = ("remote.kinds.apt", "remote.kinds.pip", "remote.kinds.pip_lock", "remote.kinds.deb",
+               "remote.kinds.reboot", "remote.kinds.template", "remote.kinds.assertion",
+               "remote.scheduler.slurm.row", "remote.scheduler.slurm.cluster",
+               "remote.scheduler.slurm.job", "remote.scheduler.slurm.settings")
 DUMP = ("import atexit, os, sys\n"
         "atexit.register(lambda: open(os.environ['MODULES_OUT'], 'w').write('\\n'.join(sys.modules)))\n"
         "from remote.program import main\n"
@@ -52,7 +58,7 @@ def test_list_hosts_imports_no_part_it_does_not_use(work):
     proc, modules = _modules(work, "provision", "--host", "all", "--inventory", str(inventory),
                              "--recipe", str(recipe), "--list-hosts")
     assert proc.returncode == 0 and proc.stdout == "  hosts (1):\n    h1\n", proc.stdout + proc.stderr
-    assert _loaded(modules, NEVER) == []
+    assert _loaded(modules, NEVER + UNUSED_ROWS) == []
 
 
 def test_a_no_op_provision_imports_no_part_it_does_not_use(one_host, work):
@@ -70,4 +76,5 @@ def test_a_no_op_provision_imports_no_part_it_does_not_use(one_host, work):
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads((work / "out.json").read_text())["hosts"]["h1"]["changed"] == 0
     assert "paramiko" in modules  # it did reach the host
-    assert _loaded(modules, NEVER) == []
+    assert {"remote.kinds.file", "remote.kinds.shell"} <= modules  # the kinds it uses
+    assert _loaded(modules, NEVER + UNUSED_ROWS) == []

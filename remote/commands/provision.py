@@ -88,7 +88,8 @@ def _job(spec: HostRun, rec: Recipe[Kind[Any]], checked: Optional[Bundle], suite
         then = Validate(suite, logs)
         if any(h.scheduler for h in spec.hosts):
             # a cluster's login node is provisioned, then its nodes validated through its scheduler
-            from ..scheduler import SCHEDULERS, ClusterValidate
+            from ..scheduler import SCHEDULERS
+            from ..scheduler.route import ClusterValidate
 
             then = cluster_job = ClusterValidate(then, SCHEDULERS)
             spec.expand = cluster_job.with_nodes

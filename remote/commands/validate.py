@@ -50,7 +50,7 @@ def run(host: Optional[str], inventory: str, suite: str = "quick",
     spec = HostRun(inv, hosts, "validate", job, logs_dir, extra_vars, forks_n, outputs,
                    rollout=rollout)
     if any(h.scheduler for h in hosts):  # the other hosts run `job`, as when selected alone
-        from ..scheduler import ClusterValidate
+        from ..scheduler.route import ClusterValidate
 
         job = cluster_job = ClusterValidate(ssh_route, SCHEDULERS, drain_failed, resume_passed,
                                             ssh_job=job)

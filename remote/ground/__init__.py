@@ -9,6 +9,7 @@
 - `runid`        run ids: made here, recognised in what a host sends back.
 - `runfolder`    the run folder's file names and what a run without results is.
 - `resultsfile`  reading a host's results.json within caps.
+- `rows`         a table whose rows' modules are imported when first used (kinds, schedulers).
 
 Nothing here imports anything of remote/ outside this package.
 """

@@ -3,7 +3,7 @@
 `KINDS` is the registry the recipe loader and the engine look kinds up in.
 
 Adding a kind means three things: its module here (a `Kind` subclass with `name`, `spec`, and
-`probe`/`parse`/`plan`), its entry in `KINDS` below, and its table of cases in
+`probe`/`parse`/`plan`), its row in `KINDS` below (its key and where its class is), and its table of cases in
 `tests/kinds/<name>/` (arguments + probe output -> fact and commands; the format is in
 tests/test_kinds.py). A kind that downloads sets `fetches` and sends its downloads through the
 fleet cache in `through_cache` (`route.CacheRoute` says where the cache is for the host), and
@@ -18,19 +18,18 @@ from __future__ import annotations
 from typing import Any
 
 from ..ground.errors import PlanError
-from .apt import Apt
-from .assertion import Assert
+from ..ground.rows import Rows
 from .base import Kind, Probe
 from .commands import Command, LocalAction, Planned, RebootAndWait
-from .deb import Deb
-from .file import File
-from .pip import Pip
-from .pip_lock import PipLock
-from .reboot import Reboot
-from .shell import Shell
-from .template import Template
 
-KINDS: dict[str, Kind[Any]] = {kind.name: kind for kind in (
-    Shell(), File(), Template(), Pip(), PipLock(), Apt(), Deb(), Reboot(), Assert())}
+# Each kind's module is imported when a recipe first names it (remote/ground/rows.py): a run
+# imports the kinds its recipe uses. The key is the kind's `name` (tests/test_kinds.py holds
+# them equal).
+KINDS: Rows[Kind[Any]] = Rows({
+    "shell": "remote.kinds.shell:Shell", "file": "remote.kinds.file:File",
+    "template": "remote.kinds.template:Template", "pip": "remote.kinds.pip:Pip",
+    "pip_lock": "remote.kinds.pip_lock:PipLock", "apt": "remote.kinds.apt:Apt",
+    "deb": "remote.kinds.deb:Deb", "reboot": "remote.kinds.reboot:Reboot",
+    "assert": "remote.kinds.assertion:Assert"})
 
 __all__ = ["KINDS", "Command", "Kind", "LocalAction", "PlanError", "Planned", "Probe", "RebootAndWait"]

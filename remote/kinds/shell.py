@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ..config.schema import Arg
 from ..ground.errors import PlanError
-from .apt import proxy_options
+from .aptproxy import proxy_options
 from .base import Args, Command, Kind, q, with_env
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ POSIX_SHELLS = {"sh", "bash", "dash", "ash", "ksh", "zsh"}
 def apt_through_cache(proxy: str, https_origins: list[str], direct: Sequence[str] = ()) -> str:
     """Shell lines that put `apt-get` and `apt` wrappers first on the step's PATH, for the
     step's duration: each call of either runs the real one with the fleet cache's options
-    (remote/kinds/apt.py proxy_options: the proxy, and the host's sources as read right then,
+    (remote/kinds/aptproxy.py proxy_options: the proxy, and the host's sources as read right then,
     its HTTPS repositories that the cache serves written as http://). The step's own command is
     left as written, so recipes do not change; a wrapper is one file in a temporary folder
     removed when the step ends."""

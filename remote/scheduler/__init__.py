@@ -8,9 +8,10 @@ key's settings) and to the route.
 
 Adding a scheduler: a package here (its `base.Scheduler` row: the inventory key, a settings
 reader, `open` returning its `base.Cluster`, the name of its run's `record`) and its row in
-`SCHEDULERS` below. A row set in the table registers its record's name with the run folder
-(`ground.runfolder.register_cluster_record`): a pull refuses it and `gpuprov report` reads a
-folder holding it as the cluster's, no host's run.
+`SCHEDULERS` below, declared by its key, where its row class is and its record's name: the
+package is imported only when an inventory names the key. A row declared or set in the table
+registers its record's name with the run folder (`ground.runfolder.register_cluster_record`): a
+pull refuses it and `gpuprov report` reads a folder holding it as the cluster's, no host's run.
 
 - `base`   the protocols, the plan, what the route keeps per node
 - `route`  the route itself, whatever the scheduler
@@ -18,30 +19,33 @@ folder holding it as the cluster's, no host's run.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Optional
 
+from ..ground.rows import Rows
 from ..ground.runfolder import register_cluster_record
 from .base import Cluster, NodeRecord, Plan, RouteFailed, RunContext, Scheduler
-from .route import ClusterValidate
-from .slurm import Slurm
+from .slurm import CLUSTER_RECORD as SLURM_RECORD
 
 
-class SchedulerTable(dict[str, Scheduler]):
-    """Inventory key -> scheduler; setting a row registers its record's name with the run
-    folder (the ground floor names no scheduler: the rows tell it theirs)."""
+class SchedulerTable(Rows[Scheduler]):
+    """Inventory key -> scheduler, each row's package imported when an inventory first names
+    its key (remote/ground/rows.py); declaring or setting a row registers its record's name
+    with the run folder (the ground floor names no scheduler: the rows tell it theirs), so a
+    pull refuses it whether or not the row was ever loaded."""
+
+    def declare(self, key: str, place: str, record: Optional[str] = None) -> None:
+        assert record is not None, "a scheduler's row names its record"
+        register_cluster_record(record)
+        super().declare(key, place)
 
     def __setitem__(self, key: str, row: Scheduler) -> None:
         register_cluster_record(row.record)
         super().__setitem__(key, row)
 
-    def update(self, *args: Any, **kwargs: Scheduler) -> None:
-        for key, row in dict(*args, **kwargs).items():
-            self[key] = row
+
+SCHEDULERS = SchedulerTable()
+SCHEDULERS.declare("slurm", "remote.scheduler.slurm.row:Slurm", record=SLURM_RECORD)
 
 
-SCHEDULERS: dict[str, Scheduler] = SchedulerTable()
-for _row in (Slurm(),):
-    SCHEDULERS[_row.key] = _row
-
-__all__ = ["SCHEDULERS", "Cluster", "ClusterValidate", "NodeRecord", "Plan", "RouteFailed",
+__all__ = ["SCHEDULERS", "Cluster", "NodeRecord", "Plan", "RouteFailed",
            "RunContext", "Scheduler", "SchedulerTable"]
