@@ -56,9 +56,10 @@ from pathlib import Path
 import yaml
 
 from remote import sandbox
-from remote.bundle.archive import read_bundle, sha256_file
+from remote.bundle.archive import read_bundle
 from remote.bundle.build import build_bundle
 from remote.bundle.push import unpack_command
+from remote.ground.fileio import sha256_file
 from remote.ground.paths import VALIDATE_DIR
 from tests.sandbox_fixture import SandboxHosts, connect
 

@@ -39,7 +39,8 @@ from pathlib import Path
 
 from bench.common import REPO, BenchError, machine, proc_tail, stats
 from remote import sandbox
-from remote.bundle.archive import HOST_ROOT, SCHEMA, sha256_file, sums_text, validate_files
+from remote.bundle.archive import HOST_ROOT, SCHEMA, sums_text, validate_files
+from remote.ground.fileio import sha256_file
 from remote.ground.paths import VALIDATE_DIR
 
 UV = "uv-0.0.0-py3-none-any.whl"

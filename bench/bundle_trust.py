@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bench.common import machine
 from remote.bundle import trust
-from remote.bundle.archive import sha256_file
+from remote.ground.fileio import sha256_file
 
 
 def _timed(fn, rounds: int) -> dict:

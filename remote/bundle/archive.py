@@ -61,6 +61,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Optional
 from ..config.aptlock import parse_apt_lock
 from ..config.lockfile import parse_lock
 from ..ground.errors import InputError
+from ..ground.fileio import HashingReader, sha256_file
 from ..kinds.route import BundleRoute
 from ..transport.connection import package_files
 from ..transport.tarstream import Member, TarReader, TarRefused
@@ -124,31 +125,9 @@ class Bundle:
             files={f["sha256"]: p for p, f in self.files.items()})
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def sums_text(files: list[dict[str, Any]]) -> str:
     """SHA256SUMS for `files` (manifest entries), as `sha256sum -c` reads it."""
     return "".join(f"{f['sha256']}  {f['path']}\n" for f in sorted(files, key=lambda f: f["path"]))
-
-
-class HashingReader:
-    """A file read through once: what was read, hashed on the way (a file's sha256 is taken
-    while it is copied into the archive, never in a pass of its own)."""
-
-    def __init__(self, f: BinaryIO):
-        self.f = f
-        self.digest = hashlib.sha256()
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.f.read(size)
-        self.digest.update(data)
-        return data
 
 
 class ArchiveReader:

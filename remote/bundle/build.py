@@ -66,6 +66,7 @@ from ..config.templating import names_in, render_value, var_order
 from ..config.yamlfile import load_yaml
 from ..ground.errors import InputError, TemplateError
 from ..ground.exitcodes import EXIT_INPUT, EXIT_OK
+from ..ground.fileio import sha256_file
 from ..ground.paths import RECIPES_DIR, VALIDATE_DIR, recipe_path
 from ..kinds import KINDS
 from ..kinds.route import BundleNeeds, BundleTarget, CarriedFile, HostOnly
@@ -73,7 +74,7 @@ from ..lock import LOCKS_DIR, PYPI, STACK, lock_name, stack_rows
 from ..lock.apt import REPO
 from . import aptrepo, trust
 from . import distro as target_apt
-from .archive import SCHEMA, SHA256, ArchiveWriter, BundleError, sha256_file, validate_files
+from .archive import SCHEMA, SHA256, ArchiveWriter, BundleError, validate_files
 
 TOOL_TIMEOUT_S = 3600          # one download tool's run: a torch row is several GB
 UV_LOCK = "uv.txt"

@@ -16,20 +16,20 @@ host's tar or gzip stream held besides.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import re
 import shutil
 import tarfile
 from pathlib import Path
-from typing import Any, BinaryIO, Optional
+from typing import Any, Optional
 
 from validate.evidence import archive_stem
 from validate.shared import EVIDENCE_MANIFEST as MANIFEST
 from validate.shared import EVIDENCE_STEM_CHARS
 
 from ..ground.errors import PullError
+from ..ground.fileio import HashingReader, sha256_file
 from ..ground.resultsfile import UnusableFile, read_capped
 from ..ground.runfolder import EVIDENCE_PREFIX, EVIDENCE_SUFFIX
 from ..transport.connection import BaseConnection, publish_pull, pull
@@ -96,19 +96,6 @@ def _info(name: str, size: int = 0, folder: bool = False) -> tarfile.TarInfo:
     return info
 
 
-class _Checked:
-    """A checked file read again for the archive, its bytes hashed on the way."""
-
-    def __init__(self, f: BinaryIO):
-        self.f = f
-        self.digest = hashlib.sha256()
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.f.read(size)
-        self.digest.update(data)
-        return data
-
-
 def repack(folder: Path, manifest: dict[str, Any], out: Path) -> None:
     """`out`: a gzip tarball of the checked `folder` (its name the archive's stem), the same
     for the same files: manifest.json, then the files the manifest lists, by name. Each file's
@@ -122,18 +109,10 @@ def repack(folder: Path, manifest: dict[str, Any], out: Path) -> None:
         tar.addfile(_info(stem, folder=True))
         for name, sha256 in expected:
             with (folder / name).open("rb") as f:
-                checked = _Checked(f)
+                checked = HashingReader(f)
                 tar.addfile(_info(f"{stem}/{name}", os.fstat(f.fileno()).st_size), checked)
             if sha256 is not None and checked.digest.hexdigest() != sha256:
                 raise PullError(f"the evidence archive's {name!r} changed after it was checked")
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def check_manifest(opened: Path, stem: str) -> dict[str, Any]:
@@ -164,7 +143,7 @@ def check_manifest(opened: Path, stem: str) -> dict[str, Any]:
                         f"(not listed: {unlisted}; listed, not there: {absent})")
     for name, path in sorted(present.items()):
         entry = listed[name]
-        if entry.get("bytes") != path.stat().st_size or entry.get("sha256") != sha256_of(path):
+        if entry.get("bytes") != path.stat().st_size or entry.get("sha256") != sha256_file(path):
             raise PullError(f"the evidence archive's {name!r} is not the one its {MANIFEST} lists "
                             "(size or sha256 differ)")
     return manifest
