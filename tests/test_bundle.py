@@ -53,9 +53,9 @@ def _lock(pins: dict[str, bytes]) -> str:
                    for pin, data in pins.items())
 
 
-@pytest.fixture
-def bundle(tmp_path) -> Path:
-    """A bundle of two wheels, their locks, one .deb's bytes, and this gpuprov's validate/."""
+def stage_bundle(tmp_path: Path) -> tuple[Path, dict]:
+    """The files and manifest of a small bundle: two wheels, their locks, one .deb's bytes, and
+    this gpuprov's validate/."""
     stage = tmp_path / "stage"
     for folder in ("locks", "wheels", "apt"):
         (stage / folder).mkdir(parents=True)
@@ -67,14 +67,18 @@ def bundle(tmp_path) -> Path:
     (stage / "locks" / "cuda-13.0-wheels.txt").write_text(_lock({"gpuprov-standin-payload==1.0": payload}))
     (stage / "locks" / "uv.txt").write_text(_lock({"uv==0.13.8": uv}))
     (stage / "apt" / DEB).write_bytes(b"!<arch>\nSTAND-IN bytes of a .deb\n" * 100)
-    files = []
-    for path in sorted(p for p in stage.rglob("*") if p.is_file()):
-        rel = path.relative_to(stage).as_posix()
-        files.append({"path": rel, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                      "size": path.stat().st_size, "origin": "made by the test"})
-    manifest = {"schema": SCHEMA, "cuda": "13.0", "torch": False, "distro": "debian12",
-                "command": "gpuprov bundle --cuda 13.0 --out b.tar", "uv_wheel": f"wheels/{UV}",
-                "debs": {"g++": "4:12.2.0-3"}, "files": files}
+    files = [{"path": p.relative_to(stage).as_posix(), "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
+              "size": p.stat().st_size, "origin": "made by the test"}
+             for p in sorted(p for p in stage.rglob("*") if p.is_file())]
+    return stage, {"schema": SCHEMA, "cuda": "13.0", "torch": False, "distro": "debian12",
+                   "command": "gpuprov bundle --cuda 13.0 --out b.tar", "uv_wheel": f"wheels/{UV}",
+                   "debs": {"g++": "4:12.2.0-3"}, "files": files}
+
+
+@pytest.fixture
+def bundle(tmp_path) -> Path:
+    """A bundle of two wheels, their locks, one .deb's bytes, and this gpuprov's validate/."""
+    stage, manifest = stage_bundle(tmp_path)
     out = tmp_path / "b.tar"
     write_archive(stage, manifest, out)
     return out

@@ -27,10 +27,9 @@ from pathlib import Path
 import pytest
 
 from remote.bundle import read_bundle, trust
-from remote.bundle.archive import SCHEMA, SIGNATURE, sums_text, validate_files, write_archive
-from remote.ground.paths import VALIDATE_DIR
+from remote.bundle.archive import SIGNATURE, sums_text, write_archive
 from tests.conftest import write_yaml
-from tests.test_bundle import DEB, PAYLOAD, UV, _lock, _rewrite, _wheel
+from tests.test_bundle import DEB, _rewrite, stage_bundle
 
 NOWHERE = {"address": "127.0.0.1", "port": 9, "user": "nobody"}   # nothing answers there
 
@@ -84,31 +83,10 @@ def attacker_key():
     key.close()
 
 
-def _stage(tmp_path: Path) -> tuple[Path, dict]:
-    """The files and manifest of tests/test_bundle.py's small bundle."""
-    stage = tmp_path / "stage"
-    for folder in ("locks", "wheels", "apt"):
-        (stage / folder).mkdir(parents=True)
-    for rel, source in validate_files(VALIDATE_DIR).items():
-        (stage / rel).parent.mkdir(parents=True, exist_ok=True)
-        (stage / rel).write_bytes(source.read_bytes())
-    payload = _wheel(stage / "wheels" / PAYLOAD, "gpuprov_standin_payload", "1.0")
-    uv = _wheel(stage / "wheels" / UV, "uv", "0.13.8")
-    (stage / "locks" / "cuda-13.0-wheels.txt").write_text(_lock({"gpuprov-standin-payload==1.0": payload}))
-    (stage / "locks" / "uv.txt").write_text(_lock({"uv==0.13.8": uv}))
-    (stage / "apt" / DEB).write_bytes(b"!<arch>\nSTAND-IN bytes of a .deb\n" * 100)
-    files = [{"path": p.relative_to(stage).as_posix(), "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
-              "size": p.stat().st_size, "origin": "made by the test"}
-             for p in sorted(p for p in stage.rglob("*") if p.is_file())]
-    return stage, {"schema": SCHEMA, "cuda": "13.0", "torch": False, "distro": "debian12",
-                   "command": "gpuprov bundle --cuda 13.0 --out b.tar", "uv_wheel": f"wheels/{UV}",
-                   "debs": {"g++": "4:12.2.0-3"}, "files": files}
-
-
 @pytest.fixture
 def signed(tmp_path, site_key) -> Path:
     """The small bundle, its manifest signed by the site key."""
-    stage, manifest = _stage(tmp_path)
+    stage, manifest = stage_bundle(tmp_path)
     out = tmp_path / "signed.tar"
     write_archive(stage, manifest, out, site_key.sign)
     return out
@@ -266,7 +244,7 @@ def test_the_inventory_gives_the_anchor_and_names_its_line_when_wrong(tmp_path, 
 def test_a_deb_of_a_locked_package_that_is_not_the_lock_s_file_is_refused(tmp_path, site_key):
     """Where the bundle carries an apt lock, every .deb of a package it pins is the lock's file:
     another version beside the locked one (which apt could prefer) is refused."""
-    stage, manifest = _stage(tmp_path)
+    stage, manifest = stage_bundle(tmp_path)
     locked = postinst_deb(tmp_path / "a", "cuda-toolkit-13-0", "13.0.2-1")
     other = postinst_deb(tmp_path / "b", "cuda-toolkit-13-0", "13.0.3-1")
     digest = hashlib.sha256(locked.read_bytes()).hexdigest()
