@@ -556,6 +556,23 @@ def test_report_counts_runs_without_validation_results(work):
     assert "note: 3 run(s) without validation results" in result.out
 
 
+def test_report_reads_a_cluster_runs_folder_as_the_clusters_not_a_bad_log(work):
+    """A Slurm run's own folder (logs/CLUSTER/RUN/slurm.json) is no host's run: the report
+    must not list it among the bad logs, in a process that never opened an inventory."""
+    fleet = REPO / "tests" / "fixtures" / "report" / "fleet"
+    logs = work / "logs"
+    import shutil
+
+    shutil.copytree(fleet / "a100-1", logs / "a100-1")
+    cluster_run = logs / "cluster1" / "20261124T100000Z"
+    cluster_run.mkdir(parents=True)
+    (cluster_run / "slurm.json").write_text("{}")
+    result = gpuprov("report", "--logs", str(logs), "--out", str(work / "r"), cwd=work,
+                     home=work)
+    assert result.rc == 0, result.out + result.err
+    assert "cluster1" not in result.out, result.out
+
+
 def test_sandbox_status_without_hosts(work):
     result = gpuprov("sandbox", "status", cwd=work, home=work)
     assert result.rc == 0 and result.out.strip() == (

@@ -10,6 +10,10 @@ import matplotlib.image
 import pytest
 
 from remote.report import build_report, parse_bench_log, run_report
+
+# The table of schedulers registers its rows' record names (slurm.json) with the run folder, as
+# `gpuprov report` does (remote/commands/report.py): run_report alone does not load it.
+from remote.scheduler import SCHEDULERS  # noqa: F401
 from tests.test_report_common import fleet_copy, printed, recording_terminal, results_json, seed_log, write_run
 
 A100 = "NVIDIA A100-SXM4-40GB"
