@@ -296,7 +296,20 @@ def expectations_page() -> str:
             when = ", ".join(f"{k} {cell[k]}" for k in ("bytes", "gpus", "batch") if k in cell)
             rows.append((f"`{figure}`", f"{cell['floor']:.4g}", cell["rule"], when, cell["source"]))
         out += _table(("figure", "floor", "rule", "when", "source"), rows)
-    return "\n".join(out)
+    return "\n".join(out + _host_floors())
+
+
+def _host_floors() -> list[str]:
+    """The host checks' floors (validate/checks/host_floors.py), each with its source."""
+    from validate.checks import host_floors
+
+    out = ["", "## The host around the GPUs", "",
+           "The `host_*` checks judge the node profile's `host` section "
+           "([node profiles](../how-to/node-profiles.md)); a floor without a default is judged only "
+           "when the profile gives one.", ""]
+    rows = [(f"`{key}`", "-" if default is None else f"{default}", unit, what, source)
+            for key, default, unit, what, source in host_floors.TABLE]
+    return out + _table(("profile key", "default", "unit", "judges", "source"), rows)
 
 
 # -- import rules -----------------------------------------------------------------------------

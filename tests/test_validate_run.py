@@ -29,6 +29,8 @@ CHECK_KEYS = {"name", "status", "required", "reason", "elapsed_s", "figures", "a
               "deferred_action", "waivers"}
 GPU_PRESENT = shutil.which("nvidia-smi") is not None and os.path.exists("/dev/nvidia0")
 no_gpu_only = pytest.mark.skipif(GPU_PRESENT, reason="asserts the behaviour without a GPU")
+# host_clock applies where a time daemon can be asked (validate/checks/host_clock.py)
+CLOCK_APPLIES = bool(shutil.which("chronyc") or (shutil.which("timedatectl") and os.path.isdir("/run/systemd/system")))
 
 
 def ship(dest):
@@ -152,7 +154,10 @@ def test_full_run_without_gpu_is_not_validated_with_reasons(full_run):
                         "node": False, "infiniband": False,  # waived: no profile, no HCA here
                         "p2p": True,
                         "nccl": True, "profile": False, "fusion": False, "precision": False,
-                        "kernel": False}
+                        "kernel": False,
+                        # the host checks: only the fill of / applies without a profile's host section
+                        "host_mounts": False, "host_fill": True, "host_scratch": False, "host_memory": False,
+                        "host_cpu": False, "host_clock": CLOCK_APPLIES, "host_services": False}
     assert c["torch_import"]["status"] == "pass"
     assert c["torch_cuda"]["status"] == "fail"
     assert c["torch_cuda"]["reason"].startswith("CUDA not available: ")
@@ -205,13 +210,15 @@ def test_cpu_quick_run_passes_on_cpu(tmp_path):
     assert_schema(doc)
     c = by_name(doc)
     quick = ["system", "node", "cudnn_compile", "cudnn_sample", "torch_import", "torch_cuda", "bench", "stress",
-             "xid", "fabric", "infiniband"]
+             "xid", "fabric", "infiniband", "host_mounts", "host_fill", "host_memory", "host_cpu", "host_clock",
+             "host_services"]
     for name in CHECK_NAMES:
         if name not in quick:
             assert c[name]["status"] == "skip" and c[name]["reason"] == "not part of --quick"
             assert c[name]["required"] is False
-    assert [n for n in CHECK_NAMES if c[n]["required"]] == ["system", "torch_import", "bench"]
-    for n in ("system", "torch_import", "bench"):
+    counted = ["system", "torch_import", "bench", "host_fill"] + (["host_clock"] if CLOCK_APPLIES else [])
+    assert [n for n in CHECK_NAMES if c[n]["required"]] == counted
+    for n in counted:
         assert c[n]["status"] == "pass", (n, c[n]["reason"])
     assert c["bench"]["figures"]["device"] == "cpu"
     assert c["bench"]["figures"]["models"]["resnet18"]["throughput_ips"]["batch"] == 1

@@ -26,6 +26,7 @@ profile        optional                optional
 fusion         optional                optional
 precision      optional                optional
 kernel         optional                optional
+host_*         required                required
 =============  ======================  ==============
 
 The tool validates GPU instances, so in the default ``auto`` mode every check
@@ -150,6 +151,28 @@ CHECKS = [
          "fp32 vs AMP vs int8 quantize/dequantize: error and speed"),
     Spec("kernel", "kernel:run", "never", False,
          "custom element-wise CUDA kernel (Numba or CuPy) vs NumPy"),
+    # the host around the GPU (issue 45; floors and sources: validate/checks/host_floors.py)
+    Spec("host_mounts", "host_mounts:run", "always", True,
+         "the profile's mounts (host.mounts) are mounted and take a write; read-only: remount or repair",
+         torch=False),
+    Spec("host_fill", "host_fill:run", "always", True,
+         "/, scratch and host.fill_paths below the fill threshold (default 90 %, Verda)",
+         torch=False),
+    Spec("host_scratch", "host_scratch:run", "always", False,
+         "fio sequential write and read on host.scratch (bounded in size and time) vs its floors",
+         torch=False),
+    Spec("host_memory", "host_memory:run", "always", True,
+         "MemTotal vs host.memory_gib; EDAC corrected / uncorrected memory errors since boot",
+         torch=False),
+    Spec("host_cpu", "host_cpu:run", "always", True,
+         "online CPUs vs host.cpus; every CPU's cpufreq governor vs host.governor",
+         torch=False),
+    Spec("host_clock", "host_clock:run", "always", True,
+         "the clock synchronised (chronyc tracking, or timedatectl for systemd-timesyncd)",
+         torch=False),
+    Spec("host_services", "host_services:run", "always", True,
+         "the profile's services (host.services) running (systemctl is-active, else a process)",
+         torch=False),
 ]
 CHECK_NAMES = [s.name for s in CHECKS]
 SPECS = dict((s.name, s) for s in CHECKS)

@@ -31,7 +31,11 @@ from . import actions, expectations, jsonread
 FLOOR_FIGURES = expectations.GPU_FIGURES + ("p2p_gbs", "nccl_busbw_gbs")
 LINK_LAYERS = ("InfiniBand", "Ethernet")
 KEYS = ("gpus", "pcie", "ib", "floors", "tolerance", "ignore_xids", "acknowledged_before", "warn_only",
-        "fabric")
+        "fabric", "host")
+# the host around the GPU (validate/checks/host_*.py; their defaults and sources: host_floors.py)
+HOST_KEYS = ("mounts", "fill_max_pct", "fill_paths", "scratch", "scratch_read_mbs", "scratch_write_mbs",
+             "fio_size_mib", "fio_seconds", "memory_gib", "edac_corrected_max", "cpus", "governor",
+             "services", "clock")
 
 
 class BadProfile(ValueError):
@@ -144,6 +148,52 @@ def _fabric(doc):
     return fabric
 
 
+def _paths(where, value):
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.startswith("/") for v in value):
+        raise BadProfile("%s: not a list of absolute paths" % where)
+    return list(value)
+
+
+def _names(where, value):
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise BadProfile("%s: not a list of names" % where)
+    return list(value)
+
+
+def _optional_num(where, mapping, key):
+    return _num(where, mapping[key]) if mapping.get(key) is not None else None
+
+
+def _host(doc):
+    """The ``host`` section: what the host around the GPUs must be (mounts, fill, scratch
+    throughput, memory, CPUs, clock, services); every key optional."""
+    h = _mapping("host", doc.get("host") or {}, HOST_KEYS)
+    scratch = h.get("scratch")
+    if scratch is not None and not (isinstance(scratch, str) and scratch.startswith("/")):
+        raise BadProfile("host.scratch: not an absolute path: %r" % (scratch,))
+    fill = _optional_num("host.fill_max_pct", h, "fill_max_pct")
+    if fill is not None and not 0 < fill <= 100:
+        raise BadProfile("host.fill_max_pct: %r is not a percentage above 0, at most 100" % fill)
+    governor, clock = h.get("governor"), h.get("clock", True)
+    if governor is not None and not (isinstance(governor, str) and governor.strip()):
+        raise BadProfile("host.governor: not a governor's name (performance, powersave, ...)")
+    if not isinstance(clock, bool):
+        raise BadProfile("host.clock: not true or false")
+    out = dict((k, _optional_num("host." + k, h, k)) for k in (
+        "scratch_read_mbs", "scratch_write_mbs", "memory_gib"))
+    out.update(dict((k, _optional_int("host." + k, h, k, 1)) for k in ("fio_size_mib", "fio_seconds", "cpus")))
+    out.update({"mounts": _paths("host.mounts", h.get("mounts")), "fill_max_pct": fill,
+                "fill_paths": _paths("host.fill_paths", h.get("fill_paths")), "scratch": scratch,
+                "edac_corrected_max": _optional_int("host.edac_corrected_max", h, "edac_corrected_max", 0),
+                "governor": governor, "services": _names("host.services", h.get("services")),
+                "clock": clock})
+    return out
+
+
 def _optional_int(where, mapping, key, low):
     return _int(where, mapping[key], low) if mapping.get(key) is not None else None
 
@@ -166,6 +216,7 @@ def from_document(doc: Any, check_names=()) -> dict[str, Any]:
     warn_only = _warn_only(doc, check_names)
     model = _model(gpus)
     fabric = _fabric(doc)
+    host = _host(doc)
     return {
         "gpus": {"count": _optional_int("gpus.count", gpus, "count", 1), "model": model},
         "pcie": {"gen": _optional_int("pcie.gen", pcie, "gen", 1),
@@ -177,6 +228,7 @@ def from_document(doc: Any, check_names=()) -> dict[str, Any]:
         "acknowledged_before": _acknowledged_before(doc),
         "warn_only": list(warn_only),
         "fabric": dict((k, _num("fabric." + k, v)) for k, v in fabric.items()),
+        "host": host,
         "document": doc,
     }
 

@@ -56,10 +56,11 @@ def _regressions(report: Report, path: Path, written: dict[str, Path]) -> None:
 
 
 def _html(report: Report, path: Path, written: dict[str, Path]) -> None:
-    from . import html  # jinja2 only when files are written
+    from . import html, plot  # jinja2 only when files are written
 
     html.write_html(report, path, {"latency": written["latency_png"],
-                                   "regressions": written["regressions_png"]})
+                                   "regressions": written["regressions_png"]},
+                    empty=plot.empty_charts(report))
 
 
 EXPORTS: dict[str, Export] = {e.key: e for e in (

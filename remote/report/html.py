@@ -116,8 +116,9 @@ host; red cell: regression vs the earlier run. Also in merged.csv.</p>
 {% else %}<p>No benchmark values found.</p>{% endif %}
 
 <h2 id="plots">Pictures</h2>
-{% for name, src in images %}<div><img alt="{{ name }} chart" src="{{ src }}"></div>
-{% endfor %}
+{% for name, src, why in images %}{% if why %}<p class="small nochart">No {{ name }} chart: {{ why }}.</p>
+{% else %}<div><img alt="{{ name }} chart" src="{{ src }}"></div>
+{% endif %}{% endfor %}
 
 {% if r.fleet %}<h2 id="fleet">Fleet: latest run vs GPU-group peers</h2>
 <table><thead><tr><th>host</th><th>GPU group</th><th>run</th><th>peers</th><th>models</th>
@@ -170,7 +171,11 @@ def _shown(value: Any) -> Any:
     return escaped(str(value))
 
 
-def write_html(report: Report, path: Path, images: dict[str, Path]) -> Path:
+def write_html(report: Report, path: Path, images: dict[str, Path],
+               empty: dict[str, str] | None = None) -> Path:
+    """The page; a chart named in ``empty`` (chart: why it has nothing to draw) is that one
+    line, not its picture: an empty box of 800 pixels says less and pushes the rest down."""
+    empty = empty or {}
     env = Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, finalize=_shown)
     regressed = {
         (c.host, c.run_id, r.label, r.model): (f"{r.pct:+.0f}%",
@@ -183,7 +188,8 @@ def write_html(report: Report, path: Path, images: dict[str, Path]) -> Path:
         slow={h.host: h.run_id for h in report.outliers},
         regressed=regressed, missing=MISSING, cells=TIMELINE_CELLS,
         flap=(FLAP_CHANGES, FLAP_WINDOW), ms=fmt_ms, spec=_spec, labelled=has_label,
-        images=[(name, data_uri(p)) for name, p in images.items()],
+        images=[(name, None if name in empty else data_uri(p), empty.get(name))
+                for name, p in images.items()],
     )
     Path(path).write_text(html, encoding="utf-8")
     return Path(path)

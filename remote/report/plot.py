@@ -136,13 +136,34 @@ def _latency_axis_and_legend(ax: Any) -> None:
         text.set_parse_math(False)
 
 
+NO_LATENCY = "No benchmark values found"
+NO_REGRESSION = "No earlier run to compare with: no regression chart"
+
+
+def _regression_rows(report: Report) -> list[tuple[str, float]]:
+    return [(printable_line(f"{c.host}: {r.name}"), r.pct)
+            for c in report.comparisons for r in c.changes]
+
+
+def empty_charts(report: Report) -> dict[str, str]:
+    """{chart: why it has nothing to draw} of the charts with nothing to draw ("latency",
+    "regressions"): the HTML page says so in one line instead of showing an empty box."""
+    series = _latest_series(report)
+    out = {}
+    if not any(values for *_, values in series):
+        out["latency"] = "no benchmark values found"
+    if not _regression_rows(report):
+        out["regressions"] = "no earlier run to compare with"
+    return out
+
+
 def latency_figure(report: Report) -> Figure:
     series = _latest_series(report)
     models = sorted({m for *_, values in series for m in values})
     width = max(8.0, min(24.0, 3.0 + 0.55 * len(models)))
     fig = Figure(figsize=(width, 5.2), dpi=100, layout="constrained")
     if not series or not models:
-        _empty(fig, "No benchmark values found")
+        _empty(fig, NO_LATENCY)
         return fig
     labelled = len(models) <= MAX_MODEL_LABELS
     ax = fig.add_subplot()
@@ -161,14 +182,13 @@ def latency_figure(report: Report) -> Figure:
 
 
 def regressions_png(report: Report, path: Path) -> Path:
-    rows = [(printable_line(f"{c.host}: {r.name}"), r.pct)
-            for c in report.comparisons for r in c.changes]
+    rows = _regression_rows(report)
     rows.sort(key=lambda row: -row[1])
     shown = rows[:MAX_BARS]
     height = max(3.0, min(14.0, 1.4 + 0.3 * len(shown)))
     fig = Figure(figsize=(10, height), dpi=100, layout="constrained")
     if not shown:
-        _empty(fig, "No earlier run to compare with: no regression chart")
+        _empty(fig, NO_REGRESSION)
         fig.savefig(path, format="png")
         return path
     ax = fig.add_subplot()

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Optional
 from ..output.prometheus import Metric, write_metrics
 from .collect import Run, num
 from .history import HostHistory
+from .prometheus_host import HostMetrics
 
 STATUSES = ("pass", "fail", "skip")  # validate/core.py: PASS, FAIL, SKIP
 
@@ -81,10 +82,11 @@ class _Latest:
         self.throughput = Metric("gpuprov_bench_throughput_images_per_second", "images per "
                                  "second per model and precision in the host's latest benchmark",
                                  ("host", "model", "precision"))
+        self.host = HostMetrics()  # findings per action; the host checks' figures (issue 45)
 
     def metrics(self) -> list[Metric]:
         return [self.valid, self.passed, self.status, self.seconds, self.latency,
-                self.throughput]
+                self.throughput] + self.host.metrics()
 
     def check(self, host: str, check: Any) -> None:
         """One check of the host's latest results: passed, status, duration, bench figures."""
@@ -99,6 +101,7 @@ class _Latest:
             self.seconds.set((host, name), took)
         if name == "bench":
             self.bench(host, (check.get("figures") or {}).get("models"))
+        self.host.check(host, check)
 
     def bench(self, host: str, models: Any) -> None:
         """The bench check's throughput per model and precision."""

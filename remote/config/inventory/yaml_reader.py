@@ -95,7 +95,8 @@ TIMEOUT_KEYS = {
 # any host is contacted and again on the host; docs/how-to/node-profiles.md), beside the rest.
 PROFILE_VARS = {
     "node_profile": "what the node must be: `gpus` (`count`, `model`), `pcie` (`gen`, `width`), `ib` "
-                    "(`ports`, `rate_gbps`, `link_layer`), `floors`, `tolerance` (a fraction below 1); "
+                    "(`ports`, `rate_gbps`, `link_layer`), `floors`, `tolerance` (a fraction below 1), `host` (mounts, "
+                    "fill, scratch, memory, CPUs, clock, services: the `host_*` checks); "
                     "the innermost layer's mapping wins whole",
     "ignore_xids": "Xid/SXid numbers that never count (a list, or `13,31`)",
     "acknowledged_before": "an ISO 8601 time: Xid/SXid lines logged earlier do not count",
