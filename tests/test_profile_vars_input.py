@@ -25,6 +25,9 @@ YAML_CASES = [
      HOST + "groups:\n  gpus:\n    hosts: [h1]\n    vars:\n      node_profile:\n        ib:\n"
      "          - ports: 8\n            rate_gbps: fast\n", 12,
      "node_profile: ib[0].rate_gbps: not a non-negative number: 'fast'"),
+    ("infinite floor",
+     "vars:\n  node_profile:\n    host: {memory_gib: .inf}\n" + HOST, 3,
+     "node_profile: host.memory_gib: not a non-negative number: inf"),
     ("unknown check in warn_only",
      HOST + "groups:\n  gpus:\n    hosts: [h1]\n    vars:\n      warn_only:\n        - p2p\n"
      "        - p2pp\n", 11, "warn_only: unknown check 'p2pp' (known: system,"),

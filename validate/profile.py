@@ -57,7 +57,9 @@ def _int(where, value, low=0):
 
 
 def _num(where, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+    # NaN and infinity are no floor: `.inf` in YAML would fail every node, `.nan` none
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0
+            or value == float("inf")):
         raise BadProfile("%s: not a non-negative number: %r" % (where, value))
     try:
         return float(value)
