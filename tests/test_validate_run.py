@@ -152,7 +152,8 @@ def test_full_run_without_gpu_is_not_validated_with_reasons(full_run):
                         "node": False, "infiniband": False,  # waived: no profile, no HCA here
                         "p2p": True,
                         "nccl": True, "profile": False, "fusion": False, "precision": False,
-                        "kernel": False}
+                        "kernel": False,
+                        "dcgm": False}  # waived: no DCGM here
     assert c["torch_import"]["status"] == "pass"
     assert c["torch_cuda"]["status"] == "fail"
     assert c["torch_cuda"]["reason"].startswith("CUDA not available: ")

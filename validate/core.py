@@ -150,6 +150,9 @@ CHECKS = [
          "fp32 vs AMP vs int8 quantize/dequantize: error and speed"),
     Spec("kernel", "kernel:run", "never", False,
          "custom element-wise CUDA kernel (Numba or CuPy) vs NumPy"),
+    Spec("dcgm", "dcgm:run", "gpu", False,
+         "NVIDIA DCGM's diagnostic (dcgmi diag -r LEVEL -j, level 1 unless asked): every test per GPU, with its action",
+         torch=False),
 ]
 CHECK_NAMES = [s.name for s in CHECKS]
 SPECS = dict((s.name, s) for s in CHECKS)

@@ -32,6 +32,8 @@ FLOOR_FIGURES = expectations.GPU_FIGURES + ("p2p_gbs", "nccl_busbw_gbs")
 LINK_LAYERS = ("InfiniBand", "Ethernet")
 KEYS = ("gpus", "pcie", "ib", "floors", "tolerance", "ignore_xids", "acknowledged_before", "warn_only",
         "fabric")
+# the dcgm check's run level, {"level": 1-4} (validate/checks/dcgm.py reads and checks it)
+KEYS = KEYS + ("dcgm",)  # type: ignore[assignment]  # appended: one more key
 
 
 class BadProfile(ValueError):
