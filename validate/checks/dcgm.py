@@ -23,18 +23,21 @@ from .. import dcgm_judge, dcgm_parse, host
 
 LEVEL_VAR = "GPUPROV_DCGM_LEVEL"
 DEFAULT_LEVEL = 1
-# Time limits per level, seconds. Sources for how long each takes:
-# - level 1: "Running <1min diagnostic" (Azure/azhpc-diagnostics PR 12, which also bounds each
-#   level with `timeout`); DCGM's page: level 1 is its quick readiness level.
-# - level 2: about 2 minutes (azhpc-diagnostics PR 12, "Running 2min diagnostic") to 10 minutes
-#   (issue 45's figure for the medium level, as AWS PCS runs it).
-# - level 3: unsourced here; DCGM's page calls it "long".  Chosen: 2 hours, beyond level 4's low end.
-# - level 4: 45 minutes to 2.25 hours (issue 45's figures, AWS HyperPod's deep health check).
-# DCGM's own limit of 8 hours (NVIDIA/DCGM issue 120) is above all of these.
-# Each limit is ours: a few times the figure for 1 and 2 (a slow node still finishes), the
-# figure's top plus a margin for 3 and 4.
+# Time limits per level, seconds. How long each level takes, by source:
+# - level 1: under a minute: "Running <1min diagnostic" with `timeout 1m dcgmi diag -r 1`
+#   (Azure/azhpc-diagnostics PR 12); "~30 seconds" (factryze.ai/glossary/health-check).
+# - level 2: about 2 minutes ("Running 2min diagnostic", azhpc-diagnostics PR 12; "~2 minutes",
+#   factryze) to 10 minutes (issue 45's figure; its source is not named there).
+# - level 3: "~12-15 minutes" (factryze.ai/glossary/health-check: a third party's figure).
+# - level 4: 45 minutes to 2.25 hours (issue 45's figures; unverified here).  AWS HyperPod's
+#   deep health check runs level 4 "including additional memory tests" (docs.aws.amazon.com/
+#   sagemaker/latest/dg/sagemaker-hyperpod-eks-resiliency-deep-health-checks.html).
+# DCGM's own limit of 8 hours (NVIDIA/DCGM issue 120, as issue 45 cites it; not found in DCGM
+# 4.6.0's modules/diag here, whose one timeout is a 600 s client heartbeat) is above all of these.
+# The limits are ours (chosen): a few times the figure for 1 and 2 (a slow node still
+# finishes), a wide margin over level 3's, level 4's top plus a margin.
 LIMIT_S = {1: 300, 2: 1800, 3: 7200, 4: 10800}
-DCGM_OWN_LIMIT_S = 8 * 3600  # NVIDIA/DCGM issue 120
+DCGM_OWN_LIMIT_S = 8 * 3600  # NVIDIA/DCGM issue 120 (as cited above)
 # Where DCGM installs dcgmi when PATH (a Slurm prolog's) lacks it: /usr/bin (the Debian and RPM
 # packages, docs.nvidia.com/datacenter/dcgm/latest/user-guide/getting-started.html), /usr/local/bin.
 DCGMI_PATHS = ("/usr/bin/dcgmi", "/usr/local/bin/dcgmi")
