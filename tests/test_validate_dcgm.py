@@ -242,3 +242,15 @@ def test_text_from_the_host_is_one_printable_cut_line():
                                           "warnings": [{"warning": "a\nb" + "c" * 1000, "error_id": 4}]}]}]}]}}))
     what = dcgm_judge.judge(doc)["findings"][0]["what"]
     assert "\x1b" not in what and "\n" not in what and len(what) < 500
+
+
+def test_a_gpu_dcgm_lists_but_did_not_test_fails():
+    """4.x lists GPUs 0-2 among its entities, results come for 0 and 1 only: GPU 2 was not
+    reached; it fails, named, with the fallback action."""
+    doc = json.loads((FIXTURES / "v4_writer_detached_gpus.json").read_text())
+    results = doc["DCGM Diagnostic"]["test_categories"][0]["tests"][0]["results"]
+    doc["DCGM Diagnostic"]["test_categories"][0]["tests"][0]["results"] = [r for r in results if r["entity_id"] != 2]
+    v = dcgm_judge.judge(dcgm_parse.parse(json.dumps(doc)))
+    assert v["gpus"]["2"]["action"] == RESET
+    assert [f["what"] for f in v["findings"] if f["gpu"] == "2"] == [
+        "GPU 2: no result from DCGM for a GPU it lists: fail"]

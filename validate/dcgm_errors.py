@@ -18,6 +18,10 @@ The action (validate/actions.py's words) comes, in this order, from:
    replace; RESET "Drain and reset GPU" reset the GPU.  UNKNOWN and TRIAGE name nothing: a
    failed test with such a code gets FALLBACK.
 
+dcgmi agrees on ISOLATE: it exits DCGM_ST_NVVS_ISOLATE_ERROR when an error is of that severity,
+DCGM_ST_NVVS_ERROR for any other (Diag::GetFailureResult, dcgmi/Diag.cpp at 72fa3fe): every
+error fails the run, as every "Fail" fails the check here.
+
 Standard library only; imports nothing but actions.
 """
 

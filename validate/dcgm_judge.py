@@ -79,10 +79,25 @@ def per_gpu(found: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
     return out
 
 
+def unreached(doc: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """A GPU 4.x lists among its entities (``entity_groups``) with no result at all while other
+    GPUs have some: DCGM did not test it.  A failing result of that GPU, with no error code (so
+    FALLBACK's action).  3.x's "GPU Device IDs" are not GPU ids (one device id per GPU of the
+    run, Diag.cpp at b0ec3c6), so only 4.x's list is held against the results."""
+    if doc["format"] != "4.x":
+        return []
+    tested = set(r["gpu"] for r in doc["results"])
+    if not tested - {parse.ALL}:
+        return []
+    return [{"test": "no result from DCGM for a GPU it lists", "category": "", "gpu": gpu,
+             "status": parse.FAIL, "errors": [], "info": [], "iteration": None}
+            for gpu in doc["gpus"] if gpu not in tested]
+
+
 def judge(doc: Dict[str, Any]) -> Dict[str, Any]:
     """{"findings", "gpus", "counts", "checked"} of a parsed document; ``checked``: some test
     ran (passed, failed or warned) rather than every one skipped."""
-    found = [finding(r) for r in doc["results"]]
+    found = [finding(r) for r in doc["results"] + unreached(doc)]
     counts = dict((s, sum(1 for f in found if f["status"] == s)) for s in ("pass", "fail", "warn", "skip"))
     counts["unknown"] = len(found) - sum(counts.values())
     checked = any(f["status"] != parse.SKIP for f in found)
