@@ -288,17 +288,18 @@ NO_HCA = "not applicable: no InfiniBand/RoCE device (EMPTY/class/infiniband)"
 
 @pytest.mark.parametrize("args, gpus, rc, want, line", [
     # named, and cannot apply here: n/a with its reason, neither a failure nor a pass
-    (["--checks", "node"], 8, 0,
+    # (nothing counted is not a pass, issue 45: exit 3, "nothing counted")
+    (["--checks", "node"], 8, 3,
      {"node": ("skip", False, "not applicable: no node profile with gpus or pcie (--profile)")},
-     "VALIDATED: no check counted; not counted: node n/a"),
-    (["--checks", "infiniband", "--sysfs-root", "EMPTY"], 8, 0,
+     "NOT VALIDATED: nothing counted; not counted: node n/a"),
+    (["--checks", "infiniband", "--sysfs-root", "EMPTY"], 8, 3,
      {"infiniband": ("skip", False, NO_HCA)},
-     "VALIDATED: no check counted; not counted: infiniband n/a"),
+     "NOT VALIDATED: nothing counted; not counted: infiniband n/a"),
     # fabric named alone reads the GPUs' fabric state itself: the recorded H100s joined theirs
     (["--checks", "fabric"], 8, 0, {"fabric": ("pass", True, None)}, "VALIDATED: fabric pass"),
     # p2p in a CPU-only validation: no GPU to copy between, whatever the host has
-    (["--device", "cpu", "--checks", "p2p"], 8, 0, {"p2p": ("skip", False, P2P_CPU)},
-     "VALIDATED: no check counted; not counted: p2p n/a"),
+    (["--device", "cpu", "--checks", "p2p"], 8, 3, {"p2p": ("skip", False, P2P_CPU)},
+     "NOT VALIDATED: nothing counted; not counted: p2p n/a"),
     # beside checks that apply: those decide, the n/a one neither hides their failure nor fails
     (["--device", "cpu", "--checks", "node,p2p", "--profile", json.dumps(H100_PROFILE)], 8, 0,
      {"node": ("pass", True, None), "p2p": ("skip", False, P2P_CPU)},

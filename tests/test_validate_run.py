@@ -157,7 +157,8 @@ def test_full_run_without_gpu_is_not_validated_with_reasons(full_run):
                         "kernel": False,
                         # the host checks: only the fill of / applies without a profile's host section
                         "host_mounts": False, "host_fill": True, "host_scratch": False, "host_memory": False,
-                        "host_cpu": False, "host_clock": CLOCK_APPLIES, "host_services": False}
+                        "host_cpu": False, "host_clock": CLOCK_APPLIES, "host_services": False,
+                        "dcgm": False}  # waived: no DCGM here
     assert c["torch_import"]["status"] == "pass"
     assert c["torch_cuda"]["status"] == "fail"
     assert c["torch_cuda"]["reason"].startswith("CUDA not available: ")

@@ -1,8 +1,9 @@
 """Command line: ``python3 -m validate --out DIR [options]``.
 
 Exit status: 0 when every required check passed, 1 otherwise ("not
-validated"), 2 for bad command-line input (one line on stderr), 130 when
-interrupted (results so far are written).
+validated"), 2 for bad command-line input (one line on stderr), 3 when no
+check counted ("not validated: nothing counted"), 130 when interrupted
+(results so far are written).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 
 from . import TOOL, __version__, drain, expectations, health, host, infiniband, output, profile, torchenv
 from .core import CHECK_NAMES, CHECKS, PASS, SKIP, Context, Result, apply_warn_only, not_selected, run_check
+from .shared import NOTHING_COUNTED, NOTHING_COUNTED_EXIT, counted
 from .specs import DEFAULT_FLOOR
 
 # `--models classic`: the 31 classic ImageNet classifiers of torchvision's first model zoo
@@ -484,7 +486,9 @@ class _Run(object):
     def flush(self, final):
         """results.json (the log too when ``final``); whether the run is validated."""
         req = [r for r in self.results if r.required]
-        ok = final and not self.interrupted and all(r.status == PASS for r in req)
+        # nothing counted is not a pass (issue 45): no required check, no verdict of VALIDATED
+        ok = (final and not self.interrupted and counted([r.to_json() for r in self.results])
+              and all(r.status == PASS for r in req))
         doc = output.results_document(self.started, time.perf_counter() - self.t0, ok,
                                       options_document(self.opts), host_document(self.ctx, self.torch_needed),
                                       self.results, self.unreferenced)
@@ -521,7 +525,7 @@ class _Run(object):
         uncounted = [r for r in results if r.name in (opts.checks or []) and r.waived and not r.required]
         self.ctx.progress("%s: %s%s%s (%.1fs); see %s" % (
             "VALIDATED" if ok else "NOT VALIDATED",
-            ", ".join("%s %s" % (r.name, r.status) for r in results if r.required) or "no check counted",
+            ", ".join("%s %s" % (r.name, r.status) for r in results if r.required) or NOTHING_COUNTED,
             "; not counted: %s" % ", ".join("%s n/a" % r.name for r in uncounted) if uncounted else "",
             "; warnings from %s" % ", ".join(warned) if warned else "",
             time.perf_counter() - self.t0, os.path.join(self.ctx.out_dir, output.LOG)), check="validate")
@@ -535,7 +539,8 @@ def _ended(name, required, status, reason):
 
 
 def run_validation(opts, stream):
-    """The full run (``--out DIR``): its exit status, 0 validated, 1 not, 130 interrupted."""
+    """The full run (``--out DIR``): its exit status, 0 validated, 1 not, 3 nothing counted,
+    130 interrupted."""
     _terminate_as_interrupt()
     run = _Run(opts, stream)
     run.start()
@@ -544,6 +549,8 @@ def run_validation(opts, stream):
     run.last_line(ok)
     if run.interrupted:
         return 130
+    if not counted([r.to_json() for r in run.results]):
+        return NOTHING_COUNTED_EXIT
     return 0 if ok else 1
 
 

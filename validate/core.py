@@ -173,6 +173,9 @@ CHECKS = [
     Spec("host_services", "host_services:run", "always", True,
          "the profile's services (host.services) running (systemctl is-active, else a process)",
          torch=False),
+    Spec("dcgm", "dcgm:run", "gpu", False,
+         "NVIDIA DCGM's diagnostic (dcgmi diag -r LEVEL -j, level 1 unless asked): every test per GPU, with its action",
+         torch=False),
 ]
 CHECK_NAMES = [s.name for s in CHECKS]
 SPECS = dict((s.name, s) for s in CHECKS)

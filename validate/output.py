@@ -11,6 +11,7 @@ from typing import Any
 from . import SCHEMA, TOOL, __version__, actions
 from .core import FAIL, PASS, SKIP
 from .shared import BENCH_LOG as BENCH_LOG  # the control side reads them too
+from .shared import NOTHING_COUNTED, NOTHING_COUNTED_EXIT, counted
 from .shared import RESULTS as RESULTS
 
 LOG = "validate.log"
@@ -26,7 +27,8 @@ RESULTS_FIELDS = (
     ("version", "str", "the validate package's version"),
     ("started", "str", "when the run started, UTC, ISO 8601"),
     ("elapsed_s", "number", "the run's duration in seconds"),
-    ("ok", "bool", "true when every required check passed"),
+    ("ok", "bool", "true when every required check passed, and at least one counted (false when "
+                   "nothing counted)"),
     ("action", "str or null", "the worst action among the checks that failed (see the Xid actions)"),
     ("deferred_action", "str or null",
      "what a node that passes still needs once idle (a pending row remap: reset the GPU)"),
@@ -156,8 +158,11 @@ def _log_verdict(doc, results):
     """The verdict line, with the waived checks and the count of warnings."""
     waived_names = _waived_names(results)
     warning_count = sum(len(r.warnings) for r in results)
+    nothing = not counted([r.to_json() for r in results])
     return ["%s %s: %s (exit %d)%s%s" % (
-        TOOL, __version__, "VALIDATED" if doc["ok"] else "NOT VALIDATED", 0 if doc["ok"] else 1,
+        TOOL, __version__, "NOT VALIDATED: " + NOTHING_COUNTED if nothing else
+        ("VALIDATED" if doc["ok"] else "NOT VALIDATED"),
+        NOTHING_COUNTED_EXIT if nothing else (0 if doc["ok"] else 1),
         "; waived: %s" % ", ".join(waived_names) if waived_names else "",
         "; %d warning(s)" % warning_count if warning_count else "")]
 

@@ -31,11 +31,12 @@ from . import actions, expectations, jsonread
 FLOOR_FIGURES = expectations.GPU_FIGURES + ("p2p_gbs", "nccl_busbw_gbs")
 LINK_LAYERS = ("InfiniBand", "Ethernet")
 KEYS = ("gpus", "pcie", "ib", "floors", "tolerance", "ignore_xids", "acknowledged_before", "warn_only",
-        "fabric", "host")
+        "fabric", "host", "dcgm")
 # the host around the GPU (validate/checks/host_*.py; their defaults and sources: host_floors.py)
 HOST_KEYS = ("mounts", "fill_max_pct", "fill_paths", "scratch", "scratch_read_mbs", "scratch_write_mbs",
              "fio_size_mib", "fio_seconds", "memory_gib", "edac_corrected_max", "cpus", "governor",
              "services", "clock")
+# "dcgm": the dcgm check's run level, {"level": 1-4} (validate/checks/dcgm.py reads and checks it)
 
 
 class BadProfile(ValueError):

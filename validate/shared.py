@@ -36,3 +36,18 @@ HEALTH_PREFIX = DRAIN_PREFIX + "health: "
 # cluster (measured); `sinfo -R` prints it in a 20-column field by default. The cut is gpuprov's
 # own (unsourced): enough for what failed and what to do, short enough for a line of `sinfo -R`.
 DRAIN_REASON_MAX = 200
+
+# A run in which no check counted (every check left out, or not applicable here: `--checks
+# infiniband` on a node without an HCA) is not a pass: validate says NOTHING_COUNTED and exits
+# NOTHING_COUNTED_EXIT, as `--health` exits 3 when it could not check (validate/health.py);
+# the control side's recap says the same words (remote/engine/jobs/logs.py).
+NOTHING_COUNTED = "nothing counted"
+NOTHING_COUNTED_EXIT = 3
+
+
+def counted(checks: object) -> bool:
+    """Whether a check of ``checks`` (results.json's "checks") counted: one the verdict needs,
+    or one the inventory let only warn (its ``waivers``: it ran and was judged, and the operator
+    said how to take it).  What a host wrote is untrusted: anything else counts for nothing."""
+    return any(isinstance(c, dict) and (c.get("required") is True or bool(c.get("waivers")))
+               for c in (checks if isinstance(checks, list) else []))

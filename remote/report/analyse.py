@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from validate.shared import counted
+
 from ..ground.errors import InputError
 from ..ground.runfolder import (
     ATTEMPTED_RUN,
@@ -161,6 +163,12 @@ class HostHealth:
     @property
     def passed(self) -> list[CheckRow]:
         return [c for c in self.checks if c.status == "pass"]
+
+    @property
+    def nothing_counted(self) -> bool:
+        """The run's checks all left out or not applicable, none waived by the inventory: no
+        verdict of passed (issue 45; validate/shared.py counted)."""
+        return bool(self.checks) and not any(c.required for c in self.checks) and not self.waivers
 
 
 @dataclass
@@ -433,7 +441,8 @@ def health_summary(runs: list[Run]) -> list[HostHealth]:
         ok = res.get("ok")
         out.append(HostHealth(
             host=host, run_id=run.run_id,
-            ok=ok if isinstance(ok, bool) and checks else None,  # no check ran: not a pass
+            # no check ran: not a pass; nothing counted (validate before issue 45 said ok): not either
+            ok=(ok and counted(res.get("checks"))) if isinstance(ok, bool) and checks else None,
             device=info.get("device") if isinstance(info.get("device"), str) else None,
             gpu=run.gpu_name,
             gpu_count=count if isinstance(count, int) and not isinstance(count, bool) else None,

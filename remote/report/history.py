@@ -31,6 +31,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from validate.shared import counted
+
 from ..ground.errors import InputError
 from ..ground.runfolder import STACK_MANIFEST, never_started
 from .collect import Attempt, Problem, Run, read_attempt
@@ -175,7 +177,8 @@ def verdict(run: Run) -> str:
     if run.results is None:
         return NONE
     ok, checks = run.results.get("ok"), run.results.get("checks")
-    return PASS if ok is True and checks else FAIL
+    # nothing counted is no pass, whatever an older validate wrote in ok (issue 45)
+    return PASS if ok is True and counted(checks) else FAIL
 
 
 def judge(run: Run | None, attempt: Attempt | None) -> tuple[str, str]:

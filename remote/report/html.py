@@ -139,7 +139,7 @@ host; red cell: regression vs the earlier run. Also in merged.csv.</p>
 <td class="nowrap">{% if h.gpu %}{{ h.gpu_count or '?' }}&times; {{ h.gpu }}{% else %}{{ h.device or '?' }}{% endif %}</td>
 <td class="small nowrap">{% for k, v in h.versions.items() %}{{ k }} {{ v }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td>
 <td class="num">{{ h.passed|length }}</td>
-<td>{% if h.no_verdict %}<div class="fail">validation started, no verdict: {{ h.no_verdict }}; counted as failed</div>{% endif %}{% for c in h.failed %}<div class="fail">{{ c.name }}{% if not c.required %} (optional){% endif %}</div><div class="small">{{ c.reason }}</div>{% else %}{% if not h.no_verdict %}-{% endif %}{% endfor %}</td>
+<td>{% if h.no_verdict %}<div class="fail">validation started, no verdict: {{ h.no_verdict }}; counted as failed</div>{% endif %}{% if h.nothing_counted %}<div class="fail">not validated: nothing counted</div>{% endif %}{% for c in h.failed %}<div class="fail">{{ c.name }}{% if not c.required %} (optional){% endif %}</div><div class="small">{{ c.reason }}</div>{% else %}{% if not h.no_verdict and not h.nothing_counted %}-{% endif %}{% endfor %}</td>
 <td>{% for req, reason, names in h.skipped_groups() %}<div>{{ names|join(', ') }}{% if req %} <b>(required: not validated)</b>{% endif %}</div><div class="small">{{ reason }}</div>{% else %}-{% endfor %}</td>
 <td class="nowrap">{% for f in h.matmul %}{{ spec(f) }}{% if not loop.last %}<br>{% endif %}{% else %}-{% endfor %}</td>
 <td class="nowrap">{% for f in h.bandwidth %}{{ spec(f) }}{% if not loop.last %}<br>{% endif %}{% else %}-{% endfor %}</td></tr>

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import List, Tuple
 
+from validate.shared import NOTHING_COUNTED
+
 from ..output.term import cells, printable_line
 from ..output.term import paint as paint_text
 from .analyse import SPEC_KEYS, CheckRow, Column, HostHealth, Report, SpecFigure, has_label
@@ -186,6 +188,8 @@ def _health_table(report: Report) -> list[Line]:
         if h.no_verdict:
             lines.append([(f"  {h.host}: NO VERDICT in {h.run_id}: validation started, no verdict: "
                            f"{h.no_verdict}; counted as failed", "red")])
+        if h.nothing_counted:
+            lines.append([(f"  {h.host}: NOT VALIDATED: {NOTHING_COUNTED} (no check applied here)", "red")])
         lines += [[(f"  {h.host}: FAILED {_check_text(c)}", "red")] for c in h.failed]
         lines += [[(f"  {h.host}: WAIVED {check}: {what}", "yellow")] for check, what in h.waivers]
         for required, reason, names in h.skipped_groups():

@@ -10,6 +10,8 @@ import shlex
 from pathlib import Path
 from typing import Any, Optional
 
+from validate.shared import NOTHING_COUNTED, counted
+
 from ...ground.errors import CommandTimeout, PullError, PullNoOutput, PullTimedOut
 from ...ground.resultsfile import MAX_FILE_BYTES, UnusableFile, read_results
 from ...ground.runfolder import run_dir
@@ -63,7 +65,8 @@ DEFERRED_MAX = 80  # the longest action of validate/actions.py is 22 characters
 
 def summarize(results_path: Path, rc: Optional[int]) -> tuple[str, bool]:
     """(text for the recap, ok) from a pulled results.json: what the host wrote is untrusted, so
-    anything but a list of checks with names is 'not validated', and so are zero checks."""
+    anything but a list of checks with names is 'not validated', and so are zero checks and a run
+    in which no check counted (validate exit 3: 'not validated: nothing counted')."""
     try:
         data = read_results(results_path).data
     except UnusableFile as exc:
@@ -86,6 +89,10 @@ def summarize(results_path: Path, rc: Optional[int]) -> tuple[str, bool]:
                          if c.get("required") and c.get("status") == status)
 
     waived = waivers_used(data)
+    if not counted(checks):
+        # every check left out or not applicable here: nothing counted is not a pass (issue 45)
+        apart = ", ".join(printable_line(c["name"]) for c in checks if isinstance(c.get("waived"), str))
+        return f"not validated: {NOTHING_COUNTED}" + (f" ({apart} n/a)" if apart else "") + waived, False
     if names("fail"):
         return "failed: " + names("fail") + waived, False
     if names("skip"):
