@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -182,6 +183,7 @@ class Report:
     history: list[HostHistory] = field(default_factory=list)  # every host's runs, oldest first
     quarantine: tuple[int, int] = QUARANTINE  # (K, N): failed K of its last N runs
     fabric: Fabric = field(default_factory=Fabric)  # the newest `gpuprov fabric` run
+    now: float = field(default_factory=time.time)  # when it was made: each host's age is to it
 
     @property
     def quarantined(self) -> list[HostHistory]:
