@@ -154,3 +154,22 @@ def test_job_states_are_read_from_squeue_lines_only():
     # node may print
     out = "1|PREEMPTED\n3|COMPLETED\nsqueue: error: something\n4|RUNNING|x\n5|preempted\n"
     assert parse_job_states(out) == {"1": "PREEMPTED", "3": "COMPLETED"}
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"max_age": "1h"}, "--max-age goes with --sweep"),
+    ({"sweep": True}, "--sweep validates a cluster's idle nodes: select a host with slurm: in "
+                      "the inventory"),
+])
+def test_sweep_options_that_cannot_apply_are_one_line_and_exit_2(tmp_path, capsys, options,
+                                                                 message):
+    """Checked before any host is contacted: the host is an address nothing answers on."""
+    from remote.commands import validate as validate_cmd
+
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text("hosts:\n  gpu1: {address: 127.0.0.1, port: 9}\n")
+    rc = validate_cmd.run(host="gpu1", inventory=str(inventory), logs_dir=str(tmp_path / "logs"),
+                          **options)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "logs").exists()
