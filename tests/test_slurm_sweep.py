@@ -161,6 +161,8 @@ def test_a_sweep_preempted_by_real_work_and_a_second_one_within_max_age(slurm, t
                             capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stdout + report.stderr
     text = (tmp_path / "report" / "report.txt").read_text()
+    assert "stopped before a verdict of the host's (preempted by real work in a sweep, " \
+           "interrupted): no verdict, no failure (n2)" in text, text
     for node in ("n1", "n3"):
         assert re.search(rf"^{node} +1 +1 +0 +1 pass +- +[0-9]+s ago$", text, re.M), text
     flags = json.loads((tmp_path / "report" / "flags.json").read_text())

@@ -74,6 +74,7 @@ def test_the_report_shows_each_hosts_age(tmp_path):
     logs = tmp_path / "logs"
     run_id = _run(logs, "n1", now - (2 * 86400 + 5 * 3600 + 100), "P")
     _run(logs, "n2", now - 90, "F")
+    _run(logs, "n3", now - 30, None, counts=False)  # preempted in a sweep: no verdict
     rc = run_report(logs, tmp_path / "out", terminal=recording_terminal())
     assert rc == 0
     text = (tmp_path / "out" / "report.txt").read_text()
@@ -81,6 +82,9 @@ def test_the_report_shows_each_hosts_age(tmp_path):
     history = text.split("History (")[1].split("\n\n")[0]
     assert re.search(r"^n1 +1 +1 +0 +1 pass +- +2d 5h ago$", history, re.M), history
     assert re.search(r"^n2 +1 +0 +1 +1 fail +- +1m 3[0-9]s ago$", history, re.M), history
+    assert "1 run(s) whose validation was started and stopped before a verdict of the host's " \
+           "(preempted by real work in a sweep, interrupted): no verdict, no failure (n3)" in text
+    assert "failed runs in History (n3)" not in text and not re.search(r"^n3 ", history, re.M)
     flags = json.loads((tmp_path / "out" / "flags.json").read_text())
     last = {h["host"]: h["last_validated"] for h in flags["history"]}
     assert last["n1"]["run"] == run_id and last["n1"]["verdict"] == "pass"
