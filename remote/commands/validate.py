@@ -89,5 +89,9 @@ def sweep_for(sweep: bool, max_age: Optional[str], resume_passed: bool, hosts: l
                          "back: run it without --sweep", path)
     for host in clusters:
         assert host.scheduler is not None
-        schedulers[host.scheduler.key].check_sweep(host.scheduler.settings)
+        check = getattr(schedulers[host.scheduler.key], "check_sweep", None)
+        if check is None:  # a plugged scheduler without sweeps
+            raise InputError(f"--sweep: host '{host.name}': {host.scheduler.key}: clusters have "
+                             "no sweep", path)
+        check(host.scheduler.settings)
     return Sweep(seconds, age)
