@@ -46,6 +46,15 @@ def slurm():
     cluster.stop()
 
 
+@pytest.fixture
+def cluster(slurm):
+    """The module's cluster with no node's validation started or let go yet."""
+    for node in slurm.nodes:
+        for mark in ("started", "go"):
+            (slurm.dir / f"{mark}-{node}").unlink(missing_ok=True)
+    yield slurm
+
+
 def inventory(cluster: SlurmCluster, tmp_path: Path, **slurm) -> Path:
     path = tmp_path / "inventory.yaml"
     spec = {"partition": "debug", "conf": str(cluster.conf), "gpus_per_node": 2,
@@ -110,13 +119,13 @@ def record_of(logs: Path, run_id: str) -> dict:
     return json.loads((logs / "hpc1" / run_id / "slurm.json").read_text())
 
 
-def test_a_sweep_preempted_by_real_work_and_a_second_one_within_max_age(slurm, tmp_path):
+def test_a_sweep_preempted_by_real_work_and_a_second_one_within_max_age(cluster, tmp_path):
     """The sweep validates n1 and n2 as one job of `sweep` (batch of 2), then n3. n1's
     validation ends; then a real job takes n2: Slurm preempts the sweep's job. n1 keeps its
     verdict, n2 is "not validated (preempted)": not failed, not drained (--drain-failed is
     given), no verdict in its history; n3 is validated in the next batch. A second sweep
     within --max-age skips n1 and n3 (each with its age) and validates n2 only."""
-    cluster, logs = slurm, tmp_path / "logs"
+    logs = tmp_path / "logs"
     go(cluster, "n3")
     proc = sweep(cluster, tmp_path, "--drain-failed", "--json", str(tmp_path / "first.json"))
     job = ""
@@ -184,6 +193,38 @@ def test_a_sweep_preempted_by_real_work_and_a_second_one_within_max_age(slurm, t
     second = sorted(p.name for p in (logs / "hpc1").iterdir())[-1]
     assert list(record_of(logs, second)["nodes"]) == ["n2"], out
     assert not (logs / "n1" / second).exists()
+
+
+def test_a_node_real_work_took_before_its_batch_gives_way_and_is_not_failed(cluster, tmp_path):
+    """Batches of one: while n1's batch runs, a real job takes n2, idle when the sweep began.
+    Its batch finds it busy: "not validated (busy: ...)", not failed, no job of the sweep's
+    on it; n3's batch runs."""
+    logs = tmp_path / "logs"
+    go(cluster, "n3")
+    proc = sweep(cluster, tmp_path, "--drain-failed", "--json", str(tmp_path / "r.json"),
+                 sweep_batch=1)
+    job = ""
+    try:
+        assert wait_until(lambda: started(cluster, "n1"), 90), cluster.log_tail()
+        job = real_job(cluster, "n2")
+        go(cluster, "n1")
+        out = finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if job:
+            cluster.run("scancel", job, check=False)
+    assert proc.returncode == 0, out
+    hosts = json.loads((tmp_path / "r.json").read_text())["hosts"]
+    assert hosts["n2"]["validation"] == \
+        "not validated (busy: real work took it before its batch started)", out
+    assert hosts["n1"]["validation"].startswith("passed") and \
+        hosts["n3"]["validation"].startswith("passed"), out
+    assert not started(cluster, "n2")  # the sweep ran nothing on it
+    run_id = next((logs / "hpc1").iterdir()).name
+    batches = record_of(logs, run_id)["sweep"]["batches"]
+    assert [b["started"] for b in batches] == [["n1"], [], ["n3"]], batches
+    cluster.wait_idle(cluster.nodes)
 
 
 @pytest.mark.parametrize("slurm_extra, options, message", [

@@ -256,6 +256,13 @@ class SweepCluster:
             for record in ready.values():
                 if record.results is None or record.rc == INTERRUPTED_EXIT:
                     self.give_way(record, "preempted")
+        elif not any(record.judged for record in ready.values()):
+            # no task started (salloc --immediate gave up): real work took a node in the
+            # moment since the check, or the job could not start for a reason of its own
+            idle = self.still_idle(list(ready))
+            for name, record in ready.items():
+                if name not in idle:
+                    self.give_way(record, "busy: real work took it before its batch started")
 
     def still_idle(self, names: list[str]) -> set[str]:
         """Those of `names` Slurm shows idle now (state IDLE and nothing else)."""
