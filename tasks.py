@@ -12,6 +12,7 @@ from typing import Any
 from invoke import Exit, Task, task
 
 from remote.commands import call
+from remote.ground.ages import DEFAULT_MAX_AGE
 from remote.ground.exitcodes import EXIT_INPUT
 from remote.ground.forks import DEFAULT_FORKS
 from remote.ground.runfolder import LOGS_DIR
@@ -174,11 +175,17 @@ def facts(c, host=None, limit=None, inventory=None, list_hosts=False, json=None)
           "resume-passed": "Slurm clusters: validate again the nodes gpuprov drained, resume "
                            "those that pass",
           "serial": SERIAL, "max-fail-percentage": MAX_FAIL,
-          "evidence": EVIDENCE},
+          "evidence": EVIDENCE,
+          "sweep": "Slurm clusters: validate only the idle nodes, in batches, as jobs of "
+                   "slurm.sweep_partition that real work preempts (a preempted node is not "
+                   "validated, never failed)",
+          "max-age": f"with --sweep: skip nodes whose latest validation started within this "
+                     f"(s, m, h, d, w: 24h, 7d; default {DEFAULT_MAX_AGE})"},
 )
 def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None, junit=None,
              var=None, forks=None, verbose=0, list_hosts=False, drain_failed=False,
-             resume_passed=False, serial=None, max_fail_percentage=None, evidence=True):
+             resume_passed=False, serial=None, max_fail_percentage=None, evidence=True,
+             sweep=False, max_age=None):
     """Push validate/ to hosts, run it there, pull the results into logs/<host>/<run>/.
     A host with slurm: validates its partition's nodes through Slurm instead."""
     _refuse_invoke_options(c)
@@ -188,7 +195,8 @@ def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None,
                        junit_path=junit, var=var, forks=forks, verbose=verbose,
                        list_hosts=list_hosts, drain_failed=drain_failed,
                        resume_passed=resume_passed, serial=serial,
-                       max_fail_percentage=max_fail_percentage, evidence=evidence))
+                       max_fail_percentage=max_fail_percentage, evidence=evidence,
+                       sweep=sweep, max_age=max_age))
 
 
 @task(

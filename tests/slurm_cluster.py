@@ -27,6 +27,20 @@ BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "sinfo", "srun", "scont
 # slurm.md, "Timings": all nodes idle 0.3 to 0.5 s after start; a loaded 2-core machine
 # shared with other test runs needs far more.
 START_TIMEOUT_S = 60.0
+# Preemption without an accounting database (preempt/qos needs QOS from slurmdbd): by partition
+# tier. "preempt/partition_prio: Job preemption is based upon partition PriorityTier. Jobs in
+# higher PriorityTier partitions may preempt jobs from lower PriorityTier partitions. This is
+# not compatible with PreemptMode=OFF"; the cluster-wide PreemptMode is the default a partition
+# may override, and "a valid default PreemptMode value must be specified for the cluster as a
+# whole when preemption is enabled"; "CANCEL: The preempted job will be cancelled"
+# (slurm.conf(5), Slurm 22.05.8: PreemptType, PreemptMode, and the partition's PriorityTier and
+# PreemptMode). The other partitions keep the default tier (1) and so preempt nothing.
+PREEMPT_CONF = """\
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+PartitionName=sweep Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL
+PartitionName=real Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=10
+"""
 
 
 def missing_reason() -> Optional[str]:
@@ -69,12 +83,16 @@ class SlurmCluster:
     """`nodes` fake nodes n1..nN in partition `debug` (and `gpu`, the same nodes), each with
     `gpus` fake GPUs. `conf_extra`: more slurm.conf lines; `scripts`: executable files written
     into the cluster's folder first (name -> text); `{dir}` in either is that folder.
-    `wait_idle=False`: return once the daemons run (a health check may drain nodes at once)."""
+    `wait_idle=False`: return once the daemons run (a health check may drain nodes at once).
+    `preempt=True`: preemption by partition tier (PREEMPT_CONF) and two more partitions over
+    the same nodes, `sweep` (the lowest tier, its jobs cancelled when preempted) and `real`
+    (a higher tier: its jobs preempt `sweep`'s); off by default, the cluster is then as before."""
 
     def __init__(self, nodes: int = 3, gpus: int = 2, conf_extra: str = "",
                  name: str = "gpuprovtest", scripts: Optional[dict[str, str]] = None,
-                 wait_idle: bool = True, slurmd_timeout: int = 10):
+                 wait_idle: bool = True, slurmd_timeout: int = 10, preempt: bool = False):
         self.count = nodes
+        self.preempt = preempt
         self.slurmd_timeout = slurmd_timeout
         self.gpus = gpus
         self.name = name
@@ -156,7 +174,7 @@ GresTypes=gpu
 {node_line}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=gpu Nodes=ALL MaxTime=INFINITE State=UP
-""")
+{PREEMPT_CONF if self.preempt else ""}""")
         gpu_files = f"{d}/dev/gpu[0-{self.gpus - 1}]" if self.gpus > 1 else f"{d}/dev/gpu0"
         (d / "etc" / "gres.conf").write_text(
             f"AutoDetect=off\nNodeName={nodes} Name=gpu File={gpu_files}\n")

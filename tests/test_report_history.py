@@ -118,7 +118,7 @@ def test_a_host_that_failed_twice_is_quarantined_and_its_timeline_shows(farm, wo
     assert 'gpuprov_host_quarantined{host="h2"} 1.0' in metrics
     assert 'gpuprov_host_quarantined{host="h1"} 0.0' in metrics
     text = (out / "report.txt").read_text()
-    assert re.search(r"^h2 +3 +1 +2 +2 fail +QUARANTINE$", text, re.M), text
+    assert re.search(r"^h2 +3 +1 +2 +2 fail +QUARANTINE +[0-9][0-9a-z ]* ago$", text, re.M), text
 
 
 def _verdicts(logs: Path, host: str, verdicts: str, start: int = 10) -> list[str]:
@@ -160,7 +160,7 @@ def test_a_flapping_host_and_the_quarantine_limit_are_reported(tmp_path):
     assert "FLAPPING (4 changes in its last 6 runs)" in text
     assert "timeline (oldest first; P pass, F fail, . no verdict, | stack changed): PPFPFP" in text
     assert "gpu-ok:" not in text  # a host without failures has its one line, no detail
-    assert re.search(r"^gpu-ok +6 +6 +0 +6 pass +-$", text, re.M), text
+    assert re.search(r"^gpu-ok +6 +6 +0 +6 pass +- +[0-9][0-9a-z ]* ago$", text, re.M), text
 
     # 2 of its last 4 failed: quarantined under 2/4, and the printed report says so first
     rc, flags, text, _page = _report(logs, tmp_path / "out2", quarantine=(2, 4))
@@ -317,7 +317,7 @@ def test_a_host_that_hangs_crashes_and_forges_is_quarantined(farm, work, invento
     assert why[3] == ("archive refused (the pulled archive has not-started.txt, which only the "
                       "control side writes: refusing it)")
     text = (out / "report.txt").read_text()
-    assert re.search(r"^gpu2 +4 +1 +3 +3 fail +QUARANTINE$", text, re.M), text
+    assert re.search(r"^gpu2 +4 +1 +3 +3 fail +QUARANTINE +[0-9][0-9a-z ]* ago$", text, re.M), text
     assert "timeline (oldest first; P pass, F fail, X fail: started, no verdict, . no verdict, " \
            "| stack changed): PXXX." in text, text
     assert re.search(rf"^gpu2 +{runs[3]} +FAIL ", text, re.M), text  # Health: not "ok"

@@ -4,15 +4,19 @@ cluster's login node (a host with a scheduler's key) validates its nodes through
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Optional, Union
 
+from ..config.inventory import Host
 from ..engine.jobs import Job
 from ..engine.jobs.manifest import RecordStack
 from ..engine.jobs.validate import Validate
+from ..ground.ages import DEFAULT_MAX_AGE, parse_max_age
 from ..ground.errors import InputError
 from ..ground.forks import DEFAULT_FORKS
 from ..ground.runfolder import LOGS_DIR
+from ..scheduler.base import Scheduler, Sweep
 from .assembly import Outputs, fail_input, print_hosts
 from .hostrun import HostRun, execute
 from .inputs import check_profiles, rollout_for, run_inputs
@@ -25,6 +29,7 @@ def run(host: Optional[str], inventory: str, suite: str = "quick",
         junit_path: Optional[str] = None, drain_failed: bool = False,
         resume_passed: bool = False, serial: Optional[str] = None,
         max_fail_percentage: Union[str, float, None] = None, evidence: bool = True,
+        sweep: bool = False, max_age: Optional[str] = None,
         **exports: Optional[str]) -> int:
     """`gpuprov validate` (module docstring); `exports`: the paths of the other exports it
     offers (`remote.commands.exports`), by their keyword."""
@@ -41,6 +46,7 @@ def run(host: Optional[str], inventory: str, suite: str = "quick",
             raise InputError(f"--drain-failed and --resume-passed act on a cluster's nodes: "
                              f"select a host with {keys} in the inventory", inv.path)
         rollout = rollout_for(serial, max_fail_percentage, {})
+        swept = sweep_for(sweep, max_age, resume_passed, hosts, SCHEDULERS, inv.path)
     except InputError as exc:
         return fail_input(exc)
     if list_hosts:
@@ -53,7 +59,7 @@ def run(host: Optional[str], inventory: str, suite: str = "quick",
         from ..scheduler.route import ClusterValidate
 
         job = cluster_job = ClusterValidate(ssh_route, SCHEDULERS, drain_failed, resume_passed,
-                                            ssh_job=job)
+                                            ssh_job=job, sweep=swept)
         spec.expand = cluster_job.with_nodes
     if evidence:  # after an RMA verdict (remote/evidence/); a login node has no results.json
         from ..evidence import AfterRMA, CollectEvidence
@@ -61,3 +67,31 @@ def run(host: Optional[str], inventory: str, suite: str = "quick",
         job = AfterRMA(job, CollectEvidence(Path(logs_dir)))
     spec.job = job
     return execute(spec)
+
+
+def sweep_for(sweep: bool, max_age: Optional[str], resume_passed: bool, hosts: list[Host],
+              schedulers: Mapping[str, Scheduler], path: Path) -> Optional[Sweep]:
+    """`--sweep` and `--max-age` checked before any host is contacted: a sweep acts on
+    clusters only, each able to sweep (`Scheduler.check_sweep`), never with --resume-passed."""
+    if not sweep:
+        if max_age is not None:
+            raise InputError("--max-age goes with --sweep (the nodes a sweep skips)", path)
+        return None
+    age = DEFAULT_MAX_AGE if max_age is None else max_age
+    seconds = parse_max_age(age)
+    clusters = [h for h in hosts if h.scheduler]
+    if not clusters:
+        keys = " or ".join(f"{key}:" for key in schedulers)
+        raise InputError(f"--sweep validates a cluster's idle nodes: select a host with {keys} "
+                         "in the inventory", path)
+    if resume_passed:
+        raise InputError("--sweep takes idle nodes only; --resume-passed takes drained ones "
+                         "back: run it without --sweep", path)
+    for host in clusters:
+        assert host.scheduler is not None
+        check = getattr(schedulers[host.scheduler.key], "check_sweep", None)
+        if check is None:  # a plugged scheduler without sweeps
+            raise InputError(f"--sweep: host '{host.name}': {host.scheduler.key}: clusters have "
+                             "no sweep", path)
+        check(host.scheduler.settings)
+    return Sweep(seconds, age)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -22,7 +23,7 @@ from ..ground.runfolder import (
     PROVISIONED_RUN,
     run_without_results,
 )
-from .collect import NO_RESULTS, Problem, Results, Run, check, collect, fmt_ms, get, num
+from .collect import NO_RESULTS, Problem, Results, Run, check, collect, fmt_ms, get, num, read_attempt
 from .drift import Drift, find_drift
 from .fabric import Fabric, find_fabric
 from .history import QUARANTINE, HostHistory, find_history
@@ -190,6 +191,7 @@ class Report:
     history: list[HostHistory] = field(default_factory=list)  # every host's runs, oldest first
     quarantine: tuple[int, int] = QUARANTINE  # (K, N): failed K of its last N runs
     fabric: Fabric = field(default_factory=Fabric)  # the newest `gpuprov fabric` run
+    now: float = field(default_factory=time.time)  # when it was made: each host's age is to it
 
     @property
     def quarantined(self) -> list[HostHistory]:
@@ -489,10 +491,23 @@ def _set_apart(problems: list[Problem]) -> tuple[dict[str, list[Problem]], list[
     apart: dict[str, list[Problem]] = {}
     for p in problems:
         kind = run_without_results(Path(p.path)) if p.message == NO_RESULTS else None
+        if kind == ATTEMPTED_RUN and not _counts(Path(p.path)):
+            kind = STOPPED_RUN
         if kind is not None:
             apart.setdefault(kind, []).append(p)
     counted = {id(p) for kept in apart.values() for p in kept}
     return apart, [p for p in problems if id(p) not in counted]
+
+
+# A validation started and stopped before it could give the host a verdict, which its record
+# says does not count (collect.Attempt.counts): a sweep's node preempted by real work, Ctrl-C,
+# a node whose task its scheduler never started. Not a failure (history.py): its own note.
+STOPPED_RUN = "stopped"
+
+
+def _counts(folder: Path) -> bool:
+    attempt, _ = read_attempt(folder)
+    return attempt is None or attempt.counts
 
 
 # The note on each kind of folder set apart, in this order: (kind, text from its count, the
@@ -504,6 +519,9 @@ APART_NOTES: tuple[tuple[str, Callable[[int, str, str], str]], ...] = (
     (ATTEMPTED_RUN, lambda n, hosts, fabric_run: (
         f"{n} run(s) whose validation was started and brought no results home (timed out, "
         f"crashed, archive refused): failed runs in History ({hosts})")),
+    (STOPPED_RUN, lambda n, hosts, fabric_run: (
+        f"{n} run(s) whose validation was started and stopped before a verdict of the host's "
+        f"(preempted by real work in a sweep, interrupted): no verdict, no failure ({hosts})")),
     (PROVISIONED_RUN, lambda n, hosts, fabric_run: (
         f"{n} run(s) without validation results (provisioning only, e.g. --no-validate): "
         "nothing to compare")),

@@ -278,6 +278,7 @@ class Attempt:
 
     why: str
     counts: bool = True
+    started: str = ""  # when the control side started it (UTC, `%Y-%m-%dT%H:%M:%SZ`), as recorded
 
 
 def read_attempt(folder: Path) -> tuple[Attempt | None, list[Problem]]:
@@ -307,8 +308,10 @@ def read_attempt(folder: Path) -> tuple[Attempt | None, list[Problem]]:
     if said and said != why:
         why += f" ({said})"
     why = " ".join(why.split())
+    started = data.get("started")
     return Attempt(why if len(why) <= WHY_MAX else why[:WHY_MAX - 3] + "...",
-                   data.get("counts") is not False), []
+                   data.get("counts") is not False,
+                   started if isinstance(started, str) else ""), []
 
 
 def collect(logs_dir: Path) -> tuple[list[Run], list[Problem]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import time
 from dataclasses import asdict
 from typing import Any
 
@@ -72,9 +73,12 @@ def _drift_json(drift: Drift) -> dict[str, Any]:
     return {"drift": listed, "drift_hosts": hosts}
 
 
-def history_json(history: HostHistory) -> dict[str, Any]:
-    """One host's history: its counts, streak, flapping, quarantine and timeline."""
+def history_json(history: HostHistory, now: float | None = None) -> dict[str, Any]:
+    """One host's history: its counts, streak, flapping, quarantine, last validation (its age
+    counted to `now`, the report's time) and timeline."""
     verdict, count = history.streak
+    last = history.last_validated
+    age = history.age_s(now) if now is not None else None
     return {"host": history.host, "runs": history.runs, "passes": history.passes,
             "failures": len(history.failures), "first_failure": history.first_failure,
             "last_failure": history.last_failure,
@@ -82,9 +86,17 @@ def history_json(history: HostHistory) -> dict[str, Any]:
             "flapping": history.flapping, "flap_changes": history.flap_changes,
             "quarantined": history.quarantined,
             "without_verdict": len(history.without_verdict),
+            "last_validated": None if last is None else {
+                "run": last.run_id, "verdict": last.verdict,
+                "started": None if last.at is None else _utc(last.at),
+                "age_s": None if age is None else round(age)},
             "timeline": [{"run": m.run_id, "verdict": m.verdict,
                           "stack_change": m.stack_change or None,
                           "no_verdict": m.no_verdict or None} for m in history.timeline]}
+
+
+def _utc(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 def _ratio(r: ModelRatio, ref_name: str) -> dict[str, Any]:
@@ -167,7 +179,7 @@ def flags_json(report: Report) -> dict[str, Any]:
         "stacks": {h: s.run_id for h, s in report.drift.stacks.items()},
         "problems": [asdict(p) for p in report.problems],
         "notes": report.notes,
-        "history": [history_json(h) for h in report.history],
+        "history": [history_json(h, report.now) for h in report.history],
         "runs": [{"host": r.host, "run": r.run_id, "source": r.source,
                   "gpu": r.gpu_name} for r in report.runs],
     }

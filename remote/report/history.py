@@ -19,6 +19,11 @@ Definitions (what the report, flags.json and the Prometheus file say):
 - The current streak: how many of the latest runs with a verdict had the latest one's.
 - Flapping: at least `FLAP_CHANGES` changes between pass and fail among the host's last
   `FLAP_WINDOW` runs with a verdict (pass, fail, pass, fail is flapping).
+- Last validated: the latest run with a verdict, and when its validation was started (the
+  control side's record, runfolder.VALIDATION_ATTEMPT's `started`; for a run recorded before
+  it, the run id's time, also the control side's): the host's age is the time since then. The
+  start, not the end, so an age is never younger than the validation it names (`validate
+  --sweep --max-age` skips a node only while its age is within the bound).
 - Quarantine: at least K of the host's last N runs with a verdict failed (default 2 of 3,
   NVSentinel#127; ``--quarantine K/N``). A host with fewer than N runs is judged on those.
 - A stack change: the run's stack.json (remote/stack/manifest.py) differs from the one of the
@@ -28,14 +33,16 @@ Definitions (what the report, flags.json and the Prometheus file say):
 from __future__ import annotations
 
 import re
+import time
+from calendar import timegm
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from validate.shared import counted
 
 from ..ground.errors import InputError
-from ..ground.runfolder import STACK_MANIFEST, never_started
-from .collect import Attempt, Problem, Run, read_attempt
+from ..ground.runfolder import RESULTS, STACK_MANIFEST, never_started
+from .collect import Attempt, Problem, Run, read_attempt, read_results
 from .drift import NOT_INSTALLED, item_order, read_stack
 
 PASS, FAIL, NONE = "pass", "fail", "none"
@@ -55,6 +62,7 @@ class Mark:
     verdict: str  # PASS, FAIL or NONE
     stack_change: str = ""  # what changed since the previous manifest ("" when nothing)
     no_verdict: str = ""  # a validation was started and gave no verdict: why (collect.Attempt)
+    at: float | None = None  # when its validation was started, UTC seconds (`started_at`)
 
 
 @dataclass
@@ -117,6 +125,17 @@ class HostHistory:
     @property
     def quarantined(self) -> bool:
         return len(self.recent_failures) >= self.quarantine[0]
+
+    @property
+    def last_validated(self) -> Mark | None:
+        """The latest run with a verdict (None without one)."""
+        judged = self.judged
+        return judged[-1] if judged else None
+
+    def age_s(self, now: float) -> float | None:
+        """Seconds from the start of its latest validation with a verdict to `now`."""
+        last = self.last_validated
+        return None if last is None or last.at is None else max(0.0, now - last.at)
 
     @property
     def stack_changes(self) -> list[Mark]:
@@ -190,6 +209,52 @@ def judge(run: Run | None, attempt: Attempt | None) -> tuple[str, str]:
     return (FAIL if attempt.counts else NONE), attempt.why
 
 
+def started_at(run_id: str, attempt: Attempt | None) -> float | None:
+    """When a run's validation was started, UTC seconds: the control side's record of it, else
+    the run id's time (runid.RUN_ID_TEXT: `20261122T055742.123Z-14af`); None when neither
+    reads (a folder not named by gpuprov)."""
+    for text, shape in ((attempt.started if attempt else "", "%Y-%m-%dT%H:%M:%SZ"),
+                        (run_id[:15], "%Y%m%dT%H%M%S")):
+        try:
+            return float(timegm(time.strptime(text, shape)))
+        except ValueError:
+            continue
+    return None
+
+
+def format_age(seconds: float) -> str:
+    """An age in its two largest units: `45s`, `12m 5s`, `5h 12m`, `3d 4h`."""
+    left = int(max(0.0, seconds))
+    parts: list[str] = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if left >= size or (unit == "s" and not parts):
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return " ".join(parts[:2])
+
+
+def last_validation(logs_dir: Path, host: str) -> Mark | None:
+    """The latest run of `host` under `logs_dir` with a verdict, with when it was started
+    (`Mark.at`), as `find_history` judges it: newest first, each run folder read only until one
+    has a verdict. None when it has none (no folder, no verdict yet, only runs without one: a
+    preempted sweep, Ctrl-C)."""
+    try:
+        folders = sorted((p for p in (Path(logs_dir) / host).iterdir()
+                          if p.is_dir() and not p.name.startswith(".") and not never_started(p)),
+                         key=lambda p: p.name, reverse=True)
+    except OSError:
+        return None
+    for folder in folders:
+        attempt, _ = read_attempt(folder)
+        run = Run(host=host, run_id=folder.name, path=folder)
+        if (folder / RESULTS).exists():
+            run.results, _ = read_results(folder / RESULTS, str(folder / RESULTS))
+        judged, why = judge(run, attempt)
+        if judged != NONE:
+            return Mark(folder.name, judged, no_verdict=why, at=started_at(folder.name, attempt))
+    return None
+
+
 def describe_change(before: dict[tuple[str, str], str], after: dict[tuple[str, str], str]) -> str:
     """What differs between two manifests' items, components first: 'driver 580 -> 590; ...'."""
     changed = sorted((key for key in set(before) | set(after) if before.get(key) != after.get(key)),
@@ -221,7 +286,7 @@ def find_history(logs_dir: Path, runs: list[Run], hosts: list[str],
             attempt, attempt_problems = read_attempt(Path(logs_dir) / host / run_id)
             problems += attempt_problems
             judged, why = judge(by_key.get((host, run_id)), attempt)
-            mark = Mark(run_id, judged, no_verdict=why)
+            mark = Mark(run_id, judged, no_verdict=why, at=started_at(run_id, attempt))
             path = Path(logs_dir) / host / run_id / STACK_MANIFEST
             if path.exists() or path.is_symlink():
                 manifests += 1

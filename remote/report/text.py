@@ -15,7 +15,7 @@ from ..output.term import cells, printable_line
 from ..output.term import paint as paint_text
 from .analyse import SPEC_KEYS, CheckRow, Column, HostHealth, Report, SpecFigure, has_label
 from .collect import MISSING, fmt_ms, problems_shown
-from .history import FAIL, PASS, HostHistory, Mark
+from .history import FAIL, PASS, HostHistory, Mark, format_age
 
 Segment = Tuple[str, str]  # (text, style); style "" or a style of remote.output.term
 Line = List[Segment]
@@ -70,7 +70,7 @@ def render(report: Report, width: int, max_table_parts: int | None = None) -> li
         lines += _fleet_table(report)
     if report.history:
         lines += [[], [("History (every run per host; hosts with failures in detail)", "")]]
-        lines += _history_table(report.history)
+        lines += _history_table(report.history, report.now)
     if report.health:
         lines += [[], [("Health (latest results.json per host)", "")]]
         lines += _health_table(report)
@@ -199,16 +199,19 @@ def _health_table(report: Report) -> list[Line]:
     return lines
 
 
-def _history_table(history: list[HostHistory]) -> list[Line]:
+def _history_table(history: list[HostHistory], now: float) -> list[Line]:
     rows: list[list[Line]] = []
     for h in history:
         verdict, count = h.streak
         state = ("QUARANTINE " if h.quarantined else "") + ("FLAPPING" if h.flapping else "")
+        age = h.age_s(now)
         rows.append([[(h.host, "")], [(str(h.runs), "")], [(str(h.passes), "")],
                      [(str(len(h.failures)), "bold red" if h.failures else "")],
                      [(f"{count} {verdict}" if count else MISSING, "")],
-                     [(state.strip() or "-", "bold red" if state else "")]])
-    lines = plain_table(["host", "runs", "passed", "failed", "streak", "state"], rows,
+                     [(state.strip() or "-", "bold red" if state else "")],
+                     [(MISSING if age is None else f"{format_age(age)} ago", "")]])
+    # age: the time since the start of its latest validation with a verdict (history.py)
+    lines = plain_table(["host", "runs", "passed", "failed", "streak", "state", "age"], rows,
                         right={1, 2, 3})
     for h in (h for h in history if h.failures):
         shown = h.timeline[-TIMELINE_RUNS:]

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Optional, Protocol, Sequence, TypeVar
 
 from ..engine.jobs.logs import summarize
+from ..ground.ages import DEFAULT_MAX_AGE
 from ..ground.errors import PullError, Where
 from ..ground.runfolder import run_dir
 from ..transport.connection import COMMIT_FILE, publish_pull
@@ -84,13 +85,16 @@ class NodeRecord:
     gate_error: str = ""     # why draining it failed
     results: Optional[Path] = None
     extra: dict[str, Any] = field(default_factory=dict)  # the scheduler's own, for the record
+    # a sweep gave the node back to real work (preempted mid-job, or taken before its batch
+    # started): not validated, and no failure of the node's (not drained, not counted)
+    preempted: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"state_before": self.node.state, "reason_before": self.node.reason,
                 "verdict": self.verdict, "ok": self.ok, "exit_status": self.rc, **self.extra,
                 "elapsed_s": round(self.elapsed_s, 3),
                 "validate_s": None if self.validate_s is None else round(self.validate_s, 3),
-                "taken_back": self.resumed,
+                "taken_back": self.resumed, "preempted": self.preempted,
                 "drained_with": self.drained or None, "drain_error": self.gate_error or None}
 
     def store(self, archive: BinaryIO, rc: Optional[int], dest: Path) -> None:
@@ -106,6 +110,16 @@ class NodeRecord:
             self.verdict, self.ok = summarize(self.results, rc)
 
 
+@dataclass(frozen=True)
+class Sweep:
+    """`validate --sweep`: the idle nodes only, as preemptible low-priority work, in batches;
+    a node whose latest validation with a verdict started less than `max_age_s` ago is
+    skipped (`max_age`: as the user wrote it, for messages)."""
+
+    max_age_s: float
+    max_age: str = DEFAULT_MAX_AGE
+
+
 @dataclass
 class RunContext:
     """What the route hands a cluster for one run."""
@@ -115,6 +129,7 @@ class RunContext:
     record: dict[str, Any]      # the run's record (logs/<cluster>/<run>/<Scheduler.record>)
     incomplete: bool = False    # set by the cluster: the job did not end by itself (timed out)
     no_task: str = ""           # set by the cluster: why no node's task ran, in its words
+    sweep: Optional[Sweep] = None  # `validate --sweep`: `Scheduler.open` gives its sweep
 
     @property
     def run_id(self) -> str:
@@ -192,7 +207,12 @@ class Scheduler(Protocol):
         before any host is contacted."""
 
     def open(self, settings: Any, context: RunContext) -> Cluster:
-        """The cluster behind the login node of `context.session`, for one run."""
+        """The cluster behind the login node of `context.session`, for one run; with
+        `context.sweep`, its sweep of idle nodes (`InputError` where it has none)."""
+
+    def check_sweep(self, settings: Any) -> None:
+        """`InputError` (file:line) when these settings cannot run `validate --sweep` (Slurm:
+        no `sweep_partition`), before any host is contacted."""
 
     def drain_script(self, settings: Any, findings: dict[str, str], run_id: str) -> str:
         """A script for the login node that drains each node of `findings` with a reason of

@@ -30,7 +30,7 @@ from ..engine.session import HostSession
 from ..ground.errors import InputError, Interrupted
 from ..ground.fileio import write_atomic
 from ..ground.runfolder import run_dir
-from .base import Cluster, NodeRecord, NodeView, RouteFailed, RunContext, Scheduler, natural_order
+from .base import Cluster, NodeRecord, NodeView, RouteFailed, RunContext, Scheduler, Sweep, natural_order
 
 
 @dataclass
@@ -51,8 +51,9 @@ class ClusterValidate:
 
     def __init__(self, inner: Validate, schedulers: Mapping[str, Scheduler],
                  drain_failed: bool = False, resume_passed: bool = False,
-                 ssh_job: Optional[Job] = None):
+                 ssh_job: Optional[Job] = None, sweep: Optional[Sweep] = None):
         self.inner = inner
+        self.sweep = sweep  # validate --sweep (remote/scheduler/slurm/sweep.py for Slurm)
         self.ssh_job: Job = ssh_job if ssh_job is not None else inner
         self.schedulers = schedulers
         self.drain_failed = drain_failed
@@ -114,7 +115,7 @@ class _ClusterRun:
         self.record: dict[str, Any] = state.record
         self.record.update(cluster=self.name, run=session.options.run_id,
                            scheduler=scheduler.key, started=_stamp(time.time()))
-        self.context = RunContext(session, job.inner, self.record)
+        self.context = RunContext(session, job.inner, self.record, sweep=job.sweep)
         self.cluster: Cluster = scheduler.open(settings, self.context)
 
     def run(self) -> None:
@@ -127,8 +128,10 @@ class _ClusterRun:
         shown = [n.name for n in plan.validate] + [n.name for n, _ in plan.skipped + plan.down]
         session.reporter.width = max([session.reporter.width] + [len(n) for n in shown])
         self.record_skips(plan.skipped, plan.down)
-        if not plan.validate:
-            self.conclude("no node of the cluster can be validated now", False)
+        if not plan.validate:  # a sweep with nothing left to take is done, not failed
+            swept = self.context.sweep is not None
+            self.conclude(f"no node of the cluster {'needs a sweep' if swept else 'can be validated'} "
+                          "now", swept)
             return
         for node in plan.validate:
             self.records[node.name] = NodeRecord(node, resumed=node in plan.resume)
@@ -220,16 +223,18 @@ class _ClusterRun:
             elif record.resumed and record.ok:
                 text += " (resumed)"
             rows.append(HostResult(name, elapsed_s=record.elapsed_s,
-                                   outcome=Outcome(OUTCOME, text, record.ok)))
+                                   outcome=Outcome(OUTCOME, text, record.ok or record.preempted)))
         rows.sort(key=lambda r: natural_order(r.name))
 
     def summary(self) -> str:
         """The login node's outcome: how many nodes passed, did not, were skipped, were down,
         and which were drained."""
         passed = sum(r.ok for r in self.records.values())
+        preempted = sum(r.preempted for r in self.records.values())
         parts = [f"{len(self.records)} node(s) validated through {self.scheduler.noun}: "
                  f"{passed} passed"]
-        counts = (("not passed", len(self.records) - passed),
+        counts = (("not passed", len(self.records) - passed - preempted),
+                  ("preempted", preempted),
                   ("skipped", len(self.record.get("skipped") or {})),
                   ("down", len(self.record.get("down") or {})))
         parts += [f"{count} {what}" for what, count in counts if count]
@@ -241,7 +246,7 @@ class _ClusterRun:
     def finish(self) -> None:
         self.node_rows()
         summary = self.summary()
-        if not self.failure and not any(r.judged for r in self.records.values()):
+        if not self.failure and not any(r.judged or r.preempted for r in self.records.values()):
             self.failure = self.context.no_task or f"{self.scheduler.noun} started no task"
         if self.failure:
             self.conclude(f"not validated: {self.failure}", False)

@@ -16,6 +16,9 @@ drains the nodes that failed and resumes the ones gpuprov drained that now pass.
 - `gate`     drain reasons, drain and resume, the reservation that keeps users' jobs off the
              nodes while they are validated
 - `cluster`  `SlurmCluster`, the `base.Cluster` the route drives
+- `sweep`    `SweepCluster`, the one it drives for `validate --sweep`: idle nodes only, in
+             batches, as preemptible jobs of `sweep_partition`, nodes validated within
+             --max-age skipped
 - `row`      the row of `SCHEDULERS` for `slurm:` (imported when an inventory has a `slurm:` host)
 """
 from __future__ import annotations

@@ -5,14 +5,14 @@ import shlex
 from typing import Any, Optional
 
 from ...ground.errors import Where
-from ..base import RunContext
+from ..base import Cluster, RunContext
 from . import CLUSTER_RECORD
 from .cluster import SlurmCluster
 from .gate import drain_command, drain_reason, each_node_command, parse_each_node
 from .hostlist import hostnames_lines, split_sections, wanted_nodes
 from .job import with_conf
 from .nodes import late_nodes, one_line_nodes, usable_nodes
-from .settings import SlurmSettings, load_slurm
+from .settings import SlurmSettings, check_sweep, load_slurm
 
 
 class Slurm:
@@ -25,9 +25,17 @@ class Slurm:
     def read_settings(self, spec: Any, where: Where, host: str) -> SlurmSettings:
         return load_slurm(spec, where, host)
 
-    def open(self, settings: Any, context: RunContext) -> SlurmCluster:
+    def open(self, settings: Any, context: RunContext) -> Cluster:
         assert isinstance(settings, SlurmSettings)  # read by read_settings above
+        if context.sweep is not None:  # validate --sweep (sweep.py)
+            from .sweep import SweepCluster
+
+            return SweepCluster(settings, context)
         return SlurmCluster(settings, context)
+
+    def check_sweep(self, settings: Any) -> None:
+        assert isinstance(settings, SlurmSettings)
+        check_sweep(settings)
 
     def drain_script(self, settings: Any, findings: dict[str, str], run_id: str) -> str:
         assert isinstance(settings, SlurmSettings)

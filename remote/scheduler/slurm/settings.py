@@ -11,6 +11,8 @@ nodes of a Slurm partition through the scheduler (remote/scheduler/).
       extra_args: [--constraint=h100]   # more salloc options, each one argument
       conf: /etc/slurm/slurm.conf       # exported as SLURM_CONF for every Slurm command
       fanout: 32                # srun steps running at once from the login node (default 32)
+      sweep_partition: sweep    # validate --sweep: the low-tier, preemptible partition its jobs go to
+      sweep_batch: 16           # validate --sweep: nodes per job (default 16)
 
 Values only reach salloc, srun and scontrol as single quoted arguments; their shapes are checked here
 so that a typo is one `file:line` error before any host is contacted.
@@ -38,6 +40,9 @@ SLURM_KEYS = {
     "extra_args": "more salloc options, one argument each",
     "conf": "exported as SLURM_CONF for every Slurm command",
     "fanout": "srun steps at once from the login node (default 32)",
+    "sweep_partition": "`validate --sweep`: the partition its jobs go to, over the same nodes, "
+                       "preemptible (the lowest PriorityTier, PreemptMode CANCEL or REQUEUE)",
+    "sweep_batch": "`validate --sweep`: nodes per job (default 16)",
 }
 # At most this many srun steps run at once from the login node: each is an srun client (and
 # its labelling awks) on a machine every user of the cluster shares, so 1,000 nodes must not
@@ -49,6 +54,10 @@ DEFAULT_FANOUT = 32
 # turn: a pipe holds at least one page ("the pipe capacity is limited to one page" when a user
 # is over pipe-user-pages-soft, pipe(7)), so no turn ever blocks its writer.
 MAX_FANOUT = 4096
+# validate --sweep: nodes per job. Chosen: a job preempted for one of its nodes is cancelled
+# whole (slurm.conf(5), PreemptMode CANCEL: "The preempted job will be cancelled"), so a batch
+# is what one preemption costs; 16 keeps that small and a sweep of 1,000 nodes at 63 jobs.
+DEFAULT_SWEEP_BATCH = 16
 # Slurm names (partitions, accounts, QOS): no spaces, commas or shell characters. Slurm's own
 # rules are looser in places; these cover every name in its documentation's examples.
 SLURM_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
@@ -85,6 +94,8 @@ class SlurmSettings:
     extra_args: tuple[str, ...] = ()
     conf: Optional[str] = None
     fanout: int = DEFAULT_FANOUT
+    sweep_partition: Optional[str] = None
+    sweep_batch: int = DEFAULT_SWEEP_BATCH
     host: str = ""  # the login node's name in the inventory, for messages
 
     def position(self, key: str) -> Where:
@@ -124,6 +135,13 @@ def _fanout(value: Any, where: Where, what: str) -> int:
     return value
 
 
+def _sweep_batch(value: Any, where: Where, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_FANOUT:
+        raise where.error(f"{what} must be a whole number from 1 to {MAX_FANOUT} (nodes per "
+                          f"sweep job), not {value!r}")
+    return value
+
+
 def _conf(value: Any, where: Where, what: str) -> str:
     conf = expect(value, str, where, what)
     if not conf.startswith("/") or "\n" in conf or "\0" in conf:
@@ -138,6 +156,8 @@ KEY_READERS: tuple[tuple[str, Callable[[Any, Where, str], Any]], ...] = (
     ("nodes", _nodes), ("time", _time), ("gpus_per_node", _gpus),
     ("extra_args", lambda value, where, what: _extra_args(value, where, what[:-len(".extra_args")])),
     ("fanout", _fanout), ("conf", _conf),
+    ("sweep_partition", _slurm_name),
+    ("sweep_batch", lambda value, where, what: _sweep_batch(value, where, what)),
 )
 
 
@@ -184,3 +204,12 @@ def _extra_args(value: Any, where: Where, what: str) -> tuple[str, ...]:
             raise where.error(f"{what}.extra_args: {name} is set by gpuprov (one task per "
                               "node, labelled output, the partition and nodes of slurm:)")
     return tuple(args)
+
+
+def check_sweep(settings: SlurmSettings) -> None:
+    """`validate --sweep` needs `sweep_partition`: `InputError` at the `slurm:` key without it."""
+    if not settings.sweep_partition:
+        raise settings.where.error(
+            f"host '{settings.host}': validate --sweep needs slurm.sweep_partition, a partition "
+            "over the same nodes whose jobs real work preempts (the lowest PriorityTier, "
+            "PreemptMode=CANCEL)")
