@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -127,7 +128,8 @@ def test_a_sweep_preempted_by_real_work_and_a_second_one_within_max_age(cluster,
     within --max-age skips n1 and n3 (each with its age) and validates n2 only."""
     logs = tmp_path / "logs"
     go(cluster, "n3")
-    proc = sweep(cluster, tmp_path, "--drain-failed", "--json", str(tmp_path / "first.json"))
+    proc = sweep(cluster, tmp_path, "--drain-failed", "--json", str(tmp_path / "first.json"),
+                 "--junit", str(tmp_path / "first.xml"))
     job = ""
     try:
         assert wait_until(lambda: started(cluster, "n1") and started(cluster, "n2"), 90), \
@@ -147,6 +149,10 @@ def test_a_sweep_preempted_by_real_work_and_a_second_one_within_max_age(cluster,
     assert hosts["n2"]["validation"] == "not validated (preempted)", out
     assert re.search(r"^n2 +warning +not validated \(preempted\)$", out, re.M), out
     assert "3 node(s) validated through Slurm: 2 passed, 1 preempted" in out, out
+    # CI reads the preempted node as skipped, neither passed nor failed
+    n2_suite = ET.parse(tmp_path / "first.xml").getroot().find("testsuite[@name='n2']")
+    assert n2_suite is not None, (tmp_path / "first.xml").read_text()
+    assert (n2_suite.get("skipped"), n2_suite.get("failures")) == ("1", "0")
     run_id = next((logs / "hpc1").iterdir()).name
     record = record_of(logs, run_id)
     assert record["nodes"]["n2"]["preempted"] is True and record["nodes"]["n1"]["ok"] is True

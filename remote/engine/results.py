@@ -48,6 +48,9 @@ class Outcome:
     name: str
     text: str
     ok: bool
+    # neither passed nor failed: it did not count (a sweep's node preempted by real work);
+    # JUnit reads it as a skipped testcase
+    skipped: bool = False
 
 
 @dataclass

@@ -96,7 +96,9 @@ def build(title: str, results: Mapping[str, Any], redact: Callable[[str], str],
             kind = {"fail": "failure", "skip": "skipped"}.get(status, "")
             suite.case(f"validate: {check['name']}", _seconds(check.get("elapsed_s")), kind,
                        str(check.get("reason") or status))
-        if outcome is not None and not outcome.ok and not any(
+        if outcome is not None and outcome.skipped:
+            suite.case(outcome.name, 0.0, "skipped", outcome.text)  # it did not count
+        elif outcome is not None and not outcome.ok and not any(
                 str(c.get("status")) == "fail" for c in checks):
             suite.case(outcome.name, 0.0, "failure", outcome.text)  # not validated: say why
         log = run_dir / runfolder.PROVISION_LOG if run_dir is not None else None

@@ -223,7 +223,8 @@ class _ClusterRun:
             elif record.resumed and record.ok:
                 text += " (resumed)"
             rows.append(HostResult(name, elapsed_s=record.elapsed_s,
-                                   outcome=Outcome(OUTCOME, text, record.ok or record.preempted)))
+                                   outcome=Outcome(OUTCOME, text, record.ok or record.preempted,
+                                                   skipped=record.preempted)))
         rows.sort(key=lambda r: natural_order(r.name))
 
     def summary(self) -> str:
