@@ -36,3 +36,7 @@ HEALTH_PREFIX = DRAIN_PREFIX + "health: "
 # cluster (measured); `sinfo -R` prints it in a 20-column field by default. The cut is gpuprov's
 # own (unsourced): enough for what failed and what to do, short enough for a line of `sinfo -R`.
 DRAIN_REASON_MAX = 200
+
+# `gpuprov validate --distributed`'s record of the multi-node job, one per node in its run
+# folder (remote/distributed/); the host side (validate/dist_job.py) prints what goes in it.
+DISTRIBUTED_RECORD = "distributed.json"

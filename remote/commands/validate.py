@@ -25,7 +25,7 @@ def run(host: Optional[str], inventory: str, suite: str = "quick",
         junit_path: Optional[str] = None, drain_failed: bool = False,
         resume_passed: bool = False, serial: Optional[str] = None,
         max_fail_percentage: Union[str, float, None] = None, evidence: bool = True,
-        **exports: Optional[str]) -> int:
+        distributed: bool = False, **exports: Optional[str]) -> int:
     """`gpuprov validate` (module docstring); `exports`: the paths of the other exports it
     offers (`remote.commands.exports`), by their keyword."""
     from ..scheduler import SCHEDULERS
@@ -47,6 +47,14 @@ def run(host: Optional[str], inventory: str, suite: str = "quick",
         return print_hosts(hosts, outputs.stream)
     ssh_route = Validate(suite, Path(logs_dir))
     job: Job = RecordStack(ssh_route, Path(logs_dir))
+    after = None
+    if distributed:  # then one multi-node job across the nodes that passed (remote/distributed/)
+        from ..distributed.job import prepare
+
+        try:
+            job = after = prepare(job, inv, hosts, extra_vars, Path(logs_dir))
+        except InputError as exc:
+            return fail_input(exc)
     spec = HostRun(inv, hosts, "validate", job, logs_dir, extra_vars, forks_n, outputs,
                    rollout=rollout)
     if any(h.scheduler for h in hosts):  # the other hosts run `job`, as when selected alone
@@ -55,6 +63,8 @@ def run(host: Optional[str], inventory: str, suite: str = "quick",
         job = cluster_job = ClusterValidate(ssh_route, SCHEDULERS, drain_failed, resume_passed,
                                             ssh_job=job)
         spec.expand = cluster_job.with_nodes
+    if after is not None:
+        spec.expand = after.after
     if evidence:  # after an RMA verdict (remote/evidence/); a login node has no results.json
         from ..evidence import AfterRMA, CollectEvidence
 
