@@ -18,9 +18,16 @@ MAX_LINE = 64 * 1024  # a longer @@ line is refused (a result of a few dozen siz
 STACK_KEYS = ("torch", "cuda", "nccl", "driver", "python")
 _VERSION = re.compile(r"[A-Za-z0-9.+_-]{1,64}")
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
-CONNECT_ERRORS = ("RendezvousConnectionError", "The connection to the C10d store has failed",
-                  "DistNetworkError")
-RDZV_TIMEOUT = "RendezvousTimeoutError"
+# A node that never reached the store: its traceback passes through the backend's store
+# creation (c10d_rendezvous_backend.py `_create_tcp_store`), and c10d's socket says it could not
+# connect (torch/csrc/distributed/c10d/socket.cpp: "The client socket has timed out after ...
+# while trying to connect to (HOST, PORT)", "... has failed to connect to any network address").
+# A node that reached it and saw the round fail ends with another of api.py's rendezvous
+# errors (timed out, closed by the host when it gave up, its store gone).
+CONNECT_MARKS = ("_create_tcp_store", "while trying to connect to",
+                 "failed to connect to any network address")
+RDZV_ERRORS = ("RendezvousTimeoutError", "RendezvousClosedError", "RendezvousConnectionError",
+               "RendezvousError")
 
 
 class BadAnswer(ValueError):
@@ -154,9 +161,9 @@ def result(text: str) -> Optional[Result]:
 def torchrun_failure(err: str) -> str:
     """What torchrun's stderr says went wrong, in a word: "connect" (it never reached the
     rendezvous store), "rendezvous" (it reached it, the round never completed), or ""."""
-    if any(mark in err for mark in CONNECT_ERRORS):
+    if any(mark in err for mark in CONNECT_MARKS):
         return "connect"
-    if RDZV_TIMEOUT in err:
+    if any(mark in err for mark in RDZV_ERRORS):
         return "rendezvous"
     return ""
 
@@ -175,3 +182,14 @@ def last_line(text: str) -> str:
 
 def valid_name(name: str) -> bool:
     return bool(_NAME.fullmatch(name))
+
+
+TAIL_LINES = 40  # the lines of a node's stderr its record keeps (chosen: a traceback's end)
+
+
+def tail(text: str) -> str:
+    """The last lines of a node's stderr worth keeping: no blank lines, no C++ stack frames,
+    each printable and cut."""
+    lines = [printable_line(line)[:300] for line in text.splitlines()
+             if line.strip() and not line.startswith("frame #")]
+    return "\n".join(lines[-TAIL_LINES:])

@@ -149,18 +149,29 @@ class Launch:
     token: str
 
 
-def torchrun_args(launch: Launch, settings: Settings) -> list[str]:
-    """torchrun's options (module docstring), then the worker's."""
+def torchrun_words(nnodes: str, nproc: str, endpoint: str, rdzv_id: str, is_host: str,
+                   local_addr: str, host_name: str, token: str, backend: str, nbytes: int,
+                   settings: Settings) -> list[str]:
+    """torchrun's options (module docstring), then the worker's, as shell words: each value
+    given is already one (quoted, or a variable the script sets: the Slurm step's)."""
     join = f"{settings.join_timeout:g}"
-    is_host = "true" if launch.node_rank == 0 else "false"
-    return ["-m", "torch.distributed.run", f"--nnodes={launch.nnodes}",
-            f"--nproc-per-node={launch.nproc}", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={launch.endpoint}", f"--rdzv-id=gpuprov-{launch.run_id}",
+    return ["-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
             f"--rdzv-conf=is_host={is_host},join_timeout={join},read_timeout={join}",
-            f"--local-addr={launch.local_addr}", "--max-restarts=0", "-m", "validate.dist_job",
-            "--host-name", launch.host_name, "--run-token", launch.token,
-            "--backend", launch.backend, "--max-bytes", str(launch.max_bytes),
-            "--collective-timeout", f"{settings.collective_timeout:g}"]
+            f"--local-addr={local_addr}", "--max-restarts=0", "-m", "validate.dist_job",
+            "--host-name", host_name, "--run-token", token, "--backend", backend,
+            "--max-bytes", str(nbytes), "--collective-timeout", f"{settings.collective_timeout:g}"]
+
+
+def torchrun_args(launch: Launch, settings: Settings) -> list[str]:
+    """`torchrun_words` for one node of an SSH run, as shell words; the token as `"$a$b"`
+    (the halves the script sets: its text never holds the token whole)."""
+    q = shlex.quote
+    return torchrun_words(str(launch.nnodes), str(launch.nproc), q(launch.endpoint),
+                          q(f"gpuprov-{launch.run_id}"),
+                          "true" if launch.node_rank == 0 else "false", q(launch.local_addr),
+                          q(launch.host_name), '"$a$b"', launch.backend, launch.max_bytes,
+                          settings)
 
 
 def launch_script(launch: Launch, settings: Settings) -> str:
@@ -175,10 +186,8 @@ def launch_script(launch: Launch, settings: Settings) -> str:
     stable/distributed.html, "Choosing the network interface to use"), else from what the
     node's hostname resolves to, which is often loopback or another network."""
     pkg = package_dir(launch.host_name, launch.run_id)
-    # the token only in the halves `_kill_token` sets: the script's text never holds it whole
-    argv = " ".join('"$a$b"' if a == launch.token else shlex.quote(a)
-                    for a in torchrun_args(launch, settings))
-    return (f"cd {pkg} 2>/dev/null || exit {PACKAGE_MISSING}\n{_halves(launch.token)}"
+    argv = " ".join(torchrun_args(launch, settings))
+    return (f"cd {pkg} 2>/dev/null || exit {PACKAGE_MISSING}\n{halves(launch.token)}"
             f"{choose_python(launch.host_name, launch.python)}"
             f"IF=$(ip -o addr show 2>/dev/null | awk -v a={shlex.quote(launch.local_addr)} "
             "'{split($4, p, \"/\"); if (p[1] == a) {print $2; exit}}')\n"
@@ -186,21 +195,22 @@ def launch_script(launch: Launch, settings: Settings) -> str:
             'echo "@@ifname $IF"; fi\n'
             f"PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 timeout -k {KILL_AFTER_S} "
             f'{settings.limit_s:g} "$PY" {argv}\n'
-            f"rc=$?\n{_kill_token(launch.host_name, launch.token)}exit $rc")
+            f"rc=$?\n{kill_token(shlex.quote(launch.host_name), launch.token)}exit $rc")
 
 
-def _halves(token: str) -> str:
+def halves(token: str) -> str:
+    """Shell lines that set $a and $b, the token's two halves."""
     half = len(token) // 2
     return f"a={shlex.quote(token[:half])}; b={shlex.quote(token[half:])}\n"
 
 
-def _kill_token(host_name: str, token: str) -> str:
+def kill_token(host_word: str, token: str) -> str:
     """Shell lines that stop, by PID, every process of the node whose command line holds the
-    job's token after this node's name (torchrun, its workers and `timeout` all carry
+    job's token after this node's name (`host_word`, a shell word) (torchrun, its workers and `timeout` all carry
     `--host-name NODE --run-token TOKEN`; nodes that share one PID namespace, as the test's
     do, stop only their own), and say how many (`@@left N`). The token is split in the script
     so that the script's own shell (and its subshells) never match."""
-    return (f"{_halves(token)}n=0; h={shlex.quote(host_name)}\n"
+    return (f"{halves(token)}n=0; h={host_word}\n"
             'pat="--host-name $h --run-token $a$b"\n'
             "for d in /proc/[0-9]*; do\n"
             '  p=${d#/proc/}; [ "$p" = "$$" ] && continue\n'
@@ -211,6 +221,6 @@ def _kill_token(host_name: str, token: str) -> str:
 
 
 def cleanup_script(host_name: str, run_id: str, token: str) -> str:
-    """Stop every process of the job still on the node (`_kill_token`: by PID, found by the
+    """Stop every process of the job still on the node (`kill_token`: by PID, found by the
     job's token and nothing broader), say how many there were, remove the package."""
-    return f"{_kill_token(host_name, token)}rm -rf {package_dir(host_name, run_id)}"
+    return f"{kill_token(shlex.quote(host_name), token)}rm -rf {package_dir(host_name, run_id)}"

@@ -6,14 +6,14 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, TypeVar
 
 from ..config.inventory import Host
 from ..ground.errors import CommandTimeout, GpuprovError, Interrupted
 from ..transport.connection import BaseConnection
 from . import parse, plan
-from .verdict import NodeRun, Verdict, judge, skew
+from .verdict import NodeRun, Outcome, Verdict, judge, skew
 
 T = TypeVar("T")
 Note = Callable[[str], None]
@@ -28,40 +28,6 @@ class Member:
     connect: Callable[[Host], BaseConnection]
     address: str
     python: str  # the node's `validate_python`, else its inventory `python`
-
-
-@dataclass
-class Outcome:
-    """The job's record, as `distributed.json` holds it (with each node's own part added)."""
-
-    verdict: Verdict
-    nodes: list[str]
-    endpoint: str = ""
-    backend: str = ""
-    stacks: dict[str, dict[str, Any]] = field(default_factory=dict)
-    runs: dict[str, NodeRun] = field(default_factory=dict)
-    result: Optional[parse.Result] = None
-    elapsed_s: float = 0.0
-
-    def record(self, node: str, run_id: str, settings: plan.Settings) -> dict[str, Any]:
-        run = self.runs.get(node)
-        res = self.result
-        return {"run": run_id, "node": node, "nodes": self.nodes, "ok": self.verdict.ok,
-                "reason": self.verdict.reason, "named": self.verdict.named,
-                "this_node": self.verdict.named.get(node, ""),
-                "backend": self.backend, "endpoint": self.endpoint, "port": settings.port,
-                "limits_s": {"join": settings.join_timeout,
-                             "collective": settings.collective_timeout,
-                             "node": settings.limit_s},
-                "stacks": self.stacks,
-                "joined": sorted(n for n, r in self.runs.items() if r.joined),
-                "left_processes": {n: r.left for n, r in self.runs.items()},
-                "torchrun": None if run is None else {"rc": run.rc, "failure": run.failure,
-                                                      "said": run.said},
-                "world": res.world if res else None, "sizes": res.sizes if res else [],
-                "wrong_elements": res.wrong_elements if res else None,
-                "busbw": self.verdict.busbw, "train": res.train if res else None,
-                "elapsed_s": round(self.elapsed_s, 3)}
 
 
 def _each(members: list[Member], work: Callable[[Member], T],
@@ -100,8 +66,7 @@ class Job:
             left = self._cleanup()
             for conn in self.conns.values():
                 conn.close()
-        for name, count in left.items():
-            out.runs.setdefault(name, NodeRun()).left = count
+        out.left = left
         out.elapsed_s = time.monotonic() - started
         return out
 
@@ -111,8 +76,8 @@ class Job:
             return Outcome(Verdict(False, _joined(failed), failed), names, self.endpoint)
         odd = skew(stacks)
         if odd:
-            self.note(f"distributed: version skew, nothing started: {_joined(odd)}")
-            return Outcome(Verdict(False, "version skew: " + _joined(odd), odd), names,
+            odd = {name: f"version skew: {why}" for name, why in odd.items()}
+            return Outcome(Verdict(False, _joined(odd) + "; nothing started", odd), names,
                            self.endpoint, stacks=stacks)
         gpus = stacks[names[0]]["gpus"]
         backend = "nccl" if gpus > 0 else "gloo"
@@ -170,7 +135,7 @@ class Job:
             if started and failure == "connect":  # it reached the rendezvous: a later failure
                 failure = ""
             return NodeRun(res.rc, bool(parse.joined(res.out)), failure, parse.last_line(res.err),
-                           started=started)
+                           started=started, tail=parse.tail(res.err))
 
         return _each(self.members, one, self.cancel), texts
 

@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional
 
 from validate import expectations
 
+from . import plan
 from .parse import Result
 
 # What must be equal across the nodes before any collective starts (issue 44): torch, CUDA and
@@ -29,8 +30,8 @@ class NodeRun:
     joined: bool = False
     failure: str = ""  # parse.torchrun_failure's word, or "timeout"
     said: str = ""  # its last line of stderr, or why it did not come back
-    left: Optional[int] = None  # the job's processes the cleanup stopped on it
     started: bool = False  # its workers started: it took part in the completed rendezvous
+    tail: str = ""  # the end of its stderr, printable (for the record)
 
 
 @dataclass
@@ -39,6 +40,41 @@ class Verdict:
     reason: str
     named: dict[str, str] = field(default_factory=dict)  # node -> why it is to blame
     busbw: Optional[dict[str, Any]] = None  # expectations.verdict of the largest size
+
+
+@dataclass
+class Outcome:
+    """The job's record, as `distributed.json` holds it (with each node's own part added)."""
+
+    verdict: Verdict
+    nodes: list[str]
+    endpoint: str = ""
+    backend: str = ""
+    stacks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    runs: dict[str, NodeRun] = field(default_factory=dict)
+    result: Optional[Result] = None
+    elapsed_s: float = 0.0
+    left: dict[str, Optional[int]] = field(default_factory=dict)  # the cleanup's count per node
+
+    def record(self, node: str, run_id: str, settings: plan.Settings) -> dict[str, Any]:
+        run = self.runs.get(node)
+        res = self.result
+        return {"run": run_id, "node": node, "nodes": self.nodes, "ok": self.verdict.ok,
+                "reason": self.verdict.reason, "named": self.verdict.named,
+                "this_node": self.verdict.named.get(node, ""),
+                "backend": self.backend, "endpoint": self.endpoint, "port": settings.port,
+                "limits_s": {"join": settings.join_timeout,
+                             "collective": settings.collective_timeout,
+                             "node": settings.limit_s},
+                "stacks": self.stacks,
+                "joined": sorted(n for n, r in self.runs.items() if r.joined),
+                "left_processes": self.left,
+                "torchrun": None if run is None else {"rc": run.rc, "failure": run.failure,
+                                                      "said": run.said, "stderr_tail": run.tail},
+                "world": res.world if res else None, "sizes": res.sizes if res else [],
+                "wrong_elements": res.wrong_elements if res else None,
+                "busbw": self.verdict.busbw, "train": res.train if res else None,
+                "elapsed_s": round(self.elapsed_s, 3)}
 
 
 def skew(stacks: dict[str, dict[str, Any]]) -> dict[str, str]:
