@@ -24,7 +24,9 @@ it), each rank:
    does, and compares loss and gradients with one process's step on the
    whole global batch (rank 0 computes it);
 
-and global rank 0 prints ``@@result {...}``.  Every line this prints starts
+and global rank 0 (on whichever node the rendezvous put it) prints one
+``@@size {...}`` line per size, ``@@train {...}``, then ``@@result {...}``:
+short lines, since ``srun --label`` breaks long ones.  Every line this prints starts
 with ``@@`` so the control side reads nothing else of what torch prints.
 """
 
@@ -59,7 +61,7 @@ GROWTH = 4
 
 def stack():
     """The node's stack, as the skew check compares it."""
-    out = {"torch": None, "cuda": None, "nccl": None, "driver": None, "gpus": 0,
+    out = {"torch": None, "cuda": None, "nccl": None, "driver": None, "gpus": 0, "gpu_names": [],  # type: dict[str, object]
            "python": "%d.%d.%d" % sys.version_info[:3], "hostname": socket.gethostname()}
     try:
         from importlib import metadata  # Python 3.8+
@@ -70,7 +72,9 @@ def stack():
         import torch
         out["cuda"] = torch.version.cuda
         if torch.cuda.is_available():
-            out["gpus"] = torch.cuda.device_count()
+            count = torch.cuda.device_count()
+            out["gpus"] = count
+            out["gpu_names"] = [torch.cuda.get_device_name(i) for i in range(count)]
             v = torch.cuda.nccl.version()
             out["nccl"] = ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
     except Exception:
@@ -199,10 +203,13 @@ def run(a):
 
     rows, wrong = sweep(dist, torch, dev, a.max_bytes, a.iters, sync)
     step = train_step(dist, torch, dev)
-    if dist.get_rank() == 0:
+    if dist.get_rank() == 0:  # short lines: srun --label breaks long ones
+        for row in rows:
+            say("size", row)
+        say("train", step)
         say("result", {"backend": a.backend, "world": dist.get_world_size(),
                        "nodes": int(os.environ.get("GROUP_WORLD_SIZE", "0")) or None,
-                       "sizes": rows, "wrong_elements": wrong, "train": step})
+                       "sizes": len(rows), "wrong_elements": wrong})
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -85,6 +85,11 @@ def stack(text: str) -> dict[str, Any]:
     doc = _object(lines[0])
     out: dict[str, Any] = {key: _version(doc, key) for key in STACK_KEYS}
     out["gpus"] = _count(doc.get("gpus", 0), "gpus", 4096)
+    names = doc.get("gpu_names") or []
+    if not isinstance(names, list) or len(names) > 4096 or not all(
+            isinstance(n, str) and len(n) <= 200 for n in names):
+        raise BadAnswer("gpu_names: not a list of names")
+    out["gpu_names"] = [printable_line(n) for n in names]
     return out
 
 
@@ -127,7 +132,8 @@ class Result:
 
 
 def result(text: str) -> Optional[Result]:
-    """Rank 0's `@@result`, checked; None when the node printed none; `BadAnswer` when bad."""
+    """Rank 0's `@@size` lines, `@@train` and `@@result`, checked; None when the node printed
+    no `@@result` (rank 0 ran elsewhere, or never got there); `BadAnswer` when bad."""
     lines = tagged(text, "result")
     if not lines:
         return None
@@ -135,27 +141,44 @@ def result(text: str) -> Optional[Result]:
     backend = doc.get("backend")
     if backend not in ("gloo", "nccl"):
         raise BadAnswer(f"backend: {printable_line(str(backend))[:40]!r}")
-    sizes = doc.get("sizes")
-    if not isinstance(sizes, list) or not 0 < len(sizes) <= 64:
-        raise BadAnswer("sizes: not a list of 1 to 64 rows")
-    rows = []
-    for row in sizes:
-        if not isinstance(row, dict):
-            raise BadAnswer("sizes: a row that is not an object")
-        rows.append({"bytes": _count(row.get("bytes"), "bytes", 1 << 40),
-                     "median_s": _figure(row.get("median_s"), "median_s"),
-                     "algbw_gbs": _figure(row.get("algbw_gbs"), "algbw_gbs"),
-                     "busbw_gbs": _figure(row.get("busbw_gbs"), "busbw_gbs")})
-    train = doc.get("train")
-    if not isinstance(train, dict) or not isinstance(train.get("match"), bool):
-        raise BadAnswer("train: no step, or no match")
-    step = {"match": train["match"]}
+    rows = [_size_row(_object(payload)) for payload in tagged(text, "size")]
+    if not 0 < len(rows) <= 64 or len(rows) != doc.get("sizes"):
+        raise BadAnswer(f"{len(rows)} size lines, not 1 to 64 as the result says")
+    trains = tagged(text, "train")
+    if len(trains) != 1:
+        raise BadAnswer(f"{len(trains)} training step lines, not 1")
+    return Result(backend, _count(doc.get("world"), "world"), rows,
+                  _count(doc.get("wrong_elements"), "wrong_elements", 1 << 40),
+                  _train(_object(trains[0])))
+
+
+def _size_row(row: dict[str, Any]) -> dict[str, float]:
+    return {"bytes": _count(row.get("bytes"), "bytes", 1 << 40),
+            "median_s": _figure(row.get("median_s"), "median_s"),
+            "algbw_gbs": _figure(row.get("algbw_gbs"), "algbw_gbs"),
+            "busbw_gbs": _figure(row.get("busbw_gbs"), "busbw_gbs")}
+
+
+def _train(train: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(train.get("match"), bool):
+        raise BadAnswer("train: no match")
+    step: dict[str, Any] = {"match": train["match"]}
     for key in ("loss", "reference_loss", "loss_diff", "grad_max_abs_diff", "grad_max_rel_diff",
                 "rtol", "atol"):
         step[key] = _figure(train.get(key), key)  # an MSE loss is >= 0 too
     step["global_batch"] = _count(train.get("global_batch"), "global_batch")
-    return Result(backend, _count(doc.get("world"), "world"), rows,
-                  _count(doc.get("wrong_elements"), "wrong_elements", 1 << 40), step)
+    return step
+
+
+def first_result(texts: dict[str, str]) -> tuple[Optional[Result], str]:
+    """Rank 0's result from whichever node printed it (c10d's rendezvous gives global rank 0
+    to any node, not the first), and that node; (None, "") when none did; `BadAnswer` from
+    the first that printed a bad one."""
+    for name, text in texts.items():
+        found = result(text)
+        if found is not None:
+            return found, name
+    return None, ""
 
 
 def torchrun_failure(err: str) -> str:

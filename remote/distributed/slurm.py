@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import parse, plan
-from .verdict import NodeRun, Outcome, Verdict, judge, skew
+from .verdict import NodeRun, Outcome, Verdict, judge, node_sku, skew
 
 _LABEL = re.compile(r"^\s*([0-9]{1,6}): ?(.*)$")
 
@@ -113,16 +113,15 @@ def stacks(stdout: str, stderr: str) -> tuple[dict[str, dict[str, Any]], dict[st
     return found, failed
 
 
-def job_runs(stdout: str, stderr: str, nodes: list[str]) -> tuple[dict[str, NodeRun], str]:
-    """The job step's answer per node (in `nodes`' order, the step's node order) and rank
-    0's stdout (its `@@result`). A node that said nothing never answered."""
+def job_runs(stdout: str, stderr: str, nodes: list[str]) -> tuple[dict[str, NodeRun], dict[str, str]]:
+    """The job step's answer per node (in `nodes`' order, the step's node order) and each
+    node's stdout. A node that said nothing never answered."""
     tasks = split_tasks(stdout, stderr)
     runs: dict[str, NodeRun] = {}
-    first = ""
+    texts: dict[str, str] = {}
     for index, name in enumerate(nodes):
         out, err = tasks.get(index, ("", ""))
-        if index == 0:
-            first = out
+        texts[name] = out
         said = [line[5:] for line in out.splitlines() if line.startswith("@@rc ")]
         rc = int(said[-1]) if said and said[-1].isdigit() and len(said[-1]) < 4 else None
         failure = ("timeout" if rc is None or rc in plan.TIMED_OUT
@@ -132,7 +131,7 @@ def job_runs(stdout: str, stderr: str, nodes: list[str]) -> tuple[dict[str, Node
             failure = ""
         runs[name] = NodeRun(rc, bool(parse.joined(out)), failure, parse.last_line(err),
                              started=started, tail=parse.tail(err))
-    return runs, first
+    return runs, texts
 
 
 # What runs a command on the login node inside the allocation: (exit status, stdout, stderr).
@@ -163,14 +162,15 @@ def run_job(runner: Runner, step: Step, settings: plan.Settings,
     rc, out, err = runner(job_command(step, settings, backend, max(gpus, 1),
                                       plan.max_bytes(gpus, None), token),
                           settings.limit_s + plan.KILL_AFTER_S + 90)
-    runs, first = job_runs(out, err, names)
+    runs, texts = job_runs(out, err, names)
     result = None
     try:
-        result = parse.result(first)
+        result, _ = parse.first_result(texts)
     except parse.BadAnswer as exc:
         runs[names[0]].said = f"bad result: {exc}"
     endpoint = f"{names[0]}:{settings.port}"
-    verdict = judge(result, runs, endpoint, settings.limit_s, settings.floor_gbs)
+    verdict = judge(result, runs, endpoint, settings.limit_s, settings.floor_gbs,
+                    node_sku(found))
     left = {name: parse.left(split_tasks(out, err).get(i, ("", ""))[0])
             for i, name in enumerate(names)}
     return Outcome(verdict, names, endpoint, backend, found, runs, result, left=left)

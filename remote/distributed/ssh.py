@@ -13,7 +13,7 @@ from ..config.inventory import Host
 from ..ground.errors import CommandTimeout, GpuprovError, Interrupted
 from ..transport.connection import BaseConnection
 from . import parse, plan
-from .verdict import NodeRun, Outcome, Verdict, judge, skew
+from .verdict import NodeRun, Outcome, Verdict, judge, node_sku, skew
 
 T = TypeVar("T")
 Note = Callable[[str], None]
@@ -87,10 +87,11 @@ class Job:
         runs, texts = self._launch(backend, max(gpus, 1), plan.max_bytes(gpus, None))
         result = None
         try:
-            result = parse.result(texts.get(names[0], ""))
+            result, _ = parse.first_result(texts)
         except parse.BadAnswer as exc:
             runs[names[0]].said = f"bad result: {exc}"
-        verdict = judge(result, runs, self.endpoint, self.settings.limit_s, self.settings.floor_gbs)
+        verdict = judge(result, runs, self.endpoint, self.settings.limit_s, self.settings.floor_gbs,
+                        node_sku(stacks))
         return Outcome(verdict, names, self.endpoint, backend, stacks, runs, result)
 
     def _stacks(self) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:

@@ -125,7 +125,17 @@ def never_joined(runs: dict[str, NodeRun], endpoint: str, limit_s: float) -> dic
             if not run.joined}
 
 
-def judge_busbw(result: Result, floor_gbs: Optional[float]) -> dict[str, Any]:
+def node_sku(stacks: dict[str, dict[str, Any]]) -> Optional[str]:
+    """The table's row every node's GPUs are (validate/checks/multigpu.py node_sku), or None."""
+    from validate.checks import multigpu
+
+    sku_of: Callable[[list[str]], Optional[str]] = multigpu.node_sku
+    names = [n for s in stacks.values() for n in s.get("gpu_names") or []]
+    found: Optional[str] = sku_of(names) if names else None
+    return found
+
+
+def judge_busbw(result: Result, floor_gbs: Optional[float], sku: Optional[str] = None) -> dict[str, Any]:
     """The largest size's busbw against the inventory's `distributed_busbw_floor`, else the
     table's floor where it holds for this many GPUs at this size
     (validate/expectations.py judge_allreduce: the table's floors are one 8-GPU node's, so a
@@ -137,11 +147,11 @@ def judge_busbw(result: Result, floor_gbs: Optional[float]) -> dict[str, Any]:
     if floor_gbs is not None:
         return _verdict({"floor": floor_gbs, "rule": f"busbw >= {floor_gbs:g}",
                                      "source": "inventory distributed_busbw_floor"}, busbw)
-    return _judge_allreduce(None, busbw, nbytes, result.world)
+    return _judge_allreduce(sku, busbw, nbytes, result.world)
 
 
 def judge(result: Optional[Result], runs: dict[str, NodeRun], endpoint: str, limit_s: float,
-          floor_gbs: Optional[float]) -> Verdict:
+          floor_gbs: Optional[float], sku: Optional[str] = None) -> Verdict:
     """The job's verdict from rank 0's result and every node's run."""
     if result is None or not all(r.joined for r in runs.values()) or any(
             r.rc != 0 for r in runs.values()):
@@ -152,7 +162,7 @@ def judge(result: Optional[Result], runs: dict[str, NodeRun], endpoint: str, lim
                      for n, r in runs.items() if r.rc != 0} or named
         return Verdict(False, "; ".join(f"{n}: {why}" for n, why in named.items())
                        or "the job printed no result", named)
-    busbw = judge_busbw(result, floor_gbs)
+    busbw = judge_busbw(result, floor_gbs, sku)
     problems = []
     if result.wrong_elements:
         problems.append(f"all-reduce wrong in {result.wrong_elements} elements")
