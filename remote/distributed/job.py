@@ -126,7 +126,10 @@ def prepare(inner: Job, inventory: Any, hosts: list[Host], extra_vars: dict[str,
         raise InputError(f"--distributed runs one job across nodes: select at least 2 hosts "
                          f"({len(nodes)} selected)", inventory.path)
     layers = {h.name: layered_vars(inventory, h, extra_vars)[0] for h in nodes}
-    settings = plan.read_settings(layers[nodes[0].name])
+    try:
+        settings = plan.read_settings(layers[nodes[0].name])
+    except InputError as exc:
+        raise InputError(str(exc), inventory.path) from None
     addresses = {h.name: str(layers[h.name].get("distributed_address") or
                              ("127.0.0.1" if h.is_local else h.address)) for h in nodes}
     pythons = {h.name: str(layers[h.name].get("validate_python") or h.python) for h in nodes}

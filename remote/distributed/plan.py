@@ -78,15 +78,15 @@ class Settings:
 
 
 def _number(vars_: dict[str, Any], name: str, default: float, low: float, high: float) -> float:
-    value = vars_.get(name, default)
-    if isinstance(value, str):
+    given = value = vars_.get(name, default)
+    if isinstance(value, str):  # `--var name=N` gives text
         try:
             value = float(value)
         except ValueError:
             pass
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or not low <= value <= high:
-        raise InputError(f"{name}: {value!r} is not a number from {low:g} to {high:g}")
+        raise InputError(f"{name}: {given!r} is not a number from {low:g} to {high:g}")
     return float(value)
 
 
