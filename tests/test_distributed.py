@@ -218,3 +218,14 @@ def test_distributed_with_one_host_or_a_bad_var_is_exit_2_before_any_host(tmp_pa
         "distributed_port: '0' is not a number from 1 to 65535"), bad.err
     assert str(inv) in bad.err and len(bad.err.strip().splitlines()) == 1
     assert not (tmp_path / "logs").exists()  # nothing contacted, nothing written
+
+
+def test_distributed_through_a_login_node_is_refused_for_now(tmp_path):
+    """The Slurm step (remote/distributed/slurm.py) is not wired into the login-node route yet:
+    said in one line, exit 2, before any host is contacted."""
+    inv = write_yaml(tmp_path / "inventory.yaml", {"hosts": {
+        "hpc1": {"address": "192.0.2.9", "slurm": {"partition": "gpu"}}}})
+    res = invoke("validate", "--host", "hpc1", "--inventory", str(inv), "--distributed", cwd=tmp_path)
+    assert res.rc == 2 and res.err.strip().endswith(
+        "--distributed on a cluster's login node is not wired into the Slurm route yet: select "
+        "the nodes as SSH hosts"), res.err
