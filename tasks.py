@@ -177,12 +177,14 @@ def facts(c, host=None, limit=None, inventory=None, list_hosts=False, json=None)
           "evidence": EVIDENCE,
           "distributed": "after each node's own validation, one multi-node PyTorch job "
                          "(torchrun) across the nodes that passed: all-reduce, a training step "
-                         "(docs/how-to/multi-node.md)"},
+                         "(docs/how-to/multi-node.md)",
+          "prometheus": "with --distributed: also write each node's part in the job in the "
+                        "Prometheus text format to this file"},
 )
 def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None, junit=None,
              var=None, forks=None, verbose=0, list_hosts=False, drain_failed=False,
              resume_passed=False, serial=None, max_fail_percentage=None, evidence=True,
-             distributed=False):
+             distributed=False, prometheus=None):
     """Push validate/ to hosts, run it there, pull the results into logs/<host>/<run>/.
     A host with slurm: validates its partition's nodes through Slurm instead."""
     _refuse_invoke_options(c)
@@ -193,7 +195,7 @@ def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None,
                        list_hosts=list_hosts, drain_failed=drain_failed,
                        resume_passed=resume_passed, serial=serial,
                        max_fail_percentage=max_fail_percentage, evidence=evidence,
-                       distributed=distributed))
+                       distributed=distributed, prometheus=prometheus))
 
 
 @task(

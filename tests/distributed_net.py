@@ -62,7 +62,8 @@ def start(work: Path, inv: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "invoke", "--search-root", str(REPO), "validate", "--host", "all",
          "--inventory", str(inv), "--distributed", "--json", str(work / "out.json"),
-         "--junit", str(work / "junit.xml"), "--no-evidence", *extra],
+         "--junit", str(work / "junit.xml"), "--prometheus", str(work / "dist.prom"),
+         "--no-evidence", *extra],
         cwd=work, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, preexec_fn=sigint_as_in_a_terminal)
 
@@ -91,10 +92,11 @@ def finish(run: subprocess.Popen, work: Path, started: float) -> dict:
     records = {}
     for path in sorted((work / "logs").glob("*/*/distributed.json")):
         records[path.parent.parent.name] = json.loads(path.read_text())
-    junit = work / "junit.xml"
+    junit, prom = work / "junit.xml", work / "dist.prom"
     return {"rc": run.returncode, "output": output, "took_s": round(time.monotonic() - started, 2),
             "json": json.loads((work / "out.json").read_text()) if (work / "out.json").exists()
             else None, "records": records, "junit": junit.read_text() if junit.exists() else None,
+            "prom": prom.read_text() if prom.exists() else None,
             "torch_left": live_torch()}
 
 

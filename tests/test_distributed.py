@@ -229,3 +229,19 @@ def test_distributed_through_a_login_node_is_refused_for_now(tmp_path):
     assert res.rc == 2 and res.err.strip().endswith(
         "--distributed on a cluster's login node is not wired into the Slurm route yet: select "
         "the nodes as SSH hosts"), res.err
+
+
+def test_prometheus_reads_each_nodes_record(tmp_path):
+    from remote.distributed.output import write_prometheus
+
+    for node, rec in {"n0": {"ok": False, "this_node": "", "backend": "gloo", "train": None,
+                             "sizes": []},
+                      "n2": {"ok": False, "this_node": "never joined", "sizes": []}}.items():
+        (tmp_path / node / "R1").mkdir(parents=True)
+        (tmp_path / node / "R1" / "distributed.json").write_text(json.dumps(rec))
+    (tmp_path / "n1" / "R1").mkdir(parents=True)  # not in the job: no record
+    write_prometheus(tmp_path / "d.prom", tmp_path, ["n0", "n1", "n2"], "R1")
+    text = (tmp_path / "d.prom").read_text()
+    assert 'gpuprov_distributed_node_named{node="n2",run="R1"} 1.0' in text
+    assert 'gpuprov_distributed_node_named{node="n0",run="R1"} 0.0' in text
+    assert 'node="n1"' not in text

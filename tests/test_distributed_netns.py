@@ -55,6 +55,9 @@ def test_four_hosts_pass_and_the_training_step_matches_the_reference():
     assert cases.count("distributed") == 4
     assert rec["left_processes"] == {"n0": 0, "n1": 0, "n2": 0, "n3": 0}
     assert result["torch_left"] == []
+    prom = result["prom"]  # --prometheus: each node's part
+    assert 'gpuprov_distributed_ok{node="n2",run="' in prom and "gpuprov_distributed_train_match" in prom
+    assert 'gpuprov_distributed_busbw_bytes_per_second{backend="gloo",node="n0",run=' in prom
 
 
 def test_a_host_whose_rendezvous_port_is_blocked_is_named_in_time():
@@ -70,6 +73,7 @@ def test_a_host_whose_rendezvous_port_is_blocked_is_named_in_time():
     assert result["json"]["hosts"]["n2"]["validation"].endswith(why)
     assert result["json"]["hosts"]["n0"]["warnings"] == [f"distributed job failed: n2: {why}"]
     assert result["torch_left"] == []  # no torch process left on any host
+    assert 'gpuprov_distributed_node_named{node="n2",run=' in result["prom"]
     assert all(v == 0 or v is None for v in records["n0"]["left_processes"].values())
 
 
