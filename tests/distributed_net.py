@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -100,6 +101,18 @@ def finish(run: subprocess.Popen, work: Path, started: float) -> dict:
             "torch_left": live_torch()}
 
 
+def _set_pythons(inv: Path, pythons: dict[str, str], python_of: dict[int, str]) -> None:
+    """Each host's `python:` (module docstring): 'ok', or the one `python_of` names."""
+    import yaml
+
+    from tests.conftest import write_yaml
+
+    data = yaml.safe_load(inv.read_text())
+    for i in range(4):
+        data["hosts"][f"n{i}"]["python"] = pythons[python_of.get(i, "ok")]
+    write_yaml(inv, data)
+
+
 def _scenario(vars_: dict, python_of=None, before=None) -> dict:
     from tests.sshd import shared_tmp
 
@@ -109,14 +122,7 @@ def _scenario(vars_: dict, python_of=None, before=None) -> dict:
         net = FabricNet(4)
         try:
             inv = net.inventory(work, {"vars": {"validate_args": CHECKS, **vars_}})
-            import yaml
-
-            from tests.conftest import write_yaml
-
-            data = yaml.safe_load(inv.read_text())
-            for i in range(4):
-                data["hosts"][f"n{i}"]["python"] = pythons[(python_of or {}).get(i, "ok")]
-            write_yaml(inv, data)
+            _set_pythons(inv, pythons, python_of or {})
             if before:
                 before(net)
             started = time.monotonic()
@@ -156,3 +162,34 @@ def scenario_dist_skew() -> dict:
 
 
 __all__ = ["address"]
+
+
+def scenario_dist_interrupt() -> dict:
+    """Ctrl-C once torchrun runs on the nodes (a rendezvous that cannot complete: n3's port is
+    blocked, and the others wait up to 120 s): the run stops, and no torch process is left."""
+    from tests.procs import wait_until
+    from tests.sshd import shared_tmp
+
+    work = shared_tmp()
+    try:
+        pythons = setup(work)
+        net = FabricNet(4)
+        try:
+            inv = net.inventory(work, {"vars": {"validate_args": CHECKS,
+                                                "distributed_timeout": 120}})
+            _set_pythons(inv, pythons, {})
+            _block_port(3)(net)
+            started = time.monotonic()
+            run = start(work, inv)
+            running = wait_until(lambda: len(live_torch()) >= 3, 120)
+            time.sleep(1)
+            run.send_signal(signal.SIGINT)
+            sent = time.monotonic()
+            result = finish(run, work, started)
+            result.update(running=running, stopped_s=round(time.monotonic() - sent, 2))
+            return result
+        finally:
+            net.close()
+    finally:
+        subprocess.run(["umount", str(work / "site")], timeout=10)
+        shutil.rmtree(work, ignore_errors=True)

@@ -202,7 +202,8 @@ def _distributed(name: str):
     return run
 
 
-SCENARIOS.update({name: _distributed(name) for name in ("dist_pass", "dist_blocked", "dist_skew")})
+SCENARIOS.update({name: _distributed(name) for name in ("dist_pass", "dist_blocked", "dist_skew",
+                                                             "dist_interrupt")})
 
 
 def main() -> None:

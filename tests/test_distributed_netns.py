@@ -88,3 +88,13 @@ def test_a_host_with_another_torch_is_named_before_any_collective():
                for r in records.values())
     assert "nothing started" in out
     assert result["torch_left"] == []
+
+
+def test_ctrl_c_during_the_job_stops_every_torch_process():
+    result = run_scenario("dist_interrupt", timeout=420)
+    out = result["output"]
+    assert result["running"], out  # the workers ran when Ctrl-C came
+    assert result["rc"] == 130, out
+    assert "interrupted: the distributed job's processes were stopped" in out
+    assert result["stopped_s"] < 60, out  # not the 120 s rendezvous limit
+    assert result["torch_left"] == []

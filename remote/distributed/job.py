@@ -61,6 +61,9 @@ class Distributed:
     def after(self, results: dict[str, HostResult]) -> dict[str, HostResult]:
         """The distributed job over the hosts whose own validation passed (in the run's
         order); their results gain its verdict."""
+        if any(r.interrupted for r in results.values()) or any(
+                seen.cancel.is_set() for seen in self.seen.values()):
+            return results  # Ctrl-C during the validations: no job starts after it
         passed = [name for name, r in results.items() if r.ok and name in self.seen]
         for name, result in results.items():
             if name in self.seen and name not in passed and not result.not_started:
