@@ -245,3 +245,10 @@ def test_prometheus_reads_each_nodes_record(tmp_path):
     assert 'gpuprov_distributed_node_named{node="n2",run="R1"} 1.0' in text
     assert 'gpuprov_distributed_node_named{node="n0",run="R1"} 0.0' in text
     assert 'node="n1"' not in text
+
+
+def test_the_sweep_grows_to_the_tables_size_on_gpus_and_4_mib_on_cpus():
+    assert plan.max_bytes(0, None) == 4 << 20  # gloo on CPUs: the nccl check's size
+    assert plan.max_bytes(4, None) == 1 << 30 and plan.max_bytes(8, None) == 8 << 30
+    assert plan.max_bytes(8, verdict.table_bytes("H100 SXM")) == 16 * GIB  # AzNHC's 16G
+    assert verdict.table_bytes(None) is None

@@ -201,7 +201,10 @@ def run(a):
         if gpu:
             torch.cuda.synchronize(dev)
 
-    rows, wrong = sweep(dist, torch, dev, a.max_bytes, a.iters, sync)
+    top = a.max_bytes
+    if gpu:  # leave room for NCCL's own buffers, as the nccl check does
+        top = min(top, max(FIRST_BYTES, torch.cuda.mem_get_info(dev)[0] // 2))
+    rows, wrong = sweep(dist, torch, dev, top, a.iters, sync)
     step = train_step(dist, torch, dev)
     if dist.get_rank() == 0:  # short lines: srun --label breaks long ones
         for row in rows:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import parse, plan
-from .verdict import NodeRun, Outcome, Verdict, judge, node_sku, skew
+from .verdict import NodeRun, Outcome, Verdict, judge, node_sku, skew, table_bytes
 
 _LABEL = re.compile(r"^\s*([0-9]{1,6}): ?(.*)$")
 
@@ -160,7 +160,7 @@ def run_job(runner: Runner, step: Step, settings: plan.Settings,
          f"srun step, rendezvous on {names[0]} port {settings.port} (c10d)")
     token = plan.new_token()
     rc, out, err = runner(job_command(step, settings, backend, max(gpus, 1),
-                                      plan.max_bytes(gpus, None), token),
+                                      plan.max_bytes(gpus, table_bytes(node_sku(found))), token),
                           settings.limit_s + plan.KILL_AFTER_S + 90)
     runs, texts = job_runs(out, err, names)
     result = None

@@ -13,7 +13,7 @@ from ..config.inventory import Host
 from ..ground.errors import CommandTimeout, GpuprovError, Interrupted
 from ..transport.connection import BaseConnection
 from . import parse, plan
-from .verdict import NodeRun, Outcome, Verdict, judge, node_sku, skew
+from .verdict import NodeRun, Outcome, Verdict, judge, node_sku, skew, table_bytes
 
 T = TypeVar("T")
 Note = Callable[[str], None]
@@ -84,7 +84,8 @@ class Job:
         self.note(f"distributed: {len(names)} nodes, {backend}, {max(gpus, 1)} process(es) "
                   f"each, rendezvous at {self.endpoint} (c10d), "
                   f"{self.settings.limit_s:g} s at most")
-        runs, texts = self._launch(backend, max(gpus, 1), plan.max_bytes(gpus, None))
+        runs, texts = self._launch(backend, max(gpus, 1),
+                                   plan.max_bytes(gpus, table_bytes(node_sku(stacks))))
         result = None
         try:
             result, _ = parse.first_result(texts)

@@ -135,6 +135,14 @@ def node_sku(stacks: dict[str, dict[str, Any]]) -> Optional[str]:
     return found
 
 
+def table_bytes(sku: Optional[str]) -> Optional[int]:
+    """The message size the table's all-reduce floor for `sku` was measured at (NCCL reaches its
+    peak only at several GiB: nccl-tests#212), or None."""
+    cell: Callable[..., Optional[dict[str, Any]]] = expectations.cell
+    found = cell(sku, "nccl_busbw_gbs") if sku else None
+    return int(found["bytes"]) if found and found.get("bytes") else None
+
+
 def judge_busbw(result: Result, floor_gbs: Optional[float], sku: Optional[str] = None) -> dict[str, Any]:
     """The largest size's busbw against the inventory's `distributed_busbw_floor`, else the
     table's floor where it holds for this many GPUs at this size
