@@ -180,12 +180,17 @@ def facts(c, host=None, limit=None, inventory=None, list_hosts=False, json=None)
                    "slurm.sweep_partition that real work preempts (a preempted node is not "
                    "validated, never failed)",
           "max-age": f"with --sweep: skip nodes whose latest validation started within this "
-                     f"(s, m, h, d, w: 24h, 7d; default {DEFAULT_MAX_AGE})"},
+                     f"(s, m, h, d, w: 24h, 7d; default {DEFAULT_MAX_AGE})",
+          "distributed": "after each node's own validation, one multi-node PyTorch job "
+                         "(torchrun) across the nodes that passed: all-reduce, a training step "
+                         "(docs/how-to/multi-node.md)",
+          "prometheus": "with --distributed: also write each node's part in the job in the "
+                        "Prometheus text format to this file"},
 )
 def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None, junit=None,
              var=None, forks=None, verbose=0, list_hosts=False, drain_failed=False,
              resume_passed=False, serial=None, max_fail_percentage=None, evidence=True,
-             sweep=False, max_age=None):
+             sweep=False, max_age=None, distributed=False, prometheus=None):
     """Push validate/ to hosts, run it there, pull the results into logs/<host>/<run>/.
     A host with slurm: validates its partition's nodes through Slurm instead."""
     _refuse_invoke_options(c)
@@ -196,7 +201,8 @@ def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None,
                        list_hosts=list_hosts, drain_failed=drain_failed,
                        resume_passed=resume_passed, serial=serial,
                        max_fail_percentage=max_fail_percentage, evidence=evidence,
-                       sweep=sweep, max_age=max_age))
+                       sweep=sweep, max_age=max_age, distributed=distributed,
+                       prometheus=prometheus))
 
 
 @task(

@@ -194,6 +194,18 @@ SCENARIOS = {"linkcut": scenario_linkcut, "interrupt_connect": scenario_interrup
              "fabric_interrupt": _fabric("fabric_interrupt")}
 
 
+def _distributed(name: str):
+    def run() -> dict:
+        from tests import distributed_net
+
+        return getattr(distributed_net, f"scenario_{name}")()
+    return run
+
+
+SCENARIOS.update({name: _distributed(name) for name in ("dist_pass", "dist_blocked", "dist_skew",
+                                                             "dist_interrupt")})
+
+
 def main() -> None:
     print(json.dumps(SCENARIOS[sys.argv[1]]()), flush=True)
 

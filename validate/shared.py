@@ -51,3 +51,7 @@ def counted(checks: object) -> bool:
     said how to take it).  What a host wrote is untrusted: anything else counts for nothing."""
     return any(isinstance(c, dict) and (c.get("required") is True or bool(c.get("waivers")))
                for c in (checks if isinstance(checks, list) else []))
+
+# `gpuprov validate --distributed`'s record of the multi-node job, one per node in its run
+# folder (remote/distributed/); the host side (validate/dist_job.py) prints what goes in it.
+DISTRIBUTED_RECORD = "distributed.json"

@@ -111,6 +111,13 @@ def _fabric_html(done: Finished, path: str) -> None:
     write_atomic(Path(path), matrix_html(done.detail.verdict, done.detail.names, done.run_id))
 
 
+def _distributed_prometheus(done: Finished, path: str) -> None:
+    from ..distributed.output import write_prometheus
+
+    if done.logs is not None:
+        write_prometheus(Path(path), done.logs, list(done.results), done.run_id)
+
+
 EXPORTS: dict[str, CommandExport] = {
     "json": CommandExport("--json", "json_path", "each host's steps, outcome and the rollout "
                           "(docs/how-to/own-gpu-host.md)", _results_json,
@@ -127,6 +134,10 @@ EXPORTS: dict[str, CommandExport] = {
                                 ("fabric",)),
     "html": CommandExport("--html", "html", "the matrix of pairs as an HTML heat map",
                           _fabric_html, ("fabric",)),
+    "distributed_prometheus": CommandExport(
+        "--prometheus", "prometheus", "with --distributed: each node's part in the multi-node "
+        "job (passed, named, busbw, training step), Prometheus text format",
+        _distributed_prometheus, ("validate",)),
 }
 
 

@@ -29,7 +29,7 @@ def run(host: Optional[str], inventory: str, suite: str = "quick",
         junit_path: Optional[str] = None, drain_failed: bool = False,
         resume_passed: bool = False, serial: Optional[str] = None,
         max_fail_percentage: Union[str, float, None] = None, evidence: bool = True,
-        sweep: bool = False, max_age: Optional[str] = None,
+        sweep: bool = False, max_age: Optional[str] = None, distributed: bool = False,
         **exports: Optional[str]) -> int:
     """`gpuprov validate` (module docstring); `exports`: the paths of the other exports it
     offers (`remote.commands.exports`), by their keyword."""
@@ -53,6 +53,14 @@ def run(host: Optional[str], inventory: str, suite: str = "quick",
         return print_hosts(hosts, outputs.stream)
     ssh_route = Validate(suite, Path(logs_dir))
     job: Job = RecordStack(ssh_route, Path(logs_dir))
+    after = None
+    if distributed:  # then one multi-node job across the nodes that passed (remote/distributed/)
+        from ..distributed.job import prepare
+
+        try:
+            job = after = prepare(job, inv, hosts, extra_vars, Path(logs_dir))
+        except InputError as exc:
+            return fail_input(exc)
     spec = HostRun(inv, hosts, "validate", job, logs_dir, extra_vars, forks_n, outputs,
                    rollout=rollout)
     if any(h.scheduler for h in hosts):  # the other hosts run `job`, as when selected alone
@@ -61,6 +69,8 @@ def run(host: Optional[str], inventory: str, suite: str = "quick",
         job = cluster_job = ClusterValidate(ssh_route, SCHEDULERS, drain_failed, resume_passed,
                                             ssh_job=job, sweep=swept)
         spec.expand = cluster_job.with_nodes
+    if after is not None:
+        spec.expand = after.after
     if evidence:  # after an RMA verdict (remote/evidence/); a login node has no results.json
         from ..evidence import AfterRMA, CollectEvidence
 

@@ -18,6 +18,8 @@ ask here (tests/test_runfolder.py holds them to it).
                             remote/evidence/)
         fabric.json         FABRIC_RECORD: the node's pairs, figures and verdict of a fabric
                             run (remote/fabric/output.py)
+        distributed.json    DISTRIBUTED_RECORD: the node's part in `validate --distributed`'s
+                            multi-node job and its verdict (remote/distributed/)
         validation.json     VALIDATION_ATTEMPT: the control side's record that it started a
                             validation of the host (before anything ran there) and how that
                             ended; a run with it and no verdict is a failure in the host's
@@ -38,6 +40,7 @@ import json
 from pathlib import Path
 
 from validate.shared import BENCH_LOG as BENCH_LOG
+from validate.shared import DISTRIBUTED_RECORD as DISTRIBUTED_RECORD
 from validate.shared import EVIDENCE_PREFIX as EVIDENCE_PREFIX
 from validate.shared import EVIDENCE_SUFFIX as EVIDENCE_SUFFIX
 from validate.shared import RESULTS as RESULTS
@@ -58,7 +61,7 @@ CLUSTER_RECORDS: set[str] = set()
 # (remote/transport/transfer.py refuses an archive holding one). Read at each pull: it holds
 # every cluster record registered by then.
 CONTROL_FILES: set[str] = {PROVISION_LOG, STACK_MANIFEST, NOT_STARTED, FABRIC_RECORD,
-                           VALIDATION_ATTEMPT}
+                           VALIDATION_ATTEMPT, DISTRIBUTED_RECORD}
 
 
 def register_cluster_record(name: str) -> None:
