@@ -107,10 +107,11 @@ def test_validate_runs_one_task_per_node_and_brings_each_nodes_results_home(clus
     assert record["partition"] == "debug" and record["job_id"].isdigit()
     assert sorted(record["nodes"]) == cluster.nodes
     assert "--gpus-per-node=2" in record["salloc"] and "--exclusive" in record["salloc"]
-    assert "--no-kill" in record["salloc"] and "--nodes=1" in record["srun"]
-    for node in cluster.nodes:  # one step per node: its srun's exit status is the task's
-        assert record["nodes"][node]["srun_exit_status"] == record["nodes"][node]["exit_status"]
+    assert "--no-kill" in record["salloc"] and "--nodes=3" in record["srun"]
+    for node in cluster.nodes:  # one step for all: srun's own line names each failed task
         assert record["nodes"][node]["exit_status"] not in (None, 0)
+        assert record["nodes"][node]["srun_said"].startswith(f"srun: error: {node}: task ")
+    assert record["srun_exit_status"] not in (None, 0)
     # the SSH route's report reads the nodes' folders as they are
     from remote.commands import report as report_cmd
     assert report_cmd.run(logs=str(logs), out=str(logs.parent / "report")) == 0

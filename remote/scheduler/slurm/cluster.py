@@ -8,8 +8,8 @@ step one command there:
    with --resume-passed;
 3. `resume` (--drain-failed or --resume-passed): reserve the nodes for this run, resume
    gpuprov's inside the reservation;
-4. `validate`: one allocation (salloc), one srun step per node started from the login node,
-   the package on each step's stdin, lines streamed back per node; each node's results into
+4. `validate`: one allocation (salloc), one srun step whose tasks are the nodes, the package
+   on the step's stdin, lines streamed back per node; each node's results into
    logs/<node>/<run>/;
 5. `drain` the nodes that failed, `release`: drop the reservation. The run's record is
    logs/<cluster>/<run>/slurm.json.
@@ -26,7 +26,7 @@ from ...transport.connection import LineSplitter, PullLimits
 from ..base import NodeRecord, NodeView, Plan, RouteFailed, RunContext, list_until_answered
 from . import gate
 from .hostlist import hostnames_lines, last_line, split_sections, wanted_nodes
-from .job import JobOutput, job_command, salloc_options, step_options, task_script, with_conf
+from .job import JobOutput, launch_step, salloc_options, step_options, task_script, with_conf
 from .nodes import Node, NodeListError, parse_nodes, plan_nodes
 from .settings import SlurmSettings
 
@@ -125,7 +125,7 @@ class SlurmCluster:
 
     # ------------------------------------------------------------------ 4. the job
     def validate(self, records: dict[str, NodeRecord]) -> None:
-        """One allocation, one srun step per node; a job still running when this ends
+        """One allocation, one step over all the nodes; a job still running when this ends
         (Ctrl-C, the timeout) is cancelled before any node is drained."""
         try:
             self.run_job(records)
@@ -140,7 +140,7 @@ class SlurmCluster:
         args = suite_args(inner.suite, session.context)
         token = secrets.token_hex(8)
         job_name = gate.run_name(self.run_id)
-        command = job_command(settings, names, task_script(token, python, args), job_name,
+        command = launch_step(settings, names, task_script(token, python, args), job_name,
                               token, self.reservation)
         limits = PullLimits.from_env()
         reporter = session.reporter
@@ -155,7 +155,7 @@ class SlurmCluster:
                                    f"partition {settings.partition}")
         self.record["salloc"] = " ".join(salloc_options(settings, names, job_name,
                                                          self.reservation))
-        self.record["srun"] = " ".join(step_options(settings)) + " --nodelist=NODE (one per node)"
+        self.record["srun"] = " ".join(step_options(settings, len(names)))
         started = time.monotonic()
         rc: Optional[int] = None
         self.srun_running = True
@@ -176,7 +176,8 @@ class SlurmCluster:
                                 time.monotonic() - started, "", "\n".join(output.messages))
         job_ids = sorted({t.job_id for t in output.by_node.values() if t.job_id})
         self.record.update(job_id=job_ids[0] if len(job_ids) == 1 else job_ids,
-                           salloc_exit_status=rc, salloc_messages=output.messages,
+                           salloc_exit_status=rc, srun_exit_status=output.step_rc,
+                           salloc_messages=output.messages,
                            job_s=round(time.monotonic() - started, 3))
         self.context.incomplete = rc is None
         self.context.no_task = (f"Slurm started no task (salloc exit {rc}: "
@@ -193,8 +194,10 @@ class SlurmCluster:
         task = output.by_node.get(name)
         lost = name in output.failed_nodes
         record.judged = task is not None or lost
-        step_rc = record.extra["srun_exit_status"] = output.step_rc.get(name)
+        step_rc = output.step_rc
         said = output.node_messages.get(name) or output.messages
+        if output.node_messages.get(name):
+            record.extra["srun_said"] = output.node_messages[name][-1]
         if task is None:
             why = ("the node failed before its task started" if lost else
                    f"its task never started (srun exit {step_rc}, salloc exit {rc}: "
