@@ -27,6 +27,7 @@ from ..base import NodeRecord, NodeView, Plan, RouteFailed, RunContext, list_unt
 from . import gate
 from .hostlist import hostnames_lines, last_line, split_sections, wanted_nodes
 from .job import JobOutput, launch_step, salloc_options, step_options, task_script, with_conf
+from .late import CONFIG_SCRIPT, late_wait
 from .nodes import Node, NodeListError, parse_nodes, plan_nodes
 from .settings import SlurmSettings
 
@@ -62,7 +63,7 @@ class SlurmCluster:
         self.user, nodes, self.wanted = list_until_answered(
             self.survey, lambda surveyed: self._late(surveyed[1], surveyed[2]),
             lambda text: self.session.reporter.running(self.name, f"{text} (NOT_RESPONDING)"),
-            "Slurm", self.session.sleep)
+            "Slurm", self.session.sleep, self._late_wait)
         self.record["user"] = self.user
         return list(nodes.values())
 
@@ -74,6 +75,16 @@ class SlurmCluster:
                 if self.settings.partition in n.partitions
                 and (keep is None or n.name in keep) and n.late
                 and (not n.drained or n.drained_by_gpuprov)]
+
+    def _late_wait(self) -> tuple[float, str]:
+        """How long to wait for late nodes: the cluster's SlurmdTimeout, capped (late.py)."""
+        try:
+            res = self.session.conn.run(with_conf(self.settings, CONFIG_SCRIPT + "\n"),
+                                        timeout=SURVEY_TIMEOUT_S)
+        except CommandTimeout:
+            return late_wait("")
+        self.session.log.command("slurm", CONFIG_SCRIPT, res.rc, res.elapsed_s, "", res.err)
+        return late_wait(res.out if res.rc == 0 else "")
 
     def plan(self, nodes: Sequence[NodeView], resume_passed: bool) -> Plan:
         slurm_nodes = {n.name: n for n in nodes if isinstance(n, Node)}
