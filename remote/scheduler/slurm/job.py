@@ -160,6 +160,50 @@ def launch_step(settings: SlurmSettings, nodes: list[str], script: str, job_name
             f'{alloc} /bin/sh -c {shlex.quote(steps)} </dev/null\n')
 
 
+# salloc's line once the allocation is granted (src/salloc/salloc.c: "Granted job allocation
+# %u"); what the login node prints is untrusted: ASCII digits, one such line
+GRANTED = re.compile(r"salloc: Granted job allocation ([0-9]{1,12})", re.ASCII)
+
+
+def hold_options(settings: SlurmSettings, nodes: list[str], job_name: str) -> list[str]:
+    """One allocation of `nodes` held until cancelled (`gpuprov fabric`: every command of the
+    run a step of it, no job per command). salloc(1), Slurm 22.05.8:
+    - `--no-shell`: "immediately exit after allocating resources, without running a command.
+      However, the Slurm job will still be created and will remain active and will own the
+      allocated resources as long as it is active ... You can submit srun commands against
+      this resource allocation, if you specify the --jobid= option";
+    - `--nodes=N --nodelist=... --ntasks-per-node=1`: exactly these nodes, one task each (one
+      core: a node running other work, MIXED, can still be measured);
+    - `--no-kill`: a node that fails does not revoke the allocation, the others' pairs go on.
+    `account`, `qos`, `time` and `extra_args` of `slurm:` apply as for validate's salloc."""
+    args = ["salloc", "--no-shell", f"--job-name={job_name}", f"--partition={settings.partition}",
+            f"--nodes={len(nodes)}", "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}",
+            "--no-kill"]
+    for option, value in (("account", settings.account), ("qos", settings.qos),
+                          ("time", settings.time)):
+        if value:
+            args.append(f"--{option}={value}")
+    return args + list(settings.extra_args)
+
+
+def granted_job(out: str) -> Optional[str]:
+    """The job id of salloc's "Granted job allocation N" line, None unless exactly one."""
+    found = {m.group(1) for m in (GRANTED.fullmatch(line.strip()) for line in out.splitlines())
+             if m}
+    return found.pop() if len(found) == 1 else None
+
+
+def node_step_options(allocation: str, node: str) -> list[str]:
+    """One command on `node` as a step of the held allocation. srun(1), Slurm 22.05.8:
+    `--jobid`: "Initiate a job step under an already allocated job with job id id";
+    `--overlap`: "allows steps to share all resources (CPUs, memory, and GRES) with all other
+    steps" (a pair's server and client, and the commands that stop a server, run at once on
+    one node's one core); `--nodes=1 --ntasks=1 --nodelist=NODE`: one task on that node;
+    `--unbuffered`: its lines as they come (the server's PID before it is done)."""
+    return ["srun", f"--jobid={allocation}", "--overlap", "--nodes=1", "--ntasks=1",
+            f"--nodelist={node}", "--unbuffered"]
+
+
 def with_conf(settings: SlurmSettings, script: str) -> str:
     """`script` with SLURM_CONF exported when the inventory gives `conf`."""
     if settings.conf:
