@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Optional, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Optional, Sequence
 
 from ...engine.jobs.validate import suite_args
 from ...ground.errors import CommandTimeout
@@ -26,13 +28,14 @@ from ...transport.connection import LineSplitter, PullLimits
 from ..base import NodeRecord, NodeView, Plan, RouteFailed, RunContext, list_until_answered
 from . import gate
 from .hostlist import hostnames_lines, last_line, split_sections, wanted_nodes
-from .job import JobOutput, launch_step, salloc_options, step_options, task_script, with_conf
+from .job import JobOutput, Task, launch_step, salloc_options, step_options, task_script, with_conf
 from .late import CONFIG_SCRIPT, late_wait
 from .nodes import Node, NodeListError, parse_nodes, plan_nodes
 from .settings import SlurmSettings
 
 SURVEY_TIMEOUT_S = 120.0
 GATE_TIMEOUT_S = 120.0
+STORE_THREADS = 4  # chosen: file-system latency overlaps; the work itself is small
 
 
 def survey_script(settings: SlurmSettings) -> str:
@@ -41,6 +44,36 @@ def survey_script(settings: SlurmSettings) -> str:
     # 23.02+ lists nodes one by one in scontrol's JSON; 22.05's scontrol has no --json
     lines.append('echo "@@nodes"; scontrol show nodes --json 2>/dev/null || sinfo --json')
     return with_conf(settings, "\n".join(lines) + "\n")
+
+
+class EarlyStores:
+    """Each node's results stored as soon as they are whole (its end marker), by
+    STORE_THREADS threads, while slower nodes still run: storing 128 nodes' results one after
+    the other once the step had ended was most of the route's own time (bench.slurm_overhead).
+    `wait(node)`: True once that node's were stored early (a failure to store raised there)."""
+
+    def __init__(self, records: dict[str, NodeRecord], folder: Callable[[str], Path]):
+        self.records, self.folder = records, folder
+        self.pool = ThreadPoolExecutor(max_workers=STORE_THREADS, thread_name_prefix="store")
+        self.stored: dict[str, Future[None]] = {}
+
+    def __call__(self, task: Task) -> None:
+        archive = task.archive()
+        record = self.records.get(task.node)
+        if archive is None or task.size == 0 or record is None or task.node in self.stored:
+            return
+        self.stored[task.node] = self.pool.submit(record.store, archive, task.rc,
+                                                  self.folder(task.node))
+
+    def wait(self, node: str) -> bool:
+        future = self.stored.get(node)
+        if future is None:
+            return False
+        future.result()
+        return True
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
 
 
 class SlurmCluster:
@@ -155,11 +188,13 @@ class SlurmCluster:
                               token, self.reservation)
         limits = PullLimits.from_env()
         reporter = session.reporter
+        stores = EarlyStores(records, self.context.node_folder)
         output = JobOutput(token, names, limits.archive_bytes,
                            on_start=lambda node, job_id: reporter.running(
                                node, f"running (job {job_id or '?'})"),
                            on_line=reporter.output,
-                           on_srun=lambda line: reporter.output(self.name, line))
+                           on_srun=lambda line: reporter.output(self.name, line),
+                           on_whole=stores)
         splitters = {"stdout": LineSplitter(output.stdout), "stderr": LineSplitter(output.stderr)}
         for name in names:
             reporter.running(name, f"pending: validate ({inner.suite}) through Slurm, "
@@ -195,13 +230,14 @@ class SlurmCluster:
                                 f"{output.messages[-1] if output.messages else 'no message'})")
         try:
             for name, record in records.items():
-                self.collect(name, record, output, rc)
+                self.collect(name, record, output, rc, stores)
         finally:
+            stores.close()
             output.close()
 
     # ------------------------------------------------------------------ 5. results home
     def collect(self, name: str, record: NodeRecord, output: JobOutput,
-                rc: Optional[int]) -> None:
+                rc: Optional[int], stores: "EarlyStores") -> None:
         task = output.by_node.get(name)
         lost = name in output.failed_nodes
         record.judged = task is not None or lost
@@ -219,19 +255,24 @@ class SlurmCluster:
         else:
             record.rc, record.validate_s = task.rc, task.validate_s
             record.extra["results_bytes"] = task.size
-            archive = task.archive()
             record.elapsed_s = (task.ended or time.monotonic()) - task.started
-            if archive is not None and task.size == 0:
-                record.verdict = f"not validated: validate left no results (exit {task.rc})"
-            elif archive is None:
-                why = task.refused or (f"the node failed mid-job (srun: {said[-1]})"
-                                       if lost and said else
-                                       f"its results did not come back whole (srun exit "
-                                       f"{step_rc})")
-                record.verdict = f"not validated: {why}"
-            else:
-                record.store(archive, task.rc, self.context.node_folder(name))
+            if not stores.wait(name):
+                self._results(name, record, task, (f"the node failed mid-job (srun: {said[-1]})"
+                                                   if lost and said else
+                                                   f"its results did not come back whole "
+                                                   f"(srun exit {step_rc})"))
         self.session.reporter.output(name, f"[validate] {record.verdict}")
+
+    def _results(self, name: str, record: NodeRecord, task: Task, cut_short: str) -> None:
+        """A node's results stored, or why there are none (`cut_short`: why they did not
+        come whole, unless they were refused)."""
+        archive = task.archive()
+        if archive is not None and task.size == 0:
+            record.verdict = f"not validated: validate left no results (exit {task.rc})"
+        elif archive is None:
+            record.verdict = f"not validated: {task.refused or cut_short}"
+        else:
+            record.store(archive, task.rc, self.context.node_folder(name))
 
     # ------------------------------------------------------------------ 6. gate after
     def drain(self, records: dict[str, NodeRecord]) -> None:

@@ -268,12 +268,15 @@ class JobOutput:
     """Splits the step's output into its tasks, task i being node `nodes[i]` (the order the
     login-node script says, Slurm's; until it does, the order given). `on_start(node,
     job_id)` when a task names its node, `on_line(node, text)` for each progress line and each
-    of Slurm's lines about a node, `on_srun(text)` for Slurm's lines about the job."""
+    of Slurm's lines about a node, `on_srun(text)` for Slurm's lines about the job,
+    `on_whole(task)` (if given) when a task's results have come whole: no more is read into
+    its file."""
 
     def __init__(self, token: str, nodes: list[str], max_bytes: int,
                  on_start: Callable[[str, str], None], on_line: Callable[[str, str], None],
-                 on_srun: Callable[[str], None]):
+                 on_srun: Callable[[str], None], on_whole: Optional[Callable[[Task], None]] = None):
         self.marker = f"@@gpuprov-{token} "
+        self.on_whole = on_whole  # a task whose results came whole (its end marker), at once
         self.nodes = list(nodes)
         self.max_bytes = max_bytes
         self.tasks: dict[int, Task] = {}
@@ -389,6 +392,8 @@ class JobOutput:
                 task.validate_s = max(0, times[1] - times[0]) / 1e9
         elif kind == "end" and task.in_results:
             task.in_results, task.complete, task.ended = False, True, time.monotonic()
+            if self.on_whole is not None:
+                self.on_whole(task)
 
     def _chunk(self, task: Task, text: str) -> None:
         task.add(text.strip().encode("ascii", "replace"), self.max_bytes)
