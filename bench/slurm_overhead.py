@@ -22,6 +22,9 @@ script, its srun clients and their labelling awks) are sampled every 0.1 s from 
 the most srun processes seen at once (`sruns`: every process named srun under salloc). `job
 out KiB`: all the job's stdout (every node's lines and results), `results KiB`: the largest
 node's results archive. `tree x16`: the tree's peak over the first count's (16 by default).
+`1st task` and `last task`: when, from the job's start, the first and the last node's task
+said it started (slurm.json `first_task_s`, `last_task_s`): salloc's grant and srun's launch,
+and how far the launch spreads over the nodes on this machine's two cores.
 
 All the "nodes" share this machine's cores: with 16 of them, 16 Python interpreters start at
 once, and N srun processes on the login node, so part of what grows with the count is this
@@ -135,7 +138,8 @@ def one_run(cluster: SlurmCluster, work: Path) -> dict[str, float]:
             "out_kib": (record.get("job_stdout_bytes") or 0) / 1024,
             "results_kib": max(results) / 1024,
             "tree_mib": memory.tree_kib / 1024, "srun_mib": memory.srun_kib / 1024,
-            "srun_one_mib": memory.srun_one_kib / 1024, "sruns": memory.sruns}
+            "srun_one_mib": memory.srun_one_kib / 1024, "sruns": memory.sruns,
+            "first": record.get("first_task_s") or 0.0, "last": record.get("last_task_s") or 0.0}
 
 
 def bare_srun(cluster: SlurmCluster) -> float:
@@ -157,7 +161,8 @@ def main() -> int:
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'nodes':>5}  {'overhead median':>15}  {'min':>6}  {'max':>6}  "
-          f"{'total':>6}  {'job':>9}  {'validation':>10}  {'bare srun':>9}  {'sruns':>5}  "
+          f"{'total':>6}  {'job':>9}  {'validation':>10}  {'bare srun':>9}  {'1st task':>8}  "
+          f"{'last task':>9}  {'sruns':>5}  "
           f"{'srun MiB':>8}  {'tree MiB':>8}  {'tree x16':>8}  {'job out KiB':>11}  "
           f"{'results KiB':>11}  {'load':>5}")
     first_tree: Optional[float] = None
@@ -176,6 +181,8 @@ def main() -> int:
                   f"{statistics.median(r['total'] for r in runs):>5.3f}s  "
                   f"{statistics.median(r['srun'] for r in runs):>8.3f}s  "
                   f"{statistics.median(r['validation'] for r in runs):>9.3f}s  {srun:>8.3f}s  "
+                  f"{statistics.median(r['first'] for r in runs):>7.3f}s  "
+                  f"{statistics.median(r['last'] for r in runs):>8.3f}s  "
                   f"{max(r['sruns'] for r in runs):>5}  "
                   f"{max(r['srun_mib'] for r in runs):>8.1f}  {tree:>8.1f}  "
                   f"{tree / first_tree:>8.2f}  "

@@ -33,6 +33,10 @@ from ..ground.fileio import write_atomic
 from ..ground.runfolder import run_dir
 from .base import Cluster, NodeRecord, NodeView, RouteFailed, RunContext, Scheduler, natural_order
 
+# Threads writing the nodes' validation.json records (one file each, before and after the job):
+# chosen, as the file system's latency is most of it.
+ATTEMPT_THREADS = 4
+
 
 @dataclass
 class ClusterState:
@@ -143,7 +147,7 @@ class _ClusterRun:
             # the control side's record that each node's validation was started, before the
             # job is: a node that hangs or crashes then fails in its history (issue 41); a few
             # threads, as the file system's latency is most of it (1,000 nodes, 1,000 files)
-            with ThreadPoolExecutor(max_workers=4, thread_name_prefix="attempt") as pool:
+            with ThreadPoolExecutor(max_workers=ATTEMPT_THREADS, thread_name_prefix="attempt") as pool:
                 attempts = dict(zip(self.records, pool.map(
                     lambda name: Attempt(self.context.node_folder(name)), self.records)))
             self.cluster.validate(self.records)
@@ -166,12 +170,16 @@ class _ClusterRun:
         """How each node's validation ended, in its record: a node whose task never ran (the
         scheduler refused, Ctrl-C) was not judged, and its missing verdict counts for nothing;
         a judged node without results (lost, timed out, its archive refused) failed."""
-        for name, attempt in attempts.items():
+        def end(name: str) -> None:
             record = self.records[name]
             results = record.results is not None
             why = "" if results else record.verdict.removeprefix("not validated: ")
-            attempt.end(record.verdict, why, counts=record.judged and self.failure != "interrupted",
-                        rc=record.rc)
+            attempts[name].end(record.verdict, why,
+                               counts=record.judged and self.failure != "interrupted",
+                               rc=record.rc)
+
+        with ThreadPoolExecutor(max_workers=ATTEMPT_THREADS, thread_name_prefix="attempt") as pool:
+            list(pool.map(end, attempts))
 
     def record_skips(self, skipped: list[tuple[NodeView, str]],
                      down: list[tuple[NodeView, str]]) -> None:

@@ -46,6 +46,16 @@ def survey_script(settings: SlurmSettings) -> str:
     return with_conf(settings, "\n".join(lines) + "\n")
 
 
+def _timeline(output: JobOutput, started: float) -> dict[str, float]:
+    """When, from the job's start, the first and the last task said they started, and the
+    last task's results were whole (seconds; for the record and bench.slurm_overhead)."""
+    starts = [t.started - started for t in output.by_node.values() if t.started]
+    ends = [t.ended - started for t in output.by_node.values() if t.ended]
+    times = {"first_task_s": min(starts, default=None), "last_task_s": max(starts, default=None),
+             "last_results_s": max(ends, default=None)}
+    return {key: round(value, 3) for key, value in times.items() if value is not None}
+
+
 class EarlyStores:
     """Each node's results stored as soon as they are whole (its end marker), by
     STORE_THREADS threads, while slower nodes still run: storing 128 nodes' results one after
@@ -224,7 +234,8 @@ class SlurmCluster:
         self.record.update(job_id=job_ids[0] if len(job_ids) == 1 else job_ids,
                            salloc_exit_status=rc, srun_exit_status=output.step_rc,
                            salloc_messages=output.messages,
-                           job_s=round(time.monotonic() - started, 3))
+                           job_s=round(time.monotonic() - started, 3),
+                           **_timeline(output, started))
         self.context.incomplete = rc is None
         self.context.no_task = (f"Slurm started no task (salloc exit {rc}: "
                                 f"{output.messages[-1] if output.messages else 'no message'})")
