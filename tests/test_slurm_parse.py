@@ -392,3 +392,24 @@ def test_a_node_listing_nested_too_deeply_is_refused_not_a_traceback():
 
     with pytest.raises(NodeListError, match=r"^not JSON \(nested too deeply\)$"):
         parse_nodes("[" * 100_000)
+
+
+def test_the_package_fits_what_srun_holds_for_a_dead_node():
+    """srun runs without its abort on a lost slurmstepd (job.NO_ABORT), so a dead node's share
+    of the package waits in srun's stdin buffers: a package over job.STDIN_HELD_MAX (1 MiB)
+    would stall every other node's stdin too. The validate package must stay under it."""
+    from remote.engine.jobs.validate import package_bytes
+    from remote.scheduler.slurm.job import STDIN_HELD_MAX
+
+    assert len(package_bytes()) < STDIN_HELD_MAX // 2  # room to grow, a warning before the edge
+
+
+def test_srun_runs_without_its_whole_step_abort_and_the_task_without_the_variable(tmp_path):
+    """The step's srun gets SLURM_PTY_PORT (srun 22.05 aborts every task when one node's
+    slurmstepd is lost unless it is set); the task script drops it again."""
+    from remote.scheduler.slurm.job import step_lines, task_script
+
+    bin_dir, log, settings = stubbed_slurm(tmp_path, "{partition: gpu}")
+    lines = step_lines(settings, 3, "echo", "t0k")
+    assert "SLURM_PTY_PORT=0 srun --nodes=3" in lines
+    assert task_script("t0k", "python3", []).splitlines()[1] == "unset SLURM_PTY_PORT"

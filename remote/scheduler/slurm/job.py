@@ -59,6 +59,23 @@ NODE_FAILURE = re.compile(r"Node failure on (\S+)")
 STEPD_LOST = re.compile(r"io error (?:and missing step |with slurmstepd )on node ([0-9]{1,6})",
                         re.ASCII)
 ABOUT_NODE = re.compile(r"error: ([A-Za-z0-9_.-]{1,64}): tasks? [0-9,-]{1,32}: ", re.ASCII)
+# A node's slurmstepd that dies with bytes of the package still unread resets its connection,
+# and srun 22.05 then aborts the WHOLE step, every node's task killed ("_server_read: fd 12
+# error reading header: Connection reset by peer", "step_launch_notify_io_failure: aborting,
+# io error with slurmstepd on node 1": seen here, a node of 4 killed while stdin was in
+# flight), --no-kill or not. srun skips that abort only when SLURM_PTY_PORT is in its own
+# environment (src/api/step_launch.c, step_launch_notify_io_failure: "FIXME If stepd dies or we
+# see I/O error with stepd. Do not abort the whole job but collect all tasks on the node just
+# like if they exited", then `if (getenv("SLURM_PTY_PORT") == NULL)` abort; the same test in
+# src/api/step_io.c _server_read), which srun --pty sets; slurmstepd reads it only for a step
+# launched with --pty (LAUNCH_PTY). So srun runs with it set: the dead node's tasks end when
+# Slurm sets the node down ("Node failure on NODE"), the others finish. The dead node's share of
+# the stdin then waits in srun's buffers, 1,024 of 1,024 bytes (STDIO_MAX_FREE_BUF in
+# step_io.c, SLURM_IO_MAX_MSG_LEN in io_hdr.h): a package over STDIN_HELD_MAX would stall the
+# others' stdin (seen with 8 MiB), so the package must stay under it (tests/test_slurm_step_late.py
+# checks the validate package's size).
+NO_ABORT = "SLURM_PTY_PORT"
+STDIN_HELD_MAX = 1024 * 1024
 KEPT_MESSAGES = 50  # Slurm's own lines kept for the record (per node, and the job's)
 # Each node's lines (its results apart: their own cap, PullLimits) are shown and logged up to
 # this many bytes, as one host's stream is (transport.base.OUTPUT_MAX_BYTES); the job's output
@@ -71,6 +88,7 @@ def task_script(token: str, python: str, args: list[str]) -> str:
     marker = shlex.quote(f"@@gpuprov-{token}")
     quoted = " ".join(shlex.quote(a) for a in args)
     return (f'M={marker}\n'
+            f'unset {NO_ABORT}\n'  # srun's own (NO_ABORT): not the validation's
             'exec 2>&1\n'  # the step's stderr carries Slurm's own words only
             'echo "$M start $SLURMD_NODENAME $SLURM_JOB_ID"\n'
             'D=$(mktemp -d "${TMPDIR:-/tmp}/gpuprov-XXXXXX") || '
@@ -135,6 +153,8 @@ def step_lines(settings: SlurmSettings, count: int, script: str, token: str) -> 
     status); the marker lines unlabelled, so no node can forge them."""
     marker = shlex.quote(f"@@gpuprov-{token}")
     step = " ".join(shlex.quote(a) for a in step_options(settings, count))
+    # SLURM_PTY_PORT set for srun alone: see NO_ABORT
+    step = f"{NO_ABORT}=0 {step}"
     nodes = 'echo "$M nodes $(scontrol show hostnames "$SLURM_JOB_NODELIST" | tr "\\n" " ")"'
     return (f"M={marker}\n{nodes}\n"
             f"{step} /bin/sh -c {shlex.quote(script)} <&5 5<&-\n"
