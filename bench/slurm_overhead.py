@@ -1,33 +1,35 @@
 """What the Slurm route costs on top of the validation itself, and the login node's memory.
 
-    python3 -m bench.slurm_overhead [--nodes 16,64] [--runs 3] [--fanout 32,64]
+    python3 -m bench.slurm_overhead [--nodes 16,64,128] [--runs 2]
 
 As root, with Slurm installed (`.ci/setup --dev`): starts a real test cluster per node count
 (tests/slurm_cluster.py: munged, slurmctld, one slurmd per node, all on this machine) and
 times `gpuprov validate --host hpc1` in this process, from the call to its return: the
-login-node survey, the job (one salloc, one srun step per node started together, the package
-on each step's stdin), every node's results home and stored, slurm.json written. The overhead
+login-node survey, the job (one salloc, one srun step whose tasks are all the nodes, the package
+on the step's stdin), every node's results home and stored, slurm.json written. The overhead
 is that time minus the validation's own: the longest time a node spent in `python3 -m
 validate`, timed on the node (`validate_s` in slurm.json; the nodes run in parallel). The
 validation is the cheapest real one (`--checks xid` of an empty kernel log). `job`: the salloc
 command with its steps, as the login node saw it (the rest of `total` is the control side:
 inventory, survey, storing results). Target (issue 25): at most 2 s, growing no more than
-linearly with the nodes.
+linearly with the nodes; issue 43: at most 2 s at 64 nodes and 3 s at 128, at most 2 srun
+processes on the login node at any time, its peak memory at 128 nodes at most 1.3x the one at 16.
 
 The login node's memory: while each run goes, the processes under `salloc` (the login-node
 script, its srun clients and their labelling awks) are sampled every 0.1 s from /proc
 (VmRSS), and the peak of their sum is kept (`tree MiB`), with the srun clients' own
 (`srun MiB`: their RSS summed, shared pages counted once per process, so an upper bound) and
-the most srun clients seen at once. `job out KiB`: all the job's stdout (every node's lines
-and results, which before were cut to 1 MiB as a whole), `results KiB`: the largest node's
-results archive. `--fanout` runs each count once per window (the `slurm:`
-key `fanout`); a window as wide as the count is the route before it had one (every step at
-once).
+the most srun processes seen at once (`sruns`: every process named srun under salloc). `job
+out KiB`: all the job's stdout (every node's lines and results), `results KiB`: the largest
+node's results archive. `tree x16`: the tree's peak over the first count's (16 by default).
+`1st task` and `last task`: when, from the job's start, the first and the last node's task
+said it started (slurm.json `first_task_s`, `last_task_s`): salloc's grant and srun's launch,
+and how far the launch spreads over the nodes on this machine's two cores.
 
 All the "nodes" share this machine's cores: with 16 of them, 16 Python interpreters start at
 once, and N srun processes on the login node, so part of what grows with the count is this
 machine, not the route (the bare `srun -N N true` line shows the scheduler's own share for one
-step over all nodes).
+step over all nodes). The load average is printed with the table: rerun when it is high.
 """
 from __future__ import annotations
 
@@ -112,14 +114,12 @@ def _descendants(children: dict[int, list[int]], root: int) -> list[int]:
     return out
 
 
-def one_run(cluster: SlurmCluster, work: Path, fanout: Optional[int] = None) -> dict[str, float]:
+def one_run(cluster: SlurmCluster, work: Path) -> dict[str, float]:
     work.mkdir(parents=True)
     kernel_log = work / "kernel.log"
     kernel_log.touch()
     inventory = work / "inventory.yaml"
     slurm: dict[str, object] = {"partition": "debug", "conf": str(cluster.conf)}
-    if fanout is not None:
-        slurm["fanout"] = fanout
     inventory.write_text(yaml.safe_dump({"hosts": {"hpc1": {
         "connection": "local", "slurm": slurm,
         "vars": {"validate_args": f"--checks xid --kernel-log {kernel_log}"}}}}))
@@ -138,7 +138,8 @@ def one_run(cluster: SlurmCluster, work: Path, fanout: Optional[int] = None) -> 
             "out_kib": (record.get("job_stdout_bytes") or 0) / 1024,
             "results_kib": max(results) / 1024,
             "tree_mib": memory.tree_kib / 1024, "srun_mib": memory.srun_kib / 1024,
-            "srun_one_mib": memory.srun_one_kib / 1024, "sruns": memory.sruns}
+            "srun_one_mib": memory.srun_one_kib / 1024, "sruns": memory.sruns,
+            "first": record.get("first_task_s") or 0.0, "last": record.get("last_task_s") or 0.0}
 
 
 def bare_srun(cluster: SlurmCluster) -> float:
@@ -150,43 +151,44 @@ def bare_srun(cluster: SlurmCluster) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", default="16,64", help="node counts, comma separated")
-    parser.add_argument("--runs", type=int, default=3, help="timed runs per count")
-    parser.add_argument("--fanout", default="",
-                        help="srun windows, comma separated (default: the slurm: key's default)")
+    parser.add_argument("--nodes", default="16,64,128", help="node counts, comma separated")
+    parser.add_argument("--runs", type=int, default=2, help="timed runs per count")
     options = parser.parse_args()
     why = missing_reason()
     if why:
         print(f"cannot run: {why}", file=sys.stderr)
         return 2
-    fanouts: list[Optional[int]] = [int(f) for f in options.fanout.split(",") if f] or [None]
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'nodes':>5}  {'fanout':>6}  {'overhead median':>15}  {'min':>6}  {'max':>6}  "
-          f"{'total':>6}  {'job':>9}  {'validation':>10}  {'bare srun':>9}  {'sruns':>5}  "
-          f"{'srun MiB':>8}  {'1 srun':>6}  {'tree MiB':>8}  {'job out KiB':>11}  "
-          f"{'results KiB':>11}")
+    print(f"{'nodes':>5}  {'overhead median':>15}  {'min':>6}  {'max':>6}  "
+          f"{'total':>6}  {'job':>9}  {'validation':>10}  {'bare srun':>9}  {'1st task':>8}  "
+          f"{'last task':>9}  {'sruns':>5}  "
+          f"{'srun MiB':>8}  {'tree MiB':>8}  {'tree x16':>8}  {'job out KiB':>11}  "
+          f"{'results KiB':>11}  {'load':>5}")
+    first_tree: Optional[float] = None
     for count in [int(c) for c in options.nodes.split(",")]:
         cluster = SlurmCluster(count)
         try:
             srun = statistics.median(bare_srun(cluster) for _ in range(3))
-            for fanout in fanouts:
-                with tempfile.TemporaryDirectory(prefix="gpuprov-bench-") as tmp:
-                    one_run(cluster, Path(tmp) / "warm", fanout)  # the first job waits longer
-                    runs = [one_run(cluster, Path(tmp) / f"run{i}", fanout)
-                            for i in range(options.runs)]
-                overheads = [r["overhead"] for r in runs]
-                print(f"{count:>5}  {fanout or 'dflt':>6}  {statistics.median(overheads):>14.3f}s  "
-                      f"{min(overheads):>5.3f}s  {max(overheads):>5.3f}s  "
-                      f"{statistics.median(r['total'] for r in runs):>5.3f}s  "
-                      f"{statistics.median(r['srun'] for r in runs):>8.3f}s  "
-                      f"{statistics.median(r['validation'] for r in runs):>9.3f}s  {srun:>8.3f}s  "
-                      f"{max(r['sruns'] for r in runs):>5}  "
-                      f"{max(r['srun_mib'] for r in runs):>8.1f}  "
-                      f"{max(r['srun_one_mib'] for r in runs):>6.1f}  "
-                      f"{max(r['tree_mib'] for r in runs):>8.1f}  "
-                      f"{max(r['out_kib'] for r in runs):>11.1f}  "
-                      f"{max(r['results_kib'] for r in runs):>11.1f}", flush=True)
+            with tempfile.TemporaryDirectory(prefix="gpuprov-bench-") as tmp:
+                one_run(cluster, Path(tmp) / "warm")  # the first job waits longer
+                runs = [one_run(cluster, Path(tmp) / f"run{i}") for i in range(options.runs)]
+            overheads = [r["overhead"] for r in runs]
+            tree = max(r["tree_mib"] for r in runs)
+            first_tree = first_tree or tree
+            print(f"{count:>5}  {statistics.median(overheads):>14.3f}s  "
+                  f"{min(overheads):>5.3f}s  {max(overheads):>5.3f}s  "
+                  f"{statistics.median(r['total'] for r in runs):>5.3f}s  "
+                  f"{statistics.median(r['srun'] for r in runs):>8.3f}s  "
+                  f"{statistics.median(r['validation'] for r in runs):>9.3f}s  {srun:>8.3f}s  "
+                  f"{statistics.median(r['first'] for r in runs):>7.3f}s  "
+                  f"{statistics.median(r['last'] for r in runs):>8.3f}s  "
+                  f"{max(r['sruns'] for r in runs):>5}  "
+                  f"{max(r['srun_mib'] for r in runs):>8.1f}  {tree:>8.1f}  "
+                  f"{tree / first_tree:>8.2f}  "
+                  f"{max(r['out_kib'] for r in runs):>11.1f}  "
+                  f"{max(r['results_kib'] for r in runs):>11.1f}  "
+                  f"{os.getloadavg()[0]:>5.1f}", flush=True)
         finally:
             cluster.stop()
     return 0

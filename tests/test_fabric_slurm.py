@@ -249,3 +249,39 @@ def test_ctrl_c_on_a_cluster_ends_every_job_and_server(slurm, work):
     assert wait_until(lambda: "gpuprov-fabric" not in subprocess.run(
         ["squeue", "-h", "-o", "%j"], env=slurm.env, capture_output=True, text=True).stdout,
         30), jobs
+
+
+def fabric_jobs(slurm: SlurmCluster, run_id: str) -> tuple[list[str], list[str]]:
+    """The run's jobs as the controller reports them: (job ids of `squeue --json`, whose
+    finished jobs stay MinJobAge=3600 s; JobId of each jobcomp/filetxt line, one per finished
+    job), those named gpuprov-fabric-<run>."""
+    import json
+    import re
+
+    from remote.fabric.measure import job_name
+
+    name = job_name(run_id)
+    jobs = json.loads(slurm.run("squeue", "--json").stdout)["jobs"]  # 22.05: no filter works
+    listed = [str(j["job_id"]) for j in jobs if j.get("name") == name]
+    done = (slurm.dir / "log" / "jobcomp.txt").read_text()
+    ended = [m.group(1) for m in re.finditer(rf"JobId=([0-9]+) .*? Name={re.escape(name)} ",
+                                             done)]
+    return listed, ended
+
+
+def test_fabric_on_slurm_is_one_job(slurm, work, capsys):
+    """Every command of a run (probes, servers, clients, stops) is a step of one allocation:
+    the controller lists one job of the run, and its job completion log one finished job
+    (this cluster has no accounting, so `sacct` cannot say it: "Slurm accounting storage is
+    disabled"; squeue and the jobcomp/filetxt log are the controller's own record). Before,
+    each command was a job of its own: 9 for 3 nodes."""
+    from remote.commands import fabric as fabric_cmd
+
+    inventory = cluster_inventory(work, slurm)
+    rc = fabric_cmd.run(host="hpc1", inventory=str(inventory), logs_dir=str(work / "logs"))
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    run_id = next((work / "logs" / "n1").iterdir()).name
+    listed, ended = fabric_jobs(slurm, run_id)
+    assert len(listed) == 1 and ended == listed, (listed, ended, out)
+    assert "gpuprov-fabric" not in slurm.run("squeue", "-h", "-t", "R,PD", "-o", "%j").stdout.decode()

@@ -16,7 +16,7 @@ from remote.config.inventory import load_inventory
 from remote.ground.errors import InputError
 from remote.scheduler import SCHEDULERS
 from remote.scheduler.slurm import gate
-from remote.scheduler.slurm.job import LABELLER, LINE_PIECE, NODE_TEXT_MAX, JobOutput, job_command
+from remote.scheduler.slurm.job import NODE_TEXT_MAX, JobOutput, launch_step
 from remote.scheduler.slurm.nodes import parse_nodes, plan_nodes
 from tests.conftest import invoke
 
@@ -135,11 +135,10 @@ def test_digits_int_refuses_are_no_number_of_any_grammar():
     for line in ["0: @@gpuprov-t start n1 \u00b2", "0: @@gpuprov-t results \u00b2 1 2",
                  "\u00b9: @@gpuprov-t start n2 1", "0: @@gpuprov-t results 0 \u00b2 2"]:
         out.stdout(line)
-    out.stdout("@@gpuprov-t srun \u00b2 0")
-    out.stdout("@@gpuprov-t srun 0 \u00b2")
+    out.stdout("@@gpuprov-t step \u00b2")
     n1 = out.by_node["n1"]
     assert n1.job_id == "" and n1.rc == 0 and n1.in_results and n1.validate_s is None
-    assert "n2" not in out.by_node and out.step_rc == {}
+    assert "n2" not in out.by_node and out.step_rc is None
     assert gate.parse_each_node("@@rc n1 \u00b2\n@@rc n2 0\n") == {"n2": (0, "@@rc n1 \u00b2")}
 
 
@@ -165,30 +164,41 @@ def test_one_nodes_lines_are_capped_on_their_own():
                             "shown]")]
 
 
-def test_a_step_speaks_for_its_own_node_only():
-    """Step i is node i: its lines, its srun's words and its exit status never land on another
-    node, and only the login-node script's unlabelled line gives a step's exit status."""
+def test_a_task_speaks_for_its_own_node_only():
+    """Task i is node i: its lines and its words never land on another node, and only the
+    login-node script's unlabelled lines give the step's exit status; srun's own lines about
+    a node (its failure, its lost slurmstepd by index, its task's exit) are that node's."""
     lost, shown = [], []
-    out = JobOutput("t", ["n1", "n2"], 1 << 20, lambda n, j: None,
+    out = JobOutput("t", ["n1", "n2", "n3"], 1 << 20, lambda n, j: None,
                     lambda n, t: shown.append((n, t)), lambda t: lost.append(t))
-    out.stdout("1: @@gpuprov-t srun 0 0")      # forged by node n2: only its own progress
-    out.stdout("@@gpuprov-t srun 1 3")          # the script's own line
-    out.stdout("7: hello")                      # no such step: not a node's line
-    out.stderr("1: srun: error: Node failure on n1")  # n2's step cannot fail n1
-    out.stderr("0: srun: error: step_launch_notify_io_failure: aborting, io error with "
-               "slurmstepd on node 0")
-    assert out.step_rc == {"n2": 3}
-    assert out.failed_nodes == {"n1"} and out.node_messages["n2"] == [
-        "srun: error: Node failure on n1"]
-    assert lost == ["7: hello"]
+    out.stdout("1: @@gpuprov-t step 0")        # forged by node n2: only its own progress
+    out.stdout("@@gpuprov-t step 3")            # the script's own line
+    out.stdout("7: hello")                      # no such task: not a node's line
+    out.stderr("1: srun: error: Node failure on n1")  # n2's task cannot fail n1
+    out.stderr("srun: error: step_launch_notify_io_failure: aborting, io error with "
+               "slurmstepd on node 2")
+    out.stderr("srun: error: n2: task 1: Exited with exit code 3")
+    assert out.step_rc == 3
+    assert out.failed_nodes == {"n3"}
+    assert out.node_messages["n2"] == ["srun: error: Node failure on n1",
+                                       "srun: error: n2: task 1: Exited with exit code 3"]
+    assert lost[0] == "7: hello"
 
 
-def test_the_labeller_writes_each_piece_of_a_long_line_with_its_label():
-    text = "x" * (2 * LINE_PIECE + 5)
-    res = subprocess.run(["sh", "-c", f"lab() {{ {LABELLER}; }}; printf '%s\\nshort' "
-                          f"'{text}' | lab 12"], capture_output=True, text=True, check=True)
-    lines = res.stdout.splitlines()
-    assert lines == [f"12: {'x' * LINE_PIECE}"] * 2 + ["12: xxxxx", "12: short"]
+def test_the_nodes_line_sets_which_task_is_which_node():
+    """The login-node script says the allocation's nodes in Slurm's order before the step:
+    task 0 is then n10; a list that is not the run's nodes is ignored, as is one after the
+    first task spoke."""
+    started = []
+    out = JobOutput("t", ["n2", "n10"], 1 << 20, lambda n, j: started.append(n),
+                    lambda n, t: None, lambda t: None)
+    out.stdout("@@gpuprov-t nodes n10 n3")
+    assert out.nodes == ["n2", "n10"]
+    out.stdout("@@gpuprov-t nodes n10 n2")
+    out.stdout(" 0: @@gpuprov-t start n10 5")
+    out.stdout(" 1: @@gpuprov-t start n10 5")   # task 1 claiming n10 too: not heard
+    out.stdout("@@gpuprov-t nodes n2 n10")
+    assert out.nodes == ["n10", "n2"] and started == ["n10"]
 
 
 def test_the_job_script_quotes_every_value_and_keeps_gpuprovs_own_options(tmp_path):
@@ -197,78 +207,79 @@ def test_the_job_script_quotes_every_value_and_keeps_gpuprovs_own_options(tmp_pa
                          "      account: ops\n      time: 30\n      gpus_per_node: h100:8\n"
                          "      extra_args: ['--constraint=a b']\n")
     settings = load_inventory(inventory, SCHEDULERS).hosts["hpc1"].scheduler.settings
-    line = job_command(settings, ["g1", "g2"], "echo $HOME; rm -rf /", "gpuprov-RUN", "t0k",
+    line = launch_step(settings, ["g1", "g2"], "echo $HOME; rm -rf /", "gpuprov-RUN", "t0k",
                        "resv")
     assert "--nodelist=g1,g2" in line and "--gpus-per-node=h100:8" in line
     assert "--time=30" in line and "--reservation=resv" in line and "--account=ops" in line
     assert "'--constraint=a b'" in line
 
 
-STUB = """#!/bin/sh
-echo "$(basename "$0") $*" >> {log}
-[ "$(basename "$0")" = srun ] && stat -L -c '%a' /dev/stdin >> {log}
-[ "$(basename "$0")" = salloc ] && ls "$TMPDIR" | grep -c gpuprov-package > {log}.left
+# Stand-ins for Slurm's clients, to run the login-node script without a cluster: salloc
+# logs its arguments and runs its command with SLURM_JOB_NODELIST set from --nodelist; srun
+# logs its arguments and its stdin's mode, then runs the task once per node (--nodes=N), each
+# with the whole of its stdin, labelled "i: " as srun --label does; scontrol expands a
+# comma-separated list.
+SALLOC = """#!/bin/sh
+echo "salloc $*" | tr "\\n" "~" >> {log}; echo >> {log}
+ls "$TMPDIR" | grep -c gpuprov-package > {log}.left
+for a do case "$a" in --nodelist=*) SLURM_JOB_NODELIST=${{a#--nodelist=}};; esac; done
+export SLURM_JOB_NODELIST
 while [ "$1" != /bin/sh ]; do shift; done
 exec "$@"
+"""
+SRUN = """#!/bin/sh
+echo "srun $*" | tr "\\n" "~" >> {log}; echo >> {log}
+stat -L -c '%a' /dev/stdin >> {log}
+for a do case "$a" in --nodes=*) n=${{a#--nodes=}};; esac; done
+while [ "$1" != /bin/sh ]; do shift; done
+f=$(mktemp); cat > "$f"
+i=0; while [ $i -lt $n ]; do "$@" < "$f" | sed "s/^/$i: /"; i=$((i + 1)); done
+rm -f "$f"
+"""
+SCONTROL = """#!/bin/sh
+[ "$1 $2" = "show hostnames" ] && echo "$3" | tr ',' '\\n'
 """
 
 
 def stubbed_slurm(tmp_path: Path, slurm: str):
-    """(bin folder of salloc and srun stubs, their calls' log, the settings of `slurm:`)."""
+    """(bin folder of salloc, srun and scontrol stubs, their calls' log, the settings of
+    `slurm:`)."""
     bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
     bin_dir.mkdir()
-    for name in ("salloc", "srun"):
-        (bin_dir / name).write_text(STUB.format(log=log))
+    for name, text in (("salloc", SALLOC), ("srun", SRUN), ("scontrol", SCONTROL)):
+        (bin_dir / name).write_text(text.format(log=log))
         (bin_dir / name).chmod(0o755)
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(f"hosts:\n  hpc1:\n    slurm: {slurm}\n")
     return bin_dir, log, load_inventory(inventory, SCHEDULERS).hosts["hpc1"].scheduler.settings
 
 
-def test_the_job_script_runs_one_step_per_node_each_labelled_with_the_package(tmp_path):
-    """The login-node script for real, with salloc and srun stubs that log their arguments
-    and run the command they were given: every value arrives as one argument, each node's
-    step reads the whole package from a 0600 file that was removed before the job started."""
+def test_the_job_script_runs_every_node_as_a_task_of_one_step_with_the_package(tmp_path):
+    """The login-node script for real, with salloc, srun and scontrol stubs: one srun for all
+    the nodes, with the options that keep a node's failure its own, every value one argument;
+    each task reads the whole package from a 0600 file removed before the job started; the
+    nodes' order and the step's exit status come as unlabelled lines."""
     bin_dir, log, settings = stubbed_slurm(tmp_path, "{partition: gpu, gpus_per_node: 2}")
     script = "printf '%s\\n' \"it's $SLURM_CONF\"; cat"
-    res = subprocess.run(["sh", "-c", job_command(settings, ["g1", "g 2"], script, "job", "t0k")],
+    nodes = [f"g{i}" for i in range(5)]
+    res = subprocess.run(["sh", "-c", launch_step(settings, nodes, script, "job", "t0k")],
                          input=b"PKG\n", capture_output=True, check=True, env={
                              "PATH": f"{bin_dir}:/usr/bin:/bin", "TMPDIR": str(tmp_path),
                              "SLURM_CONF": "/x y"})
-    lines = sorted(res.stdout.decode().splitlines())
-    assert lines == ["0: PKG", "0: it's /x y", "1: PKG", "1: it's /x y",
-                     "@@gpuprov-t0k srun 0 0", "@@gpuprov-t0k srun 1 0"], res
+    lines = res.stdout.decode().splitlines()
+    assert lines[0] == "@@gpuprov-t0k nodes g0 g1 g2 g3 g4 " and lines[-1] == "@@gpuprov-t0k step 0"
+    assert sorted(lines[1:-1]) == sorted([f"{i}: PKG" for i in range(5)] +
+                                         [f"{i}: it's /x y" for i in range(5)]), res
     calls = log.read_text().splitlines()
-    assert calls[0].startswith("salloc --job-name=job --partition=gpu --nodes=2 "
-                               "--ntasks-per-node=1 --nodelist=g1,g 2 --exclusive --no-kill")
-    steps = sorted(c for c in calls if c.startswith("srun"))
+    assert calls[0].startswith("salloc --job-name=job --partition=gpu --nodes=5 "
+                               "--ntasks-per-node=1 --nodelist=g0,g1,g2,g3,g4 --exclusive --no-kill")
+    steps = [c for c in calls if c.startswith("srun")]
     assert [s.split(" /bin/sh")[0] for s in steps] == [
-        f"srun --nodes=1 --ntasks=1 --input=all --export=ALL --gpus-per-node=2 --nodelist={n}"
-        for n in ("g 2", "g1")]
-    assert calls.count("600") == 2
+        "srun --nodes=5 --ntasks-per-node=1 --kill-on-bad-exit=0 --no-kill --label --input=all "
+        "--export=ALL --gpus-per-node=2"]
+    assert calls.count("600") == 1
     assert (tmp_path / "calls.log.left").read_text() == "0\n"  # gone before salloc
     assert not list(tmp_path.glob("gpuprov-package-*"))
-
-
-def test_the_job_script_runs_at_most_fanout_steps_at_once(tmp_path):
-    """`fanout: 2` over five nodes: every node's step runs and says its exit status, never
-    more than two at once (each step logs when it starts and ends), so the login node holds
-    two srun clients, not five."""
-    bin_dir, log, settings = stubbed_slurm(tmp_path, "{partition: gpu, fanout: 2}")
-    steps = tmp_path / "steps.log"
-    script = f"echo start >> {steps}; sleep 0.3; echo end >> {steps}"
-    nodes = [f"g{i}" for i in range(5)]
-    res = subprocess.run(["sh", "-c", job_command(settings, nodes, script, "job", "t0k")],
-                         input=b"PKG\n", capture_output=True, check=True, timeout=60, env={
-                             "PATH": f"{bin_dir}:/usr/bin:/bin", "TMPDIR": str(tmp_path)})
-    assert sorted(res.stdout.decode().splitlines()) == [
-        f"@@gpuprov-t0k srun {i} 0" for i in range(5)], res
-    depth, deepest = 0, 0
-    for line in steps.read_text().split():
-        depth += 1 if line == "start" else -1
-        deepest = max(deepest, depth)
-    assert steps.read_text().split().count("start") == 5 and deepest == 2
-    assert not list(tmp_path.glob("gpuprov-window-*"))  # the window's pipe is unlinked at once
 
 
 def test_drain_reason_names_run_check_and_finding_and_is_cut(tmp_path):
@@ -381,3 +392,24 @@ def test_a_node_listing_nested_too_deeply_is_refused_not_a_traceback():
 
     with pytest.raises(NodeListError, match=r"^not JSON \(nested too deeply\)$"):
         parse_nodes("[" * 100_000)
+
+
+def test_the_package_fits_what_srun_holds_for_a_dead_node():
+    """srun runs without its abort on a lost slurmstepd (job.NO_ABORT), so a dead node's share
+    of the package waits in srun's stdin buffers: a package over job.STDIN_HELD_MAX (1 MiB)
+    would stall every other node's stdin too. The validate package must stay under it."""
+    from remote.engine.jobs.validate import package_bytes
+    from remote.scheduler.slurm.job import STDIN_HELD_MAX
+
+    assert len(package_bytes()) < STDIN_HELD_MAX // 2  # room to grow, a warning before the edge
+
+
+def test_srun_runs_without_its_whole_step_abort_and_the_task_without_the_variable(tmp_path):
+    """The step's srun gets SLURM_PTY_PORT (srun 22.05 aborts every task when one node's
+    slurmstepd is lost unless it is set); the task script drops it again."""
+    from remote.scheduler.slurm.job import step_lines, task_script
+
+    bin_dir, log, settings = stubbed_slurm(tmp_path, "{partition: gpu}")
+    lines = step_lines(settings, 3, "echo", "t0k")
+    assert "SLURM_PTY_PORT=0 srun --nodes=3" in lines
+    assert task_script("t0k", "python3", []).splitlines()[1] == "unset SLURM_PTY_PORT"

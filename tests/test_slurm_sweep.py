@@ -98,9 +98,22 @@ def started(cluster: SlurmCluster, node: str) -> bool:
 
 
 def steps_on(cluster: SlurmCluster, node: str) -> list[str]:
-    """The job steps running on `node` (its validation's, while it runs)."""
+    """The job steps running on `node` (the batch's one validation step spans its nodes)."""
     out = cluster.run("squeue", "--steps", "-h", "-o", "%i %N").stdout.decode()
-    return [line.split()[0] for line in out.splitlines() if line.split()[1:] == [node]]
+    steps = []
+    for line in out.splitlines():
+        step, *nodes = line.split()
+        names = cluster.run("scontrol", "show", "hostnames", *nodes).stdout.decode().split() \
+            if nodes else []
+        if node in names:
+            steps.append(step)
+    return steps
+
+
+def results_stored(logs: Path, node: str) -> bool:
+    """Whether `node`'s validation ended and its results were stored (the route stores each
+    node's as soon as they are whole, while the step's other tasks still run)."""
+    return any((logs / node).glob("*/results.json"))
 
 
 def real_job(cluster: SlurmCluster, node: str) -> str:
@@ -135,8 +148,8 @@ def test_a_sweep_preempted_by_real_work_and_a_second_one_within_max_age(cluster,
         assert wait_until(lambda: started(cluster, "n1") and started(cluster, "n2"), 90), \
             cluster.log_tail()
         assert steps_on(cluster, "n1") and steps_on(cluster, "n2")
-        go(cluster, "n1")  # n1's validation runs and ends, its step with it
-        assert wait_until(lambda: not steps_on(cluster, "n1"), 90)
+        go(cluster, "n1")  # n1's validation runs and ends, its results stored
+        assert wait_until(lambda: results_stored(logs, "n1"), 90)
         job = real_job(cluster, "n2")  # Slurm preempts the sweep's job to start it
         out = finish(proc)
     finally:

@@ -91,8 +91,9 @@ def _cancel_jobs(conn: BaseConnection, login: Host, run_id: str) -> None:
 def cluster_nodes(engine: Run, login: Host, vars_: dict[str, Any], run_id: str,
                   opened: list[BaseConnection]) -> list[Node]:
     """The usable nodes of `login`'s cluster (its partition, only the nodes its entry names
-    when it names some, none drained or down), each reached through the login node's
-    connection (appended to `opened`)."""
+    when it names some, none drained or down, a late one waited for as the scheduler says),
+    held in one allocation for the run, each reached through the login node's connection
+    (appended to `opened`) as steps of that allocation."""
     assert login.scheduler is not None
     scheduler, settings = SCHEDULERS[login.scheduler.key], login.scheduler.settings
     conn = engine.connect(login)
@@ -109,19 +110,48 @@ def cluster_nodes(engine: Run, login: Host, vars_: dict[str, Any], run_id: str,
                             f"{printable_line(said[-1])[:300] if said else 'no output'})")
         return res.out
 
+    def wait() -> tuple[float, str]:
+        """How long the scheduler says to wait for its late nodes (Slurm: SlurmdTimeout)."""
+        try:
+            res = conn.run(scheduler.late_wait_script(settings), timeout=DRAIN_TIMEOUT_S)
+        except GpuprovError:
+            return scheduler.late_wait("")
+        return scheduler.late_wait(res.out if res.rc == 0 else "")
+
     listed = list_until_answered(
         listing, lambda out: scheduler.late_nodes(settings, out),
-        lambda text: engine.reporter.running(login.name, text), scheduler.noun)
+        lambda text: engine.reporter.running(login.name, text), scheduler.noun, wait=wait)
     found = scheduler.usable_nodes(settings, listed)
     if len(found) < 2:
         raise InputError(f"{scheduler.noun} lists {len(found)} usable node(s) in the "
                          "partition: fabric needs 2 to pair")
-    job = job_name(run_id)
+    allocation = _allocate(conn, login, [name for name, _ in found], run_id)
     hcas = [str(h) for h in vars_.get("fabric_hcas") or []]
     return [Node(Host(name, address, login.where), address, hcas,
                  ClusterLink(conn, functools.partial(scheduler.on_node, settings, name,
-                                                     job_name=job)))
+                                                     allocation=allocation)))
             for name, address in found]
+
+
+def _allocate(conn: BaseConnection, login: Host, nodes: list[str], run_id: str) -> str:
+    """One allocation of `nodes` for the whole run (its id): every command is a step of it,
+    so a busy partition queues the run once, not each command. A failure cancels what may
+    have been granted and raises `HostError` with the scheduler's last word."""
+    assert login.scheduler is not None
+    scheduler, settings = SCHEDULERS[login.scheduler.key], login.scheduler.settings
+    try:
+        res = conn.run(scheduler.allocate_script(settings, nodes, job_name(run_id)),
+                       timeout=DRAIN_TIMEOUT_S)
+    except GpuprovError:
+        _cancel_jobs(conn, login, run_id)
+        raise
+    allocation = scheduler.allocated(res.out)
+    if allocation is None:
+        _cancel_jobs(conn, login, run_id)
+        said = [line for line in res.out.splitlines() if line.strip()]
+        raise HostError(f"{scheduler.noun} did not allocate the nodes (exit {res.rc}: "
+                        f"{printable_line(said[-1])[:300] if said else 'no output'})")
+    return allocation
 
 
 def run_pairs(engine: Run, hosts: list[Host], settings: Settings, out: TextIO, export: Export,

@@ -107,7 +107,7 @@ def pick_port(ports: tuple[int, int], tried: list[int]) -> int:
 
 class Link(Protocol):
     """How the run reaches a node: its own connection (`BaseConnection`), or a cluster's
-    login node that runs each command as a job on it (`ClusterLink`)."""
+    login node that runs each command as a step on it (`ClusterLink`)."""
 
     def run(self, script: str, *, timeout: Optional[float] = None,
             stdin: Optional[bytes] = None, on_output: Optional[OutputCallback] = None,
@@ -118,8 +118,9 @@ class Link(Protocol):
 
 class ClusterLink:
     """A node of a cluster reached through its login node's connection: each command runs
-    there as a job of its own on the node (the scheduler's `on_node`, e.g. `srun -w NODE`).
-    Its time limit, output and cancel are the login node's command's."""
+    there as a step, on the node, of the one allocation the run holds (the scheduler's
+    `on_node`, e.g. `srun --jobid=JOB --overlap -w NODE`). Its time limit, output and cancel
+    are the login node's command's."""
 
     def __init__(self, login: BaseConnection, wrap: Callable[[str], str]):
         self.login, self.wrap = login, wrap

@@ -21,8 +21,9 @@ if TYPE_CHECKING:
     from ..engine.session import HostSession
 
 # How long a run lists a cluster's nodes again while some are kept off only for a moment
-# (Scheduler.late_nodes), and how often. Chosen, not sourced: long enough for a short stall
-# or a resume, short enough that a node really going down costs little.
+# (Scheduler.late_nodes), and how often, when the scheduler says nothing longer (Slurm waits
+# its SlurmdTimeout: slurm/late.py). Chosen, not sourced: long enough for a short stall or a
+# resume, short enough that a node really going down costs little.
 LATE_WAIT_S = 15.0
 LATE_POLL_S = 2.0
 Listing = TypeVar("Listing")
@@ -30,15 +31,21 @@ Listing = TypeVar("Listing")
 
 def list_until_answered(listing: Callable[[], Listing], late: Callable[[Listing], list[str]],
                         say: Callable[[str], None], noun: str,
-                        sleep: Callable[[float], None] = time.sleep) -> Listing:
-    """`listing()`, asked again every LATE_POLL_S for up to LATE_WAIT_S while `late` of it
-    names nodes kept off only for a moment (`say` tells so once, naming the scheduler by its
-    `noun`); the last listing."""
-    deadline = time.monotonic() + LATE_WAIT_S
+                        sleep: Callable[[float], None] = time.sleep,
+                        wait: Callable[[], tuple[float, str]] = lambda: (LATE_WAIT_S, "")
+                        ) -> Listing:
+    """`listing()`, asked again every LATE_POLL_S while `late` of it names nodes kept off only
+    for a moment, for as long as `wait()` says (seconds and why, asked once, only when a node
+    is late; `say` tells so once, naming the scheduler by its `noun`); the last listing."""
+    started = time.monotonic()
     listed = listing()
     names = late(listed)
-    if names:
-        say(f"waiting up to {LATE_WAIT_S:.0f} s for {', '.join(names)} to answer {noun}")
+    if not names:
+        return listed
+    seconds, why = wait()
+    deadline = started + seconds
+    because = f" ({why})" if why else ""
+    say(f"waiting up to {seconds:.0f} s{because} for {', '.join(names)} to answer {noun}")
     while names and time.monotonic() < deadline:
         sleep(LATE_POLL_S)
         listed = listing()
@@ -239,9 +246,26 @@ class Scheduler(Protocol):
         """The nodes `nodes_script` listed that are kept off only for a moment (Slurm: a
         missed ping), worth listing again for a few seconds before they are left out."""
 
-    def on_node(self, settings: Any, node: str, script: str, job_name: str) -> str:
-        """A script for the login node that runs `script` on `node` as a job of its own
-        (one task, one core), its output passed through line by line."""
+    def late_wait_script(self, settings: Any) -> str:
+        """A script for the login node whose output `late_wait` reads."""
+
+    def late_wait(self, out: str) -> tuple[float, str]:
+        """How long to wait for late nodes (seconds, and why in a few words), from
+        `late_wait_script`'s output (untrusted)."""
+
+    def allocate_script(self, settings: Any, nodes: list[str], job_name: str) -> str:
+        """A script for the login node that takes one allocation (one job named `job_name`)
+        of `nodes` and returns once it is granted, leaving it held; `allocated` reads its
+        output (stdout and stderr together)."""
+
+    def allocated(self, out: str) -> Optional[str]:
+        """The allocation's id from `allocate_script`'s output (untrusted), None when it
+        gave none."""
+
+    def on_node(self, settings: Any, node: str, script: str, allocation: str) -> str:
+        """A script for the login node that runs `script` on `node` as a step of the
+        allocation `allocation` (one task; steps of it may run at once on a node), its output
+        passed through line by line."""
 
     def cancel_script(self, settings: Any, job_name: str) -> str:
         """A script for the login node that cancels the user's jobs named `job_name`: a job

@@ -2,8 +2,8 @@
 
 A host with `slurm:` in the inventory (`settings`) is the cluster's login node, reached like any
 host. `validate` on it asks Slurm for the partition's nodes, runs the validation package on all
-of them in one job (one allocation, srun steps started from the login node, the package on
-each step's stdin), brings each node's results home to `logs/<node>/<run>/`, and, when asked,
+of them in one job (one allocation, one srun step whose tasks are the nodes, the package on
+the step's stdin), brings each node's results home to `logs/<node>/<run>/`, and, when asked,
 drains the nodes that failed and resumes the ones gpuprov drained that now pass.
 
 - `settings` the inventory's `slurm:` key, checked before any host is contacted
@@ -11,8 +11,8 @@ drains the nodes that failed and resumes the ones gpuprov drained that now pass.
              and fabric)
 - `nodes`    what Slurm says about its nodes (every JSON shape from 22.05 to 24.11), and which
              of them a run takes, skips or gives back
-- `job`      the command each task runs, the salloc and srun lines, and the labelled output
-             split per node
+- `job`      the command each task runs, the salloc and srun lines (`launch_step`), and the
+             labelled output split per node
 - `gate`     drain reasons, drain and resume, the reservation that keeps users' jobs off the
              nodes while they are validated
 - `cluster`  `SlurmCluster`, the `base.Cluster` the route drives

@@ -8,8 +8,8 @@ step one command there:
    with --resume-passed;
 3. `resume` (--drain-failed or --resume-passed): reserve the nodes for this run, resume
    gpuprov's inside the reservation;
-4. `validate`: one allocation (salloc), one srun step per node started from the login node,
-   the package on each step's stdin, lines streamed back per node; each node's results into
+4. `validate`: one allocation (salloc), one srun step whose tasks are the nodes, the package
+   on the step's stdin, lines streamed back per node; each node's results into
    logs/<node>/<run>/;
 5. `drain` the nodes that failed, `release`: drop the reservation. The run's record is
    logs/<cluster>/<run>/slurm.json.
@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Optional, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Optional, Sequence
 
 from ...engine.jobs.validate import suite_args
 from ...ground.errors import CommandTimeout
@@ -26,12 +28,14 @@ from ...transport.connection import LineSplitter, PullLimits
 from ..base import NodeRecord, NodeView, Plan, RouteFailed, RunContext, list_until_answered
 from . import gate
 from .hostlist import hostnames_lines, last_line, split_sections, wanted_nodes
-from .job import JobOutput, job_command, salloc_options, step_options, task_script, with_conf
+from .job import JobOutput, Task, launch_step, salloc_options, step_options, task_script, with_conf
+from .late import CONFIG_SCRIPT, late_wait
 from .nodes import Node, NodeListError, parse_nodes, plan_nodes
 from .settings import SlurmSettings
 
 SURVEY_TIMEOUT_S = 120.0
 GATE_TIMEOUT_S = 120.0
+STORE_THREADS = 4  # chosen: file-system latency overlaps; the work itself is small
 
 
 def survey_script(settings: SlurmSettings) -> str:
@@ -40,6 +44,46 @@ def survey_script(settings: SlurmSettings) -> str:
     # 23.02+ lists nodes one by one in scontrol's JSON; 22.05's scontrol has no --json
     lines.append('echo "@@nodes"; scontrol show nodes --json 2>/dev/null || sinfo --json')
     return with_conf(settings, "\n".join(lines) + "\n")
+
+
+def _timeline(output: JobOutput, started: float) -> dict[str, float]:
+    """When, from the job's start, the first and the last task said they started, and the
+    last task's results were whole (seconds; for the record and bench.slurm_overhead)."""
+    starts = [t.started - started for t in output.by_node.values() if t.started]
+    ends = [t.ended - started for t in output.by_node.values() if t.ended]
+    times = {"first_task_s": min(starts, default=None), "last_task_s": max(starts, default=None),
+             "last_results_s": max(ends, default=None)}
+    return {key: round(value, 3) for key, value in times.items() if value is not None}
+
+
+class EarlyStores:
+    """Each node's results stored as soon as they are whole (its end marker), by
+    STORE_THREADS threads, while slower nodes still run: storing 128 nodes' results one after
+    the other once the step had ended was most of the route's own time (bench.slurm_overhead).
+    `wait(node)`: True once that node's were stored early (a failure to store raised there)."""
+
+    def __init__(self, records: dict[str, NodeRecord], folder: Callable[[str], Path]):
+        self.records, self.folder = records, folder
+        self.pool = ThreadPoolExecutor(max_workers=STORE_THREADS, thread_name_prefix="store")
+        self.stored: dict[str, Future[None]] = {}
+
+    def __call__(self, task: Task) -> None:
+        archive = task.archive()
+        record = self.records.get(task.node)
+        if archive is None or task.size == 0 or record is None or task.node in self.stored:
+            return
+        self.stored[task.node] = self.pool.submit(record.store, archive, task.rc,
+                                                  self.folder(task.node))
+
+    def wait(self, node: str) -> bool:
+        future = self.stored.get(node)
+        if future is None:
+            return False
+        future.result()
+        return True
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
 
 
 class SlurmCluster:
@@ -62,7 +106,7 @@ class SlurmCluster:
         self.user, nodes, self.wanted = list_until_answered(
             self.survey, lambda surveyed: self._late(surveyed[1], surveyed[2]),
             lambda text: self.session.reporter.running(self.name, f"{text} (NOT_RESPONDING)"),
-            "Slurm", self.session.sleep)
+            "Slurm", self.session.sleep, self._late_wait)
         self.record["user"] = self.user
         return list(nodes.values())
 
@@ -74,6 +118,16 @@ class SlurmCluster:
                 if self.settings.partition in n.partitions
                 and (keep is None or n.name in keep) and n.late
                 and (not n.drained or n.drained_by_gpuprov)]
+
+    def _late_wait(self) -> tuple[float, str]:
+        """How long to wait for late nodes: the cluster's SlurmdTimeout, capped (late.py)."""
+        try:
+            res = self.session.conn.run(with_conf(self.settings, CONFIG_SCRIPT + "\n"),
+                                        timeout=SURVEY_TIMEOUT_S)
+        except CommandTimeout:
+            return late_wait("")
+        self.session.log.command("slurm", CONFIG_SCRIPT, res.rc, res.elapsed_s, "", res.err)
+        return late_wait(res.out if res.rc == 0 else "")
 
     def plan(self, nodes: Sequence[NodeView], resume_passed: bool) -> Plan:
         slurm_nodes = {n.name: n for n in nodes if isinstance(n, Node)}
@@ -125,7 +179,7 @@ class SlurmCluster:
 
     # ------------------------------------------------------------------ 4. the job
     def validate(self, records: dict[str, NodeRecord]) -> None:
-        """One allocation, one srun step per node; a job still running when this ends
+        """One allocation, one step over all the nodes; a job still running when this ends
         (Ctrl-C, the timeout) is cancelled before any node is drained."""
         try:
             self.run_job(records)
@@ -140,22 +194,24 @@ class SlurmCluster:
         args = suite_args(inner.suite, session.context)
         token = secrets.token_hex(8)
         job_name = gate.run_name(self.run_id)
-        command = job_command(settings, names, task_script(token, python, args), job_name,
+        command = launch_step(settings, names, task_script(token, python, args), job_name,
                               token, self.reservation)
         limits = PullLimits.from_env()
         reporter = session.reporter
+        stores = EarlyStores(records, self.context.node_folder)
         output = JobOutput(token, names, limits.archive_bytes,
                            on_start=lambda node, job_id: reporter.running(
                                node, f"running (job {job_id or '?'})"),
                            on_line=reporter.output,
-                           on_srun=lambda line: reporter.output(self.name, line))
+                           on_srun=lambda line: reporter.output(self.name, line),
+                           on_whole=stores)
         splitters = {"stdout": LineSplitter(output.stdout), "stderr": LineSplitter(output.stderr)}
         for name in names:
             reporter.running(name, f"pending: validate ({inner.suite}) through Slurm, "
                                    f"partition {settings.partition}")
         self.record["salloc"] = " ".join(salloc_options(settings, names, job_name,
                                                          self.reservation))
-        self.record["srun"] = " ".join(step_options(settings)) + " --nodelist=NODE (one per node)"
+        self.record["srun"] = " ".join(step_options(settings, len(names)))
         started = time.monotonic()
         rc: Optional[int] = None
         self.srun_running = True
@@ -176,25 +232,30 @@ class SlurmCluster:
                                 time.monotonic() - started, "", "\n".join(output.messages))
         job_ids = sorted({t.job_id for t in output.by_node.values() if t.job_id})
         self.record.update(job_id=job_ids[0] if len(job_ids) == 1 else job_ids,
-                           salloc_exit_status=rc, salloc_messages=output.messages,
-                           job_s=round(time.monotonic() - started, 3))
+                           salloc_exit_status=rc, srun_exit_status=output.step_rc,
+                           salloc_messages=output.messages,
+                           job_s=round(time.monotonic() - started, 3),
+                           **_timeline(output, started))
         self.context.incomplete = rc is None
         self.context.no_task = (f"Slurm started no task (salloc exit {rc}: "
                                 f"{output.messages[-1] if output.messages else 'no message'})")
         try:
             for name, record in records.items():
-                self.collect(name, record, output, rc)
+                self.collect(name, record, output, rc, stores)
         finally:
+            stores.close()
             output.close()
 
     # ------------------------------------------------------------------ 5. results home
     def collect(self, name: str, record: NodeRecord, output: JobOutput,
-                rc: Optional[int]) -> None:
+                rc: Optional[int], stores: "EarlyStores") -> None:
         task = output.by_node.get(name)
         lost = name in output.failed_nodes
         record.judged = task is not None or lost
-        step_rc = record.extra["srun_exit_status"] = output.step_rc.get(name)
+        step_rc = output.step_rc
         said = output.node_messages.get(name) or output.messages
+        if output.node_messages.get(name):
+            record.extra["srun_said"] = output.node_messages[name][-1]
         if task is None:
             why = ("the node failed before its task started" if lost else
                    f"its task never started (srun exit {step_rc}, salloc exit {rc}: "
@@ -205,19 +266,24 @@ class SlurmCluster:
         else:
             record.rc, record.validate_s = task.rc, task.validate_s
             record.extra["results_bytes"] = task.size
-            archive = task.archive()
             record.elapsed_s = (task.ended or time.monotonic()) - task.started
-            if archive is not None and task.size == 0:
-                record.verdict = f"not validated: validate left no results (exit {task.rc})"
-            elif archive is None:
-                why = task.refused or (f"the node failed mid-job (srun: {said[-1]})"
-                                       if lost and said else
-                                       f"its results did not come back whole (srun exit "
-                                       f"{step_rc})")
-                record.verdict = f"not validated: {why}"
-            else:
-                record.store(archive, task.rc, self.context.node_folder(name))
+            if not stores.wait(name):
+                self._results(name, record, task, (f"the node failed mid-job (srun: {said[-1]})"
+                                                   if lost and said else
+                                                   f"its results did not come back whole "
+                                                   f"(srun exit {step_rc})"))
         self.session.reporter.output(name, f"[validate] {record.verdict}")
+
+    def _results(self, name: str, record: NodeRecord, task: Task, cut_short: str) -> None:
+        """A node's results stored, or why there are none (`cut_short`: why they did not
+        come whole, unless they were refused)."""
+        archive = task.archive()
+        if archive is not None and task.size == 0:
+            record.verdict = f"not validated: validate left no results (exit {task.rc})"
+        elif archive is None:
+            record.verdict = f"not validated: {task.refused or cut_short}"
+        else:
+            record.store(archive, task.rc, self.context.node_folder(name))
 
     # ------------------------------------------------------------------ 6. gate after
     def drain(self, records: dict[str, NodeRecord]) -> None:

@@ -1,31 +1,35 @@
-"""The validation job: what each task runs on its node, the login-node script that starts one
-job step per node, and the split of the steps' labelled output back into one stream per node.
+"""The validation job: what each task runs on its node, the login-node script that runs all
+the nodes as the tasks of one job step, and the split of the step's labelled output back into
+one stream per node.
 
-One allocation, one step per node. `salloc` takes the nodes (exclusive, their GPUs, `--no-kill`:
-"Do not automatically terminate a job if one of the nodes it has been allocated fails ... The
-job allocation will not be revoked so the user may launch new job steps on the remaining nodes",
-salloc(1), Slurm 22.05) and runs a script on the login node that starts one `srun -N1 -n1
---nodelist=NODE` per node, at most `fanout` at once (each srun is a client process on the
-shared login node: a window keeps their number, and the login node's memory, flat in the
-node count), and waits for them; when it ends salloc "relinquishes
-the job allocation" (salloc(1) DESCRIPTION), so nothing outlives the run. A node that dies costs
-only its own step: with one step for all nodes, srun aborted the whole step when slurmctld had
-marked the dead node missing before srun saw its I/O fail (step_launch_notify_io_failure,
-"aborting, io error with slurmstepd on node 1", seen under load).
+One allocation, one step (Slurm 22.05.8's man pages, Debian 12's slurm-client). `salloc` takes
+the nodes (exclusive, their GPUs, `--no-kill`: "Do not automatically terminate a job if one of
+the nodes it has been allocated fails ... The job allocation will not be revoked so the user
+may launch new job steps on the remaining nodes", salloc(1)) and runs a script on the login
+node that starts ONE `srun --nodes=N --ntasks-per-node=1` over all of them (`launch_step`):
+the login node holds one srun client (and its shell) whatever the node count, where a step per
+node meant a client per node, or waves of them. A node that dies costs only its own task:
+`--no-kill` ("Do not automatically terminate a job if one of the nodes it has been allocated
+fails. This option applies to job and step allocations", srun(1)) and `--kill-on-bad-exit=0`
+("An option argument of zero will not terminate the job", srun(1) -K) keep the other tasks
+running; srun reports the dead node ("Node failure on NODE") and returns once Slurm has set it
+down (after SlurmdTimeout). Measured with real daemons: tests/test_slurm_step.py.
 
 No filesystem is assumed shared between the login node and the nodes: the package is written
 once to a login-node temporary file (mktemp(1): "Files are created u+rw"), opened on fd 5 and
 removed at once, before the job starts: a run killed hard (SIGKILL after Ctrl-C) leaves no
-copy behind. Each step opens it anew through /dev/fd/5 (Linux: opening a /proc/PID/fd link
-opens the file itself, deleted or not, with an offset of its own, proc(5); tried here, and
-salloc passes fd 5 on to its command) and reads it on stdin ("stdin will be redirected from the standard input
-of srun to all remote tasks", srun(1) "IO Redirection"); each task unpacks it into a fresh
-folder in the node's own TMPDIR, runs it, and prints its output folder back as a base64 tarball
-between marker lines. Each step's stdout and stderr go through awk, which puts the step's
-number before every line ("%d: ", as srun --label did) and writes each line whole in one write
-of at most PIPE_BUF bytes (long lines are cut into several), so the steps' lines never mix; the
-step's srun exit status comes as an unlabelled marker line, which no node can forge. What a
-node prints is untrusted, as any host's output.
+copy behind. The step reads it on stdin and srun sends it to every task (`--input=all`:
+"stdin will be redirected from the standard input of srun to all remote tasks", srun(1) "IO
+Redirection"); each task unpacks it into a fresh folder in the node's own TMPDIR, runs it, and
+prints its output folder back as a base64 tarball between marker lines. srun puts the task's
+number before every line (`--label`: "Prepend task number to lines of stdout/err", srun(1)),
+and writes each line, label included, in one write(2) from its one I/O thread, a partial line
+ending with a newline it adds (src/common/write_labelled_message.c, `_write_line`: "add
+prefix/suffix to buffer before issuing write to avoid interleaved output"), so the nodes'
+lines never mix. Task i runs on the i-th node of the allocation in Slurm's order (one task per
+node, block distribution): the script says that order first, as an unlabelled marker line,
+which no node can forge (every line a node prints comes labelled). What a node prints is
+untrusted, as any host's output.
 """
 from __future__ import annotations
 
@@ -48,19 +52,35 @@ PACKAGE_FAILED = 70  # the login-node script's exit status when the package was 
 LABEL = re.compile(r"[ \t]*([0-9]{1,6}): ?(.*)", re.ASCII)
 NUMBER = re.compile(r"-?[0-9]{1,20}", re.ASCII)  # an exit status, a job id, a time in ns
 # srun's words for a node lost mid-step: slurmctld's "Node failure on NODE"; srun's own when
-# the node's slurmstepd went away ("io error with slurmstepd on node 0")
+# a node's slurmstepd went away ("io error with slurmstepd on node 1": the node's index in
+# the step, src/api/step_launch.c step_launch_notify_io_failure); and its line for a task that
+# ended badly ("srun: error: n2: task 1: Exited with exit code 3", src/srun/srun_job.c)
 NODE_FAILURE = re.compile(r"Node failure on (\S+)")
-STEPD_LOST = re.compile(r"io error with slurmstepd")
+STEPD_LOST = re.compile(r"io error (?:and missing step |with slurmstepd )on node ([0-9]{1,6})",
+                        re.ASCII)
+ABOUT_NODE = re.compile(r"error: ([A-Za-z0-9_.-]{1,64}): tasks? [0-9,-]{1,32}: ", re.ASCII)
+# A node's slurmstepd that dies with bytes of the package still unread resets its connection,
+# and srun 22.05 then aborts the WHOLE step, every node's task killed ("_server_read: fd 12
+# error reading header: Connection reset by peer", "step_launch_notify_io_failure: aborting,
+# io error with slurmstepd on node 1": seen here, a node of 4 killed while stdin was in
+# flight), --no-kill or not. srun skips that abort only when SLURM_PTY_PORT is in its own
+# environment (src/api/step_launch.c, step_launch_notify_io_failure: "FIXME If stepd dies or we
+# see I/O error with stepd. Do not abort the whole job but collect all tasks on the node just
+# like if they exited", then `if (getenv("SLURM_PTY_PORT") == NULL)` abort; the same test in
+# src/api/step_io.c _server_read), which srun --pty sets; slurmstepd reads it only for a step
+# launched with --pty (LAUNCH_PTY). So srun runs with it set: the dead node's tasks end when
+# Slurm sets the node down ("Node failure on NODE"), the others finish. The dead node's share of
+# the stdin then waits in srun's buffers, 1,024 of 1,024 bytes (STDIO_MAX_FREE_BUF in
+# step_io.c, SLURM_IO_MAX_MSG_LEN in io_hdr.h): a package over STDIN_HELD_MAX would stall the
+# others' stdin (seen with 8 MiB), so the package must stay under it (tests/test_slurm_step_late.py
+# checks the validate package's size).
+NO_ABORT = "SLURM_PTY_PORT"
+STDIN_HELD_MAX = 1024 * 1024
 KEPT_MESSAGES = 50  # Slurm's own lines kept for the record (per node, and the job's)
 # Each node's lines (its results apart: their own cap, PullLimits) are shown and logged up to
 # this many bytes, as one host's stream is (transport.base.OUTPUT_MAX_BYTES); the job's output
 # as a whole is not cut (the command runs `streamed`), so one node's flood costs that node only.
 NODE_TEXT_MAX = 1 << 20
-# One labelled line per write(2): Linux writes up to PIPE_BUF (4096 bytes) to a pipe whole
-# ("POSIX.1 says that write(2)s of less than PIPE_BUF bytes must be atomic", pipe(7)); awk
-# flushes after each line. A longer line is cut into pieces of LINE_PIECE bytes (LC_ALL=C: awk
-# counts bytes), each with its label.
-LINE_PIECE = 2000
 
 
 def task_script(token: str, python: str, args: list[str]) -> str:
@@ -68,6 +88,7 @@ def task_script(token: str, python: str, args: list[str]) -> str:
     marker = shlex.quote(f"@@gpuprov-{token}")
     quoted = " ".join(shlex.quote(a) for a in args)
     return (f'M={marker}\n'
+            f'unset {NO_ABORT}\n'  # srun's own (NO_ABORT): not the validation's
             'exec 2>&1\n'  # the step's stderr carries Slurm's own words only
             'echo "$M start $SLURMD_NODENAME $SLURM_JOB_ID"\n'
             'D=$(mktemp -d "${TMPDIR:-/tmp}/gpuprov-XXXXXX") || '
@@ -101,56 +122,54 @@ def salloc_options(settings: SlurmSettings, nodes: list[str], job_name: str,
     return args + list(settings.extra_args)
 
 
-def step_options(settings: SlurmSettings) -> list[str]:
-    """One step on one node of the allocation (the node given after): one task, the node's
-    GPUs (asked again: "By default, a job step is allocated all of the generic resources that
-    have been requested by the job, except those implicitly requested when a job is
-    exclusive", srun(1) --gres), every CPU and all memory of the node ("By default, all
-    non-GRES resources on each node in the step allocation will be used", srun(1) --exact),
-    the package on its stdin (`--input=all`), the login node's environment with SLURM_CONF
-    (`--export=ALL`). Sources: the man pages of Slurm 22.05.8 (Debian 12's slurm-client)."""
-    args = ["srun", "--nodes=1", "--ntasks=1", "--input=all", "--export=ALL"]
+def step_options(settings: SlurmSettings, count: int) -> list[str]:
+    """The one step over the `count` nodes of the allocation, each option as srun(1) of Slurm
+    22.05.8 says it:
+    - `--nodes=N --ntasks-per-node=1`: one task on every node of the allocation;
+    - `--kill-on-bad-exit=0`: "An option argument of zero will not terminate the job" when a
+      task exits non-zero (a node that fails its validation costs nothing to the others);
+    - `--no-kill`: "Do not automatically terminate a job if one of the nodes it has been
+      allocated fails. This option applies to job and step allocations";
+    - `--label`: "Prepend task number to lines of stdout/err";
+    - `--input=all`: the package, srun's stdin, to every task ("IO Redirection");
+    - `--export=ALL`: the login node's environment, SLURM_CONF with it (slurm.md gotcha 17);
+    - `--gpus-per-node`: the node's GPUs asked again ("By default, a job step is allocated
+      all of the generic resources that have been requested by the job, except those
+      implicitly requested when a job is exclusive", srun(1) --gres); every CPU and all memory
+      of the node come by default ("all non-GRES resources on each node in the step
+      allocation will be used", srun(1) --exact)."""
+    args = ["srun", f"--nodes={count}", "--ntasks-per-node=1", "--kill-on-bad-exit=0",
+            "--no-kill", "--label", "--input=all", "--export=ALL"]
     if settings.gpus_per_node:
         args.append(f"--gpus-per-node={settings.gpus_per_node}")
     return args
 
 
-# awk: the step's number before each line, each line (or piece) written whole
-LABELLER = ("LC_ALL=C awk -v p=\"$1: \" '{ s = $0; while (length(s) > %d) { print p "
-            "substr(s, 1, %d); fflush(); s = substr(s, %d) } print p s; fflush() }'"
-            % (LINE_PIECE, LINE_PIECE, LINE_PIECE + 1))
-
-
-def job_command(settings: SlurmSettings, nodes: list[str], script: str, job_name: str,
-                token: str, reservation: Optional[str] = None) -> str:
-    """The login-node script (its stdin: the package): store the package, take the
-    allocation, run `script` as one step per node, at most `settings.fanout` at once (a
-    sliding window: the next node's step starts as soon as one ends), and wait for them. Step
-    i's lines come labelled "i: " (stdout and stderr apart); `@@gpuprov-TOKEN srun i RC` (not
-    labelled) gives step i's srun exit status."""
+def step_lines(settings: SlurmSettings, count: int, script: str, token: str) -> str:
+    """Shell lines, run inside an allocation of `count` nodes (salloc's command, or a batch
+    script), that run `script` as one task per node in one step, its stdin the package on fd
+    5: first `@@gpuprov-TOKEN nodes N1 N2 ...` (the allocation's nodes in Slurm's order: task
+    i is node i), then the step's labelled lines, then `@@gpuprov-TOKEN step RC` (srun's exit
+    status); the marker lines unlabelled, so no node can forge them."""
     marker = shlex.quote(f"@@gpuprov-{token}")
-    step = " ".join(shlex.quote(a) for a in step_options(settings))
-    window = max(1, min(settings.fanout, len(nodes)))
-    # fd 3: the stdout labeller; fd 4: the script's own stdout (unlabelled: the rc line);
-    # fd 5: the package; fd 6: the window, a pipe holding one byte per free turn: a step
-    # takes one before it starts and gives it back when its srun has ended
-    steps = (f"M={marker}; S={shlex.quote(script)}\n"
-             f"lab() {{ {LABELLER}; }}\n"
-             'W=$(mktemp -d "${TMPDIR:-/tmp}/gpuprov-window-XXXXXX") && mkfifo "$W/turns" && '
-             f'exec 6<>"$W/turns" && rm -rf "$W" || exit {PACKAGE_FAILED}\n'
-             f"i=0; while [ $i -lt {window} ]; do echo; i=$((i + 1)); done >&6\n"
-             "i=0\n"
-             "for n do\n"
-             "  read t <&6\n"
-             f'  {{ ( {{ {{ {step} --nodelist="$n" /bin/sh -c "$S" </dev/fd/5 5<&- 6>&- 2>&1 >&3 3>&- 4>&-; '
-             'echo "$M srun $i $?" >&4; } | lab "$i" >&2; } 3>&1 | lab "$i" ) 4>&1 6>&-; '
-             "echo >&6; } &\n"
-             "  i=$((i + 1))\n"
-             "done\n"
-             "wait\n")
+    step = " ".join(shlex.quote(a) for a in step_options(settings, count))
+    # SLURM_PTY_PORT set for srun alone: see NO_ABORT
+    step = f"{NO_ABORT}=0 {step}"
+    nodes = 'echo "$M nodes $(scontrol show hostnames "$SLURM_JOB_NODELIST" | tr "\\n" " ")"'
+    return (f"M={marker}\n{nodes}\n"
+            f"{step} /bin/sh -c {shlex.quote(script)} <&5 5<&-\n"
+            'echo "$M step $?"\n')
+
+
+def launch_step(settings: SlurmSettings, nodes: list[str], script: str, job_name: str,
+                token: str, reservation: Optional[str] = None) -> str:
+    """The single entry point that validates `nodes` in one step: the login-node script (its
+    stdin: the package) that stores the package, takes one allocation of exactly `nodes`
+    (`salloc_options`), runs `script` on all of them as the tasks of one step (`step_lines`)
+    and gives the allocation back when the step ends. Its output is read by `JobOutput`."""
     alloc = " ".join(shlex.quote(a) for a in salloc_options(settings, nodes, job_name,
                                                               reservation))
-    names = " ".join(shlex.quote(n) for n in nodes)
+    steps = step_lines(settings, len(nodes), script, token)
     return ('T=$(mktemp "${TMPDIR:-/tmp}/gpuprov-package-XXXXXX") || '
             f'exit {PACKAGE_FAILED}\n'
             "trap 'rm -f \"$T\"' EXIT\n"
@@ -158,7 +177,51 @@ def job_command(settings: SlurmSettings, nodes: list[str], script: str, job_name
             f'cat >"$T" && exec 5<"$T" && rm -f "$T" || exit {PACKAGE_FAILED}\n'
             # salloc in the background of a shell: "set its standard input to some file"
             # (salloc(1) NOTE)
-            f'{alloc} /bin/sh -c {shlex.quote(steps)} sh {names} </dev/null\n')
+            f'{alloc} /bin/sh -c {shlex.quote(steps)} </dev/null\n')
+
+
+# salloc's line once the allocation is granted (src/salloc/salloc.c: "Granted job allocation
+# %u"); what the login node prints is untrusted: ASCII digits, one such line
+GRANTED = re.compile(r"salloc: Granted job allocation ([0-9]{1,12})", re.ASCII)
+
+
+def hold_options(settings: SlurmSettings, nodes: list[str], job_name: str) -> list[str]:
+    """One allocation of `nodes` held until cancelled (`gpuprov fabric`: every command of the
+    run a step of it, no job per command). salloc(1), Slurm 22.05.8:
+    - `--no-shell`: "immediately exit after allocating resources, without running a command.
+      However, the Slurm job will still be created and will remain active and will own the
+      allocated resources as long as it is active ... You can submit srun commands against
+      this resource allocation, if you specify the --jobid= option";
+    - `--nodes=N --nodelist=... --ntasks-per-node=1`: exactly these nodes, one task each (one
+      core: a node running other work, MIXED, can still be measured);
+    - `--no-kill`: a node that fails does not revoke the allocation, the others' pairs go on.
+    `account`, `qos`, `time` and `extra_args` of `slurm:` apply as for validate's salloc."""
+    args = ["salloc", "--no-shell", f"--job-name={job_name}", f"--partition={settings.partition}",
+            f"--nodes={len(nodes)}", "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}",
+            "--no-kill"]
+    for option, value in (("account", settings.account), ("qos", settings.qos),
+                          ("time", settings.time)):
+        if value:
+            args.append(f"--{option}={value}")
+    return args + list(settings.extra_args)
+
+
+def granted_job(out: str) -> Optional[str]:
+    """The job id of salloc's "Granted job allocation N" line, None unless exactly one."""
+    found = {m.group(1) for m in (GRANTED.fullmatch(line.strip()) for line in out.splitlines())
+             if m}
+    return found.pop() if len(found) == 1 else None
+
+
+def node_step_options(allocation: str, node: str) -> list[str]:
+    """One command on `node` as a step of the held allocation. srun(1), Slurm 22.05.8:
+    `--jobid`: "Initiate a job step under an already allocated job with job id id";
+    `--overlap`: "allows steps to share all resources (CPUs, memory, and GRES) with all other
+    steps" (a pair's server and client, and the commands that stop a server, run at once on
+    one node's one core); `--nodes=1 --ntasks=1 --nodelist=NODE`: one task on that node;
+    `--unbuffered`: its lines as they come (the server's PID before it is done)."""
+    return ["srun", f"--jobid={allocation}", "--overlap", "--nodes=1", "--ntasks=1",
+            f"--nodelist={node}", "--unbuffered"]
 
 
 def with_conf(settings: SlurmSettings, script: str) -> str:
@@ -222,37 +285,41 @@ class Task:
 
 
 class JobOutput:
-    """Splits the job's output into its steps, step i being node `nodes[i]`. `on_start(node,
+    """Splits the step's output into its tasks, task i being node `nodes[i]` (the order the
+    login-node script says, Slurm's; until it does, the order given). `on_start(node,
     job_id)` when a task names its node, `on_line(node, text)` for each progress line and each
-    of Slurm's lines about a node, `on_srun(text)` for Slurm's lines about the job."""
+    of Slurm's lines about a node, `on_srun(text)` for Slurm's lines about the job,
+    `on_whole(task)` (if given) when a task's results have come whole: no more is read into
+    its file."""
 
     def __init__(self, token: str, nodes: list[str], max_bytes: int,
                  on_start: Callable[[str, str], None], on_line: Callable[[str, str], None],
-                 on_srun: Callable[[str], None]):
+                 on_srun: Callable[[str], None], on_whole: Optional[Callable[[Task], None]] = None):
         self.marker = f"@@gpuprov-{token} "
+        self.on_whole = on_whole  # a task whose results came whole (its end marker), at once
         self.nodes = list(nodes)
         self.max_bytes = max_bytes
         self.tasks: dict[int, Task] = {}
         self.by_node: dict[str, Task] = {}
         self.failed_nodes: set[str] = set()
-        self.messages: list[str] = []                 # salloc's (the job's)
-        self.node_messages: dict[str, list[str]] = {}  # each step's srun's
-        self.step_rc: dict[str, int] = {}              # each step's srun exit status
+        self.messages: list[str] = []                 # salloc's and srun's (the job's)
+        self.node_messages: dict[str, list[str]] = {}  # srun's about each node
+        self.step_rc: Optional[int] = None             # the step's srun exit status
         self.shown: dict[str, int] = {}                # bytes of each node's lines shown
         self.on_start, self.on_line, self.on_srun = on_start, on_line, on_srun
 
-    def _step(self, line: str) -> Optional[tuple[int, str]]:
+    def _task(self, line: str) -> Optional[tuple[int, str]]:
         match = LABEL.fullmatch(line)
         if match is None or int(match.group(1)) >= len(self.nodes):
             return None
         return int(match.group(1)), match.group(2)
 
     def stdout(self, line: str) -> None:
-        step = self._step(line)
-        if step is None:
+        found = self._task(line)
+        if found is None:
             self._unlabelled(line)
             return
-        number, text = step
+        number, text = found
         task = self.tasks.setdefault(number, Task(number))
         try:
             if text.startswith(self.marker):
@@ -265,19 +332,24 @@ class JobOutput:
             task.drop(f"its output could not be read ({exc})")
 
     def stderr(self, line: str) -> None:
-        step = self._step(line)
-        if step is None:
+        """srun's own lines (unlabelled), and a task's stderr (labelled: the task script
+        sends its stderr to its stdout, so only a node that reopened it writes here): a
+        task's words count for its own node only."""
+        found = self._task(line)
+        if found is None:
             self._srun(line)
             return
-        node, text = self.nodes[step[0]], step[1]
+        node, text = self.nodes[found[0]], found[1]
         failure = NODE_FAILURE.search(text)
-        # a step's words count for its own node only
-        if (failure and failure.group(1) == node) or STEPD_LOST.search(text):
+        if failure and failure.group(1) == node:
             self.failed_nodes.add(node)
+        self._keep(node, text)
+        self._show(node, text)
+
+    def _keep(self, node: str, text: str) -> None:
         kept = self.node_messages.setdefault(node, [])
         if len(kept) < KEPT_MESSAGES:
             kept.append(text)
-        self._show(node, text)
 
     def _show(self, node: str, text: str) -> None:
         """Pass a node's line on while the node is within NODE_TEXT_MAX; past it, one note."""
@@ -292,19 +364,29 @@ class JobOutput:
                                f"{node}; the rest is not shown]")
 
     def _unlabelled(self, line: str) -> None:
-        """The login-node script's own line: a step's srun exit status, else salloc's."""
+        """The login-node script's own line (the allocation's nodes in order, the step's exit
+        status), else Slurm's."""
         words = line[len(self.marker):].split() if line.startswith(self.marker) else []
-        step, rc = (_number(words[1]), _number(words[2])) if len(words) == 3 else (None, None)
-        if words and words[0] == "srun" and step is not None and 0 <= step < len(self.nodes) \
-                and rc is not None:
-            self.step_rc[self.nodes[step]] = rc
+        if words[:1] == ["nodes"] and not self.tasks and sorted(words[1:]) == sorted(self.nodes):
+            self.nodes = words[1:]
+        elif words[:1] == ["step"] and len(words) == 2 and _number(words[1]) is not None:
+            self.step_rc = _number(words[1])
         else:
             self._srun(line)
 
     def _srun(self, line: str) -> None:
+        """One of srun's (or salloc's) own lines: a node's failure, or a line about one task's
+        node, is that node's; every line is the job's too."""
         failure = NODE_FAILURE.search(line)
-        if failure and failure.group(1) in self.nodes:
-            self.failed_nodes.add(failure.group(1))
+        lost = STEPD_LOST.search(line)
+        about = ABOUT_NODE.search(line)
+        node = (failure.group(1) if failure else
+                self.nodes[int(lost.group(1))] if lost and int(lost.group(1)) < len(self.nodes)
+                else about.group(1) if about else None)
+        if node in self.nodes:
+            if failure or lost:
+                self.failed_nodes.add(node)
+            self._keep(node, line)
         if len(self.messages) < KEPT_MESSAGES:
             self.messages.append(line)
         self.on_srun(line)
@@ -330,6 +412,8 @@ class JobOutput:
                 task.validate_s = max(0, times[1] - times[0]) / 1e9
         elif kind == "end" and task.in_results:
             task.in_results, task.complete, task.ended = False, True, time.monotonic()
+            if self.on_whole is not None:
+                self.on_whole(task)
 
     def _chunk(self, task: Task, text: str) -> None:
         task.add(text.strip().encode("ascii", "replace"), self.max_bytes)

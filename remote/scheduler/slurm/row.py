@@ -10,7 +10,8 @@ from . import CLUSTER_RECORD
 from .cluster import SlurmCluster
 from .gate import drain_command, drain_reason, each_node_command, parse_each_node
 from .hostlist import hostnames_lines, split_sections, wanted_nodes
-from .job import with_conf
+from .job import granted_job, hold_options, node_step_options, with_conf
+from .late import CONFIG_SCRIPT, late_wait
 from .nodes import late_nodes, one_line_nodes, usable_nodes
 from .settings import SlurmSettings, check_sweep, load_slurm
 
@@ -69,12 +70,25 @@ class Slurm:
         listed, wanted = self._listed(settings, out)
         return late_nodes(listed, settings.partition, wanted)
 
-    def on_node(self, settings: Any, node: str, script: str, job_name: str) -> str:
+    def late_wait_script(self, settings: Any) -> str:
         assert isinstance(settings, SlurmSettings)
-        return with_conf(settings, f"exec srun -N1 -n1 -c1 -w {shlex.quote(node)} "
-                                   f"-p {shlex.quote(settings.partition)} "
-                                   f"--job-name={shlex.quote(job_name)} -u /bin/sh -c "
-                                   f"{shlex.quote(script)}")
+        return with_conf(settings, CONFIG_SCRIPT + "\n")
+
+    def late_wait(self, out: str) -> tuple[float, str]:
+        return late_wait(out)
+
+    def allocate_script(self, settings: Any, nodes: list[str], job_name: str) -> str:
+        assert isinstance(settings, SlurmSettings)
+        return with_conf(settings, " ".join(shlex.quote(a) for a in hold_options(
+            settings, nodes, job_name)) + " 2>&1\n")
+
+    def allocated(self, out: str) -> Optional[str]:
+        return granted_job(out)
+
+    def on_node(self, settings: Any, node: str, script: str, allocation: str) -> str:
+        assert isinstance(settings, SlurmSettings)
+        return with_conf(settings, " ".join(shlex.quote(a) for a in [
+            "exec", *node_step_options(allocation, node), "/bin/sh", "-c", script]))
 
     def cancel_script(self, settings: Any, job_name: str) -> str:
         assert isinstance(settings, SlurmSettings)

@@ -10,7 +10,7 @@ nodes of a Slurm partition through the scheduler (remote/scheduler/).
       gpus_per_node: 8          # salloc and each srun step: --gpus-per-node ([type:]count)
       extra_args: [--constraint=h100]   # more salloc options, each one argument
       conf: /etc/slurm/slurm.conf       # exported as SLURM_CONF for every Slurm command
-      fanout: 32                # srun steps running at once from the login node (default 32)
+      fanout: 32                # no longer used: every node is a task of one step
       sweep_partition: sweep    # validate --sweep: the low-tier, preemptible partition its jobs go to
       sweep_batch: 16           # validate --sweep: nodes per job (default 16)
 
@@ -39,20 +39,16 @@ SLURM_KEYS = {
     "gpus_per_node": "--gpus-per-node (`[type:]count`), for salloc and each step",
     "extra_args": "more salloc options, one argument each",
     "conf": "exported as SLURM_CONF for every Slurm command",
-    "fanout": "srun steps at once from the login node (default 32)",
+    "fanout": "no longer used (one srun step runs every node); read so older inventories still load",
     "sweep_partition": "`validate --sweep`: the partition its jobs go to, over the same nodes, "
                        "preemptible (the lowest PriorityTier, PreemptMode CANCEL or REQUEUE)",
     "sweep_batch": "`validate --sweep`: nodes per job (default 16)",
 }
-# At most this many srun steps run at once from the login node: each is an srun client (and
-# its labelling awks) on a machine every user of the cluster shares, so 1,000 nodes must not
-# mean 1,000 clients. 32 is pdsh's default sliding window ("a 'sliding window' (or fanout) of
-# threads to conserve resources on the initiating host", pdsh(1); "default is 32",
-# github.com/chaos/pdsh README); measured cost: docs/how-to/slurm.md.
+# `fanout` was the window of srun steps (one per node) started at once from the login node;
+# since the nodes are the tasks of one step (job.launch_step) there is one srun client whatever
+# the node count, and the key is only read and checked, so that inventories written for the
+# window still load.
 DEFAULT_FANOUT = 32
-# The window's free turns wait as bytes in a pipe, which never holds more than one byte per
-# turn: a pipe holds at least one page ("the pipe capacity is limited to one page" when a user
-# is over pipe-user-pages-soft, pipe(7)), so no turn ever blocks its writer.
 MAX_FANOUT = 4096
 # validate --sweep: nodes per job. Chosen: a job preempted for one of its nodes is cancelled
 # whole (slurm.conf(5), PreemptMode CANCEL: "The preempted job will be cancelled"), so a batch
