@@ -17,7 +17,7 @@ def run(logs: str = LOGS_DIR, out: Optional[str] = None, baseline: Optional[str]
     """`gpuprov report` (module docstring)."""
     from ..report import run_report
 
-    # The table of schedulers tells the run folder its rows' record names (slurm.json): without
+    # The table of schedulers tells the run folder its rows' record names: without
     # it the report would list a cluster run's own folder among the bad logs.
     from ..scheduler import SCHEDULERS  # noqa: F401
 
