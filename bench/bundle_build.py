@@ -41,7 +41,7 @@ from remote.bundle.build import (
     build_bundle,
     dependency_closure,
     marker_environment,
-    recipe_packages,
+    recipe_needs,
     this_distro,
 )
 from remote.config.lockfile import read_lock
@@ -76,7 +76,7 @@ def _floor(cuda: str, locks: Path, recipe: Path, scratch: Path) -> dict:
     subprocess.run(cmd, check=True, env=env_vars, timeout=3600)
     wheel_s = time.monotonic() - started
     started = time.monotonic()   # the list is part of the job: apt-get download needs it
-    closure = dependency_closure(recipe_packages(recipe))
+    closure = dependency_closure(list(recipe_needs(recipe, this_distro(), "x86_64", cuda).packages))
     subprocess.run(["apt-get", "download", "-q", *closure], cwd=debs, check=True,
                    capture_output=True, timeout=3600)
     deb_s = time.monotonic() - started
