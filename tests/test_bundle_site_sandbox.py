@@ -46,22 +46,28 @@ def _ip(pid: str, *args: str) -> None:
                    timeout=30)
 
 
+def site_network(hosts: SandboxHosts, site: str = "sandbox1") -> None:
+    """Join offline sandbox hosts by a site network: a bridge in `site`'s namespace at SITE,
+    a veth pair from it into each other host's namespace (its `eth0`, 10.243.0.N)."""
+    ns = _ns(hosts, site)
+    _ip(ns, "link", "add", "br0", "type", "bridge")
+    _ip(ns, "addr", "add", f"{SITE}/24", "dev", "br0")
+    _ip(ns, "link", "set", "br0", "up")
+    for i, name in enumerate((n for n in hosts.names if n != site), start=2):
+        other = _ns(hosts, name)
+        subprocess.run(["ip", "link", "add", f"s{i}", "netns", ns, "type", "veth", "peer",
+                        "name", "eth0", "netns", other], check=True, capture_output=True,
+                       timeout=30)
+        _ip(ns, "link", "set", f"s{i}", "master", "br0", "up")
+        _ip(other, "addr", "add", f"10.243.0.{i}/24", "dev", "eth0")
+        _ip(other, "link", "set", "eth0", "up")
+
+
 @pytest.fixture(scope="module")
 def site_hosts():
     """sandbox1 (the site) bridged to sandbox2 and sandbox3 on 10.243.0.0/24, all offline."""
     with own_hosts(3, offline=True) as hosts:
-        site = _ns(hosts, "sandbox1")
-        _ip(site, "link", "add", "br0", "type", "bridge")
-        _ip(site, "addr", "add", f"{SITE}/24", "dev", "br0")
-        _ip(site, "link", "set", "br0", "up")
-        for i in (2, 3):
-            other = _ns(hosts, f"sandbox{i}")
-            subprocess.run(["ip", "link", "add", f"s{i}", "netns", site, "type", "veth", "peer",
-                            "name", "eth0", "netns", other], check=True, capture_output=True,
-                           timeout=30)
-            _ip(site, "link", "set", f"s{i}", "master", "br0", "up")
-            _ip(other, "addr", "add", f"10.243.0.{i}/24", "dev", "eth0")
-            _ip(other, "link", "set", "eth0", "up")
+        site_network(hosts)
         yield hosts
 
 
