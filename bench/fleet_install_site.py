@@ -137,7 +137,8 @@ def show(title: str, side: dict, size: int) -> None:
           f"{side['ratio']:.3f} x one bundle ({mb(size)})")
     for name, sent in side["sent"].items():
         host = side["hosts"].get(name, {})
-        print(f"    {name}: sent {mb(sent)}" + (f", {host['elapsed_s']} s" if host else
+        shown = mb(sent) if sent >= 10e6 else f"{sent / 1e3:,.1f} kB"
+        print(f"    {name}: sent {shown}" + (f", {host['elapsed_s']} s" if host else
                                                   " (the site: not provisioned)"))
 
 
