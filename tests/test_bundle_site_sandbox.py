@@ -203,3 +203,20 @@ def test_hosts_install_through_the_site_and_one_that_cannot_reach_it_is_named(
         assert rc == 0 and all(entry.endswith(".site") for entry in out.split()), out
     rc, log, _ = site_hosts.run("sandbox1", "sudo -n cat /var/log/gpuprov-bundle-site.log")
     assert "10.243.0.2" in log and "10.243.0.3" in log and ".whl" in log and ".deb" in log, log[-2000:]
+
+
+def test_a_selected_site_host_serves_then_installs_from_its_own_copy(site_hosts, inventory, built):
+    """The site host among the selected hosts: it takes the bundle, serves it, then runs the
+    recipe from its own unpacked copy (a local apt source), as a host with no site does."""
+    work, recipe, bundle, anchor = built
+    work = work / "site-selected"
+    work.mkdir()
+    (work / "locks").symlink_to(recipe.parent / "locks")
+    run, hosts = _provision(work, inventory, "sandbox1,sandbox2", _recipe(work, "full", [APT, WHEELS]),
+                            bundle, anchor, "selected")
+    assert run.rc == 0 and hosts is not None, run.out + run.err
+    assert hosts["sandbox1"]["failed"] == 0 and hosts["sandbox2"]["failed"] == 0, hosts
+    assert "served to the site" in run.out and "sandbox2 ok" in run.out, run.out
+    rc, out, err = site_hosts.run("sandbox1", f"g++ --version && {VENV}/bin/python -c 'import six' && "
+                                             f"cat {ROOT}/*/sources.d/*.sources")
+    assert rc == 0 and "URIs: file:" in out, out + err
