@@ -253,8 +253,11 @@ def _installer_options(args: Args) -> tuple[str, str, dict[str, str]]:
     if args.get("_find_links"):
         # the bundle's folder, and no index: nothing is fetched (pip's --no-index,
         # --find-links; uv's --offline too)
-        # (a bundle site's URL instead of the folder: fetched from it, so not --offline;
-        # the hashes still come from the lock: remote/bundle/site.py)
+        # (a bundle site's URL instead of the folder, its http.server listing as the flat page
+        # of links that --find-links reads from a URL: fetched from it, so not --offline, which
+        # "disable[s] network access" (uv's CLI reference, `uv pip install`:
+        # https://docs.astral.sh/uv/reference/cli/#uv-pip-install--find-links); the hashes
+        # still come from the lock: remote/bundle/site.py)
         links = q(args["_find_links"])
         offline = "" if str(args["_find_links"]).startswith("http://") else " --offline"
         pip_opts += f" --no-index --find-links {links}"
