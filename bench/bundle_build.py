@@ -6,10 +6,13 @@ files alone (installing hosts from it: bench/bundle_install.py).
 
 Build, per round (the order alternates between rounds, so neither side always gets the warmer
 network; pip's cache is off for both, PIP_NO_CACHE_DIR=1):
-- gpuprov: `build_bundle` (remote/bundle/build.py): pip download of the row's lock and uv's for
-  Debian 12 x86_64 (meanwhile a new gpg key, the recipe's .debs' dependency closure and their
-  index stanzas), apt-get download of the .debs (meanwhile the wheels copied into the archive,
-  each hashed on the way and checked against its lock), the signed index, the .debs into the
+- gpuprov: the whole `build_bundle` call (remote/bundle/build.py), as `gpuprov bundle` waits
+  for it, up to its last line (the archive's sha256; until 2026-11-29 the bench took the
+  build's own `total_s`, which left out the archive read again for that line): pip download
+  of the row's lock and uv's for Debian 12 x86_64 (meanwhile a new gpg key, the recipe's
+  .debs' dependency closure and their index stanzas), apt-get download of the .debs
+  (meanwhile the wheels copied into the archive, each hashed on the way and checked against
+  its lock, the archive's own sha256 taken beside), the signed index, the .debs into the
   archive, the manifest last;
 - the floor: the same `pip download` command alone, then the package list (`apt-cache depends
   --recurse`, as the bundle computes it: `apt-get download` needs the list) and `apt-get
@@ -41,7 +44,7 @@ from remote.bundle.build import (
     build_bundle,
     dependency_closure,
     marker_environment,
-    recipe_packages,
+    recipe_needs,
     this_distro,
 )
 from remote.config.lockfile import read_lock
@@ -76,7 +79,7 @@ def _floor(cuda: str, locks: Path, recipe: Path, scratch: Path) -> dict:
     subprocess.run(cmd, check=True, env=env_vars, timeout=3600)
     wheel_s = time.monotonic() - started
     started = time.monotonic()   # the list is part of the job: apt-get download needs it
-    closure = dependency_closure(recipe_packages(recipe))
+    closure = dependency_closure(list(recipe_needs(recipe, this_distro(), "x86_64", cuda).packages))
     subprocess.run(["apt-get", "download", "-q", *closure], cwd=debs, check=True,
                    capture_output=True, timeout=3600)
     deb_s = time.monotonic() - started
@@ -90,10 +93,13 @@ def _gpuprov(cuda: str, locks: Path, recipe: Path, out: Path) -> dict:
     # the last round's bundle goes before the clock starts (as the floor's scratch folder
     # does): replacing it would time the freeing of its 1.2 GB
     out.unlink(missing_ok=True)
+    started = time.monotonic()   # the whole call: its last lines (the archive's sha256) too
     report = build_bundle(BundleOptions(cuda, str(out), recipe=str(recipe), locks=str(locks)),
                           progress=lambda line: None)
+    total = time.monotonic() - started
     return {"wheel_s": round(report.wheel_s, 2), "deb_s": round(report.deb_s, 2),
-            "total_s": round(report.total_s, 2), "bytes": out.stat().st_size,
+            "total_s": round(total, 2), "build_s": round(report.total_s, 2),
+            "bytes": out.stat().st_size,
             "wheels": report.wheels, "debs": report.debs}
 
 

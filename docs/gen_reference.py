@@ -195,6 +195,7 @@ def inventory_page() -> str:
     section("`timeouts:` (seconds)", yaml_reader.TIMEOUT_KEYS,
             lambda k: f" (default {timeouts[k]:g})")
     section("`cache:`", yaml_reader.CACHE_KEYS)
+    section("`bundle_site:`", yaml_reader.BUNDLE_SITE_KEYS)
     section("`slurm:` on a host", SLURM_KEYS)
     section("Vars that validation reads (in `vars:`, a group's, a host's, or `--var`)",
             yaml_reader.VALIDATE_VARS)

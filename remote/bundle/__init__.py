@@ -18,6 +18,9 @@ pushes it to each host and installs from it alone, on hosts that reach no networ
              signature to every installed byte is in its docstring.
 - `push`     the job that sends a checked bundle to a host once and unpacks it there, before
              the recipe's steps; the kinds then install from it (`Kind.through_bundle`).
+- `site`     the inventory's `bundle_site:`: the bundle pushed once, to the site host, which
+             serves it over HTTP to the other hosts; they check what they fetch against the
+             control machine's hashes (the signed manifest's apt key, the recipe's locks).
 """
 from __future__ import annotations
 

@@ -164,15 +164,60 @@ class ArchiveReader:
         self.f.close()
 
 
+class _HashedOut:
+    """The archive's file as tarfile writes it, front to back: every byte written is hashed
+    into the archive's sha256 too (the anchor `gpuprov bundle` prints), on a thread of its own
+    beside the writer's (hashlib lets go of the GIL for large updates, so the member's hash and
+    the archive's run on two cores), so the build never reads the archive again to take it.
+    At most one piece is hashed while the next is written (the bytes objects tarfile hands
+    over are immutable)."""
+
+    def __init__(self, path: Path):
+        self.f = open(path, "wb")
+        self.digest = hashlib.sha256()
+        self.written = 0
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="archive-sha256")
+        self._pending: Optional[Future[None]] = None
+
+    def write(self, data: bytes) -> int:
+        if self._pending is not None:
+            self._pending.result()
+        self._pending = self._pool.submit(self.digest.update, data)
+        self.f.write(data)
+        self.written += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.written
+
+    def sha256(self) -> str:
+        """The sha256 of every byte written (after the archive is closed)."""
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
+        return self.digest.hexdigest()
+
+    def close(self) -> None:
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
+        self._pool.shutdown()
+        self.f.close()
+
+
 class ArchiveWriter:
     """An archive written member by member as the build gets its files (the wheels while the
     .debs download), the manifest last: its members in the order they are added, then
     SHA256SUMS, then manifest.json (the reader takes them in any order). Every member is
-    root's, 0644, dated 0: the same files added in the same order make the same archive."""
+    root's, 0644, dated 0: the same files added in the same order make the same archive.
+    `sha256` is the whole archive's, taken as it was written (`_HashedOut`)."""
 
     def __init__(self, out: Path):
-        self.tar = tarfile.TarFile(out, "w", format=tarfile.PAX_FORMAT, copybufsize=CHUNK)
+        self._out = _HashedOut(out)
+        self.tar = tarfile.TarFile(fileobj=self._out, mode="w", format=tarfile.PAX_FORMAT,  # type: ignore[arg-type]
+                                   copybufsize=CHUNK)
         self.files: list[dict[str, Any]] = []
+        self.sha256 = ""
         self._lock = threading.Lock()    # members from two threads, one after the other
 
     @staticmethod
@@ -211,12 +256,15 @@ class ArchiveWriter:
             if signature is not None:
                 self.tar.addfile(self._info(SIGNATURE, len(signature)), io.BytesIO(signature))
             self.tar.close()
+            self.sha256 = self._out.sha256()
+            self._out.close()
         return hashlib.sha256(manifest_bytes).hexdigest()[:16]
 
     def close(self) -> None:
         """Stop writing (a failed build: the partial archive is thrown away)."""
         with self._lock:
             self.tar.close()
+            self._out.close()
 
 
 def write_archive(stage: Path, manifest: dict[str, Any], out: Path,

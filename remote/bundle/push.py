@@ -103,7 +103,9 @@ class PushBundle:
         return self.job.outcome
 
     def __call__(self, session: HostSession) -> None:
-        if not session.options.check and not self.push(session):
+        route = session.options.bundle
+        from_site = route is not None and bool(route.site)   # remote/bundle/site.py set it up
+        if not session.options.check and not from_site and not self.push(session):
             return
         self.job(session)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, TextIO, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, TextIO, Union
 
 from ..ground.errors import InputError
 from ..ground.forks import DEFAULT_FORKS
@@ -43,6 +43,7 @@ def run(host: Optional[str], recipe: str, inventory: str, check: bool = False,
     outputs = Outputs.of("provision", dict(json_path=json_path, junit_path=junit_path, **exports),
                          verbose, diff, list_hosts)
     checked: Optional[Bundle] = None
+    through_site: Optional[Callable[[Job], Job]] = None
     try:
         extra_vars, forks_n, suite, (inv, hosts, rec) = run_inputs(
             inventory, host, limit, recipe, var, forks, suite, outputs)
@@ -52,10 +53,12 @@ def run(host: Optional[str], recipe: str, inventory: str, check: bool = False,
             check_profiles(inv, hosts, extra_vars, rec)
         rollout = rollout_for(serial, max_fail_percentage, rec.rollout)
         if not list_hosts and (bundle or any(inv.bundle_for(h) is not None for h in hosts)):
-            from .provision_bundle import checked_bundle
+            from .provision_bundle import checked_bundle, with_site
 
             checked = checked_bundle(inv, hosts, rec, bundle, (bundle_key, bundle_keyring, bundle_sha256),
                                      outputs.stream)
+            if checked is not None:   # the inventory's bundle_site: pushed once, served to the others
+                hosts, through_site = with_site(inv, hosts, checked)
     except InputError as exc:
         return fail_input(exc)
     if list_hosts:
@@ -69,6 +72,8 @@ def run(host: Optional[str], recipe: str, inventory: str, check: bool = False,
                    mode="check (nothing will change)" if check else "apply",
                    bundle=checked.route() if checked is not None else None)
     spec.job = _job(spec, rec, checked, suite if validating else None, evidence)
+    if through_site is not None:
+        spec.job = through_site(spec.job)
     return execute(spec)
 
 

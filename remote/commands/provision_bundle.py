@@ -5,11 +5,12 @@ by anything in the bundle (remote/bundle/trust.py). Imported only when a bundle 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional, TextIO
+from typing import Any, Callable, Optional, TextIO
 
 from ..bundle import Bundle, BundleError, read_bundle, trust
 from ..config.inventory import Host, Inventory
 from ..config.recipe import Recipe
+from ..engine.jobs import Job
 from ..ground.paths import VALIDATE_DIR
 
 
@@ -55,3 +56,19 @@ def inventory_bundle(inv: Inventory, hosts: list[Host]) -> Optional[Path]:
     if not first.path.is_file():
         raise first.where.error(f"bundle: {first.path}: no such file (gpuprov bundle makes one)")
     return first.path
+
+
+def with_site(inv: Inventory, hosts: list[Host],
+              checked: Bundle) -> tuple[list[Host], Optional[Callable[[Job], Job]]]:
+    """With the inventory's `bundle_site:`, the run's hosts (the site host first, added when
+    not selected) and what wraps the run's job so that the site serves the bundle to the
+    others (remote/bundle/site.py); else the hosts as they are and None. BundleError (exit 2)
+    when the bundle's apt key is not the one its manifest names."""
+    site = inv.bundle_site
+    if site is None:
+        return hosts, None
+    from ..bundle.site import SiteBundle, bundle_key, run_hosts
+
+    key = bundle_key(checked)
+    ordered, selected = run_hosts(inv, hosts, site)
+    return ordered, lambda job: SiteBundle(checked, site, selected, job, key)

@@ -52,7 +52,9 @@ if found:
 _FETCH_UV = """import base64, hashlib, io, os, platform, re, sys, urllib.parse, urllib.request, zipfile
 version, hashes, dest = sys.argv[1], set(sys.argv[2].split(",")), sys.argv[3]
 def fetch():
-    local = os.environ.get("GPUPROV_UV_WHEEL")
+    local = os.environ.get("GPUPROV_UV_WHEEL", "")
+    if local.startswith("http://"):
+        return urllib.request.urlopen(local, timeout=300).read()
     if local:
         with open(local, "rb") as f:
             return f.read()
@@ -251,9 +253,15 @@ def _installer_options(args: Args) -> tuple[str, str, dict[str, str]]:
     if args.get("_find_links"):
         # the bundle's folder, and no index: nothing is fetched (pip's --no-index,
         # --find-links; uv's --offline too)
+        # (a bundle site's URL instead of the folder, its http.server listing as the flat page
+        # of links that --find-links reads from a URL: fetched from it, so not --offline, which
+        # "disable[s] network access" (uv's CLI reference, `uv pip install`:
+        # https://docs.astral.sh/uv/reference/cli/#uv-pip-install--find-links); the hashes
+        # still come from the lock: remote/bundle/site.py)
         links = q(args["_find_links"])
+        offline = "" if str(args["_find_links"]).startswith("http://") else " --offline"
         pip_opts += f" --no-index --find-links {links}"
-        uv_opts += f" --offline --no-index --find-links {links}"
+        uv_opts += f"{offline} --no-index --find-links {links}"
         env["GPUPROV_UV_WHEEL"] = str(args["_uv_wheel"])
     if args["index_url"]:
         env = {"PIP_INDEX_URL": str(args["index_url"]),

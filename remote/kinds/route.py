@@ -69,10 +69,14 @@ class BundleRoute:
     validate: str = ""
     wheel_files: tuple[str, ...] = ()
     files: dict[str, str] = field(default_factory=dict)
+    # the bundle's folder as the bundle site serves it over HTTP (remote/bundle/site.py), ""
+    # when it is unpacked on this host: its wheels are then read from there, and `root` holds
+    # only the apt source, its lists and the bundle's key (apt reads the repository there too)
+    site: str = ""
 
     @property
     def wheels(self) -> str:
-        return self.root + "/wheels"
+        return self.site + "/wheels/" if self.site else self.root + "/wheels"
 
     def apt_options(self) -> str:
         """apt-get options that read the bundle's repository and nothing else: its one

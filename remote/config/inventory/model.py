@@ -60,6 +60,18 @@ class CacheSettings:
     address_given: bool = True
 
 
+@dataclass
+class BundleSite:
+    """`bundle_site:` the host that takes a bundle once from the control machine and serves it
+    to the other hosts over HTTP (remote/bundle/site.py), at `address` (default: its own
+    address) and `port`."""
+
+    host: str
+    address: str
+    port: int = 8478    # chosen: no IANA service is registered on it
+    where: Where | None = None
+
+
 class SettingsReader(Protocol):
     """Reads one scheduler's inventory key (remote/scheduler/: its `Scheduler` rows)."""
 
@@ -144,6 +156,8 @@ class Inventory:
     # `bundle_key`, `bundle_keyring`, `bundle_sha256` as written (the keyring's path made the
     # inventory file's), with where: the anchor that vouches for a bundle (remote/bundle/trust.py)
     bundle_trust: dict[str, tuple[str, Where]] = field(default_factory=dict)
+    # `bundle_site:` the host that serves a bundle to the others (remote/bundle/site.py)
+    bundle_site: BundleSite | None = None
     # group -> members, group -> depth: computed once (groups may share children, and walking
     # every path through a lattice of groups would take exponential time)
     _members: dict[str, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)

@@ -23,6 +23,7 @@ from .model import (
     MAX_SECONDS,
     POLICIES,
     Bundled,
+    BundleSite,
     CacheSettings,
     Group,
     Host,
@@ -53,6 +54,9 @@ TOP_KEYS = {
     "bundle_keyring": "the file holding that key's public half (`gpg --export FINGERPRINT`), as "
                       "`--bundle-keyring` (a path relative to this file)",
     "bundle_sha256": "the sha256 a bundle must have, given out of band, as `--bundle-sha256`",
+    "bundle_site": "the host that takes a bundle once and serves it to the other hosts over HTTP "
+                   "(`provision --bundle`): a host of the inventory (the fleet cache's, or any), "
+                   "or a mapping of bundle site keys (below)",
 }
 HOST_KEYS = {
     "address": "what to connect to (looked up in ~/.ssh/config; default: the host's name)",
@@ -81,6 +85,11 @@ CACHE_KEYS = {
     "reach": "`auto` (default: direct, else an SSH forward), `direct` or `forward`",
     "apt_port": "apt-cacher-ng's port (default 3142, at most 32767)",
     "pypi_port": "devpi-server's port (default 3141)",
+}
+BUNDLE_SITE_KEYS = {
+    "host": "the inventory host that takes the bundle and serves it (it needs python3)",
+    "address": "where the other hosts reach it (default: its address)",
+    "port": "the HTTP port it serves the bundle on while the run needs it (default 8478)",
 }
 TIMEOUT_KEYS = {
     "connect": "the TCP connect alone",
@@ -155,7 +164,8 @@ def read_yaml_inventory(path: Path, data: Any = None,
                      vars_where=getattr(top_vars, "key_where", {}), host_key_policy=policy,
                      known_hosts=known_paths, timeouts=_load_timeouts(data),
                      secrets=set(secrets), cache=_load_cache(data, hosts),
-                     bundle_trust=_load_bundle_trust(data))
+                     bundle_trust=_load_bundle_trust(data),
+                     bundle_site=_load_bundle_site(data, hosts))
 
 
 def _with_includes(path: Path, data: YamlMap) -> Parts:
@@ -287,6 +297,32 @@ def _load_bundle_trust(data: YamlMap) -> dict[str, tuple[str, Where]]:
             value = str(_resolve_path(value, Path(where.file)))
         out[key] = (value, where)
     return out
+
+
+def _load_bundle_site(data: YamlMap, hosts: dict[str, Host]) -> BundleSite | None:
+    """`bundle_site: NAME` or `{host, address, port}` (remote/bundle/site.py serves from it)."""
+    spec = data.get("bundle_site")
+    if spec is None:
+        return None
+    if isinstance(spec, str):  # `bundle_site: NAME` shorthand
+        spec = YamlMap({"host": spec})
+        spec.where, spec.key_where = data.at("bundle_site"), {}
+    expect(spec, dict, data.at("bundle_site"), "'bundle_site'")
+    check_keys(spec, BUNDLE_SITE_KEYS, "bundle_site")
+    name = spec.get("host")
+    if not isinstance(name, str) or name not in hosts:
+        raise spec.at("host").error(
+            f"bundle_site.host must name a host of the inventory, not {name!r}"
+            if name is not None else "bundle_site needs 'host:' (the host that serves the bundle)")
+    if hosts[name].is_local:
+        raise spec.at("host").error(f"bundle site '{name}' has connection: local; the other "
+                                    "hosts reach it over the network")
+    address = expect(spec.get("address", hosts[name].address), str, spec.at("address"),
+                     "bundle_site.address")
+    port = spec.get("port", BundleSite.port)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port <= 65535:
+        raise spec.at("port").error("bundle_site.port must be a number from 1 to 65535")
+    return BundleSite(host=name, address=address, port=port, where=spec.at("host"))
 
 
 def _load_timeouts(data: YamlMap) -> Timeouts:
