@@ -174,11 +174,14 @@ def facts(c, host=None, limit=None, inventory=None, list_hosts=False, json=None)
           "resume-passed": "Slurm clusters: validate again the nodes gpuprov drained, resume "
                            "those that pass",
           "serial": SERIAL, "max-fail-percentage": MAX_FAIL,
-          "evidence": EVIDENCE},
+          "evidence": EVIDENCE,
+          "container": "validate inside this image (podman or docker on SSH hosts; on Slurm, "
+                       "pyxis or srun --container with an OCI bundle's path); never pulled"},
 )
 def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None, junit=None,
              var=None, forks=None, verbose=0, list_hosts=False, drain_failed=False,
-             resume_passed=False, serial=None, max_fail_percentage=None, evidence=True):
+             resume_passed=False, serial=None, max_fail_percentage=None, evidence=True,
+             container=None):
     """Push validate/ to hosts, run it there, pull the results into logs/<host>/<run>/.
     A host with slurm: validates its partition's nodes through Slurm instead."""
     _refuse_invoke_options(c)
@@ -188,7 +191,8 @@ def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None,
                        junit_path=junit, var=var, forks=forks, verbose=verbose,
                        list_hosts=list_hosts, drain_failed=drain_failed,
                        resume_passed=resume_passed, serial=serial,
-                       max_fail_percentage=max_fail_percentage, evidence=evidence))
+                       max_fail_percentage=max_fail_percentage, evidence=evidence,
+                       container=container))
 
 
 @task(

@@ -16,6 +16,7 @@ from ..ground.runfolder import LOGS_DIR
 from .assembly import Outputs, fail_input, print_hosts
 from .hostrun import HostRun, execute
 from .inputs import check_profiles, rollout_for, run_inputs
+from .options import container_option
 
 
 def run(host: Optional[str], inventory: str, suite: str = "quick",
@@ -25,7 +26,7 @@ def run(host: Optional[str], inventory: str, suite: str = "quick",
         junit_path: Optional[str] = None, drain_failed: bool = False,
         resume_passed: bool = False, serial: Optional[str] = None,
         max_fail_percentage: Union[str, float, None] = None, evidence: bool = True,
-        **exports: Optional[str]) -> int:
+        container: Optional[str] = None, **exports: Optional[str]) -> int:
     """`gpuprov validate` (module docstring); `exports`: the paths of the other exports it
     offers (`remote.commands.exports`), by their keyword."""
     from ..scheduler import SCHEDULERS
@@ -41,11 +42,12 @@ def run(host: Optional[str], inventory: str, suite: str = "quick",
             raise InputError(f"--drain-failed and --resume-passed act on a cluster's nodes: "
                              f"select a host with {keys} in the inventory", inv.path)
         rollout = rollout_for(serial, max_fail_percentage, {})
+        image = container_option(container, hosts)
     except InputError as exc:
         return fail_input(exc)
     if list_hosts:
         return print_hosts(hosts, outputs.stream)
-    ssh_route = Validate(suite, Path(logs_dir))
+    ssh_route = Validate(suite, Path(logs_dir), container=image)
     job: Job = RecordStack(ssh_route, Path(logs_dir))
     spec = HostRun(inv, hosts, "validate", job, logs_dir, extra_vars, forks_n, outputs,
                    rollout=rollout)
