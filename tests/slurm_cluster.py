@@ -27,6 +27,17 @@ BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "sinfo", "srun", "scont
 # slurm.md, "Timings": all nodes idle 0.3 to 0.5 s after start; a loaded 2-core machine
 # shared with other test runs needs far more.
 START_TIMEOUT_S = 60.0
+# Slurm's native OCI containers (`srun --container BUNDLE`) through runc: containers.html's
+# "oci.conf example for runc using run (suggested)" (https://slurm.schedmd.com/containers.html),
+# with only the parameters oci.conf(5) of Slurm 22.05 knows (RunTimeQuery, RunTimeKill,
+# RunTimeDelete, RunTimeRun; EnvExclude came later). `{dir}` is the cluster's folder: runc's
+# state goes there, not into /run/user.
+OCI_RUNC = """\
+RunTimeQuery="runc --rootless=true --root={dir}/runc state %n.%u.%j.%s.%t"
+RunTimeKill="runc --rootless=true --root={dir}/runc kill -a %n.%u.%j.%s.%t"
+RunTimeDelete="runc --rootless=true --root={dir}/runc delete --force %n.%u.%j.%s.%t"
+RunTimeRun="runc --rootless=true --root={dir}/runc run %n.%u.%j.%s.%t -b %b"
+"""
 
 
 def missing_reason() -> Optional[str]:
@@ -69,11 +80,13 @@ class SlurmCluster:
     """`nodes` fake nodes n1..nN in partition `debug` (and `gpu`, the same nodes), each with
     `gpus` fake GPUs. `conf_extra`: more slurm.conf lines; `scripts`: executable files written
     into the cluster's folder first (name -> text); `{dir}` in either is that folder.
-    `wait_idle=False`: return once the daemons run (a health check may drain nodes at once)."""
+    `wait_idle=False`: return once the daemons run (a health check may drain nodes at once).
+    `oci_conf`: the text of etc/oci.conf (e.g. OCI_RUNC), which turns on `srun --container`;
+    none by default."""
 
     def __init__(self, nodes: int = 3, gpus: int = 2, conf_extra: str = "",
                  name: str = "gpuprovtest", scripts: Optional[dict[str, str]] = None,
-                 wait_idle: bool = True, slurmd_timeout: int = 10):
+                 wait_idle: bool = True, slurmd_timeout: int = 10, oci_conf: str = ""):
         self.count = nodes
         self.slurmd_timeout = slurmd_timeout
         self.gpus = gpus
@@ -90,6 +103,7 @@ class SlurmCluster:
         self.base = free_port_block(2 + nodes + self.srun_ports)
         self.conf_extra = conf_extra.replace("{dir}", str(self.dir))
         self.scripts = {k: v.replace("{dir}", str(self.dir)) for k, v in (scripts or {}).items()}
+        self.oci_conf = oci_conf.replace("{dir}", str(self.dir))
         try:
             self._write()
             self._start(wait_idle)
@@ -160,6 +174,8 @@ PartitionName=gpu Nodes=ALL MaxTime=INFINITE State=UP
         gpu_files = f"{d}/dev/gpu[0-{self.gpus - 1}]" if self.gpus > 1 else f"{d}/dev/gpu0"
         (d / "etc" / "gres.conf").write_text(
             f"AutoDetect=off\nNodeName={nodes} Name=gpu File={gpu_files}\n")
+        if self.oci_conf:  # "located in the same directory as the slurm.conf", oci.conf(5)
+            (d / "etc" / "oci.conf").write_text(self.oci_conf)
 
     # ------------------------------------------------------------------ daemons
     def _daemon(self, key: str, argv: list[str]) -> int:

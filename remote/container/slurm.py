@@ -93,7 +93,11 @@ class SlurmContainer:
         env = {incontainer.IMAGE_ENV: image, incontainer.RUNTIME_ENV: self.kind,
                incontainer.GPUS_ENV: "slurm"}
         exports = "".join(f"{name}={value}; export {name}\n" for name, value in env.items())
-        return (exports
+        # In the container of Slurm 22.05's native OCI support, the task's environment is
+        # srun's: SLURMD_NODENAME (which the task script names its node with) is not there, and
+        # SLURM_STEP_NODELIST is, the one node of the step (measured on the test cluster).
+        node = 'SLURMD_NODENAME="${SLURMD_NODENAME:-$SLURM_STEP_NODELIST}"; export SLURMD_NODENAME\n'
+        return (exports + node
                 + f"{PYTHON}() {{ command -v python3 >/dev/null 2>&1 || {{ "
                 + f'echo "{SAY} image "{image}" has no python3"; return {NO_PYTHON}; }}; '
                 + 'python3 "$@"; }\n' + script)

@@ -20,6 +20,8 @@ import secrets
 import time
 from typing import Optional, Sequence
 
+from ...container import Container
+from ...container.slurm import PYTHON, SlurmContainer, Unsupported, choose, found, probe_script
 from ...engine.jobs.validate import suite_args
 from ...ground.errors import CommandTimeout
 from ...transport.connection import LineSplitter, PullLimits
@@ -140,8 +142,12 @@ class SlurmCluster:
         args = suite_args(inner.suite, session.context)
         token = secrets.token_hex(8)
         job_name = gate.run_name(self.run_id)
-        command = job_command(settings, names, task_script(token, python, args), job_name,
-                              token, self.reservation)
+        script, step_extra = task_script(token, python, args), []
+        if inner.container is not None:  # `--container`: each step runs in the image
+            route = self.container_route(inner.container)
+            script, step_extra = route.task(task_script(token, PYTHON, args)), route.srun_args
+        command = job_command(settings, names, script, job_name, token, self.reservation,
+                              step_extra)
         limits = PullLimits.from_env()
         reporter = session.reporter
         output = JobOutput(token, names, limits.archive_bytes,
@@ -155,7 +161,7 @@ class SlurmCluster:
                                    f"partition {settings.partition}")
         self.record["salloc"] = " ".join(salloc_options(settings, names, job_name,
                                                          self.reservation))
-        self.record["srun"] = " ".join(step_options(settings)) + " --nodelist=NODE (one per node)"
+        self.record["srun"] = " ".join(step_options(settings, step_extra)) + " --nodelist=NODE (one per node)"
         started = time.monotonic()
         rc: Optional[int] = None
         self.srun_running = True
@@ -187,6 +193,18 @@ class SlurmCluster:
         finally:
             output.close()
 
+    def container_route(self, container: Container) -> SlurmContainer:
+        """The cluster's container support for `container`, probed on the login node;
+        `RouteFailed` with the reason when it has none that fits."""
+        try:
+            res = self.session.conn.run(with_conf(self.settings, probe_script()),
+                                        timeout=self.session.inventory.timeouts.command)
+            route = choose(container, found(res.out))
+        except (Unsupported, CommandTimeout) as exc:
+            raise RouteFailed(f"--container: {exc}") from None
+        self.record["container"] = {"image": container.image, "kind": route.kind}
+        return route
+
     # ------------------------------------------------------------------ 5. results home
     def collect(self, name: str, record: NodeRecord, output: JobOutput,
                 rc: Optional[int]) -> None:
@@ -202,6 +220,9 @@ class SlurmCluster:
             record.verdict = f"not validated: {why}"
         elif task.unpack_failed:
             record.verdict = "not validated: the package did not unpack on the node"
+        elif self.context.validate.container is not None and \
+                self.context.validate.container.refusal(task.rc):  # no python3 in the image
+            record.verdict = f"not validated: {self.context.validate.container.refusal(task.rc)}"
         else:
             record.rc, record.validate_s = task.rc, task.validate_s
             record.extra["results_bytes"] = task.size

@@ -36,7 +36,7 @@ import shlex
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Optional
+from typing import BinaryIO, Callable, Optional, Sequence
 
 from .settings import SlurmSettings
 
@@ -101,7 +101,7 @@ def salloc_options(settings: SlurmSettings, nodes: list[str], job_name: str,
     return args + list(settings.extra_args)
 
 
-def step_options(settings: SlurmSettings) -> list[str]:
+def step_options(settings: SlurmSettings, extra: Sequence[str] = ()) -> list[str]:
     """One step on one node of the allocation (the node given after): one task, the node's
     GPUs (asked again: "By default, a job step is allocated all of the generic resources that
     have been requested by the job, except those implicitly requested when a job is
@@ -112,7 +112,7 @@ def step_options(settings: SlurmSettings) -> list[str]:
     args = ["srun", "--nodes=1", "--ntasks=1", "--input=all", "--export=ALL"]
     if settings.gpus_per_node:
         args.append(f"--gpus-per-node={settings.gpus_per_node}")
-    return args
+    return args + list(extra)  # `extra`: the container's (remote/container/slurm.py)
 
 
 # awk: the step's number before each line, each line (or piece) written whole
@@ -122,14 +122,14 @@ LABELLER = ("LC_ALL=C awk -v p=\"$1: \" '{ s = $0; while (length(s) > %d) { prin
 
 
 def job_command(settings: SlurmSettings, nodes: list[str], script: str, job_name: str,
-                token: str, reservation: Optional[str] = None) -> str:
+                token: str, reservation: Optional[str] = None, step_extra: Sequence[str] = ()) -> str:
     """The login-node script (its stdin: the package): store the package, take the
     allocation, run `script` as one step per node, at most `settings.fanout` at once (a
     sliding window: the next node's step starts as soon as one ends), and wait for them. Step
     i's lines come labelled "i: " (stdout and stderr apart); `@@gpuprov-TOKEN srun i RC` (not
     labelled) gives step i's srun exit status."""
     marker = shlex.quote(f"@@gpuprov-{token}")
-    step = " ".join(shlex.quote(a) for a in step_options(settings))
+    step = " ".join(shlex.quote(a) for a in step_options(settings, step_extra))
     window = max(1, min(settings.fanout, len(nodes)))
     # fd 3: the stdout labeller; fd 4: the script's own stdout (unlabelled: the rc line);
     # fd 5: the package; fd 6: the window, a pipe holding one byte per free turn: a step
