@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from remote.sandbox import rootfs
 from tests import container_images
 from tests.conftest import REPO, Result, write_yaml
 from tests.sshd import TEST_USER
@@ -26,14 +27,14 @@ CHECKS = "--checks system,torch_import"  # two quick checks; torch_import reads 
 
 @pytest.fixture(scope="module")
 def images(farm):
-    """Two images in the login user's storage: with torch, and the same without python3."""
+    """Two images in the login user's storage: with torch, and the sandbox's own root
+    filesystem without python3."""
     tag = secrets.token_hex(4)
     names = {"torch": f"localhost/gpuprov-test:torch-{tag}",
              "nopython": f"localhost/gpuprov-test:nopython-{tag}"}
-    root = container_images.torch_rootfs()
     try:
-        container_images.podman_import(root, names["torch"], farm.user)
-        container_images.podman_import(root, names["nopython"], farm.user,
+        container_images.podman_import(container_images.torch_rootfs(), names["torch"], farm.user)
+        container_images.podman_import(rootfs.ensure_rootfs(), names["nopython"], farm.user,
                                        exclude=["usr/bin/python3", "usr/bin/python3.11"])
         yield names
     finally:
@@ -85,6 +86,15 @@ def test_validation_runs_in_the_image_and_results_json_names_it_beside_the_hosts
     assert _containers_left(farm.user) == ""
     home = Path(os.path.expanduser(f"~{TEST_USER}"))
     assert not list((home / ".gpuprov" / "h1").glob("pkg-*"))
+    # the report shows the two stacks side by side, the difference marked
+    report = gpuprov("report", "--logs", str(work / "logs"), "--out", str(work / "report"), cwd=work)
+    assert report.rc == 0, report.out + report.err
+    lines = report.out.splitlines()
+    head = lines.index("Containers (latest validation in one per host): the stack inside beside "
+                       "the host's own")
+    [row] = [line for line in lines[head:] if line.startswith("h1 ")]
+    assert row.split()[:3] == ["h1", images["torch"], "podman"]
+    assert "3.11.2 | 3.11.2" in row and "2.13.0+cpu != -" in row and "- | -" in row
 
 
 def test_a_missing_image_is_a_named_failure_of_its_host(farm, work, images):
