@@ -112,3 +112,39 @@ def test_a_host_with_neither_runtime_is_said_so(tmp_path):
     assert check_image(IMAGE).refusal(rc) == ("container: no container runtime on the host "
                                               "(neither podman nor docker)")
     assert "gpuprov-container: no podman or docker on this host" in err
+
+
+# Slurm: which container support a cluster's answer picks, and what each step then gets. Pyxis
+# is not installed here (and no GPU): its srun options are table-tested, unrun.
+@pytest.mark.parametrize("image, kinds, srun_args", [
+    ("/srv/bundles/pytorch", {"slurm-oci", "pyxis"}, ["--container=/srv/bundles/pytorch"]),
+    ("/srv/images/pytorch.sqsh", {"pyxis"}, ["--container-image=/srv/images/pytorch.sqsh",
+                                             "--container-writable"]),
+    (IMAGE, {"pyxis", "slurm-oci"}, ["--container-image=nvcr.io#nvidia/pytorch:25.01-py3",
+                                     "--container-writable"]),
+    ("ubuntu:24.04", {"pyxis"}, ["--container-image=ubuntu:24.04", "--container-writable"]),
+    ("localhost/gpuprov:1", {"pyxis"}, ["--container-image=localhost#gpuprov:1",
+                                        "--container-writable"]),
+])
+def test_slurm_picks_pyxis_for_a_reference_and_oci_for_a_bundle(image, kinds, srun_args):
+    from remote.container.slurm import choose
+
+    assert choose(check_image(image), kinds).srun_args == srun_args
+
+
+@pytest.mark.parametrize("image, kinds, message", [
+    (IMAGE, {"slurm-oci"}, "the cluster runs only OCI bundles"),
+    ("/srv/bundles/pytorch", set(), "the cluster has no container support gpuprov can use"),
+])
+def test_slurm_without_support_that_fits_is_said_so(image, kinds, message):
+    from remote.container.slurm import Unsupported, choose
+
+    with pytest.raises(Unsupported, match=message):
+        choose(check_image(image), kinds)
+
+
+def test_only_the_probes_marker_lines_count():
+    from remote.container.slurm import MARK, found
+
+    said = f"{MARK} pyxis\n{MARK} oci-ish\nsomething {MARK} slurm-oci\n  {MARK} slurm-oci  \n"
+    assert found(said) == {"pyxis", "slurm-oci"}
