@@ -12,6 +12,7 @@ from .collect import Run
 
 STACK = ("python", "torch", "cuda")  # validate/incontainer.py STACK_KEYS, in the report's order
 MAX_TEXT = 80  # a longer value is cut: an image reference, a digest (71) fit
+SHORT_DIGEST = 19  # "sha256:" and 12 hex digits, as `podman images` shows an id (chosen)
 
 
 def _text(value: Any) -> str:
@@ -55,8 +56,10 @@ def container_rows(runs: list[Run]) -> list[ContainerRow]:
         container = host["container"]
         said = container.get("host_stack")
         outside = said if isinstance(said, dict) else {}
+        digest = _text(container.get("digest"))  # results.json has it whole
         rows.append(ContainerRow(name, run.run_id, _text(container.get("image")),
-                                 _text(container.get("digest")), _text(container.get("runtime")),
+                                 digest[:SHORT_DIGEST] + "..." if len(digest) > SHORT_DIGEST else digest,
+                                 _text(container.get("runtime")),
                                  {k: _text(host.get(k)) for k in STACK},
                                  {k: _text(outside.get(k)) for k in STACK}, isinstance(said, dict)))
     return rows
