@@ -8,9 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from validate.incontainer import STACK_KEYS as STACK  # python, torch, cuda: validate's names
+
 from .collect import Run
 
-STACK = ("python", "torch", "cuda")  # validate/incontainer.py STACK_KEYS, in the report's order
 MAX_TEXT = 80  # a longer value is cut: an image reference, a digest (71) fit
 SHORT_DIGEST = 19  # "sha256:" and 12 hex digits, as `podman images` shows an id (chosen)
 
