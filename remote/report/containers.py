@@ -8,10 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from validate.incontainer import STACK_KEYS as STACK  # python, torch, cuda: validate's names
+from validate import incontainer
 
 from .collect import Run
 
+STACK = incontainer.STACK_KEYS  # python, torch, cuda: the names validate/ writes them under
 MAX_TEXT = 80  # a longer value is cut: an image reference, a digest (71) fit
 SHORT_DIGEST = 19  # "sha256:" and 12 hex digits, as `podman images` shows an id (chosen)
 
