@@ -29,9 +29,10 @@ BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "sinfo", "srun", "scont
 START_TIMEOUT_S = 60.0
 # Slurm's native OCI containers (`srun --container BUNDLE`) through runc: containers.html's
 # "oci.conf example for runc using run (suggested)" (https://slurm.schedmd.com/containers.html),
-# with only the parameters oci.conf(5) of Slurm 22.05 knows (RunTimeQuery, RunTimeKill,
-# RunTimeDelete, RunTimeRun; EnvExclude came later). `{dir}` is the cluster's folder: runc's
-# state goes there, not into /run/user.
+# without its EnvExclude lines: oci.conf(5) of that era lists ContainerPath, CreateEnvFile and the
+# RunTime* patterns only (https://manpath.be/f36/5/oci.conf), and on Debian's 22.05.8 an
+# unknown-to-it DisableCleanup=true failed every step ("Unspecified error", measured). `{dir}` is
+# the cluster's folder: runc's state goes there, not into /run/user.
 OCI_RUNC = """\
 RunTimeQuery="runc --rootless=true --root={dir}/runc state %n.%u.%j.%s.%t"
 RunTimeKill="runc --rootless=true --root={dir}/runc kill -a %n.%u.%j.%s.%t"
