@@ -185,12 +185,15 @@ def facts(c, host=None, limit=None, inventory=None, list_hosts=False, json=None)
                          "(torchrun) across the nodes that passed: all-reduce, a training step "
                          "(docs/how-to/multi-node.md)",
           "prometheus": "with --distributed: also write each node's part in the job in the "
-                        "Prometheus text format to this file"},
+                        "Prometheus text format to this file",
+          "container": "validate inside this image (podman or docker on SSH hosts; on Slurm, "
+                       "pyxis or srun --container with an OCI bundle's path); never pulled"},
 )
 def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None, junit=None,
              var=None, forks=None, verbose=0, list_hosts=False, drain_failed=False,
              resume_passed=False, serial=None, max_fail_percentage=None, evidence=True,
-             sweep=False, max_age=None, distributed=False, prometheus=None):
+             sweep=False, max_age=None, distributed=False, prometheus=None,
+             container=None):
     """Push validate/ to hosts, run it there, pull the results into logs/<host>/<run>/.
     A host with slurm: validates its partition's nodes through Slurm instead."""
     _refuse_invoke_options(c)
@@ -202,7 +205,7 @@ def validate(c, host=None, limit=None, inventory=None, suite="quick", json=None,
                        resume_passed=resume_passed, serial=serial,
                        max_fail_percentage=max_fail_percentage, evidence=evidence,
                        sweep=sweep, max_age=max_age, distributed=distributed,
-                       prometheus=prometheus))
+                       prometheus=prometheus, container=container))
 
 
 @task(

@@ -41,6 +41,18 @@ PreemptMode=CANCEL
 PartitionName=sweep Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL
 PartitionName=real Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=10
 """
+# Slurm's native OCI containers (`srun --container BUNDLE`) through runc: containers.html's
+# "oci.conf example for runc using run (suggested)" (https://slurm.schedmd.com/containers.html),
+# without its EnvExclude lines: oci.conf(5) of that era lists ContainerPath, CreateEnvFile and the
+# RunTime* patterns only (https://manpath.be/f36/5/oci.conf), and on Debian's 22.05.8 an
+# unknown-to-it DisableCleanup=true failed every step ("Unspecified error", measured). `{dir}` is
+# the cluster's folder: runc's state goes there, not into /run/user.
+OCI_RUNC = """\
+RunTimeQuery="runc --rootless=true --root={dir}/runc state %n.%u.%j.%s.%t"
+RunTimeKill="runc --rootless=true --root={dir}/runc kill -a %n.%u.%j.%s.%t"
+RunTimeDelete="runc --rootless=true --root={dir}/runc delete --force %n.%u.%j.%s.%t"
+RunTimeRun="runc --rootless=true --root={dir}/runc run %n.%u.%j.%s.%t -b %b"
+"""
 
 
 def missing_reason() -> Optional[str]:
@@ -86,11 +98,14 @@ class SlurmCluster:
     `wait_idle=False`: return once the daemons run (a health check may drain nodes at once).
     `preempt=True`: preemption by partition tier (PREEMPT_CONF) and two more partitions over
     the same nodes, `sweep` (the lowest tier, its jobs cancelled when preempted) and `real`
-    (a higher tier: its jobs preempt `sweep`'s); off by default, the cluster is then as before."""
+    (a higher tier: its jobs preempt `sweep`'s); off by default, the cluster is then as before.
+    `oci_conf`: the text of etc/oci.conf (e.g. OCI_RUNC), which turns on `srun --container`;
+    none by default."""
 
     def __init__(self, nodes: int = 3, gpus: int = 2, conf_extra: str = "",
                  name: str = "gpuprovtest", scripts: Optional[dict[str, str]] = None,
-                 wait_idle: bool = True, slurmd_timeout: int = 10, preempt: bool = False):
+                 wait_idle: bool = True, slurmd_timeout: int = 10, preempt: bool = False,
+                 oci_conf: str = ""):
         self.count = nodes
         self.preempt = preempt
         self.slurmd_timeout = slurmd_timeout
@@ -108,6 +123,7 @@ class SlurmCluster:
         self.base = free_port_block(2 + nodes + self.srun_ports)
         self.conf_extra = conf_extra.replace("{dir}", str(self.dir))
         self.scripts = {k: v.replace("{dir}", str(self.dir)) for k, v in (scripts or {}).items()}
+        self.oci_conf = oci_conf.replace("{dir}", str(self.dir))
         try:
             self._write()
             self._start(wait_idle)
@@ -178,6 +194,8 @@ PartitionName=gpu Nodes=ALL MaxTime=INFINITE State=UP
         gpu_files = f"{d}/dev/gpu[0-{self.gpus - 1}]" if self.gpus > 1 else f"{d}/dev/gpu0"
         (d / "etc" / "gres.conf").write_text(
             f"AutoDetect=off\nNodeName={nodes} Name=gpu File={gpu_files}\n")
+        if self.oci_conf:  # "located in the same directory as the slurm.conf", oci.conf(5)
+            (d / "etc" / "oci.conf").write_text(self.oci_conf)
 
     # ------------------------------------------------------------------ daemons
     def _daemon(self, key: str, argv: list[str]) -> int:

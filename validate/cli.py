@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 
 from . import TOOL, __version__, drain, expectations, health, host, infiniband, output, profile, torchenv
 from .core import CHECK_NAMES, CHECKS, PASS, SKIP, Context, Result, apply_warn_only, not_selected, run_check
+from .incontainer import container_document
 from .shared import NOTHING_COUNTED, NOTHING_COUNTED_EXIT, counted
 from .specs import DEFAULT_FLOOR
 
@@ -374,6 +375,9 @@ def host_document(ctx, torch_needed=True):
         doc["device"] = None  # nothing ran on a device, and torch was not asked which it would be
     else:
         doc["device"] = "cuda" if state["available"] else "cpu"
+    container = container_document()  # under `gpuprov validate --container`
+    if container is not None:
+        doc["container"] = container
     return doc
 
 

@@ -38,7 +38,9 @@ RESULTS_FIELDS = (
                        "torchvision, cuda and device are null when no selected check uses torch "
                        "(torch not examined; device stays `cpu` under `--device cpu`); gpu_count "
                        "is null (not examined, never 0) when neither the system check (nvidia-smi) "
-                       "nor torch counted the GPUs"),
+                       "nor torch counted the GPUs; `container` (only under `gpuprov validate "
+                       "--container`): image, digest, id, runtime, gpus and host_stack (python, "
+                       "torch, cuda outside the container), the rest being the container's"),
     ("checks", "list", "one object per check, in the order they ran (below)"),
     ("no_reference", "list", "the GPU models no floor judges (table or profile): measured, said "
                              "on top of validate.log, never a pass or a failure"),

@@ -9,6 +9,7 @@ from typing import Any, Iterable, Optional, Union
 
 from ..config.inventory import Host, Inventory
 from ..config.yamlfile import YamlMap, load_yaml
+from ..container import Container, check_image
 from ..ground.errors import InputError
 
 _BOOLEANS = {"true": True, "false": False}
@@ -151,3 +152,17 @@ def check_forks(forks: Union[int, str]) -> int:
     if value < 1:
         raise InputError("--forks must be 1 or more")
     return value
+
+
+def container_option(given: Optional[str], hosts: list[Host]) -> Optional[Container]:
+    """`--container IMAGE` (remote/container/): None without it; an image path (an OCI bundle
+    or squashfs on a cluster's nodes) only where every selected host is a cluster's login
+    node, as podman and docker on an SSH host run images by name."""
+    container = check_image(given)
+    if container is not None and container.is_path:
+        plain = [h.name for h in hosts if not h.scheduler]
+        if plain:
+            raise InputError(f"--container {container.image!r}: a path is an OCI bundle or image on "
+                             f"a cluster's nodes (srun); {plain[0]} is an SSH host: give it an image "
+                             "name that podman or docker there knows")
+    return container

@@ -20,6 +20,7 @@ from ..scheduler.base import Scheduler, Sweep
 from .assembly import Outputs, fail_input, print_hosts
 from .hostrun import HostRun, execute
 from .inputs import check_profiles, rollout_for, run_inputs
+from .options import container_option
 
 
 def run(host: Optional[str], inventory: str, suite: str = "quick",
@@ -30,7 +31,7 @@ def run(host: Optional[str], inventory: str, suite: str = "quick",
         resume_passed: bool = False, serial: Optional[str] = None,
         max_fail_percentage: Union[str, float, None] = None, evidence: bool = True,
         sweep: bool = False, max_age: Optional[str] = None, distributed: bool = False,
-        **exports: Optional[str]) -> int:
+        container: Optional[str] = None, **exports: Optional[str]) -> int:
     """`gpuprov validate` (module docstring); `exports`: the paths of the other exports it
     offers (`remote.commands.exports`), by their keyword."""
     from ..scheduler import SCHEDULERS
@@ -47,11 +48,12 @@ def run(host: Optional[str], inventory: str, suite: str = "quick",
                              f"select a host with {keys} in the inventory", inv.path)
         rollout = rollout_for(serial, max_fail_percentage, {})
         swept = sweep_for(sweep, max_age, resume_passed, hosts, SCHEDULERS, inv.path)
+        image = container_option(container, hosts)
     except InputError as exc:
         return fail_input(exc)
     if list_hosts:
         return print_hosts(hosts, outputs.stream)
-    ssh_route = Validate(suite, Path(logs_dir))
+    ssh_route = Validate(suite, Path(logs_dir), container=image)
     job: Job = RecordStack(ssh_route, Path(logs_dir))
     after = None
     if distributed:  # then one multi-node job across the nodes that passed (remote/distributed/)

@@ -15,6 +15,7 @@ from ..output.term import cells, printable_line
 from ..output.term import paint as paint_text
 from .analyse import SPEC_KEYS, CheckRow, Column, HostHealth, Report, SpecFigure, has_label
 from .collect import MISSING, fmt_ms, problems_shown
+from .containers import STACK, ContainerRow, container_rows
 from .history import FAIL, PASS, HostHistory, Mark, format_age
 
 Segment = Tuple[str, str]  # (text, style); style "" or a style of remote.output.term
@@ -74,6 +75,11 @@ def render(report: Report, width: int, max_table_parts: int | None = None) -> li
     if report.health:
         lines += [[], [("Health (latest results.json per host)", "")]]
         lines += _health_table(report)
+    containers = container_rows(report.runs)
+    if containers:
+        lines += [[], [("Containers (latest validation in one per host): the stack inside beside "
+                        "the host's own", "")]]
+        lines += container_table(containers)
     if report.fabric.nodes:
         lines += [[], [(f"Fabric (newest gpuprov fabric run, {report.fabric.run_id})", "")]]
         lines += plain_table(["node", "verdict", "why"], [
@@ -91,6 +97,18 @@ def render(report: Report, width: int, max_table_parts: int | None = None) -> li
         lines += table
     lines.append([("red column: slow host; red value: regression", "dim")])
     return lines
+
+
+def container_table(rows: list[ContainerRow]) -> list[Line]:
+    """Host, image, runtime, digest, then each stack part as `container | host`; a part that
+    differs is marked (yellow, with `!=`)."""
+    def part(row: ContainerRow, key: str) -> Line:
+        differs = row.differs(key)
+        return [(f"{row.inside[key]} {'!=' if differs else '|'} {row.outside[key]}",
+                 "yellow" if differs else "")]
+    return plain_table(["host", "image", "runtime", "digest"] + [f"{k}\ncontainer | host" for k in STACK],
+                       [[[(r.host, "")], [(r.image, "")], [(r.runtime, "")], [(r.digest, "dim")]]
+                        + [part(r, k) for k in STACK] for r in rows], right=set())
 
 
 def _rule(title: str, width: int) -> Line:

@@ -26,6 +26,9 @@ from validate.core import CHECK_NAMES
 
 from ...config.inventory import yaml_reader
 from ...config.templating import is_template
+from ...container import Container
+from ...container.host import host_command
+from ...container.image import NO_VERDICT as CONTAINER_NO_VERDICT
 from ...ground.errors import (
     CommandTimeout,
     GpuprovError,
@@ -67,13 +70,17 @@ def package_bytes() -> bytes:
 
 
 def validate_command(host_name: str, python: str, run_id: str, args: list[str],
-                     remember: bool = False, package_dir: str = "") -> str:
+                     remember: bool = False, package_dir: str = "",
+                     container: Optional[Container] = None) -> str:
     """The command that unpacks the package (on stdin) and runs it with `python`; with
     `package_dir`, runs the package already there (a bundle's, read-only: no bytecode written).
 
     With `remember`, `python` was chosen explicitly (`validate_python`) and is written to the
     host's .gpuprov folder; without, a python remembered there wins over `python` (the host's
     default), so `invoke validate` after provisioning uses the venv the recipe built.
+
+    With `container` (`--container`), validate runs in that image (remote/container/host.py);
+    `$PY` then only reports the host's own stack beside the container's.
     """
     root = remote_root(host_name)
     out = f'{root}/runs/{shlex.quote(run_id)}'
@@ -87,10 +94,10 @@ def validate_command(host_name: str, python: str, run_id: str, args: list[str],
                 f'cd {where} && PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 "$PY" -m validate '
                 f"--out {out} {quoted}\n"
                 f"rc=$?\ncd /\nln -sfn {shlex.quote(run_id)} {root}/runs/latest\nexit $rc")
+    run = (f'echo "validate: python $PY"\ncd {pkg} && PYTHONUNBUFFERED=1 "$PY" -m validate '
+           f"--out {out} {quoted}\n" if container is None else host_command(container, pkg, out, args))
     return (f"mkdir -p {root}/runs && {unpack_command(pkg)} || exit {UNPACK_FAILED}\n"
-            f"{choose_python(host_name, python, remember)}"
-            f'echo "validate: python $PY"\n'
-            f'cd {pkg} && PYTHONUNBUFFERED=1 "$PY" -m validate --out {out} {quoted}\n'
+            f"{choose_python(host_name, python, remember)}{run}"
             f"rc=$?\ncd / && rm -rf {pkg}\n"
             f"ln -sfn {shlex.quote(run_id)} {root}/runs/latest\nexit $rc")
 
@@ -255,8 +262,10 @@ class Validate:
 
     outcome = OUTCOME
 
-    def __init__(self, suite: str, logs_dir: Path, timeout: Optional[float] = None):
+    def __init__(self, suite: str, logs_dir: Path, timeout: Optional[float] = None,
+                 container: Optional[Container] = None):
         self.suite = suite
+        self.container = container  # `--container IMAGE`: validate runs in it
         self.logs_dir = logs_dir
         self.timeout = timeout  # None: the inventory's timeouts.command
         self.package = package_bytes()
@@ -304,7 +313,8 @@ class Validate:
                   else f"{len(self.package)} bytes pushed")
         try:
             res = session.conn.run(validate_command(host.name, python, run_id, args,
-                                                    remember=bool(chosen), package_dir=from_bundle),
+                                                    remember=bool(chosen), package_dir=from_bundle,
+                                                    container=self.container),
                                    stdin=stdin, timeout=self.timeout or timeouts.command,
                                    idle_timeout=idle_bound(timeouts.idle, args), on_output=lines)
         except Interrupted:
@@ -330,6 +340,9 @@ class Validate:
                     else "could not unpack the package")
             return (Outcome(OUTCOME, f"not validated: {what} ({res.err.strip()[:200]})", False),
                     NOT_UNPACKED, res.rc)
+        refused = self.container.refusal(res.rc) if self.container is not None else None
+        if refused:  # the image is missing, has no python3, or did not start: named
+            return Outcome(OUTCOME, f"not validated: {refused}", False), CONTAINER_NO_VERDICT, res.rc
         try:
             pull_run(session, run_id, dest)
         except PullError as exc:  # this run's output did not come home: it is not validated

@@ -22,6 +22,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from ...container import Container
+from ...container.slurm import PYTHON, SlurmContainer, Unsupported, choose, found, probe_script
 from ...engine.jobs.validate import suite_args
 from ...ground.errors import CommandTimeout
 from ...transport.connection import LineSplitter, PullLimits
@@ -194,8 +196,12 @@ class SlurmCluster:
         args = suite_args(inner.suite, session.context)
         token = secrets.token_hex(8)
         job_name = gate.run_name(self.run_id)
-        command = launch_step(settings, names, task_script(token, python, args), job_name,
-                              token, self.reservation)
+        script, step_extra = task_script(token, python, args), []
+        if inner.container is not None:  # `--container`: the step's tasks run in the image
+            route = self.container_route(inner.container)
+            script, step_extra = route.task(task_script(token, PYTHON, args)), route.srun_args
+        command = launch_step(settings, names, script, job_name, token, self.reservation,
+                              step_extra)
         limits = PullLimits.from_env()
         reporter = session.reporter
         stores = EarlyStores(records, self.context.node_folder)
@@ -211,7 +217,7 @@ class SlurmCluster:
                                    f"partition {settings.partition}")
         self.record["salloc"] = " ".join(salloc_options(settings, names, job_name,
                                                          self.reservation))
-        self.record["srun"] = " ".join(step_options(settings, len(names)))
+        self.record["srun"] = " ".join(step_options(settings, len(names), step_extra))
         started = time.monotonic()
         rc: Optional[int] = None
         self.srun_running = True
@@ -246,6 +252,18 @@ class SlurmCluster:
             stores.close()
             output.close()
 
+    def container_route(self, container: Container) -> SlurmContainer:
+        """The cluster's container support for `container`, probed on the login node;
+        `RouteFailed` with the reason when it has none that fits."""
+        try:
+            res = self.session.conn.run(with_conf(self.settings, probe_script()),
+                                        timeout=self.session.inventory.timeouts.command)
+            route = choose(container, found(res.out))
+        except (Unsupported, CommandTimeout) as exc:
+            raise RouteFailed(f"--container: {exc}") from None
+        self.record["container"] = {"image": container.image, "kind": route.kind}
+        return route
+
     # ------------------------------------------------------------------ 5. results home
     def collect(self, name: str, record: NodeRecord, output: JobOutput,
                 rc: Optional[int], stores: "EarlyStores") -> None:
@@ -263,6 +281,9 @@ class SlurmCluster:
             record.verdict = f"not validated: {why}"
         elif task.unpack_failed:
             record.verdict = "not validated: the package did not unpack on the node"
+        elif self.context.validate.container is not None and \
+                self.context.validate.container.refusal(task.rc):  # no python3 in the image
+            record.verdict = f"not validated: {self.context.validate.container.refusal(task.rc)}"
         else:
             record.rc, record.validate_s = task.rc, task.validate_s
             record.extra["results_bytes"] = task.size

@@ -40,7 +40,7 @@ import shlex
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Optional
+from typing import BinaryIO, Callable, Optional, Sequence
 
 from .settings import SlurmSettings
 
@@ -90,7 +90,9 @@ def task_script(token: str, python: str, args: list[str]) -> str:
     return (f'M={marker}\n'
             f'unset {NO_ABORT}\n'  # srun's own (NO_ABORT): not the validation's
             'exec 2>&1\n'  # the step's stderr carries Slurm's own words only
-            'echo "$M start $SLURMD_NODENAME $SLURM_JOB_ID"\n'
+            # "-": a task that cannot name its node (in a container of Slurm's OCI support
+            # SLURMD_NODENAME is not set): its srun label says which it is
+            'echo "$M start ${SLURMD_NODENAME:--} $SLURM_JOB_ID"\n'
             'D=$(mktemp -d "${TMPDIR:-/tmp}/gpuprov-XXXXXX") || '
             f'{{ echo "$M unpacked {UNPACK_FAILED}"; exit {UNPACK_FAILED}; }}\n'
             "trap 'cd /; rm -rf \"$D\"' EXIT\n"
@@ -122,7 +124,7 @@ def salloc_options(settings: SlurmSettings, nodes: list[str], job_name: str,
     return args + list(settings.extra_args)
 
 
-def step_options(settings: SlurmSettings, count: int) -> list[str]:
+def step_options(settings: SlurmSettings, count: int, extra: Sequence[str] = ()) -> list[str]:
     """The one step over the `count` nodes of the allocation, each option as srun(1) of Slurm
     22.05.8 says it:
     - `--nodes=N --ntasks-per-node=1`: one task on every node of the allocation;
@@ -137,22 +139,24 @@ def step_options(settings: SlurmSettings, count: int) -> list[str]:
       all of the generic resources that have been requested by the job, except those
       implicitly requested when a job is exclusive", srun(1) --gres); every CPU and all memory
       of the node come by default ("all non-GRES resources on each node in the step
-      allocation will be used", srun(1) --exact)."""
+      allocation will be used", srun(1) --exact);
+    - `extra`: the container's options (remote/container/slurm.py)."""
     args = ["srun", f"--nodes={count}", "--ntasks-per-node=1", "--kill-on-bad-exit=0",
             "--no-kill", "--label", "--input=all", "--export=ALL"]
     if settings.gpus_per_node:
         args.append(f"--gpus-per-node={settings.gpus_per_node}")
-    return args
+    return args + list(extra)  # `extra`: the container's (remote/container/slurm.py)
 
 
-def step_lines(settings: SlurmSettings, count: int, script: str, token: str) -> str:
+def step_lines(settings: SlurmSettings, count: int, script: str, token: str,
+               extra: Sequence[str] = ()) -> str:
     """Shell lines, run inside an allocation of `count` nodes (salloc's command, or a batch
     script), that run `script` as one task per node in one step, its stdin the package on fd
     5: first `@@gpuprov-TOKEN nodes N1 N2 ...` (the allocation's nodes in Slurm's order: task
     i is node i), then the step's labelled lines, then `@@gpuprov-TOKEN step RC` (srun's exit
     status); the marker lines unlabelled, so no node can forge them."""
     marker = shlex.quote(f"@@gpuprov-{token}")
-    step = " ".join(shlex.quote(a) for a in step_options(settings, count))
+    step = " ".join(shlex.quote(a) for a in step_options(settings, count, extra))
     # SLURM_PTY_PORT set for srun alone: see NO_ABORT
     step = f"{NO_ABORT}=0 {step}"
     nodes = 'echo "$M nodes $(scontrol show hostnames "$SLURM_JOB_NODELIST" | tr "\\n" " ")"'
@@ -162,14 +166,16 @@ def step_lines(settings: SlurmSettings, count: int, script: str, token: str) -> 
 
 
 def launch_step(settings: SlurmSettings, nodes: list[str], script: str, job_name: str,
-                token: str, reservation: Optional[str] = None) -> str:
+                token: str, reservation: Optional[str] = None,
+                step_extra: Sequence[str] = ()) -> str:
     """The single entry point that validates `nodes` in one step: the login-node script (its
     stdin: the package) that stores the package, takes one allocation of exactly `nodes`
-    (`salloc_options`), runs `script` on all of them as the tasks of one step (`step_lines`)
-    and gives the allocation back when the step ends. Its output is read by `JobOutput`."""
+    (`salloc_options`), runs `script` on all of them as the tasks of one step (`step_lines`,
+    with `step_extra`: a container's srun options) and gives the allocation back when the step
+    ends. Its output is read by `JobOutput`."""
     alloc = " ".join(shlex.quote(a) for a in salloc_options(settings, nodes, job_name,
                                                               reservation))
-    steps = step_lines(settings, len(nodes), script, token)
+    steps = step_lines(settings, len(nodes), script, token, step_extra)
     return ('T=$(mktemp "${TMPDIR:-/tmp}/gpuprov-package-XXXXXX") || '
             f'exit {PACKAGE_FAILED}\n'
             "trap 'rm -f \"$T\"' EXIT\n"
@@ -394,9 +400,10 @@ class JobOutput:
     def _marker(self, task: Task, words: list[str]) -> None:
         kind = words[0] if words else ""
         if kind == "start" and len(words) >= 2 and not task.node:
-            node = words[1]
-            # step i runs on nodes[i] (srun --nodelist): a task claiming another is not heard
-            if node == self.nodes[task.number] and node not in self.by_node:
+            node = self.nodes[task.number]
+            # task i runs on nodes[i] (srun's label, the allocation's order): a task claiming
+            # another is not heard; "-" names none (task_script)
+            if words[1] in (node, "-") and node not in self.by_node:
                 task.node, task.started = node, time.monotonic()
                 task.job_id = words[2] if len(words) > 2 and _number(words[2]) is not None else ""
                 self.by_node[node] = task
