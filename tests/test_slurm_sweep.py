@@ -69,14 +69,18 @@ def inventory(cluster: SlurmCluster, tmp_path: Path, **slurm) -> Path:
     return path
 
 
-def sweep(cluster: SlurmCluster, tmp_path: Path, *options: str, **slurm) -> subprocess.Popen:
-    """`invoke validate --host hpc1 --sweep` as its own process, logs in tmp_path/logs."""
+def sweep(cluster: SlurmCluster, tmp_path: Path, *options: str, path: str = "",
+          **slurm) -> subprocess.Popen:
+    """`invoke validate --host hpc1 --sweep` as its own process, logs in tmp_path/logs;
+    `path`: a folder put first on its PATH."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    if path:
+        env["PATH"] = f"{path}:{env['PATH']}"
     return subprocess.Popen(
         [sys.executable, "-m", "invoke", "--search-root", str(REPO), "validate", "--host",
          "hpc1", "--inventory", str(inventory(cluster, tmp_path, **slurm)), "--sweep",
          *options],
-        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True)
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def finish(proc: subprocess.Popen) -> str:
@@ -212,6 +216,42 @@ def test_a_sweep_preempted_by_real_work_and_a_second_one_within_max_age(cluster,
     second = sorted(p.name for p in (logs / "hpc1").iterdir())[-1]
     assert list(record_of(logs, second)["nodes"]) == ["n2"], out
     assert not (logs / "n1" / second).exists()
+
+
+def test_a_batch_whose_job_state_cannot_be_read_drains_nobody_on_a_guess(cluster, tmp_path):
+    """Real work preempts the sweep's job on n2 as above, but squeue cannot be read after the
+    batch (a stand-in `squeue` that exits 1 comes first on gpuprov's PATH: making the real
+    one fail while slurmctld still grants allocations cannot be arranged). n1 keeps its
+    verdict; n2, cut short, is "not validated (job state unknown ...)": not failed, not
+    drained, although --drain-failed is given."""
+    broken = tmp_path / "bin"
+    broken.mkdir()
+    (broken / "squeue").write_text("#!/bin/sh\necho 'squeue: error: cannot reach slurmctld' >&2\nexit 1\n")
+    (broken / "squeue").chmod(0o755)
+    go(cluster, "n3")
+    proc = sweep(cluster, tmp_path, "--drain-failed", "--json", str(tmp_path / "r.json"),
+                 path=str(broken))
+    job = ""
+    try:
+        assert wait_until(lambda: started(cluster, "n1") and started(cluster, "n2"), 90), \
+            cluster.log_tail()
+        go(cluster, "n1")
+        assert wait_until(lambda: results_stored(tmp_path / "logs", "n1"), 90)
+        job = real_job(cluster, "n2")
+        out = finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if job:
+            cluster.run("scancel", job, check=False)
+    assert proc.returncode == 0, out
+    hosts = json.loads((tmp_path / "r.json").read_text())["hosts"]
+    assert hosts["n1"]["validation"].startswith("passed"), out
+    assert hosts["n2"]["validation"] == \
+        "not validated (job state unknown: squeue could not be read after its batch)", out
+    assert "drained" not in hosts["n2"]["validation"]
+    assert cluster.node_info()["n2"].get("reason") in (None, ""), cluster.node_info()["n2"]
+    cluster.wait_idle(cluster.nodes)
 
 
 def test_a_node_real_work_took_before_its_batch_gives_way_and_is_not_failed(cluster, tmp_path):

@@ -32,8 +32,9 @@ import re
 import shlex
 import time
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
+from ...ground.errors import CommandTimeout
 from ...report.history import format_age, last_validation
 from ..base import NodeRecord, NodeView, Plan, RunContext
 from . import gate
@@ -50,6 +51,8 @@ from .settings import SlurmSettings, check_sweep
 IMMEDIATE_S = 30
 # squeue(1) JOB STATE CODES: "PR PREEMPTED Job terminated due to preemption."
 PREEMPTED = "PREEMPTED"
+# a batch whose job's state could not be read: its nodes cut short gave way (run_batch)
+SQUEUE_UNREAD = "squeue could not be read after its batch"
 # validate's exit status when a signal ended it (validate/cli.py: "130 interrupted"): the
 # results of a node stopped by the preemption are no verdict of the node's
 INTERRUPTED_EXIT = 130
@@ -252,10 +255,13 @@ class SweepCluster:
             entry.update({k: context.record.get(k) for k in ("job_id", "salloc_exit_status", "job_s")})
         states = self.new_jobs(gate.run_name(self.context.run_id))
         entry["job_states"] = states
-        if PREEMPTED in states.values():
+        if states is None or PREEMPTED in states.values():
+            # unread, the job may have been preempted: a node cut short is no failure of its
+            # own then, and never drained on a guess
+            why = "preempted" if states is not None else f"job state unknown: {SQUEUE_UNREAD}"
             for record in ready.values():
                 if record.results is None or record.rc == INTERRUPTED_EXIT:
-                    self.give_way(record, "preempted")
+                    self.give_way(record, why)
         elif not any(record.judged for record in ready.values()):
             # no task started (salloc --immediate gave up): real work took a node in the
             # moment since the check, or the job could not start for a reason of its own
@@ -269,12 +275,17 @@ class SweepCluster:
         _, nodes, _ = self.cluster.survey()
         return {name for name in names if name in nodes and nodes[name].states == {"IDLE"}}
 
-    def new_jobs(self, job_name: str) -> dict[str, str]:
+    def new_jobs(self, job_name: str) -> Optional[dict[str, str]]:
         """The sweep's jobs squeue shows that no earlier batch saw (this batch's), with their
-        states."""
+        states; None when squeue could not be read."""
         script = with_conf(self.settings, job_states_command(job_name, self.cluster.user))
-        res = self.session.conn.run(script, timeout=GATE_TIMEOUT_S)
+        try:
+            res = self.session.conn.run(script, timeout=GATE_TIMEOUT_S)
+        except CommandTimeout:
+            return None
         self.session.log.command("slurm", script, res.rc, res.elapsed_s, res.out, res.err)
+        if res.rc != 0:
+            return None
         states = {job: state for job, state in parse_job_states(res.out).items()
                   if job not in self.seen_jobs}
         self.seen_jobs |= set(states)
