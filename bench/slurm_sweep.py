@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 
 from remote.commands import validate as validate_cmd
-from remote.ground.runfolder import attempt_record
+from remote.ground.runfolder import RESULTS, VALIDATION_ATTEMPT, attempt_record
 from remote.report.history import last_validation
 from remote.scheduler.slurm import CLUSTER_RECORD
 from tests.slurm_cluster import SlurmCluster, missing_reason
@@ -97,9 +97,9 @@ def history_row(nodes: int, runs: int) -> str:
                 run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime(at)) + f".000Z-{r:04x}"
                 folder = work / f"n{n}" / run_id
                 folder.mkdir(parents=True)
-                (folder / "results.json").write_text(results)
+                (folder / RESULTS).write_text(results)
                 stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
-                (folder / "validation.json").write_text(attempt_record(stamp, stamp, "passed"))
+                (folder / VALIDATION_ATTEMPT).write_text(attempt_record(stamp, stamp, "passed"))
         started = time.monotonic()
         found = sum(last_validation(work, f"n{n}") is not None for n in range(nodes))
         took = time.monotonic() - started
