@@ -17,6 +17,7 @@ from ..engine.jobs.logs import OUTCOME
 from ..engine.jobs.validate import package_bytes
 from ..engine.results import HostResult, Outcome, StepResult, StepStatus
 from ..engine.session import HostSession
+from ..ground.errors import GpuprovError, Interrupted
 from ..ground.fileio import write_atomic
 from ..ground.runfolder import DISTRIBUTED_RECORD, run_dir
 from ..output.term import printable
@@ -146,8 +147,17 @@ class SlurmAfter:
         package = package_bytes()
         extra = (f"--gpus-per-node={self.gpus_per_node}",) if self.gpus_per_node else ()
         step = slurm.Step("", self.python, len(passed), context.run_id, tuple(passed), extra)
-        outcome = slurm.run_job(lambda command, timeout: run(command, timeout, package), step,
-                                self.settings, note)
+        try:
+            outcome = slurm.run_job(lambda command, timeout: run(command, timeout, package),
+                                    step, self.settings, note)
+        except Interrupted:
+            raise
+        except GpuprovError as exc:  # the login node stopped answering (a timeout): no verdict
+            note(printable(f"distributed: FAILED: the steps did not come back: {exc}"))
+            for name in passed:
+                records[name].ok = False
+                records[name].verdict += printable(f"; distributed: did not come back: {exc}")
+            return
         outcome.elapsed_s = time.monotonic() - started
         for name in passed:
             record = outcome.record(name, context.run_id, self.settings)

@@ -274,7 +274,10 @@ class SlurmCluster:
                 self.session.log.command("slurm", command, res.rc, res.elapsed_s, "", res.err)
                 return res.rc, res.out, res.err
 
-            if after is not None and len(job_ids) == 1:
+            if len(job_ids) != 1:
+                self.session.reporter.note(f"distributed: not run: the validation's tasks named "
+                                           f"{len(job_ids)} job ids, not one")
+            elif after is not None:
                 job = next(iter(job_ids))
                 for name in records:
                     stores.wait(name)
