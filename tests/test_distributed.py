@@ -210,7 +210,8 @@ def test_distributed_with_one_host_or_a_bad_var_is_exit_2_before_any_host(tmp_pa
         "a": {"address": "192.0.2.1"}, "b": {"address": "192.0.2.2"}}})
     one = invoke("validate", "--host", "a", "--inventory", str(inv), "--distributed", cwd=tmp_path)
     assert one.rc == 2 and one.err.strip().endswith(
-        "--distributed runs one job across nodes: select at least 2 hosts (1 selected)"), one.err
+        "--distributed runs one job across nodes: select at least 2 hosts, or a cluster's "
+        "login node (1 selected)"), one.err
     assert len(one.err.strip().splitlines()) == 1 and "Traceback" not in one.err
     bad = invoke("validate", "--host", "all", "--inventory", str(inv), "--distributed",
                  "--var", "distributed_port=0", cwd=tmp_path)
@@ -220,15 +221,17 @@ def test_distributed_with_one_host_or_a_bad_var_is_exit_2_before_any_host(tmp_pa
     assert not (tmp_path / "logs").exists()  # nothing contacted, nothing written
 
 
-def test_distributed_through_a_login_node_is_refused_for_now(tmp_path):
-    """The Slurm step (remote/distributed/slurm.py) is not wired into the login-node route yet:
-    said in one line, exit 2, before any host is contacted."""
+def test_a_login_nodes_bad_distributed_var_is_exit_2_before_any_host(tmp_path):
+    """A login node is a selection of its own for --distributed (its nodes run the job, as a
+    step of the validation's allocation: tests/test_distributed_slurm.py); its settings are
+    read before anything is contacted."""
     inv = write_yaml(tmp_path / "inventory.yaml", {"hosts": {
-        "hpc1": {"address": "192.0.2.9", "slurm": {"partition": "gpu"}}}})
+        "hpc1": {"address": "192.0.2.9", "slurm": {"partition": "gpu"},
+                 "vars": {"distributed_port": 0}}}})
     res = invoke("validate", "--host", "hpc1", "--inventory", str(inv), "--distributed", cwd=tmp_path)
     assert res.rc == 2 and res.err.strip().endswith(
-        "--distributed on a cluster's login node is not wired into the Slurm route yet: select "
-        "the nodes as SSH hosts"), res.err
+        "distributed_port: 0 is not a number from 1 to 65535"), res.err
+    assert len(res.err.strip().splitlines()) == 1 and not (tmp_path / "logs").exists()
 
 
 def test_prometheus_reads_each_nodes_record(tmp_path):

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from remote.distributed import plan, slurm
+from remote.ground.exitcodes import EXIT_VALIDATION_FAILED
 from tests.slurm_cluster import SlurmCluster, missing_reason
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -124,3 +125,75 @@ def test_a_node_with_another_torch_is_named_before_the_step(cluster, work):
     assert outcome.verdict.named == {"n3": "version skew: torch 2.13.0 (the others: 2.14.1)"}
     assert outcome.runs == {} and outcome.result is None  # the job's step never ran
     assert outcome.stacks["n3"]["torch"] == "2.13.0"
+
+
+# ---------------------------------------------------------------- through the Slurm route
+def _route(cluster: SlurmCluster, work: Path, python: str, capsys) -> tuple[int, str, dict, Path]:
+    """`gpuprov validate --host hpc1 --distributed`, hpc1 the cluster's login node reached with
+    `connection: local` (as tests/test_slurm_cluster.py drives it); the nodes pass their own
+    validation with the Xid scan of an empty kernel log; `python` is their validate_python."""
+    import json
+
+    import yaml
+
+    from remote.commands import validate as validate_cmd
+
+    log = work / "kernel.log"
+    log.touch()
+    inventory = work / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({"hosts": {"hpc1": {
+        "connection": "local",
+        "slurm": {"partition": "debug", "conf": str(cluster.conf), "gpus_per_node": 2},
+        "vars": {"validate_args": f"--checks xid --kernel-log {log}",
+                 "validate_python": python}}}}, sort_keys=False))
+    logs = work / "logs"
+    rc = validate_cmd.run(host="hpc1", inventory=str(inventory), json_path=str(work / "r.json"),
+                          logs_dir=str(logs), distributed=True)
+    out = capsys.readouterr()
+    path = work / "r.json"
+    return rc, out.out + out.err, json.loads(path.read_text()) if path.exists() else {}, logs
+
+
+def _calls(work: Path) -> list[list[str]]:
+    """What the nodes' python was asked to run: [node, job id, step id, its arguments...]."""
+    return [line.split() for line in (work / "calls").read_text().splitlines()]
+
+
+def _logging(work: Path, body: str = "") -> str:
+    return _python(work, f'echo "$SLURMD_NODENAME $SLURM_JOB_ID $SLURM_STEP_ID $*" >>{work}/calls'
+                         f"\n{body}")
+
+
+def test_the_route_runs_the_job_as_a_step_of_the_validations_own_job(cluster, work, capsys):
+    import json
+
+    rc, out, data, logs = _route(cluster, work, _logging(work), capsys)
+    assert rc == 0, out
+    for node in cluster.nodes:
+        assert data["hosts"][node]["validation"].endswith("; distributed: passed"), out
+    run_id = next((logs / "hpc1").iterdir()).name
+    for node in cluster.nodes:
+        record = json.loads((logs / node / run_id / "distributed.json").read_text())
+        assert record["ok"] and record["backend"] == "gloo" and record["world"] == 3
+        assert record["train"]["match"] and record["nodes"] == cluster.nodes
+    assert "distributed: passed" in out
+    calls = _calls(work)
+    # one job: the validation (step 0), the stack probe, then torchrun as one step on all
+    assert {c[1] for c in calls} == {json.loads(
+        (logs / "hpc1" / run_id / "slurm.json").read_text())["job_id"]}
+    torchrun = {(c[0], c[2]) for c in calls if "torch.distributed.run" in c}
+    assert {node for node, _ in torchrun} == set(cluster.nodes)
+    # three steps in all: the validation, the stack probe, and torchrun's one on every node
+    assert len({step for _, step in torchrun}) == 1 and len({c[2] for c in calls}) == 3, calls
+    assert _torch_left() == []
+
+
+def test_the_route_names_a_node_with_another_torch_before_the_step(cluster, work, capsys):
+    python = _logging(work, f'[ "$SLURMD_NODENAME" = n3 ] && export PYTHONPATH={work}/fake')
+    rc, out, data, logs = _route(cluster, work, python, capsys)
+    assert rc == EXIT_VALIDATION_FAILED, out
+    assert data["hosts"]["n3"]["validation"].endswith(
+        "; distributed: version skew: torch 2.13.0 (the others: 2.14.1)"), out
+    assert "distributed job failed (not this node)" in data["hosts"]["n1"]["validation"]
+    assert [c for c in _calls(work) if "--stack" in c] and not [
+        c for c in _calls(work) if "torch.distributed.run" in c]  # the job's step never ran

@@ -69,10 +69,12 @@ def run(host: Optional[str], inventory: str, suite: str = "quick",
         from ..scheduler.route import ClusterValidate
 
         job = cluster_job = ClusterValidate(ssh_route, SCHEDULERS, drain_failed, resume_passed,
-                                            ssh_job=job, sweep=swept)
+                                            ssh_job=job, sweep=swept,
+                                            after_step=after.slurm_after if after else None)
         spec.expand = cluster_job.with_nodes
     if after is not None:
-        spec.expand = after.after
+        nodes, ssh_after = spec.expand, after.after
+        spec.expand = ssh_after if nodes is None else lambda r: ssh_after(nodes(r))
     if evidence:  # after an RMA verdict (remote/evidence/); a login node has no results.json
         from ..evidence import AfterRMA, CollectEvidence
 

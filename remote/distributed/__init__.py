@@ -8,7 +8,8 @@ job across the nodes that passed (issue 44 item 1).
   and the training step judged; the record written as `distributed.json` per node;
 - `ssh`: the job over the engine's connections (SSH or local hosts);
 - `slurm`: the same job as one `srun` step in a Slurm allocation (command and parsing);
-- `job`: the validate job's wrapper that runs it after every node's own validation.
+- `job`: the validate job's wrapper that runs it after every node's own validation, and
+  `SlurmAfter`, the Slurm route's: `slurm`'s steps in the validation's own allocation.
 
 The host side is validate/dist_job.py; validate/dist_worker.py is the single-node nccl check's.
 """

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -16,11 +17,13 @@ from ..engine.jobs.logs import OUTCOME
 from ..engine.jobs.validate import package_bytes
 from ..engine.results import HostResult, Outcome, StepResult, StepStatus
 from ..engine.session import HostSession
+from ..ground.errors import GpuprovError, Interrupted
 from ..ground.fileio import write_atomic
 from ..ground.runfolder import DISTRIBUTED_RECORD, run_dir
 from ..output.term import printable
+from ..scheduler.base import NodeRecord, RunContext, StepRunner
 from ..transport.connection import BaseConnection
-from . import plan
+from . import plan, slurm
 from .ssh import Job as DistJob
 from .ssh import Member
 
@@ -46,6 +49,10 @@ class Distributed:
         self.inner, self.settings, self.addresses, self.logs_dir = inner, settings, addresses, logs_dir
         self.pythons = pythons
         self.seen: dict[str, _Seen] = {}
+        self.clusters: dict[str, SlurmAfter] = {}  # by login node: the job on the Slurm route
+
+    def slurm_after(self, login: str) -> Optional["SlurmAfter"]:
+        return self.clusters.get(login)
 
     @property
     def outcome(self) -> Optional[str]:
@@ -117,6 +124,66 @@ class Distributed:
             result.warnings.append(printable(f"distributed job failed: {record['reason']}"))
 
 
+class SlurmAfter:
+    """`validate --distributed` on a cluster (`scheduler.base.AfterStep`): in the validation's
+    own allocation, once its step ended, the stack step and the job's step over the nodes
+    that passed (slurm.run_job, the package on each step's stdin); each node's record gains the
+    job's verdict, its `distributed.json` written beside its results."""
+
+    def __init__(self, settings: plan.Settings, python: str, gpus_per_node: str = ""):
+        self.settings, self.python, self.gpus_per_node = settings, python, gpus_per_node
+        # the two steps' own bounds (slurm.run_job's), and the release after them
+        self.hold_s = plan.STACK_TIMEOUT_S + settings.limit_s + plan.KILL_AFTER_S + 180
+
+    def __call__(self, context: RunContext, records: dict[str, NodeRecord],
+                 run: StepRunner) -> None:
+        note = context.session.reporter.note
+        passed = [name for name, record in records.items() if record.ok]
+        if len(passed) < 2:
+            note(f"distributed: not run: {len(passed)} node(s) passed their own validation, "
+                 "2 are needed")
+            return
+        started = time.monotonic()
+        package = package_bytes()
+        extra = (f"--gpus-per-node={self.gpus_per_node}",) if self.gpus_per_node else ()
+        step = slurm.Step("", self.python, len(passed), context.run_id, tuple(passed), extra)
+        try:
+            outcome = slurm.run_job(lambda command, timeout: run(command, timeout, package),
+                                    step, self.settings, note)
+        except Interrupted:
+            raise
+        except GpuprovError as exc:  # the login node stopped answering (a timeout): no verdict
+            note(printable(f"distributed: FAILED: the steps did not come back: {exc}"))
+            for name in passed:
+                records[name].ok = False
+                records[name].verdict += printable(f"; distributed: did not come back: {exc}")
+            return
+        outcome.elapsed_s = time.monotonic() - started
+        for name in passed:
+            record = outcome.record(name, context.run_id, self.settings)
+            folder = context.node_folder(name)
+            folder.mkdir(parents=True, exist_ok=True)
+            write_atomic(folder / DISTRIBUTED_RECORD, json.dumps(record, indent=2) + "\n")
+            _judge_node(records[name], record)
+        verdict = outcome.verdict
+        note(printable(f"distributed: {'passed' if verdict.ok else 'FAILED'}: {verdict.reason} "
+                       f"({outcome.elapsed_s:.1f} s, one step of the validation's job; "
+                       f"logs/<node>/{context.run_id}/{DISTRIBUTED_RECORD})"))
+
+
+def _judge_node(node: NodeRecord, record: dict[str, Any]) -> None:
+    """A node's verdict with the job's: it fails when the job named it (or named no one)."""
+    node.extra["distributed"] = {"ok": record["ok"], "reason": record["reason"]}
+    if record["ok"]:
+        node.verdict += "; distributed: passed"
+    elif record["this_node"] or not record["named"]:
+        node.ok = False
+        node.verdict = printable(f"{node.verdict}; distributed: "
+                                 f"{record['this_node'] or record['reason']}")
+    else:
+        node.verdict = printable(f"{node.verdict}; distributed job failed (not this node)")
+
+
 def prepare(inner: Job, inventory: Any, hosts: list[Host], extra_vars: dict[str, Any],
             logs_dir: Path) -> Distributed:
     """The wrapper for `validate --distributed` over `hosts`, its settings checked before any
@@ -124,23 +191,24 @@ def prepare(inner: Job, inventory: Any, hosts: list[Host], extra_vars: dict[str,
     from ..engine.varlayers import layered_vars
     from ..ground.errors import InputError
 
-    if any(h.scheduler for h in hosts):
-        # The Slurm side is remote/distributed/slurm.py (`run_job`: the stack step and the
-        # job's one srun step in an allocation), tested on the test cluster; the route's
-        # allocation (remote/scheduler/route.py, reworked by the step helper this round) does
-        # not call it yet.
-        raise InputError("--distributed on a cluster's login node is not wired into the "
-                         "Slurm route yet: select the nodes as SSH hosts", inventory.path)
     nodes = [h for h in hosts if h.scheduler is None]
-    if len(nodes) < 2:
-        raise InputError(f"--distributed runs one job across nodes: select at least 2 hosts "
-                         f"({len(nodes)} selected)", inventory.path)
-    layers = {h.name: layered_vars(inventory, h, extra_vars)[0] for h in nodes}
+    clusters = [h for h in hosts if h.scheduler is not None]
+    if len(nodes) == 1 or not (nodes or clusters):
+        raise InputError(f"--distributed runs one job across nodes: select at least 2 hosts, "
+                         f"or a cluster's login node ({len(nodes)} selected)", inventory.path)
+    layers = {h.name: layered_vars(inventory, h, extra_vars)[0] for h in nodes + clusters}
     try:
-        settings = plan.read_settings(layers[nodes[0].name])
+        settings = {name: plan.read_settings(layer) for name, layer in layers.items()}
     except InputError as exc:
         raise InputError(str(exc), inventory.path) from None
     addresses = {h.name: str(layers[h.name].get("distributed_address") or
                              ("127.0.0.1" if h.is_local else h.address)) for h in nodes}
     pythons = {h.name: str(layers[h.name].get("validate_python") or h.python) for h in nodes}
-    return Distributed(inner, settings, addresses, pythons, logs_dir)
+    wrapper = Distributed(inner, settings[nodes[0].name] if nodes else plan.Settings(),
+                          addresses, pythons, logs_dir)
+    for host in clusters:  # the Slurm route's second step, by login node (slurm_after)
+        assert host.scheduler is not None
+        wrapper.clusters[host.name] = SlurmAfter(
+            settings[host.name], str(layers[host.name].get("validate_python") or "python3"),
+            str(getattr(host.scheduler.settings, "gpus_per_node", "") or ""))
+    return wrapper

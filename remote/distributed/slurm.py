@@ -32,15 +32,36 @@ class Step:
     """Where the job runs on the nodes: validate/ unpacked at `package` (a folder every node
     reads, or the same path on each), with `python`; the nodes of the allocation, counted."""
 
-    package: str
+    package: str  # '' : the package comes on the step's stdin, unpacked by each task
     python: str
     nodes: int
     run_id: str
+    nodelist: tuple[str, ...] = ()  # the allocation's nodes the step runs on (all: empty)
+    extra: tuple[str, ...] = ()     # srun's options for the node's resources (--gpus-per-node)
 
 
 def _srun(step: Step, minutes: int) -> str:
-    return (f"srun --nodes={step.nodes} --ntasks-per-node=1 --label --kill-on-bad-exit=0 "
-            f"--time={minutes}")
+    """srun as the module says; with `nodelist`, only those nodes of the allocation
+    (`--nodelist`); with the package on stdin, to every task (`--input=all`: "stdin will be
+    redirected from the standard input of srun to all remote tasks", srun.html)."""
+    words = [f"--nodes={step.nodes}", "--ntasks-per-node=1", "--label", "--kill-on-bad-exit=0",
+             f"--time={minutes}", *step.extra]
+    if step.nodelist:
+        words.append(f"--nodelist={','.join(step.nodelist)}")
+    if not step.package:
+        words.append("--input=all")
+    return "srun " + " ".join(shlex.quote(w) for w in words)
+
+
+def _cd(step: Step) -> str:
+    """Shell lines that go to the package: its folder, or (package on stdin) a fresh folder
+    of the node's TMPDIR it is unpacked into, removed when the task ends."""
+    if step.package:
+        return f"cd {shlex.quote(step.package)} || exit {plan.PACKAGE_MISSING}\n"
+    return ('D=$(mktemp -d "${TMPDIR:-/tmp}/gpuprov-dist-XXXXXX") || exit '
+            f'{plan.PACKAGE_MISSING}\n'
+            "trap 'cd /; rm -rf \"$D\"' EXIT\n"
+            f'tar -xzf - -C "$D" && cd "$D" || exit {plan.PACKAGE_MISSING}\n')
 
 
 def _node_lines() -> str:
@@ -50,15 +71,19 @@ def _node_lines() -> str:
             "sed -n 's/^NodeAddr=//p' | head -n 1")
     return ("NODE=${SLURMD_NODENAME:-$(hostname)}\n"
             f"addr() {{ a=$({addr}); echo \"${{a:-$1}}\"; }}\n"
-            'HEAD=$(addr "$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)")\n'
+            # the step's first node (SLURM_STEP_NODELIST: "List of nodes allocated to the
+            # step", srun.html), a part of the job's when the step runs on some of its nodes
+            'HEAD=$(addr "$(scontrol show hostnames "${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}"'
+            ' | head -n 1)")\n'
             'ME=$(addr "$NODE")\n'
             'echo "@@node $NODE"\n')
 
 
 def stack_command(step: Step) -> str:
     """The step that prints every node's stack (`@@node`, then `@@stack`)."""
-    script = (_node_lines() + f"cd {shlex.quote(step.package)} && "
-              f'PYTHONDONTWRITEBYTECODE=1 {shlex.quote(step.python)} -m validate.dist_job --stack')
+    script = (_node_lines() + _cd(step) +
+              f'PYTHONDONTWRITEBYTECODE=1 {shlex.quote(step.python)} -m validate.dist_job --stack'
+              " </dev/null")
     minutes = math.ceil(plan.STACK_TIMEOUT_S / 60)
     return f"{_srun(step, minutes)} sh -c {shlex.quote(script)}"
 
@@ -67,14 +92,14 @@ def job_command(step: Step, settings: plan.Settings, backend: str, nproc: int, n
                 token: str) -> str:
     """The job's step: torchrun on every node (plan.torchrun_words), bounded by `timeout` as
     over SSH, what outlives it stopped by PID (plan.kill_token), then `@@rc N`."""
-    words = plan.torchrun_words('"$SLURM_NNODES"', str(nproc), '"$HEAD:$PORT"',
+    words = plan.torchrun_words(str(step.nodes), str(nproc), '"$HEAD:$PORT"',
                                 shlex.quote(f"gpuprov-{step.run_id}"), '"$IS_HOST"', '"$ME"',
                                 '"$NODE"', '"$a$b"', backend, nbytes, settings)
     script = (_node_lines() + plan.halves(token) + f"PORT={settings.port}\n"
               'IS_HOST=false; [ "${SLURM_NODEID:-0}" = 0 ] && IS_HOST=true\n'
-              f"cd {shlex.quote(step.package)} || exit {plan.PACKAGE_MISSING}\n"
+              + _cd(step) +
               f"PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 timeout -k {plan.KILL_AFTER_S} "
-              f"{settings.limit_s:g} {shlex.quote(step.python)} {' '.join(words)}\n"
+              f"{settings.limit_s:g} {shlex.quote(step.python)} {' '.join(words)} </dev/null\n"
               f'rc=$?\n{plan.kill_token(chr(34) + "$NODE" + chr(34), token)}echo "@@rc $rc"\n'
               "exit $rc")
     minutes = math.ceil((settings.limit_s + plan.KILL_AFTER_S + 30) / 60)

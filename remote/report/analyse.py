@@ -24,6 +24,7 @@ from ..ground.runfolder import (
     run_without_results,
 )
 from .collect import NO_RESULTS, Problem, Results, Run, check, collect, fmt_ms, get, num, read_attempt
+from .distjobs import DistJob, find_jobs
 from .drift import Drift, find_drift
 from .fabric import Fabric, find_fabric
 from .history import QUARANTINE, HostHistory, find_history
@@ -191,6 +192,7 @@ class Report:
     history: list[HostHistory] = field(default_factory=list)  # every host's runs, oldest first
     quarantine: tuple[int, int] = QUARANTINE  # (K, N): failed K of its last N runs
     fabric: Fabric = field(default_factory=Fabric)  # the newest `gpuprov fabric` run
+    distributed: list[DistJob] = field(default_factory=list)  # validate --distributed's jobs
     now: float = field(default_factory=time.time)  # when it was made: each host's age is to it
 
     @property
@@ -588,6 +590,8 @@ def build_report(
     comparisons = find_regressions(runs, regression_pct, baseline)
     fabric, fabric_problems = find_fabric(logs_dir, hosts)
     problems += fabric_problems
+    distributed, distributed_problems = find_jobs(logs_dir, hosts)
+    problems += distributed_problems
     notes = (_apart_notes(apart, fabric.run_id)
              + _comparison_notes(logs_dir, runs, groups, comparisons, baseline))
     return Report(
@@ -598,4 +602,5 @@ def build_report(
         fleet=fleet, comparisons=comparisons, notes=notes,
         health=with_no_verdicts(health_summary(runs), history),
         drift=drift, history=history, quarantine=quarantine, fabric=fabric,
+        distributed=distributed,
     )

@@ -85,6 +85,13 @@ def render(report: Report, width: int, max_table_parts: int | None = None) -> li
         lines += plain_table(["node", "verdict", "why"], [
             [[(n.host, "")], [(n.verdict, "bold red" if n.verdict == "suspect" else "")],
              [(n.reason or "-", "")]] for n in report.fabric.nodes], right=set())
+    if report.distributed:
+        lines += [[], [("Distributed jobs (validate --distributed), newest first", "")]]
+        lines += plain_table(["run", "nodes", "verdict", "backend", "busbw (largest size)",
+                              "training step", "nodes named"],
+                             [[[(cell, "bold red" if cell == "FAILED" else "")]
+                               for cell in job.row()] for job in report.distributed],
+                             right={1})
     lines.append([])
     chunks = _column_chunks(report, width)
     if max_table_parts is not None and len(chunks) > max_table_parts:

@@ -127,6 +127,22 @@ class Sweep:
     max_age: str = DEFAULT_MAX_AGE
 
 
+# What runs a command on the login node inside the run's allocation: (command, timeout, its
+# stdin) -> (exit status, stdout, stderr).
+StepRunner = Callable[[str, float, bytes], tuple[int, str, str]]
+
+
+class AfterStep(Protocol):
+    """A second step in the validation's own allocation, over the nodes that passed
+    (`validate --distributed`): the allocation is held up to `hold_s` after the validation
+    step for it; it updates the nodes' records with its verdict."""
+
+    hold_s: float
+
+    def __call__(self, context: "RunContext", records: dict[str, "NodeRecord"],
+                 run: StepRunner) -> None: ...
+
+
 @dataclass
 class RunContext:
     """What the route hands a cluster for one run."""
@@ -137,6 +153,7 @@ class RunContext:
     incomplete: bool = False    # set by the cluster: the job did not end by itself (timed out)
     no_task: str = ""           # set by the cluster: why no node's task ran, in its words
     sweep: Optional[Sweep] = None  # `validate --sweep`: `Scheduler.open` gives its sweep
+    after_step: Optional["AfterStep"] = None  # `validate --distributed` (remote/distributed/)
 
     @property
     def run_id(self) -> str:

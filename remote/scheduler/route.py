@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..engine.jobs import Job
 from ..engine.jobs.logs import OUTCOME
@@ -31,7 +31,7 @@ from ..engine.session import HostSession
 from ..ground.errors import InputError, Interrupted
 from ..ground.fileio import write_atomic
 from ..ground.runfolder import run_dir
-from .base import Cluster, NodeRecord, NodeView, RouteFailed, RunContext, Scheduler, Sweep, natural_order
+from .base import AfterStep, Cluster, NodeRecord, NodeView, RouteFailed, RunContext, Scheduler, Sweep, natural_order
 
 # Threads writing the nodes' validation.json records (one file each, before and after the job):
 # chosen, as the file system's latency is most of it.
@@ -56,8 +56,11 @@ class ClusterValidate:
 
     def __init__(self, inner: Validate, schedulers: Mapping[str, Scheduler],
                  drain_failed: bool = False, resume_passed: bool = False,
-                 ssh_job: Optional[Job] = None, sweep: Optional[Sweep] = None):
+                 ssh_job: Optional[Job] = None, sweep: Optional[Sweep] = None,
+                 after_step: Optional[Callable[[str], Optional[AfterStep]]] = None):
         self.inner = inner
+        # validate --distributed: by login node, the step after the validation's (base.AfterStep)
+        self.after_step = after_step
         self.sweep = sweep  # validate --sweep (remote/scheduler/slurm/sweep.py for Slurm)
         self.ssh_job: Job = ssh_job if ssh_job is not None else inner
         self.schedulers = schedulers
@@ -120,7 +123,8 @@ class _ClusterRun:
         self.record: dict[str, Any] = state.record
         self.record.update(cluster=self.name, run=session.options.run_id,
                            scheduler=scheduler.key, started=_stamp(time.time()))
-        self.context = RunContext(session, job.inner, self.record, sweep=job.sweep)
+        self.context = RunContext(session, job.inner, self.record, sweep=job.sweep,
+                                  after_step=job.after_step(self.name) if job.after_step else None)
         self.cluster: Cluster = scheduler.open(settings, self.context)
 
     def run(self) -> None:

@@ -17,6 +17,7 @@ step one command there:
 from __future__ import annotations
 
 import secrets
+import shlex
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -200,8 +201,10 @@ class SlurmCluster:
         if inner.container is not None:  # `--container`: the step's tasks run in the image
             route = self.container_route(inner.container)
             script, step_extra = route.task(task_script(token, PYTHON, args)), route.srun_args
+        after = self.context.after_step  # `validate --distributed`: a second step, held for
+        hold_s = after.hold_s if after is not None else 0.0
         command = launch_step(settings, names, script, job_name, token, self.reservation,
-                              step_extra)
+                              step_extra, hold_s)
         limits = PullLimits.from_env()
         reporter = session.reporter
         stores = EarlyStores(records, self.context.node_folder)
@@ -210,7 +213,9 @@ class SlurmCluster:
                                node, f"running (job {job_id or '?'})"),
                            on_line=reporter.output,
                            on_srun=lambda line: reporter.output(self.name, line),
-                           on_whole=stores)
+                           on_whole=stores,
+                           on_hold=None if after is None else
+                           lambda folder: self.after_step(folder, records, stores, output))
         splitters = {"stdout": LineSplitter(output.stdout), "stderr": LineSplitter(output.stderr)}
         for name in names:
             reporter.running(name, f"pending: validate ({inner.suite}) through Slurm, "
@@ -223,7 +228,7 @@ class SlurmCluster:
         self.srun_running = True
         try:
             res = session.conn.run(with_conf(settings, command), stdin=inner.package,
-                                   timeout=self.context.timeout(), streamed=True,
+                                   timeout=self.context.timeout() + hold_s, streamed=True,
                                    on_output=lambda stream, text: splitters[stream](stream, text))
             rc = res.rc
             self.record["job_stdout_bytes"] = res.stdout_bytes
@@ -251,6 +256,38 @@ class SlurmCluster:
         finally:
             stores.close()
             output.close()
+
+    def after_step(self, folder: str, records: dict[str, NodeRecord], stores: "EarlyStores",
+                   output: JobOutput) -> None:
+        """The allocation held after the validation step (`hold_lines`): the run's
+        `AfterStep` on the nodes whose results are stored, its steps run in the same job
+        (`SLURM_JOB_ID`: srun(1) "--jobid") over a second connection to the login node, then
+        the hold released (`go` in its folder)."""
+        after = self.context.after_step
+        job_ids = {t.job_id for t in output.by_node.values() if t.job_id}
+        conn = self.session._connect(self.session.host)  # noqa: SLF001
+        try:
+            def run(command: str, timeout: float, stdin: bytes) -> tuple[int, str, str]:
+                script = with_conf(self.settings, f"SLURM_JOB_ID={job}; "
+                                   f"export SLURM_JOB_ID\n{command}")
+                res = conn.run(script, timeout=timeout, stdin=stdin)
+                self.session.log.command("slurm", command, res.rc, res.elapsed_s, "", res.err)
+                return res.rc, res.out, res.err
+
+            if len(job_ids) != 1:
+                self.session.reporter.note(f"distributed: not run: the validation's tasks named "
+                                           f"{len(job_ids)} job ids, not one")
+            elif after is not None:
+                job = next(iter(job_ids))
+                for name in records:
+                    stores.wait(name)
+                after(self.context, records, run)
+        finally:
+            try:
+                conn.run(f"touch {shlex.quote(folder)}/go", timeout=GATE_TIMEOUT_S,
+                         cancellable=False)
+            finally:
+                conn.close()
 
     def container_route(self, container: Container) -> SlurmContainer:
         """The cluster's container support for `container`, probed on the login node;

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import re
 import shlex
 import tempfile
@@ -81,6 +82,7 @@ KEPT_MESSAGES = 50  # Slurm's own lines kept for the record (per node, and the j
 # this many bytes, as one host's stream is (transport.base.OUTPUT_MAX_BYTES); the job's output
 # as a whole is not cut (the command runs `streamed`), so one node's flood costs that node only.
 NODE_TEXT_MAX = 1 << 20
+HOLD = re.compile(r"/[A-Za-z0-9_./-]{1,200}/gpuprov-hold-[A-Za-z0-9]{6,20}", re.ASCII)
 
 
 def task_script(token: str, python: str, args: list[str]) -> str:
@@ -149,7 +151,7 @@ def step_options(settings: SlurmSettings, count: int, extra: Sequence[str] = ())
 
 
 def step_lines(settings: SlurmSettings, count: int, script: str, token: str,
-               extra: Sequence[str] = ()) -> str:
+               extra: Sequence[str] = (), hold_s: float = 0.0) -> str:
     """Shell lines, run inside an allocation of `count` nodes (salloc's command, or a batch
     script), that run `script` as one task per node in one step, its stdin the package on fd
     5: first `@@gpuprov-TOKEN nodes N1 N2 ...` (the allocation's nodes in Slurm's order: task
@@ -162,12 +164,24 @@ def step_lines(settings: SlurmSettings, count: int, script: str, token: str,
     nodes = 'echo "$M nodes $(scontrol show hostnames "$SLURM_JOB_NODELIST" | tr "\\n" " ")"'
     return (f"M={marker}\n{nodes}\n"
             f"{step} /bin/sh -c {shlex.quote(script)} <&5 5<&-\n"
-            'echo "$M step $?"\n')
+            'echo "$M step $?"\n' + hold_lines(hold_s))
+
+
+def hold_lines(hold_s: float) -> str:
+    """With `hold_s`: the allocation held after the validation step, for a second step
+    (`AfterStep`), until the control side creates `go` in the folder the unlabelled line
+    `@@gpuprov-TOKEN hold FOLDER` names, or `hold_s` seconds passed (mktemp(1): the folder
+    is the run's own, u+rwx)."""
+    if not hold_s:
+        return ""
+    return ('G=$(mktemp -d "${TMPDIR:-/tmp}/gpuprov-hold-XXXXXX") && echo "$M hold $G" && {\n'
+            f'  i=0; while [ ! -e "$G/go" ] && [ "$i" -lt {math.ceil(hold_s)} ]; do '
+            'sleep 1; i=$((i+1)); done; rm -rf "$G"; }\n')
 
 
 def launch_step(settings: SlurmSettings, nodes: list[str], script: str, job_name: str,
                 token: str, reservation: Optional[str] = None,
-                step_extra: Sequence[str] = ()) -> str:
+                step_extra: Sequence[str] = (), hold_s: float = 0.0) -> str:
     """The single entry point that validates `nodes` in one step: the login-node script (its
     stdin: the package) that stores the package, takes one allocation of exactly `nodes`
     (`salloc_options`), runs `script` on all of them as the tasks of one step (`step_lines`,
@@ -175,7 +189,7 @@ def launch_step(settings: SlurmSettings, nodes: list[str], script: str, job_name
     ends. Its output is read by `JobOutput`."""
     alloc = " ".join(shlex.quote(a) for a in salloc_options(settings, nodes, job_name,
                                                               reservation))
-    steps = step_lines(settings, len(nodes), script, token, step_extra)
+    steps = step_lines(settings, len(nodes), script, token, step_extra, hold_s)
     return ('T=$(mktemp "${TMPDIR:-/tmp}/gpuprov-package-XXXXXX") || '
             f'exit {PACKAGE_FAILED}\n'
             "trap 'rm -f \"$T\"' EXIT\n"
@@ -300,9 +314,11 @@ class JobOutput:
 
     def __init__(self, token: str, nodes: list[str], max_bytes: int,
                  on_start: Callable[[str, str], None], on_line: Callable[[str, str], None],
-                 on_srun: Callable[[str], None], on_whole: Optional[Callable[[Task], None]] = None):
+                 on_srun: Callable[[str], None], on_whole: Optional[Callable[[Task], None]] = None,
+                 on_hold: Optional[Callable[[str], None]] = None):
         self.marker = f"@@gpuprov-{token} "
         self.on_whole = on_whole  # a task whose results came whole (its end marker), at once
+        self.on_hold = on_hold  # the allocation held after the step (hold_lines): its folder
         self.nodes = list(nodes)
         self.max_bytes = max_bytes
         self.tasks: dict[int, Task] = {}
@@ -377,6 +393,9 @@ class JobOutput:
             self.nodes = words[1:]
         elif words[:1] == ["step"] and len(words) == 2 and _number(words[1]) is not None:
             self.step_rc = _number(words[1])
+        elif words[:1] == ["hold"] and len(words) == 2 and self.on_hold is not None \
+                and HOLD.fullmatch(words[1]):
+            self.on_hold(words[1])
         else:
             self._srun(line)
 
