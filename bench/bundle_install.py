@@ -57,7 +57,7 @@ import yaml
 
 from remote import sandbox
 from remote.bundle.archive import read_bundle
-from remote.bundle.build import build_bundle
+from remote.bundle.build import BundleOptions, build_bundle
 from remote.bundle.push import unpack_command
 from remote.ground.fileio import sha256_file
 from remote.ground.paths import VALIDATE_DIR
@@ -109,7 +109,7 @@ def side(label: str, part, extra: dict | None = None) -> dict:
 
 def build(out: Path) -> dict:
     os.environ["PIP_NO_CACHE_DIR"] = "1"
-    report = build_bundle("13.0", out, progress=_say)
+    report = build_bundle(BundleOptions("13.0", str(out)), progress=_say)
     return {"total_s": round(report.total_s, 1), "wheel_s": round(report.wheel_s, 1),
             "deb_s": round(report.deb_s, 1), "bytes": out.stat().st_size,
             "wheels": report.wheels, "debs": report.debs}
