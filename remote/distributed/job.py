@@ -188,7 +188,6 @@ def prepare(inner: Job, inventory: Any, hosts: list[Host], extra_vars: dict[str,
             logs_dir: Path) -> Distributed:
     """The wrapper for `validate --distributed` over `hosts`, its settings checked before any
     host is contacted (`InputError`: exit status 2): at least 2 hosts, the vars well formed."""
-    from ..engine.varlayers import layered_vars
     from ..ground.errors import InputError
 
     nodes = [h for h in hosts if h.scheduler is None]
@@ -196,19 +195,33 @@ def prepare(inner: Job, inventory: Any, hosts: list[Host], extra_vars: dict[str,
     if len(nodes) == 1 or not (nodes or clusters):
         raise InputError(f"--distributed runs one job across nodes: select at least 2 hosts, "
                          f"or a cluster's login node ({len(nodes)} selected)", inventory.path)
-    layers = {h.name: layered_vars(inventory, h, extra_vars)[0] for h in nodes + clusters}
-    try:
-        settings = {name: plan.read_settings(layer) for name, layer in layers.items()}
-    except InputError as exc:
-        raise InputError(str(exc), inventory.path) from None
+    layers, settings = _settings(inventory, nodes + clusters, extra_vars)
     addresses = {h.name: str(layers[h.name].get("distributed_address") or
                              ("127.0.0.1" if h.is_local else h.address)) for h in nodes}
     pythons = {h.name: str(layers[h.name].get("validate_python") or h.python) for h in nodes}
     wrapper = Distributed(inner, settings[nodes[0].name] if nodes else plan.Settings(),
                           addresses, pythons, logs_dir)
     for host in clusters:  # the Slurm route's second step, by login node (slurm_after)
-        assert host.scheduler is not None
-        wrapper.clusters[host.name] = SlurmAfter(
-            settings[host.name], str(layers[host.name].get("validate_python") or "python3"),
-            str(getattr(host.scheduler.settings, "gpus_per_node", "") or ""))
+        wrapper.clusters[host.name] = _slurm_after(host, layers[host.name], settings[host.name])
     return wrapper
+
+
+def _settings(inventory: Any, hosts: list[Host], extra_vars: dict[str, Any]
+              ) -> tuple[dict[str, Any], dict[str, plan.Settings]]:
+    """Each host's variables and its `distributed_*` settings, read (`InputError` naming the
+    inventory)."""
+    from ..engine.varlayers import layered_vars
+    from ..ground.errors import InputError
+
+    layers = {h.name: layered_vars(inventory, h, extra_vars)[0] for h in hosts}
+    try:
+        return layers, {name: plan.read_settings(layer) for name, layer in layers.items()}
+    except InputError as exc:
+        raise InputError(str(exc), inventory.path) from None
+
+
+def _slurm_after(host: Host, layer: Any, settings: plan.Settings) -> SlurmAfter:
+    """The job after a login node's validation step, with its python and GPUs per node."""
+    assert host.scheduler is not None
+    return SlurmAfter(settings, str(layer.get("validate_python") or "python3"),
+                      str(getattr(host.scheduler.settings, "gpus_per_node", "") or ""))

@@ -72,6 +72,33 @@ def _seconds(value: Any) -> float:
         return 0.0
 
 
+def _steps(suite: _Suite, result: Any) -> None:
+    """The host's own cases: not started, unreachable, each step."""
+    if result.not_started:  # a canary rollout stopped before its batch
+        suite.case("not started", 0.0, "skipped", f"not started: {result.not_started}")
+    if result.unreachable:
+        suite.case("connect", result.elapsed_s, "error", result.message or "unreachable")
+    for step in result.steps:
+        kind = {"failed": "failure", "skipped": "skipped"}.get(str(step.status), "")
+        suite.case(step.name, step.elapsed_s, kind, step.message)
+
+
+def _validation(suite: _Suite, outcome: Any, run_dir: Optional[Path]) -> None:
+    """A case per check of the pulled results.json, and the outcome's own when it did not
+    count, or failed without a failing check to say why."""
+    checks = _checks(run_dir) if outcome is not None else []
+    for check in checks:
+        status = str(check.get("status", ""))
+        kind = {"fail": "failure", "skip": "skipped"}.get(status, "")
+        suite.case(f"validate: {check['name']}", _seconds(check.get("elapsed_s")), kind,
+                   str(check.get("reason") or status))
+    if outcome is not None and outcome.skipped:
+        suite.case(outcome.name, 0.0, "skipped", outcome.text)  # it did not count
+    elif outcome is not None and not outcome.ok and not any(
+            str(c.get("status")) == "fail" for c in checks):
+        suite.case(outcome.name, 0.0, "failure", outcome.text)  # not validated: say why
+
+
 def build(title: str, results: Mapping[str, Any], redact: Callable[[str], str],
           logs_dir: Optional[Path], run_id: str) -> ET.Element:
     """The <testsuites> element of a run; `results` maps host names to the engine's
@@ -81,26 +108,9 @@ def build(title: str, results: Mapping[str, Any], redact: Callable[[str], str],
     elapsed = 0.0
     for host, result in results.items():
         suite = _Suite(root, host, title, redact)
-        if result.not_started:  # a canary rollout stopped before its batch
-            suite.case("not started", 0.0, "skipped", f"not started: {result.not_started}")
-        if result.unreachable:
-            suite.case("connect", result.elapsed_s, "error", result.message or "unreachable")
-        for step in result.steps:
-            kind = {"failed": "failure", "skipped": "skipped"}.get(str(step.status), "")
-            suite.case(step.name, step.elapsed_s, kind, step.message)
+        _steps(suite, result)
         run_dir = runfolder.run_dir(logs_dir, host, run_id) if logs_dir is not None else None
-        outcome = result.outcome
-        checks = _checks(run_dir) if outcome is not None else []
-        for check in checks:
-            status = str(check.get("status", ""))
-            kind = {"fail": "failure", "skip": "skipped"}.get(status, "")
-            suite.case(f"validate: {check['name']}", _seconds(check.get("elapsed_s")), kind,
-                       str(check.get("reason") or status))
-        if outcome is not None and outcome.skipped:
-            suite.case(outcome.name, 0.0, "skipped", outcome.text)  # it did not count
-        elif outcome is not None and not outcome.ok and not any(
-                str(c.get("status")) == "fail" for c in checks):
-            suite.case(outcome.name, 0.0, "failure", outcome.text)  # not validated: say why
+        _validation(suite, result.outcome, run_dir)
         log = run_dir / runfolder.PROVISION_LOG if run_dir is not None else None
         if log is not None and log.exists():
             ET.SubElement(suite.element, "system-out").text = f"log: {log}"

@@ -48,6 +48,13 @@ TERMINAL_TABLE_PARTS = 4
 def render(report: Report, width: int, max_table_parts: int | None = None) -> list[Line]:
     """The report as lines: flags first, then bad logs, fleet, health, the merged table (in at
     most ``max_table_parts`` parts, else a line that says where the whole table is)."""
+    lines = _head(report, width) + _sections(report)
+    lines.append([])
+    return lines + _latency(report, width, max_table_parts)
+
+
+def _head(report: Report, width: int) -> list[Line]:
+    """The title, what is compared, the flags, the bad logs and the notes."""
     n_hosts = len({r.host for r in report.runs})
     lines: list[Line] = [_rule(f"gpuprov report: {report.logs_dir}", width), [(
         f"{_plural(len(report.runs), 'run')} on {_plural(n_hosts, 'host')}; "
@@ -66,15 +73,20 @@ def render(report: Report, width: int, max_table_parts: int | None = None) -> li
     if report.notes:
         lines.append([])
         lines += [[(f"note: {note}", "dim")] for note in report.notes]
+    return lines
+
+
+def _sections(report: Report) -> list[Line]:
+    """Each section the report has something for: fleet, history, health, containers,
+    fabric, distributed jobs."""
+    lines: list[Line] = []
     if report.fleet:
-        lines += [[], [("Fleet: latest run vs GPU-group peers", "")]]
-        lines += _fleet_table(report)
+        lines += [[], [("Fleet: latest run vs GPU-group peers", "")]] + _fleet_table(report)
     if report.history:
         lines += [[], [("History (every run per host; hosts with failures in detail)", "")]]
         lines += _history_table(report.history, report.now)
     if report.health:
-        lines += [[], [("Health (latest results.json per host)", "")]]
-        lines += _health_table(report)
+        lines += [[], [("Health (latest results.json per host)", "")]] + _health_table(report)
     containers = container_rows(report.runs)
     if containers:
         lines += [[], [("Containers (latest validation in one per host): the stack inside beside "
@@ -92,13 +104,17 @@ def render(report: Report, width: int, max_table_parts: int | None = None) -> li
                              [[[(cell, "bold red" if cell == "FAILED" else "")]
                                for cell in job.row()] for job in report.distributed],
                              right={1})
-    lines.append([])
+    return lines
+
+
+def _latency(report: Report, width: int, max_table_parts: int | None) -> list[Line]:
+    """The merged latency table in parts that fit `width`, or the line that says where it is."""
     chunks = _column_chunks(report, width)
     if max_table_parts is not None and len(chunks) > max_table_parts:
-        lines.append([(f"{LATENCY_TITLE}: {_plural(len(report.table.columns), 'column')} x "
-                       f"{_plural(len(report.table.models), 'model')}, {len(chunks)} parts at this "
-                       "width: the whole table is in report.txt, merged.csv and report.html", "")])
-        return lines
+        return [[(f"{LATENCY_TITLE}: {_plural(len(report.table.columns), 'column')} x "
+                  f"{_plural(len(report.table.models), 'model')}, {len(chunks)} parts at this "
+                  "width: the whole table is in report.txt, merged.csv and report.html", "")]]
+    lines: list[Line] = []
     for title, table in latency_tables(report, width, chunks):
         lines.append([(title, "")])
         lines += table

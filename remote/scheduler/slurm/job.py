@@ -419,14 +419,7 @@ class JobOutput:
     def _marker(self, task: Task, words: list[str]) -> None:
         kind = words[0] if words else ""
         if kind == "start" and len(words) >= 2 and not task.node:
-            node = self.nodes[task.number]
-            # task i runs on nodes[i] (srun's label, the allocation's order): a task claiming
-            # another is not heard; "-" names none (task_script)
-            if words[1] in (node, "-") and node not in self.by_node:
-                task.node, task.started = node, time.monotonic()
-                task.job_id = words[2] if len(words) > 2 and _number(words[2]) is not None else ""
-                self.by_node[node] = task
-                self.on_start(node, task.job_id)
+            self._start(task, words)
         elif not task.node:
             return  # a task that never named a node of this run: nothing it says is kept
         elif kind == "unpacked":
@@ -440,6 +433,16 @@ class JobOutput:
             task.in_results, task.complete, task.ended = False, True, time.monotonic()
             if self.on_whole is not None:
                 self.on_whole(task)
+
+    def _start(self, task: Task, words: list[str]) -> None:
+        """`start NODE JOBID`: task i runs on nodes[i] (srun's label, the allocation's order);
+        a task claiming another is not heard; "-" names none (task_script)."""
+        node = self.nodes[task.number]
+        if words[1] in (node, "-") and node not in self.by_node:
+            task.node, task.started = node, time.monotonic()
+            task.job_id = words[2] if len(words) > 2 and _number(words[2]) is not None else ""
+            self.by_node[node] = task
+            self.on_start(node, task.job_id)
 
     def _chunk(self, task: Task, text: str) -> None:
         task.add(text.strip().encode("ascii", "replace"), self.max_bytes)
