@@ -361,3 +361,21 @@ def _subdirs(path: Path, problems: list[Problem]) -> list[Path]:
         return []
     return [e for e in entries if e.is_dir() and not e.name.startswith(".")]
 
+
+def load_record(path: Path, max_bytes: int) -> dict[str, Any]:
+    """A node's JSON record in its run folder (fabric.json, distributed.json), read as
+    untrusted: a regular file of at most `max_bytes`, one JSON object; ValueError (the reason)
+    when it is not."""
+    if path.is_symlink() or not path.is_file():
+        raise ValueError("not a regular file")
+    with open(path, "rb") as f:
+        raw = f.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise ValueError(f"over {max_bytes} bytes")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ValueError("not JSON") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data

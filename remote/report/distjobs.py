@@ -11,14 +11,13 @@ section names what an operator acts on, the files hold the rest).
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from ..ground.runfolder import DISTRIBUTED_RECORD
-from .collect import Problem
+from .collect import Problem, load_record
 
 MAX_BYTES = 1 << 20  # a node's record is a few KiB (its stacks, 6 to 12 sizes)
 MAX_TEXT = 2000
@@ -71,25 +70,9 @@ def _number(value: Any, what: str) -> float:
     return float(value)
 
 
-def _load(path: Path) -> dict[str, Any]:
-    if path.is_symlink() or not path.is_file():
-        raise ValueError("not a regular file")
-    with open(path, "rb") as f:
-        raw = f.read(MAX_BYTES + 1)
-    if len(raw) > MAX_BYTES:
-        raise ValueError(f"over {MAX_BYTES} bytes")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise ValueError("not JSON") from None
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
-    return data
-
-
 def read_record(path: Path, host: str, run_id: str) -> DistJob:
     """A node's distributed.json as its job; ValueError (the reason) when it is not one."""
-    data = _load(path)
+    data = load_record(path, MAX_BYTES)
     if data.get("node") != host or data.get("run") != run_id:  # the folder says whose
         raise ValueError(f"names node {str(data.get('node'))[:40]!r} run "
                          f"{str(data.get('run'))[:40]!r}, not its own folder's")

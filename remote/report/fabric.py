@@ -9,13 +9,12 @@ report names what an operator acts on.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..ground.runfolder import FABRIC_RECORD
-from .collect import Problem
+from .collect import Problem, load_record
 
 MAX_BYTES = 1 << 20  # a node's record of 2 rounds is a few KiB
 MAX_TEXT = 500
@@ -78,18 +77,7 @@ def _text(value: Any, what: str, limit: int = MAX_TEXT) -> str:
 
 def read_record(path: Path, host: str, run_id: str) -> FabricNode:
     """A node's fabric.json as a FabricNode; ValueError (the reason) when it is not one."""
-    if path.is_symlink() or not path.is_file():
-        raise ValueError("not a regular file")
-    with open(path, "rb") as f:
-        raw = f.read(MAX_BYTES + 1)
-    if len(raw) > MAX_BYTES:
-        raise ValueError(f"over {MAX_BYTES} bytes")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise ValueError("not JSON") from None
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
+    data = load_record(path, MAX_BYTES)
     # the folder says whose and which run it is: a record naming another node is refused
     if data.get("node") != host or data.get("run") != run_id:
         raise ValueError(f"names node {str(data.get('node'))[:40]!r} run "
