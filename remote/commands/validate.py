@@ -70,7 +70,7 @@ def run(host: Optional[str], inventory: str, suite: str = "quick",
 
         job = cluster_job = ClusterValidate(ssh_route, SCHEDULERS, drain_failed, resume_passed,
                                             ssh_job=job, sweep=swept,
-                                            after_step=after.slurm_after if after else None)
+                                            after_step=after.cluster_after if after else None)
         spec.expand = cluster_job.with_nodes
     if after is not None:
         nodes, ssh_after = spec.expand, after.after

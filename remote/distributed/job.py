@@ -51,7 +51,8 @@ class Distributed:
         self.seen: dict[str, _Seen] = {}
         self.clusters: dict[str, SlurmAfter] = {}  # by login node: the job on the Slurm route
 
-    def slurm_after(self, login: str) -> Optional["SlurmAfter"]:
+    def cluster_after(self, login: str) -> Optional["SlurmAfter"]:
+        """The job after login node `login`'s validation step (None: no cluster of ours)."""
         return self.clusters.get(login)
 
     @property
@@ -201,7 +202,7 @@ def prepare(inner: Job, inventory: Any, hosts: list[Host], extra_vars: dict[str,
     pythons = {h.name: str(layers[h.name].get("validate_python") or h.python) for h in nodes}
     wrapper = Distributed(inner, settings[nodes[0].name] if nodes else plan.Settings(),
                           addresses, pythons, logs_dir)
-    for host in clusters:  # the Slurm route's second step, by login node (slurm_after)
+    for host in clusters:  # the cluster route's job after its validation step, by login node (cluster_after)
         wrapper.clusters[host.name] = _slurm_after(host, layers[host.name], settings[host.name])
     return wrapper
 
