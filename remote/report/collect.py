@@ -379,3 +379,14 @@ def load_record(path: Path, max_bytes: int) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     return data
+
+
+def short_text(value: Any, what: str, limit: int) -> str:
+    """A record's text field ("" when absent): a string of at most `limit` characters with no
+    control character; ValueError naming `what` when it is not."""
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > limit or \
+            any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError(f"{what} is not a short line of text")
+    return value

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..ground.runfolder import DISTRIBUTED_RECORD
-from .collect import Problem, load_record
+from .collect import Problem, load_record, short_text
 
 MAX_BYTES = 1 << 20  # a node's record is a few KiB (its stacks, 6 to 12 sizes)
 MAX_TEXT = 2000
@@ -55,12 +55,7 @@ def _size(n: int) -> str:
 
 
 def _text(value: Any, what: str) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str) or len(value) > MAX_TEXT or \
-            any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise ValueError(f"{what} is not a short line of text")
-    return value
+    return short_text(value, what, MAX_TEXT)
 
 
 def _number(value: Any, what: str) -> float:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..ground.runfolder import FABRIC_RECORD
-from .collect import Problem, load_record
+from .collect import Problem, load_record, short_text
 
 MAX_BYTES = 1 << 20  # a node's record of 2 rounds is a few KiB
 MAX_TEXT = 500
@@ -67,12 +67,7 @@ class Fabric:
 
 
 def _text(value: Any, what: str, limit: int = MAX_TEXT) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str) or len(value) > limit or \
-            any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise ValueError(f"{what} is not a short line of text")
-    return value
+    return short_text(value, what, limit)
 
 
 def read_record(path: Path, host: str, run_id: str) -> FabricNode:
