@@ -24,6 +24,8 @@ ask here (tests/test_runfolder.py holds them to it).
                             validation of the host (before anything ran there) and how that
                             ended; a run with it and no verdict is a failure in the host's
                             history (remote/report/history.py)
+        remediation.json    REMEDIATION_RECORD: what `gpuprov remediate` did to the node in
+                            this run (remote/ground/repairs.py), beside its re-validation
       <cluster>/<run id>/
         <record>            a cluster run's record, named by its scheduler's row (Slurm's:
                             slurm.json, remote/scheduler/slurm/) and registered here by the
@@ -51,6 +53,7 @@ PROVISION_LOG = "provision.log"
 NOT_STARTED = "not-started.txt"
 FABRIC_RECORD = "fabric.json"
 VALIDATION_ATTEMPT = "validation.json"
+REMEDIATION_RECORD = "remediation.json"  # remote/ground/repairs.py owns its format
 # The names of cluster runs' records, one per scheduler: each scheduler's row names its own, and
 # the table of schedulers registers it here (`register_cluster_record`), so this floor names no
 # scheduler and imports nothing above it.
@@ -61,7 +64,7 @@ CLUSTER_RECORDS: set[str] = set()
 # (remote/transport/transfer.py refuses an archive holding one). Read at each pull: it holds
 # every cluster record registered by then.
 CONTROL_FILES: set[str] = {PROVISION_LOG, STACK_MANIFEST, NOT_STARTED, FABRIC_RECORD,
-                           VALIDATION_ATTEMPT, DISTRIBUTED_RECORD}
+                           VALIDATION_ATTEMPT, DISTRIBUTED_RECORD, REMEDIATION_RECORD}
 
 
 def register_cluster_record(name: str) -> None:
