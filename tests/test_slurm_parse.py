@@ -412,4 +412,4 @@ def test_srun_runs_without_its_whole_step_abort_and_the_task_without_the_variabl
     bin_dir, log, settings = stubbed_slurm(tmp_path, "{partition: gpu}")
     lines = step_lines(settings, 3, "echo", "t0k")
     assert "SLURM_PTY_PORT=0 srun --nodes=3" in lines
-    assert task_script("t0k", "python3", []).splitlines()[1] == "unset SLURM_PTY_PORT"
+    assert task_script("t0k", "python3", [], 1).splitlines()[1] == "unset SLURM_PTY_PORT"

@@ -22,13 +22,13 @@ from .hostkeys import KnownHosts
 from .local import LocalConnection
 from .ssh import SSHConnection
 from .sshconfig import MAX_HOPS, jump_host, resolve
-from .transfer import COMMIT_FILE, PullLimits, pack, package_files, publish_pull, pull, unpack_command
+from .transfer import COMMIT_FILE, PullLimits, pack, pack_zip, package_files, publish_pull, pull, unpack_command
 
 __all__ = ["COMMIT_FILE", "BaseConnection", "BecomeError", "CommandResult", "CommandTimeout",
            "ConnectionLost", "Interrupted", "KnownHosts", "LineSplitter", "LocalConnection",
            "OutputTooLarge", "PullLimits", "RemoteForwards", "SSHConnection", "SSHException",
            "Unreachable", "connection_for", "pack", "package_files", "publish_pull", "pull", "ssh_transport",
-           "unpack_command"]
+           "unpack_command", "pack_zip"]
 
 
 def connection_for(host: Host, hosts: dict[str, Host], timeouts: Timeouts,

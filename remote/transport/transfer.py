@@ -21,6 +21,7 @@ import os
 import shutil
 import tarfile  # `pack` only: archives are read by tarstream
 import tempfile
+import zipfile  # `pack_zip` only
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Optional, Union
@@ -94,6 +95,18 @@ def pack(folder: Path, arcname: str) -> bytes:
 
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as tar:
         tar.add(str(folder), arcname=arcname, filter=keep)
+    return buffer.getvalue()
+
+
+def pack_zip(folder: Path, arcname: str) -> bytes:
+    """A zip of `folder` (the files `pack` sends) whose top folder is `arcname`: a package
+    Python imports where it lies (`PYTHONPATH=<zip>`: "ZIP archives ... may be added to
+    sys.path", docs.python.org/3/library/zipimport.html), so a node stores one file where the
+    tarball had it create every one (the Slurm route's step: bench.slurm_overhead, issue 43)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as archive:
+        for rel, path in package_files(folder).items():
+            archive.write(path, f"{arcname}/{rel}")
     return buffer.getvalue()
 
 

@@ -21,11 +21,12 @@ import shutil
 import site
 import sys
 
-from .. import host, softmax_sample, versions
+from .. import host, resources, softmax_sample, versions
 from ..core import CheckFailed
 from ..text import ParseError, first_line
 
-SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cudnn_softmax.cpp")
+# the sample's source: a file the compiler opens (from a zip: a copy; validate/resources.py)
+SOURCE_NAME = "cudnn_softmax.cpp"
 BINARY = "cudnn_softmax"
 BUILD_LOG = "cudnn_compile.log"
 SAMPLE_LOG = "cudnn_sample.txt"
@@ -178,7 +179,7 @@ def build(ctx, res):
         nv = versions.parse_nvcc_version(ver["stdout"])
         compiler_version = "nvcc %s" % (nv["version"] if nv else compiler_version)
     binary = os.path.join(ctx.out_dir, BINARY)
-    cmd = [compiler, "-O2", "-std=c++11", "-o", binary, SOURCE,
+    cmd = [compiler, "-O2", "-std=c++11", "-o", binary, resources.resource(SOURCE_NAME),
            "-I" + cuda["include"], "-I" + cudnn["include"],
            "-L" + cudnn["lib"], "-L" + cuda["lib"], cudnn["link"], cuda["link"]]
     rpath = [cudnn["lib"], cuda["lib"]]
@@ -186,7 +187,7 @@ def build(ctx, res):
         cmd += ["-Xlinker", "-rpath=" + ":".join(rpath)]
     else:
         cmd += ["-Wl,-rpath," + ":".join(rpath)]
-    ctx.progress("compiling %s with %s" % (os.path.basename(SOURCE), kind))
+    ctx.progress("compiling %s with %s" % (SOURCE_NAME, kind))
     out = host.run_tool(cmd, timeout=300)
     with open(ctx.artefact(res, BUILD_LOG), "w") as f:
         f.write("$ %s\n%s%s%s\n" % (" ".join(cmd), out["stdout"], out["stderr"], out["error"] or ""))

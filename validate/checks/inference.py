@@ -21,11 +21,10 @@ import os
 import warnings
 from typing import Any
 
-from .. import timing
+from .. import resources, timing
 from .torch_checks import tf32_flags
 
-DEFAULT_IMAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                             "data", "grace_hopper.jpg")
+DEFAULT_IMAGE = ("data", "grace_hopper.jpg")  # in the package (validate/resources.py)
 TOP5_FILE = "inference_top5.txt"
 AGREE_TOL = 1e-3
 
@@ -185,7 +184,7 @@ def run(ctx, res):
     tv = ctx.torchvision()
     f = res.figures
     use_cuda, gpu_reason = _device(ctx, res)
-    image = ctx.opts.image or DEFAULT_IMAGE
+    image = ctx.opts.image or resources.resource(*DEFAULT_IMAGE)
     f["image"] = image
     cls: dict[str, Any] = {}
     f["classification"] = cls  # filled as it goes: what a failure midway leaves is recorded

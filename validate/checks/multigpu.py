@@ -118,7 +118,9 @@ def run_collective(ctx, backend, ranks, nbytes, iters=5, warmup=2, timeout=600):
                 "--backend", backend, "--init", init, "--bytes", str(nbytes), "--iters", str(iters),
                 "--warmup", str(warmup)]
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      universal_newlines=True, env=env, cwd=pkg_root))
+                                      universal_newlines=True, env=env,
+                                      # from a zip (validate/resources.py) there is no folder
+                                      cwd=pkg_root if os.path.isdir(pkg_root) else None))
     outs = []
     try:
         for p in procs:

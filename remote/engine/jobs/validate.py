@@ -14,6 +14,7 @@ nothing; it runs the host's python, or the recipe's venv, on what is there).
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -52,7 +53,7 @@ from ...ground.runfolder import (
     attempt_record,
     run_dir,
 )
-from ...transport.connection import COMMIT_FILE, LineSplitter, pack, unpack_command
+from ...transport.connection import COMMIT_FILE, LineSplitter, pack, pack_zip, unpack_command
 from ..results import Outcome
 from ..session import HostSession
 from .logs import OUTCOME, pull_run, remote_root, summarize
@@ -67,6 +68,12 @@ CLEANUP_TIMEOUT_S = 10.0
 def package_bytes() -> bytes:
     """The validate/ package as one gzip tarball (built once per run)."""
     return pack(VALIDATE_DIR, "validate")
+
+
+def package_zip() -> bytes:
+    """The validate/ package as one zip Python imports in place (a cluster's step: every node
+    stores one file, `PYTHONPATH=<zip> python3 -m validate`)."""
+    return pack_zip(VALIDATE_DIR, "validate")
 
 
 def validate_command(host_name: str, python: str, run_id: str, args: list[str],
@@ -269,6 +276,11 @@ class Validate:
         self.logs_dir = logs_dir
         self.timeout = timeout  # None: the inventory's timeouts.command
         self.package = package_bytes()
+
+    @functools.cached_property
+    def zip_package(self) -> bytes:
+        """`package_zip()`, built once per run when a cluster's route asks for it."""
+        return package_zip()
 
     def __call__(self, session: HostSession) -> None:
         session.gather_facts(session.var_facts)

@@ -197,10 +197,12 @@ class SlurmCluster:
         args = suite_args(inner.suite, session.context)
         token = secrets.token_hex(8)
         job_name = gate.run_name(self.run_id)
-        script, step_extra = task_script(token, python, args), []
+        package = inner.zip_package
+        script, step_extra = task_script(token, python, args, len(package)), []
         if inner.container is not None:  # `--container`: the step's tasks run in the image
             route = self.container_route(inner.container)
-            script, step_extra = route.task(task_script(token, PYTHON, args)), route.srun_args
+            script = route.task(task_script(token, PYTHON, args, len(package)))
+            step_extra = route.srun_args
         after = self.context.after_step  # `validate --distributed`: a second step, held for
         hold_s = after.hold_s if after is not None else 0.0
         command = launch_step(settings, names, script, job_name, token, self.reservation,
@@ -227,7 +229,7 @@ class SlurmCluster:
         rc: Optional[int] = None
         self.srun_running = True
         try:
-            res = session.conn.run(with_conf(settings, command), stdin=inner.package,
+            res = session.conn.run(with_conf(settings, command), stdin=package,
                                    timeout=self.context.timeout() + hold_s, streamed=True,
                                    on_output=lambda stream, text: splitters[stream](stream, text))
             rc = res.rc
@@ -239,7 +241,7 @@ class SlurmCluster:
             for splitter in splitters.values():
                 splitter.flush()
             session.log.command("slurm", f"{self.record['salloc']}; {self.record['srun']} (validate, "
-                                f"{len(inner.package)} bytes on stdin)", rc,
+                                f"{len(package)} bytes on stdin)", rc,
                                 time.monotonic() - started, "", "\n".join(output.messages))
         job_ids = sorted({t.job_id for t in output.by_node.values() if t.job_id})
         self.record.update(job_id=job_ids[0] if len(job_ids) == 1 else job_ids,
