@@ -9,6 +9,7 @@ host's working folder (`~/.gpuprov/<host>/evidence-<run>/`) is removed.
 """
 from __future__ import annotations
 
+import functools
 import shlex
 import tempfile
 from pathlib import Path
@@ -77,7 +78,12 @@ class CollectEvidence:
         self.logs_dir = logs_dir
         self.full_timeout = full_timeout
         self.safe_timeout = safe_timeout
-        self.package = package_bytes()
+
+    @functools.cached_property
+    def package(self) -> bytes:
+        """The validate package, built when a host first needs it: most runs of the validate
+        command gather no evidence (only after an RMA verdict) and never build it."""
+        return package_bytes()
 
     def __call__(self, session: HostSession) -> None:
         session.gather_facts(session.var_facts)

@@ -275,11 +275,17 @@ class Validate:
         self.container = container  # `--container IMAGE`: validate runs in it
         self.logs_dir = logs_dir
         self.timeout = timeout  # None: the inventory's timeouts.command
-        self.package = package_bytes()
+
+    # Each built once per run, when first asked for (0.15 s each here): the SSH route pushes
+    # the tarball, a cluster's route the zip; a run of one kind never builds the other's.
+    @functools.cached_property
+    def package(self) -> bytes:
+        """`package_bytes()`: the tarball the SSH route pushes."""
+        return package_bytes()
 
     @functools.cached_property
     def zip_package(self) -> bytes:
-        """`package_zip()`, built once per run when a cluster's route asks for it."""
+        """`package_zip()`: a cluster step's package."""
         return package_zip()
 
     def __call__(self, session: HostSession) -> None:

@@ -113,7 +113,7 @@ def task_script(token: str, python: str, args: list[str], size: int) -> str:
             f'-m validate --out "$D/out" {quoted} </dev/null 2>&1\n'
             'rc=$?\n'
             'echo "$M results $rc $s $(date +%s%N)"\n'
-            '[ -d "$D/out" ] && (cd "$D/out" && tar -czf - .) | base64\n'
+            '[ -d "$D/out" ] && tar -czf - -C "$D/out" . | base64\n'
             'echo "$M end"\n'
             'exit $rc\n')
 
