@@ -107,6 +107,7 @@ class Node:
     action: str
     finding: str
     evidence: str = ""  # what the evidence before this step gave, for its step's detail
+    gathered: bool = False  # evidence taken in this run (one archive per run folder)
 
 
 @dataclass
@@ -233,7 +234,7 @@ class Loop:
         """Carry out `action` on `group`: the nodes that did it (to validate again)."""
         step = rung(action)
         if step.evidence_first:
-            self.gather(group)
+            self.gather([n for n in group if not self.nodes[n].gathered])
         if not step.method:  # the RMA: evidence, then left out for good
             self.leave_out(group)
             return []
@@ -263,11 +264,17 @@ class Loop:
                   ("refused: " if answer.escalate else "") + answer.detail)
 
     def gather(self, group: list[str]) -> None:
+        """Each node's evidence, once per run: the one taken before a reboot (the kernel's
+        Xid lines still there) serves the RMA after it."""
+        if not group:
+            return
         started = self.clock()
         answers = missing(self.target.evidence(group), group)
         for node in group:
             answer = answers[node]
-            self.nodes[node].evidence = f"evidence: {answer.detail or ('gathered' if answer.ok else 'not gathered')}"
+            state = self.nodes[node]
+            state.evidence = f"evidence: {answer.detail or ('gathered' if answer.ok else 'not gathered')}"
+            state.gathered = True
             self.line(node, EVIDENCE, answer.ok, started, answer.detail)
 
     def escalate(self, node: str) -> None:

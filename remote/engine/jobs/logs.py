@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from validate.shared import NOTHING_COUNTED, counted
 
-from ...ground.errors import CommandTimeout, GpuprovError, PullError, PullNoOutput, PullTimedOut
+from ...ground.errors import CommandTimeout, PullError, PullNoOutput, PullTimedOut
 from ...ground.resultsfile import MAX_FILE_BYTES, UnusableFile, read_results
 from ...ground.runfolder import run_dir
 from ...output.term import printable_line
@@ -43,11 +43,11 @@ def quarantine_note(session: HostSession) -> None:
     try:
         res = session.conn.run(f"cat {remote_root(session.host.name)}/{QUARANTINE_MARK} 2>/dev/null",
                                timeout=READLINK_TIMEOUT_S)
-    except GpuprovError as exc:
+    except CommandTimeout as exc:  # a slow host: the validation says the rest
         session.log.event(f"quarantine mark not read: {exc}")
         return
     text = " ".join(res.out.split())[:QUARANTINE_READ_MAX]
-    if res.rc == 0 and text:
+    if res.rc == 0 and text and session.options.run_id not in text:  # not this run's own mark
         session.warn(f"quarantined (gpuprov remediate holds it out of service): {text}")
 
 
