@@ -87,9 +87,11 @@ def test_check_changes_nothing_then_the_loop_reboots_validates_and_puts_back(hos
     assert _mark(hosts, name) is None
     assert hosts.run(name, "stat -c %a /dev/shm")[1].strip() == "555"
 
-    res = _remediate(hosts, work, [name], SHM)
+    healthy = hosts.names[3]  # no verdict yet: nothing to repair, nothing left on it or here
+    res = _remediate(hosts, work, [name, healthy], SHM)
     assert res.rc == 0, res.out + res.err
     assert sandbox.boot_id(hosts.state_dir, name) != boot
+    assert not (work / "logs" / healthy).exists()
     record = _record(work, name)
     assert record.outcome == "repaired" and record.ended_at is not None
     assert [(s.action, s.result) for s in record.steps] == [("reboot the node", "done"),
