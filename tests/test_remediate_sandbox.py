@@ -208,13 +208,13 @@ def test_ctrl_c_during_the_reboot_leaves_the_record_stopped(hosts, work):
     import signal
     import subprocess
     import sys
-    import time
 
     from tests.conftest import REPO
 
     name = hosts.names[0]
     _sicken(hosts, name)
     assert _validate(hosts, work, [name], SHM).rc == 3
+    boot = sandbox.boot_id(hosts.state_dir, name)
     proc = subprocess.Popen(
         [sys.executable, "-m", "invoke", "--search-root", str(REPO), "remediate", "--host", name,
          "--inventory", str(hosts.inventory), "--var", json.dumps(SHM), "--reboot-timeout", "120"],
@@ -238,9 +238,7 @@ def test_ctrl_c_during_the_reboot_leaves_the_record_stopped(hosts, work):
     record = _record(work, name)
     assert record.outcome == "stopped" and record.ended_at is not None
     assert [s.action for s in record.steps] == []  # the reboot never ended: no step recorded
-    deadline = time.monotonic() + 60  # the host comes back from its reboot on its own
-    while sandbox.boot_id(hosts.state_dir, name) is None and time.monotonic() < deadline:
-        time.sleep(1)
+    sandbox.wait_rebooted(hosts.state_dir, name, boot, timeout=60)  # it comes back on its own
     assert _mark(hosts, name) is not None  # still out of service: the run stopped during it
     hosts.run(name, f"rm -f {MARK.format(name=name)}")
 
