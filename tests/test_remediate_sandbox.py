@@ -275,3 +275,29 @@ def test_a_deferred_reset_waits_until_the_node_is_idle(hosts, work, busy):
         assert record.outcome == "repaired"
         assert record.trigger.finding == "system: GPU 0: row remapping pending, a GPU reset activates it"
     hosts.run(name, "sudo -n rm -f /usr/local/bin/nvidia-smi")
+
+
+def test_an_rma_gathers_evidence_and_leaves_the_node_out(hosts, work):
+    """The RMA verdict is written by the test (a sandbox host has no GPU to earn one); the
+    evidence, the mark and the record are real."""
+    name = hosts.names[1]
+    folder = work / "logs" / name / new_run_id()
+    folder.mkdir(parents=True)
+    finding = {"what": "GPU 0: Xid 95 uncontained ECC error", "action": "drain and replace (RMA)", "fails": True}
+    (folder / "results.json").write_text(json.dumps(
+        {"schema": 2, "ok": False, "action": "drain and replace (RMA)", "host": {"hostname": name},
+         "checks": [{"name": "gpu_health", "status": "fail", "required": True,
+                     "action": "drain and replace (RMA)", "reason": finding["what"], "findings": [finding]}]}))
+    boot = sandbox.boot_id(hosts.state_dir, name)
+    res = _remediate(hosts, work, [name], SHM)
+    assert res.rc == 3, res.out + res.err
+    record = _record(work, name)
+    assert record.outcome == "left out"
+    assert [(s.action, s.result) for s in record.steps] == [("drain and replace (RMA)", "done")]
+    assert record.steps[0].detail.startswith("evidence: ")
+    assert record.reason.endswith("remediate: gpu_health: GPU 0: Xid 95 uncontained ECC error; "
+                                  "action: drain and replace (RMA) -> drain and replace (RMA)")
+    assert list((work / "logs" / name / record.run_id).glob("evidence-*.tar.gz"))
+    assert sandbox.boot_id(hosts.state_dir, name) == boot  # never rebooted
+    assert _mark(hosts, name) == record.reason
+    hosts.run(name, f"rm -f {MARK.format(name=name)}")
