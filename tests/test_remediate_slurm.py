@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -288,3 +289,107 @@ def test_a_node_that_does_not_come_back_is_reported_after_the_limit(cluster, tmp
     assert re.match(r"did not come back within 1 s \(.*REBOOT_(ISSUED|REQUESTED).*\)", answer.detail), answer
     wait_for(lambda: state(cluster, "n4")[0] == "idle" and "REBOOT_ISSUED" not in state(cluster, "n4")[1],
              "n4 back before the next test")
+
+
+# ---------------------------------------------------------------------- `gpuprov remediate`
+def validate_and_remediate(cluster: SlurmCluster, tmp_path: Path, capsys,
+                           before_remediate: Callable[[], None] = lambda: None,
+                           **options) -> tuple[int, str, Path, str]:
+    """`gpuprov validate --host hpc1` (the verdicts), then `gpuprov remediate --host hpc1`:
+    (remediate's exit status, its output, the logs, its run id)."""
+    from remote.commands import remediate as remediate_cmd
+    from remote.commands import validate as validate_cmd
+
+    path, logs = inventory(cluster, tmp_path), tmp_path / "logs"
+    validate_cmd.run(host="hpc1", inventory=str(path), logs_dir=str(logs))
+    before_remediate()
+    capsys.readouterr()
+    rc = remediate_cmd.run(host="hpc1", inventory=str(path), logs_dir=str(logs), **options)
+    out = capsys.readouterr()
+    record_runs = {p.parent.name for p in logs.glob("*/*/remediation.json")}
+    assert len(record_runs) <= 1, record_runs
+    return rc, out.out + out.err, logs, next(iter(record_runs), "")
+
+
+def record(logs: Path, node: str, run_id: str) -> dict:
+    return json.loads((logs / node / run_id / "remediation.json").read_text())
+
+
+def test_remediate_reboots_revalidates_resumes_escalates_and_leaves_an_admins_drain(
+        cluster, tmp_path, capsys):
+    """`gpuprov remediate` on the login node, after a validation found an Xid 79 (action:
+    reboot the node) on n1, n2 and n3: n1 is clean after its reboot, validated again and
+    resumed; n2's Xid comes back at boot: still sick, it goes up the ladder (an RMA) and stays
+    drained with the escalation as its reason; n3 an admin drained after the validation: left
+    as the admin left it. n4 passed: untouched."""
+    for node in ("n1", "n2", "n3"):
+        kernel_log(cluster, node, XID_79, XID_79 if node == "n2" else "")
+    pids = {n: cluster.slurmd_pid(n) for n in cluster.nodes}
+
+    rc, out, logs, run_id = validate_and_remediate(
+        cluster, tmp_path, capsys, lambda: cluster.drain("n3", ADMIN_REASON))
+
+    from remote.ground.exitcodes import EXIT_VALIDATION_FAILED
+    assert rc == EXIT_VALIDATION_FAILED, out  # n2 is left out
+    wait_for(lambda: state(cluster, "n1") == ("idle", []), "n1 idle, no flags")
+    assert "n1" not in reasons(cluster)
+    repaired = record(logs, "n1", run_id)
+    assert repaired["outcome"] == "repaired", repaired
+    assert [(s["action"], s["result"]) for s in repaired["steps"]][-2:] == [
+        ("reboot the node", "done"), ("validate again", "done")]
+    left = record(logs, "n2", run_id)
+    assert left["outcome"] == "left out", left
+    n2_state, n2_reason = reasons(cluster)["n2"]
+    assert n2_state == "drained" and n2_reason.startswith(f"gpuprov {run_id}: left out: "), n2_reason
+    assert "Xid 79" in n2_reason
+    for node in ("n1", "n2"):
+        assert cluster.slurmd_pid(node) != pids[node], f"{node} was not rebooted"
+    assert reasons(cluster)["n3"] == ("drained", ADMIN_REASON)
+    assert cluster.slurmd_pid("n3") == pids["n3"] and not (logs / "n3" / run_id).exists()
+    assert re.search(r"^n3 .*taken out by someone else", out, re.M), out
+    assert cluster.slurmd_pid("n4") == pids["n4"] and state(cluster, "n4") == ("idle", [])
+    assert cluster.reservations() == []
+
+
+def test_with_four_sick_nodes_and_a_breaker_of_two_at_most_two_are_out_at_once(
+        cluster, tmp_path, capsys):
+    """Four nodes with an Xid 79, clean after a reboot, and `--max-out 2`: slurmctld's view,
+    sampled all along the run (drained, down, rebooting or in a reservation: out), never
+    shows more than two out at once; the run takes all four through, two by two."""
+    for node in cluster.nodes:
+        kernel_log(cluster, node, XID_79, "")
+    seen: list[set[str]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        keep_off = {"DRAIN", "DOWN", "REBOOT_REQUESTED", "REBOOT_ISSUED"}
+        while not stop.is_set():
+            info = cluster.node_info()
+            out = {n for n, i in info.items()
+                   if keep_off & ({i.get("state", "").upper()} | set(i.get("state_flags") or []))}
+            seen.append(out | held_in_reservations(cluster))
+            time.sleep(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        rc, out, logs, run_id = validate_and_remediate(cluster, tmp_path, capsys, max_out="2")
+    finally:
+        stop.set()
+        sampler.join()
+    assert rc == 0, out
+    most = max(seen, key=len)
+    assert len(most) == 2, (most, len(seen))
+    assert "wait: " in out and "--max-out 2" in out, out
+    for node in cluster.nodes:
+        assert record(logs, node, run_id)["outcome"] == "repaired"
+    wait_for(lambda: all(state(cluster, n) == ("idle", []) for n in cluster.nodes), "all idle")
+
+
+def held_in_reservations(cluster: SlurmCluster) -> set[str]:
+    out = cluster.run("scontrol", "show", "reservation", "-o", check=False).stdout.decode()
+    held: set[str] = set()
+    for expr in re.findall(r" Nodes=(\S+)", out):
+        names = cluster.run("scontrol", "show", "hostnames", expr, check=False).stdout.decode()
+        held |= set(names.split())
+    return held

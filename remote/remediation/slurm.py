@@ -34,17 +34,19 @@ from typing import Any
 
 from validate.shared import DRAIN_PREFIX
 
+from ..config.inventory import Host
 from ..engine.jobs.validate import Attempt, Validate
 from ..engine.session import HostSession
-from ..ground.errors import CommandTimeout, InputError
+from ..ground.errors import CommandTimeout, HostError, InputError
 from ..ground.runid import RUN_ID_TEXT
-from ..scheduler.base import NodeRecord, RouteFailed, RunContext
+from ..scheduler.base import NodeRecord, RouteFailed, RunContext, natural_order
 from ..scheduler.slurm import gate, reboot
 from ..scheduler.slurm.cluster import GATE_TIMEOUT_S, SlurmCluster
 from ..scheduler.slurm.hostlist import last_line
 from ..scheduler.slurm.job import with_conf
 from ..scheduler.slurm.nodes import GPUPROV_REASON, NODE_NAME, Node
 from ..scheduler.slurm.settings import SlurmSettings
+from .routes import RouteContext
 from .target import Outcome, OutNow, Revalidation, missing
 
 # The words after `gpuprov <run>: ` that mark a drain as a remediation's (counted by the
@@ -97,6 +99,7 @@ class SlurmTarget:
         self.run_id = session.options.run_id
         self.open: list[SlurmCluster] = []  # the route's clusters this run opened (close)
         self.records: list[dict[str, Any]] = []  # each re-validation's record (the route's)
+        self.owns_session = False  # opened by `route`: closed by `close`
 
     # ------------------------------------------------------------------ the login node
     def _run(self, script: str, admin: bool = False,
@@ -270,8 +273,13 @@ class SlurmTarget:
             self.open.remove(cluster)
 
     def close(self) -> None:
-        for cluster in list(self.open):
-            self._release(cluster)
+        try:
+            for cluster in list(self.open):
+                self._release(cluster)
+        finally:
+            if self.owns_session:
+                self.session.close()
+                self.session.log.close()
 
 
 def _finding(record: NodeRecord) -> tuple[str, str]:
@@ -310,10 +318,40 @@ def _revalidation(record: NodeRecord, run_id: str) -> Revalidation:
 
 
 def open_target(session: HostSession, settings: Any, validate: Validate) -> SlurmTarget:
-    """The Target of a login node whose inventory entry has `slurm:` (the scheduler table's
-    row `slurm`)."""
+    """The Target of a login node whose inventory entry has `slurm:`, on its open session."""
     assert isinstance(settings, SlurmSettings)
     return SlurmTarget(session, settings, validate)
 
 
-__all__ = ["SlurmTarget", "open_target", "remediation_reason"]
+def route(context: RouteContext, hosts: list[Host]) -> tuple[SlurmTarget, list[str]]:
+    """routes.TARGETS' "slurm" row: one login node's session (its vars are the profile the
+    nodes are validated again with), the Target on it, and the entry's nodes. `InputError`
+    when several login nodes are selected (one cluster a run) or the entry names a node or
+    partition the cluster has not, and when the login node cannot be reached or Slurm does
+    not list its nodes: the command's one line (exit status 2; `remediate` runs nothing for
+    a cluster it cannot see), never a traceback."""
+    if len(hosts) != 1:
+        raise InputError(f"remediate through Slurm: select one cluster's login node a run "
+                         f"(selected: {', '.join(h.name for h in hosts)})")
+    host = hosts[0]
+    assert host.scheduler is not None
+    session = context.run.session(host)
+    try:
+        session.open()
+        if session.var_facts != set():  # the login node's facts, only when a var reads one
+            session.gather_facts(session.var_facts)
+        session.build_context()
+        target = open_target(session, host.scheduler.settings,
+                             Validate(context.suite, context.logs_dir))
+        target.owns_session = True
+        nodes = sorted(target._nodes(), key=natural_order)  # noqa: SLF001
+    except (HostError, RouteFailed) as exc:
+        session.close()
+        raise InputError(f"host '{host.name}': {exc}") from None
+    except BaseException:
+        session.close()
+        raise
+    return target, nodes
+
+
+__all__ = ["SlurmTarget", "open_target", "remediation_reason", "route"]
