@@ -102,3 +102,19 @@ def test_ladder_escalates_reset_reboot_rma_with_evidence_before_reboot_and_rma()
                                                   "drain and replace (RMA)"]
     assert [r.evidence_first for r in ladder.LADDER.values()] == [False, True, True]
     assert ladder.REBOOT_TIMEOUT_S == 900.0
+
+
+def test_the_reason_is_one_a_slurm_run_knows_as_gpuprovs():
+    """The take-out and left-out reasons have gate.drain_reason's shape (`gpuprov <run>: ...`):
+    a later run (nodes.GPUPROV_REASON) knows the drain as its own, never as an admin's."""
+    from remote.ground.runid import new_run_id
+    from remote.remediation.run import escalation, reason
+    from remote.scheduler.slurm.nodes import GPUPROV_REASON
+
+    run = new_run_id()
+    out = reason(run, "host_mounts: /scratch is not mounted -> reboot the node")
+    left = reason(run, escalation("reboot the node", "host_mounts: /scratch is not mounted" * 20))
+    assert out == f"gpuprov {run}: remediate: host_mounts: /scratch is not mounted -> reboot the node"
+    assert left.startswith(f"gpuprov {run}: remediate: reboot the node did not help: host_mounts:")
+    assert len(left) == 200 and left.endswith("...")
+    assert GPUPROV_REASON.match(out) and GPUPROV_REASON.match(left)

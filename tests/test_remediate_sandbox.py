@@ -181,3 +181,45 @@ def test_gpu_reset_refused_while_a_process_holds_a_gpu(hosts, work, busy):
                                                                 ("validate again", "done")]
         assert sandbox.boot_id(hosts.state_dir, name) == boot
     hosts.run(name, "sudo -n rm -f /usr/local/bin/nvidia-smi")
+
+
+def test_ctrl_c_during_the_reboot_leaves_the_record_stopped(hosts, work):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    name = hosts.names[0]
+    _sicken(hosts, name)
+    assert _validate(hosts, work, [name], SHM).rc == 3
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "remediate", "--host", name,
+         "--inventory", str(hosts.inventory), "--var", json.dumps(SHM), "--reboot-timeout", "120"],
+        cwd=work, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    seen = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            seen.append(line)
+            if "rebooting (waiting up to" in line:
+                proc.send_signal(signal.SIGINT)
+                break
+        rest = proc.communicate(timeout=120)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = "".join(seen) + rest
+    assert proc.returncode == 130, output
+    assert "interrupted" in output
+    record = _record(work, name)
+    assert record.outcome == "stopped" and record.ended_at is not None
+    assert [s.action for s in record.steps] == []  # the reboot never ended: no step recorded
+    deadline = time.monotonic() + 60  # the host comes back from its reboot on its own
+    while sandbox.boot_id(hosts.state_dir, name) is None and time.monotonic() < deadline:
+        time.sleep(1)
+    assert _mark(hosts, name) is not None  # still out of service: the run stopped during it
+    hosts.run(name, f"rm -f {MARK.format(name=name)}")

@@ -23,7 +23,9 @@ MEANINGS = {
     EXIT_STEP_FAILED: "a step failed on a host (for `gpuprov evidence`: its evidence could not "
                       "be collected; for `gpuprov logs`: its run could not be pulled)",
     EXIT_INPUT: "bad input (one line on stderr, no host contacted)",
-    EXIT_VALIDATION_FAILED: "validation failed on a host (its steps succeeded)",
+    EXIT_VALIDATION_FAILED: "validation failed on a host (its steps succeeded; for `gpuprov "
+                            "remediate`: a node is left out of service, or still waits for "
+                            "the breaker)",
     EXIT_UNREACHABLE: "a host was unreachable",
     EXIT_INTERRUPTED: "interrupted",
     EXIT_BROKEN_PIPE: "the reader went away (`gpuprov provision -h | head -3`): ended quietly",
