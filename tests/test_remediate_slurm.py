@@ -225,7 +225,7 @@ def test_a_node_still_sick_after_its_reboot_stays_drained_with_the_escalation(cl
     assert left["n2"].ok, left
     node_state, reason = reasons(cluster)["n2"]
     assert node_state == "drained"
-    assert reason == (f"gpuprov {scenario.run_id}: left out: still sick after a reboot "
+    assert reason == (f"gpuprov {scenario.run_id}: remediate: still sick after a reboot "
                       "(xid: Xid 79): drain and replace (RMA)")
     assert cluster.reservations() == []
 
@@ -340,7 +340,8 @@ def test_remediate_reboots_revalidates_resumes_escalates_and_leaves_an_admins_dr
     left = record(logs, "n2", run_id)
     assert left["outcome"] == "left out", left
     n2_state, n2_reason = reasons(cluster)["n2"]
-    assert n2_state == "drained" and n2_reason.startswith(f"gpuprov {run_id}: left out: "), n2_reason
+    assert n2_state == "drained", n2_reason
+    assert n2_reason.startswith(f"gpuprov {run_id}: remediate: reboot the node did not help: "), n2_reason
     assert "Xid 79" in n2_reason
     for node in ("n1", "n2"):
         assert cluster.slurmd_pid(node) != pids[node], f"{node} was not rebooted"

@@ -4,8 +4,9 @@ login node's engine session, as `validate` reaches them (remote/scheduler/slurm/
 
 What each step is on Slurm:
 - out for remediation: drained with a remediation reason of gpuprov's (`gpuprov <run>:
-  remediate: ...`), or held in a gpuprov reservation (a `validate --resume-passed` or a
-  re-validation); the pool is the entry's nodes;
+  remediate: ...`: being remediated, or left out by a remediation), or held in a gpuprov
+  reservation (a `validate --resume-passed` or a re-validation); the pool is the entry's
+  nodes;
 - someone else's: drained or down with a reason gpuprov did not write (nodes.GPUPROV_REASON;
   Slurm's own "Not responding" is no one's): never touched;
 - take out: a drain with the reason (gate.drain_command keeps its rule: a node someone else
@@ -49,9 +50,10 @@ from ..scheduler.slurm.settings import SlurmSettings
 from .routes import RouteContext
 from .target import Outcome, OutNow, Revalidation, missing
 
-# The words after `gpuprov <run>: ` that mark a drain as a remediation's (counted by the
-# breaker) and a node the remediation left out (not counted: it waits for a person).
-REMEDIATE, LEFT_OUT = "remediate", "left out"
+# The word after `gpuprov <run>: ` that marks a drain as a remediation's, counted by the
+# breaker (a node left out too, as over SSH: docs/how-to/remediation.md), the shape the loop's
+# reasons have (remediation/run.py).
+REMEDIATE = "remediate"
 REMEDIATION_REASON = re.compile(rf"{re.escape(DRAIN_PREFIX)}{RUN_ID_TEXT}: {REMEDIATE}: ")
 PASSED = "passed its validation again, to be resumed"
 # Slurm's own reason for a node it set down (gate._SLURMS_OWN_GLOB): no one's note
@@ -69,11 +71,11 @@ RESERVED_SCRIPT = ("scontrol show reservation -o 2>/dev/null | "
                    'while read -r n; do scontrol show hostnames "$n"; done')
 
 
-def remediation_reason(run_id: str, text: str, word: str = REMEDIATE) -> str:
-    """`gpuprov <run>: remediate: <text>` (or `left out`), one printable line, cut as every
-    reason gpuprov writes (gate.drain_reason); a `gpuprov <run>: ` already in `text` goes."""
+def remediation_reason(run_id: str, text: str) -> str:
+    """`gpuprov <run>: remediate: <text>`, one printable line, cut as every reason gpuprov
+    writes (gate.drain_reason); a `gpuprov <run>: (remediate: )` already in `text` goes."""
     match = re.match(rf"{re.escape(DRAIN_PREFIX)}{RUN_ID_TEXT}: (?:{REMEDIATE}: )?", text)
-    return gate.drain_reason(run_id, None, f"{word}: {text[match.end():] if match else text}")
+    return gate.drain_reason(run_id, None, f"{REMEDIATE}: {text[match.end():] if match else text}")
 
 
 class _Context(RunContext):
@@ -262,8 +264,8 @@ class SlurmTarget:
         return missing(self._each({n: gate.resume_ours_command(n) for n in nodes}), nodes)
 
     def leave_out(self, reasons: dict[str, str]) -> dict[str, Outcome]:
-        return missing(self._each({n: gate.drain_command(n, remediation_reason(
-            self.run_id, r, LEFT_OUT)) for n, r in reasons.items()}), list(reasons))
+        return missing(self._each({n: gate.drain_command(n, remediation_reason(self.run_id, r))
+                                   for n, r in reasons.items()}), list(reasons))
 
     def _release(self, cluster: SlurmCluster) -> None:
         """Delete the reservation `cluster` holds, once."""
