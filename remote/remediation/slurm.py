@@ -11,14 +11,19 @@ What each step is on Slurm:
   Slurm's own "Not responding" is no one's): never touched;
 - take out: a drain with the reason (gate.drain_command keeps its rule: a node someone else
   drained meanwhile is left alone);
-- evidence: NOT gathered through Slurm. nvidia-bug-report.sh "refuses to run unless root"
-  (validate/evidence.py) and a step runs as the user who submits it; the answer says so and
-  names the way that works, the node's SSH host (`gpuprov evidence`);
-- reset the GPU: refused with `escalate`: `nvidia-smi -r` needs root on the node, which a job
-  step is not given, and a drained idle node loses nothing more to the reboot Slurm can do
-  itself (RebootProgram): the next step follows at once;
+- evidence: NOT gathered through Slurm. nvidia-bug-report.sh refuses to run unless root
+  (validate/evidence.py cites it) and a job step runs as the invoking user (srun(1) 22.05,
+  --uid: a job runs "as user instead of the invoking user id" only when asked, by root);
+  the answer says so and names the way that works, the node's SSH host (`gpuprov evidence`);
+- reset the GPU: refused with `escalate`: `nvidia-smi -r` needs root on the node (nvidia-smi(1)
+  "-r, --gpu-reset", as gpureset.py cites it), which a job step of gpuprov's is not given,
+  and a drained idle node loses nothing more to the reboot Slurm does itself (RebootProgram):
+  the next step follows at once. A decision, not a limit of Slurm's: a site whose login user
+  is root could reset through a step, and does not need to;
 - reboot: `scontrol reboot reason=...` (remote/scheduler/slurm/reboot.py: why neither ASAP
-  nor nextstate), then waiting until Slurm says each node rebooted;
+  nor nextstate), then waiting until Slurm says each node rebooted; one whose reboot is only
+  requested at the limit (it still runs jobs) has it cancelled (it stays drained), one whose
+  reboot is under way cannot (Slurm's ResumeTimeout decides; the answer says so);
 - validate again: as `validate --resume-passed` takes a node back (gate.py): hold the nodes in
   a reservation, resume them inside it, validate them as one job with the login node's
   profile into logs/<node>/<run>/ (the route's SlurmCluster does each part), then drain each
@@ -190,9 +195,26 @@ class SlurmTarget:
         back = reboot.wait_back(self._listing, started, before, timeout_s,
                                 sleep=self.session.sleep) if started else {}
         result = dict(asked)
-        for node, (ok, why) in back.items():
-            result[node] = Outcome(ok, why)
+        result.update({node: Outcome(ok, why) for node, (ok, why) in back.items()})
+        result.update(self._late(back))
         return missing(result, nodes)
+
+    def _late(self, back: dict[str, tuple[bool, str]]) -> dict[str, Outcome]:
+        """The nodes still rebooting at the limit: a reboot only requested is cancelled (the
+        node stays drained); an issued one cannot be (reboot.cancel_command), and says so."""
+        late = {n: why for n, (ok, why) in back.items() if not ok and why.startswith("did not come back")}
+        requested = [n for n, why in late.items() if "REBOOT_REQUESTED" in why]
+        cancelled = self._each({n: reboot.cancel_command(n) for n in requested})
+        answers = {}
+        for node, why in late.items():
+            if node not in cancelled:
+                answers[node] = Outcome(False, f"{why}; {reboot.ISSUED_TOO_LATE}")
+            elif cancelled[node].ok:
+                answers[node] = Outcome(False, f"{why}; its reboot request cancelled")
+            else:
+                answers[node] = Outcome(False, f"{why}; its reboot request could not be "
+                                               f"cancelled: {cancelled[node].detail}")
+        return answers
 
     def revalidate(self, nodes: list[str], run_id: str) -> dict[str, Revalidation]:
         """Hold `nodes` in a reservation, resume them inside it, validate them as one job

@@ -29,7 +29,9 @@ waiting_for_node_boot), and `boot_time = now - up_time` (src/slurmctld/job_mgr.c
 node_mgr.c; up_time from sysinfo(2) in src/slurmd/slurmd/get_mach_stat.c, get_up_time). A node
 is back here when it is listed with no REBOOT_* flag, not DOWN or not responding, and a boot
 time later than before the request; a node Slurm set DOWN after ResumeTimeout ("reboot timed
-out", node_mgr.c check_reboot_nodes) failed; past the limit, it did not come back in time.
+out", node_mgr.c check_reboot_nodes) failed; past the limit, it did not come back in time, and
+its reboot is cancelled while only requested (`cancel_command`), so that the node stays
+drained.
 """
 from __future__ import annotations
 
@@ -55,6 +57,22 @@ def reboot_command(nodes: list[str], reason: str) -> str:
     """Reboot `nodes` (drained already) with `reason`, neither ASAP nor nextstate: the drain
     survives the reboot (the module's measurements)."""
     return f"scontrol reboot reason={shlex.quote(reason)} {shlex.quote(','.join(nodes))}"
+
+
+def cancel_command(node: str) -> str:
+    """Cancel `node`'s reboot while it is only requested (REBOOT_REQUESTED: the node still
+    runs jobs), once gpuprov stopped waiting for it: "Pending reboots can be cancelled by using
+    "scontrol cancel_reboot <node>"" (scontrol(1) 22.05); the node keeps its flags, the drain
+    among them. An issued one cannot be: "REBOOT on node %s already in progress -- unable to
+    cancel" (src/slurmctld/node_mgr.c, update_node, 22.05.8; scontrol then says "Invalid node
+    state specified", measured); Slurm sets such a node DOWN at ResumeTimeout, clearing its
+    drain (check_reboot_nodes: `node_state &= (~NODE_STATE_DRAIN)`)."""
+    return f"scontrol cancel_reboot {shlex.quote(node)}"
+
+
+ISSUED_TOO_LATE = ("its reboot is under way and Slurm cannot cancel it: at ResumeTimeout Slurm "
+                   "sets it DOWN and clears its drain (a --reboot-timeout longer than the "
+                   "cluster's ResumeTimeout lets Slurm say so first)")
 
 
 def boot_times(text: str) -> dict[str, int]:
