@@ -87,9 +87,11 @@ def test_check_changes_nothing_then_the_loop_reboots_validates_and_puts_back(hos
     assert _mark(hosts, name) is None
     assert hosts.run(name, "stat -c %a /dev/shm")[1].strip() == "555"
 
-    res = _remediate(hosts, work, [name], SHM)
+    healthy = hosts.names[3]  # no verdict yet: nothing to repair, nothing left on it or here
+    res = _remediate(hosts, work, [name, healthy], SHM)
     assert res.rc == 0, res.out + res.err
     assert sandbox.boot_id(hosts.state_dir, name) != boot
+    assert not (work / "logs" / healthy).exists()
     record = _record(work, name)
     assert record.outcome == "repaired" and record.ended_at is not None
     assert [(s.action, s.result) for s in record.steps] == [("reboot the node", "done"),
@@ -133,6 +135,24 @@ def test_breaker_keeps_at_most_two_out_of_four(hosts, work):
         overlapping = [o for o in records if o.started_at <= r.started_at < (o.ended_at or 0)]
         assert len(overlapping) <= 2, [(o.node, o.started_at, o.ended_at) for o in records]
 
+
+
+def test_an_unreachable_node_never_stops_the_others(hosts, work):
+    down, sick = hosts.names[2], hosts.names[3]
+    for name in (down, sick):
+        _sicken(hosts, name)
+    assert _validate(hosts, work, [down, sick], SHM).rc == 3
+    sandbox.stop(hosts.state_dir, down)  # powered off: its sshd refuses connections
+    try:
+        res = _remediate(hosts, work, [down, sick], SHM, "--max-out", "2")
+    finally:
+        sandbox.start(hosts.state_dir, down)
+    assert res.rc == 3, res.out + res.err
+    lost = _record(work, down)
+    assert lost.outcome == "left out" and lost.steps == []
+    assert lost.reason.startswith("not taken out of service (unreachable: "), lost.reason
+    assert _record(work, sick).outcome == "repaired"
+    assert re.search(rf"{down}\s+reboot the node\s+left out\s+-\s+not taken out of service", res.out), res.out
 
 def _install_smi(hosts, name, busy: bool):
     script = (SMI / "nvidia-smi").read_text()
@@ -188,13 +208,13 @@ def test_ctrl_c_during_the_reboot_leaves_the_record_stopped(hosts, work):
     import signal
     import subprocess
     import sys
-    import time
 
     from tests.conftest import REPO
 
     name = hosts.names[0]
     _sicken(hosts, name)
     assert _validate(hosts, work, [name], SHM).rc == 3
+    boot = sandbox.boot_id(hosts.state_dir, name)
     proc = subprocess.Popen(
         [sys.executable, "-m", "invoke", "--search-root", str(REPO), "remediate", "--host", name,
          "--inventory", str(hosts.inventory), "--var", json.dumps(SHM), "--reboot-timeout", "120"],
@@ -218,8 +238,40 @@ def test_ctrl_c_during_the_reboot_leaves_the_record_stopped(hosts, work):
     record = _record(work, name)
     assert record.outcome == "stopped" and record.ended_at is not None
     assert [s.action for s in record.steps] == []  # the reboot never ended: no step recorded
-    deadline = time.monotonic() + 60  # the host comes back from its reboot on its own
-    while sandbox.boot_id(hosts.state_dir, name) is None and time.monotonic() < deadline:
-        time.sleep(1)
+    sandbox.wait_rebooted(hosts.state_dir, name, boot, timeout=60)  # it comes back on its own
     assert _mark(hosts, name) is not None  # still out of service: the run stopped during it
     hosts.run(name, f"rm -f {MARK.format(name=name)}")
+
+
+def _deferred_verdict(work, name):
+    """A passing verdict with a deferred reset (a pending row remap), written by the test: a
+    sandbox host has no GPU to earn it."""
+    folder = work / "logs" / name / new_run_id()
+    folder.mkdir(parents=True)
+    finding = {"what": "GPU 0: row remapping pending, a GPU reset activates it",
+               "action": "reset the GPU", "fails": False}
+    (folder / "results.json").write_text(json.dumps(
+        {"schema": 2, "ok": True, "action": None, "deferred_action": "reset the GPU",
+         "host": {"hostname": name},
+         "checks": [{"name": "system", "status": "pass", "required": True, "action": None,
+                     "deferred_action": "reset the GPU", "reason": "", "findings": [finding]}]}))
+
+
+@pytest.mark.parametrize("busy", [True, False], ids=["busy", "idle"])
+def test_a_deferred_reset_waits_until_the_node_is_idle(hosts, work, busy):
+    name = hosts.names[0 if busy else 1]
+    _install_smi(hosts, name, busy)
+    _deferred_verdict(work, name)
+    res = _remediate(hosts, work, [name], SHM)
+    assert res.rc == 0, res.out + res.err
+    calls = hosts.run(name, "cat /var/tmp/gpuprov-smi/calls")[1].splitlines()
+    if busy:
+        assert re.search(rf"{name}\s+skipped\s+left in service busy: its deferred reset waits", res.out), res.out
+        assert "-r" not in calls and _mark(hosts, name) is None
+        assert not list((work / "logs" / name).glob("*/remediation.json"))
+    else:
+        assert calls[-1] == "-r", calls
+        record = _record(work, name)
+        assert record.outcome == "repaired"
+        assert record.trigger.finding == "system: GPU 0: row remapping pending, a GPU reset activates it"
+    hosts.run(name, "sudo -n rm -f /usr/local/bin/nvidia-smi")

@@ -42,7 +42,7 @@ from ..ground.repairs import (
 from ..ground.runfolder import run_dir
 from ..output.term import printable_line
 from .breaker import MaxOut, wave
-from .ladder import rung
+from .ladder import LADDER, rung
 from .plan import Planned
 from .target import Outcome, Revalidation, Sick, Target, missing
 
@@ -223,6 +223,8 @@ class Loop:
     def round(self) -> None:
         """Each node's current step, by action, then the re-validation of those that acted."""
         acted: list[str] = []
+        for node in [n for n, state in self.nodes.items() if state.action not in LADDER]:
+            self.end(node, LEFT_OUT, f"no step on the ladder for {self.nodes[node].action!r}")
         for action in (RESET_GPU, REBOOT_NODE, DRAIN_RMA):
             group = [n for n, state in self.nodes.items() if state.action == action]
             if group:

@@ -18,6 +18,7 @@ over the nodes it is given (their sessions open in parallel, as `gpuprov validat
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 import threading
@@ -86,16 +87,22 @@ class SshTarget:
     def __init__(self, run: Run, hosts: list[Host], logs_dir: Path, suite: str = "quick",
                  evidence_job: Optional[Callable[[HostSession], tuple[str, Optional[Path]]]] = None):
         self.run = run
+        # the reads (marks, idle GPUs) of every selected host leave no run folder behind: only
+        # the nodes the run works on get one
+        self.reader = Run(run.inventory, run.hosts, dataclasses.replace(run.options, logs_dir=None),
+                          run.reporter, run.redact)
         self.hosts = {h.name: h for h in hosts}
         self.logs_dir = Path(logs_dir)
         self.suite = suite
         self._evidence = evidence_job
 
     # ------------------------------------------------------------------ plumbing
-    def _each(self, nodes: list[str], do: Callable[[HostSession], Outcome]) -> dict[str, Outcome]:
+    def _each(self, nodes: list[str], do: Callable[[HostSession], Outcome],
+              read_only: bool = False) -> dict[str, Outcome]:
         job = _Answering(do)
         hosts = [self.hosts[n] for n in nodes if n in self.hosts]
-        results = self.run.execute(job, hosts) if hosts else {}
+        run = self.reader if read_only else self.run
+        results = run.execute(job, hosts) if hosts else {}
         return {n: job.answers.get(n) or Outcome(False, _why(results.get(n))) for n in nodes}
 
     def _marks(self, nodes: list[str]) -> dict[str, Optional[str]]:
@@ -103,7 +110,7 @@ class SshTarget:
         def read(session: HostSession) -> Outcome:
             rc, text = _run(session, f"cat {mark_path(session.host)} 2>/dev/null")
             return Outcome(rc == 0, printable_line(text)[:500] if rc == 0 else "")
-        answers = self._each(nodes, read)
+        answers = self._each(nodes, read, read_only=True)
         return {n: (a.detail if a.ok else None) for n, a in answers.items()
                 if a.ok or a.detail == ""}
 
@@ -179,10 +186,11 @@ class SshTarget:
                 return Outcome(rc == 0 and not parse_compute_apps(text))
             except FactError:
                 return Outcome(False)
-        return {n: a.ok for n, a in self._each(nodes, ask).items()}
+        return {n: a.ok for n, a in self._each(nodes, ask, read_only=True).items()}
 
     def close(self) -> None:
         self.run.cache_link.close()
+        self.reader.cache_link.close()
 
 
 def _collector(logs_dir: Path) -> Callable[[HostSession], tuple[str, Optional[Path]]]:
