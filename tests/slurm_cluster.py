@@ -15,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -52,6 +53,99 @@ RunTimeQuery="runc --rootless=true --root={dir}/runc state %n.%u.%j.%s.%t"
 RunTimeKill="runc --rootless=true --root={dir}/runc kill -a %n.%u.%j.%s.%t"
 RunTimeDelete="runc --rootless=true --root={dir}/runc delete --force %n.%u.%j.%s.%t"
 RunTimeRun="runc --rootless=true --root={dir}/runc run %n.%u.%j.%s.%t -b %b"
+"""
+
+
+# A RebootProgram for the fake nodes (`SlurmCluster(reboot_delay=...)`): it "reboots" the one
+# node whose slurmd ran it. slurmd runs the program with system(3) and expects it to reboot the
+# machine (src/slurmd/slurmd/req.c, _rpc_reboot, 22.05.8); here the program finds its slurmd
+# among its ancestors (`slurmd ... -N NODE`), returns at once (system() waits for it), and in
+# the background stops that slurmd by PID, waits `delay` seconds, empties the node's own
+# `run/` folder (what a reboot clears, as /run; then copies in the node's `boot/` files: a
+# fault that comes back at every boot) and starts the slurmd again with the same arguments.
+# slurmctld takes a node for rebooted only when the boot time it registers with is after the
+# reboot request: `waiting_for_node_boot` ignores its registrations while
+# `boot_time < boot_req_time`, boot_time = now - up_time (src/slurmctld/node_mgr.c and
+# job_mgr.c, 22.05.8), up_time from sysinfo(2) (src/slurmd/slurmd/get_mach_stat.c,
+# get_up_time). All the fake nodes share one machine and its uptime, so the new slurmd runs in
+# a time namespace whose CLOCK_BOOTTIME is moved back by the machine's uptime (unshare(1)
+# --time --boottime=-SECONDS, util-linux 2.38; time_namespaces(7): the offset applies to
+# CLOCK_BOOTTIME, which sysinfo's uptime follows, measured here; /proc/PID/timens_offsets
+# says a namespace's own): its uptime is under a second.
+# unshare execs the slurmd in place, which writes its PID to SlurmdPidFile.
+REBOOT_PROGRAM = """\
+#!{python}
+import os, shutil, signal, sys, time
+
+DIR, DELAY = {dir!r}, {delay!r}
+
+
+def argv_of(pid):
+    with open(f"/proc/{{pid}}/cmdline", "rb") as f:
+        return [a.decode() for a in f.read().split(b"\\0") if a]
+
+
+def parent(pid):
+    with open(f"/proc/{{pid}}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def gone(pid):
+    try:
+        with open(f"/proc/{{pid}}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+pid = os.getppid()
+while pid > 1:
+    argv = argv_of(pid)
+    if argv and os.path.basename(argv[0]) == "slurmd" and "-N" in argv:
+        break
+    pid = parent(pid)
+else:
+    sys.exit("reboot: no slurmd -N among my ancestors")
+node = argv[argv.index("-N") + 1]
+if os.fork():
+    sys.exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+log = os.open(f"{{DIR}}/log/reboot-{{node}}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+os.dup2(log, 1)
+os.dup2(log, 2)
+print(f"{{time.time():.3f}} reboot {{node}}: stopping slurmd {{pid}}", flush=True)
+os.kill(pid, signal.SIGTERM)
+deadline = time.monotonic() + 10
+while not gone(pid) and time.monotonic() < deadline:
+    time.sleep(0.05)
+if not gone(pid):
+    os.kill(pid, signal.SIGKILL)
+time.sleep(DELAY)
+run, boot = f"{{DIR}}/node/{{node}}/run", f"{{DIR}}/node/{{node}}/boot"
+shutil.rmtree(run, ignore_errors=True)
+shutil.copytree(boot, run) if os.path.isdir(boot) else os.makedirs(run)
+# the machine's uptime: this namespace's, less its own offset (a node rebooted before runs in
+# a time namespace already; offsets are from the machine's clock, time_namespaces(7))
+with open("/proc/uptime") as f:
+    up = float(f.read().split()[0])
+with open("/proc/self/timens_offsets") as f:
+    up -= sum(int(w[1]) for w in (line.split() for line in f) if w[0] == "boottime")
+up = int(up)
+print(f"{{time.time():.3f}} reboot {{node}}: starting slurmd, boot time moved back {{up}} s",
+      flush=True)
+null = os.open("/dev/null", os.O_RDONLY)
+os.dup2(null, 0)
+os.execvp("unshare", ["unshare", "--time", f"--boottime=-{{up}}", "--", *argv])
+"""
+# The TaskProlog of a cluster with a RebootProgram: every task's TMPDIR is its node's own
+# `run/` folder ("TaskProlog ... standard output ... export NAME=value: Set an environment
+# variable for the user's task", slurm.conf(5) 22.05, "Prolog and Epilog Scripts"), so a
+# node's check can read a file only that node has, and that its reboot clears.
+TASK_PROLOG = """\
+#!/bin/sh
+echo "export TMPDIR={dir}/node/$SLURMD_NODENAME/run"
 """
 
 
@@ -100,13 +194,19 @@ class SlurmCluster:
     the same nodes, `sweep` (the lowest tier, its jobs cancelled when preempted) and `real`
     (a higher tier: its jobs preempt `sweep`'s); off by default, the cluster is then as before.
     `oci_conf`: the text of etc/oci.conf (e.g. OCI_RUNC), which turns on `srun --container`;
-    none by default."""
+    none by default.
+    `reboot_delay`: seconds a node's "reboot" takes: turns on REBOOT_PROGRAM (`scontrol reboot`
+    restarts that node's slurmd) and TASK_PROLOG (each task's TMPDIR is its node's `run/`,
+    `node_dir`), with `resume_timeout` as ResumeTimeout; off by default."""
 
     def __init__(self, nodes: int = 3, gpus: int = 2, conf_extra: str = "",
                  name: str = "gpuprovtest", scripts: Optional[dict[str, str]] = None,
                  wait_idle: bool = True, slurmd_timeout: int = 10, preempt: bool = False,
-                 oci_conf: str = ""):
+                 oci_conf: str = "", reboot_delay: Optional[float] = None,
+                 resume_timeout: int = 60):
         self.count = nodes
+        self.reboot_delay = reboot_delay
+        self.resume_timeout = resume_timeout
         self.preempt = preempt
         self.slurmd_timeout = slurmd_timeout
         self.gpus = gpus
@@ -187,6 +287,7 @@ SchedulerParameters=batch_sched_delay=0
 SlurmdTimeout={self.slurmd_timeout}
 GresTypes=gpu
 {self.conf_extra}
+{self._reboot_conf()}
 {node_line}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=gpu Nodes=ALL MaxTime=INFINITE State=UP
@@ -196,6 +297,35 @@ PartitionName=gpu Nodes=ALL MaxTime=INFINITE State=UP
             f"AutoDetect=off\nNodeName={nodes} Name=gpu File={gpu_files}\n")
         if self.oci_conf:  # "located in the same directory as the slurm.conf", oci.conf(5)
             (d / "etc" / "oci.conf").write_text(self.oci_conf)
+        if self.reboot_delay is not None:
+            self._write_reboot()
+
+    def _write_reboot(self) -> None:
+        """REBOOT_PROGRAM and TASK_PROLOG, and each node's `run/` and `boot/` folders."""
+        d = self.dir
+        (d / "reboot").write_text(REBOOT_PROGRAM.format(python=sys.executable, dir=str(d),
+                                                       delay=float(self.reboot_delay or 0)))
+        (d / "task_prolog").write_text(TASK_PROLOG.replace("{dir}", str(d)))
+        for script in ("reboot", "task_prolog"):
+            os.chmod(d / script, 0o755)
+        for node in self.nodes:
+            for sub in ("run", "boot"):
+                (self.node_dir(node, sub)).mkdir(parents=True, exist_ok=True)
+                os.chmod(self.node_dir(node, sub), 0o777)
+
+    def _reboot_conf(self) -> str:
+        """slurm.conf(5), Slurm 22.05.8: "RebootProgram: Program to be executed on each compute
+        node to reboot it ... A node will be marked DOWN if it doesn't reboot within
+        ResumeTimeout" (default 60 s); TaskProlog: see TASK_PROLOG."""
+        if self.reboot_delay is None:
+            return ""
+        return (f"RebootProgram={self.dir}/reboot\nResumeTimeout={self.resume_timeout}\n"
+                f"TaskProlog={self.dir}/task_prolog")
+
+    def node_dir(self, node: str, sub: str = "run") -> Path:
+        """A node's own folder (with `reboot_delay`): `run` (its tasks' TMPDIR, emptied by
+        its reboot) or `boot` (copied into `run` at each reboot)."""
+        return self.dir / "node" / node / sub
 
     # ------------------------------------------------------------------ daemons
     def _daemon(self, key: str, argv: list[str]) -> int:
@@ -275,6 +405,7 @@ PartitionName=gpu Nodes=ALL MaxTime=INFINITE State=UP
 
     def resume_all(self) -> None:
         """Put every node back to idle (a test's finaliser): restart dead slurmd, resume."""
+        self.reborn()
         for node in self.nodes:
             if not alive(self.pids.get(f"slurmd-{node}", 0)):
                 self.start_node(node)
@@ -290,7 +421,26 @@ PartitionName=gpu Nodes=ALL MaxTime=INFINITE State=UP
                 if word.startswith("ReservationName=")]
 
     def slurmd_pid(self, node: str) -> int:
+        self.reborn()
         return self.pids[f"slurmd-{node}"]
+
+    def reborn(self) -> None:
+        """Record the slurmd a REBOOT_PROGRAM started for a node in place of the one started
+        here: the one its SlurmdPidFile names, taken only while it runs as that node's slurmd
+        (`slurmd ... -N NODE`) with this cluster's SLURM_CONF, so that it is stopped, and not
+        started twice. Read every time: the PID of the slurmd it replaced may already belong
+        to another process (PIDs wrap around quickly on a busy machine)."""
+        marker = f"SLURM_CONF={self.conf}".encode()
+        for node in self.nodes:
+            try:
+                pid = int((self.dir / "run" / f"slurmd-{node}.pid").read_text().split()[0])
+                environ = Path(f"/proc/{pid}/environ").read_bytes()
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except (OSError, ValueError, IndexError):
+                continue
+            if (alive(pid) and marker in environ.split(b"\0") and b"-N" in argv
+                    and argv[argv.index(b"-N") + 1:][:1] == [node.encode()]):
+                self.pids[f"slurmd-{node}"] = pid
 
     # ------------------------------------------------------------------ stop
     def _job_processes(self) -> list[int]:
@@ -311,6 +461,7 @@ PartitionName=gpu Nodes=ALL MaxTime=INFINITE State=UP
 
     def stop(self) -> None:
         """Stop the daemons and what runs for their jobs, by PID; remove the folder."""
+        self.reborn()
         order = [k for k in self.pids if k.startswith("slurmd-")] + ["slurmctld", "munged"]
         for key in order:
             pid = self.pids.get(key)

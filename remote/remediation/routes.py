@@ -18,6 +18,7 @@ from .target import Target
 SSH = "ssh"
 TARGETS: dict[str, str] = {
     SSH: "remote.remediation.ssh",
+    "slurm": "remote.remediation.slurm",
 }
 
 

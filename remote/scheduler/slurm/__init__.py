@@ -20,6 +20,8 @@ drains the nodes that failed and resumes the ones gpuprov drained that now pass.
              batches, as preemptible jobs of `sweep_partition`, nodes validated within
              --max-age skipped
 - `row`      the row of `SCHEDULERS` for `slurm:` (imported when an inventory has a `slurm:` host)
+- `reboot`   `scontrol reboot` and the wait until Slurm says each node rebooted (`gpuprov
+             remediate`, remote/remediation/slurm.py)
 """
 from __future__ import annotations
 

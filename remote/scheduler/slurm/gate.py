@@ -133,3 +133,14 @@ def reserve_command(name: str, user: str, nodes: list[str], minutes: int) -> str
 
 def unreserve_command(name: str) -> str:
     return f"scontrol delete reservationname={shlex.quote(name)}"
+
+
+def resume_ours_command(node: str) -> str:
+    """Resume `node` only while it is drained with gpuprov's reason (the pattern
+    drain_command keeps): a node someone else drained meanwhile stays as they left it; the
+    command says so and fails."""
+    node_q = shlex.quote(node)
+    return (f"held=$(scontrol show node {node_q} | sed -n 's/^ *Reason=//p'); "
+            f"case \"$held\" in {_OURS_GLOB}) "
+            f"scontrol update nodename={node_q} state=resume;; "
+            f"*) echo \"left alone, not drained by gpuprov: ${{held:-no reason}}\"; false;; esac")
