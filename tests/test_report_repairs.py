@@ -214,3 +214,19 @@ def test_the_bench_tree_is_a_valid_logs_tree(tmp_path):
     assert flags["problems"] == [] and len(flags["history"]) == 6
     assert flags["repairs"]["nodes_remediated"] == 6 and flags["repairs"]["repairs"] >= 6
     assert flags["repairs"]["coming_back"], flags["repairs"]
+
+
+def test_a_records_texts_show_as_text(tmp_path):
+    """A record's reason and action are the control side's, yet read as untrusted: markup and
+    control characters in them drive neither report.html nor the terminal."""
+    logs = tmp_path / "logs"
+    history(logs, "n1", "F")
+    repair(logs, "n1", 11, 10, "reboot <b>now</b>", LEFT_OUT, 60,
+           "left out\x1b[2J<script>alert(1)</script>\u202e")
+    rc, flags, text, page, prom = report(logs, tmp_path / "out")
+    assert rc == 0 and flags["problems"] == []
+    assert "n1: LEFT OUT in 20261126T110000Z (reboot <b>now</b>): left out?[2J<script>alert(1)" \
+        "</script>?" in text
+    assert "<script>alert" not in page and "<b>now" not in page
+    assert "left out\\x1b[2J&lt;script&gt;alert(1)&lt;/script&gt;\\u202e" in page
+    assert 'gpuprov_host_repairs{action="reboot <b>now</b>",host="n1",outcome="left out"} 1.0' in prom
