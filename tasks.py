@@ -16,6 +16,7 @@ from remote.ground.ages import DEFAULT_MAX_AGE
 from remote.ground.exitcodes import EXIT_INPUT
 from remote.ground.forks import DEFAULT_FORKS
 from remote.ground.runfolder import LOGS_DIR
+from remote.remediation.ladder import REBOOT_TIMEOUT_S
 from validate.shared import BUG_REPORT_FULL_TIMEOUT_S, BUG_REPORT_SAFE_TIMEOUT_S
 
 INVENTORY = "./inventory.yaml, else ~/.config/gpuprov/inventory.yaml"
@@ -264,6 +265,33 @@ def evidence(c, host=None, limit=None, inventory=None, list_hosts=False, bug_rep
     inventory = _inventory(inventory)
     _exit(call("evidence", host=host, limit=limit, inventory=inventory, list_hosts=list_hosts,
                        bug_report_timeout=bug_report_timeout))
+
+
+@task(
+    iterable=["var"], incrementable=["verbose"], short=SHORT,
+    help={"host": HOST, "limit": LIMIT, "inventory": f"inventory file (default {INVENTORY})",
+          "check": "print the plan (node, finding, action, next step, who waits for the "
+                   "breaker) and change nothing",
+          "max-out": "at most K nodes, or P% of the pool (rounded down, at least 1), out of "
+                     "service for remediation at once (default 1); the rest wait",
+          "reboot-timeout": f"seconds a rebooted node has to come back (default "
+                            f"{REBOOT_TIMEOUT_S:g})",
+          "suite": "the re-validation's suite: quick (default) or full",
+          "logs-dir": f"where the verdicts are read and the records written (default {LOGS_DIR})",
+          "var": "set variables: NAME=VALUE, a JSON object, or @FILE.yaml (the profile the "
+                 "nodes are validated again with)",
+          "forks": FORKS, "verbose": VERBOSE, "list-hosts": LIST_HOSTS},
+)
+def remediate(c, host=None, limit=None, inventory=None, check=False, max_out=None,
+              reboot_timeout=None, suite="quick", logs_dir=LOGS_DIR, var=None, forks=None,
+              verbose=0, list_hosts=False):
+    """Repair the nodes whose latest verdict names an action: out, act, validate again, back."""
+    _refuse_invoke_options(c)
+    _need_host(host, limit, "remediate")
+    inventory = _inventory(inventory)
+    _exit(call("remediate", host=host, limit=limit, inventory=inventory, check=check,
+               max_out=max_out, reboot_timeout=reboot_timeout, suite=suite, logs_dir=logs_dir,
+               var=var, forks=forks, verbose=verbose, list_hosts=list_hosts))
 
 
 @task(help={"logs": f"folder of {LOGS_DIR}/<host>/<run>/ to read (default {LOGS_DIR})",

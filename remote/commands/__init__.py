@@ -24,6 +24,7 @@ COMMANDS = {
     "lock": "lock",
     "bundle": "bundle",
     "sandbox": "sandbox",
+    "remediate": "remediate",
 }
 
 

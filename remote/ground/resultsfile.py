@@ -132,3 +132,30 @@ def _replace_lone_surrogates(data: dict[str, Any]) -> bool:
         elif isinstance(node, list):
             node[:] = [cleaned(value) for value in node]
     return found
+
+
+def first_failure(checks: Any) -> Optional[tuple[str, str]]:
+    """(check name, finding) of a results.json's first failing required check, else of its
+    first required check that was skipped (the finding then "not checked: <reason>"); None
+    when there is none or `checks` is no list. The finding is the check's first failing
+    finding and its action when it lists findings (validate --health's shape), else its
+    reason. What a Slurm drain reason and a remediation's reason say (one owner, here)."""
+    if not isinstance(checks, list):
+        return None
+    for status in ("fail", "skip"):
+        for check in checks:
+            if (isinstance(check, dict) and check.get("required") and
+                    check.get("status") == status and isinstance(check.get("name"), str)):
+                return check["name"], _finding(check, status)
+    return None
+
+
+def _finding(check: dict[str, Any], status: str) -> str:
+    for finding in check.get("findings") or []:
+        if isinstance(finding, dict) and finding.get("fails") and isinstance(finding.get("what"), str):
+            action = finding.get("action")
+            what: str = finding["what"]
+            return what + (f"; action: {action}" if isinstance(action, str) else "")
+    reason = check.get("reason")
+    text = reason if isinstance(reason, str) and reason else "failed"
+    return text if status == "fail" else f"not checked: {text}"

@@ -26,11 +26,29 @@ PULL = "pull"  # the outcome of a `logs` pull that failed: no verdict
 # when that is shorter; a pull also fails after timeouts.idle without a byte.
 PULL_TIMEOUT_S = 600.0
 READLINK_TIMEOUT_S = 60.0
+# The quarantine mark `gpuprov remediate` leaves in the host's gpuprov folder while the host is
+# out of service (remote/remediation/ssh.py): one line, the reason. Read here, the folder's owner.
+QUARANTINE_MARK = "quarantine"
+QUARANTINE_READ_MAX = 300  # characters of the mark shown (chosen: one line)
 
 
 def remote_root(host_name: str) -> str:
     """The host's gpuprov folder, as a shell word."""
     return f'"$HOME"/.gpuprov/{shlex.quote(host_name)}'
+
+
+def quarantine_note(session: HostSession) -> None:
+    """Warn when the host carries `gpuprov remediate`'s quarantine mark (a line; the run goes
+    on: the mark says who holds the host and why, it locks nothing)."""
+    try:
+        res = session.conn.run(f"cat {remote_root(session.host.name)}/{QUARANTINE_MARK} 2>/dev/null",
+                               timeout=READLINK_TIMEOUT_S)
+    except CommandTimeout as exc:  # a slow host: the validation says the rest
+        session.log.event(f"quarantine mark not read: {exc}")
+        return
+    text = " ".join(res.out.split())[:QUARANTINE_READ_MAX]
+    if res.rc == 0 and text and session.options.run_id not in text:  # not this run's own mark
+        session.warn(f"quarantined (gpuprov remediate holds it out of service): {text}")
 
 
 def pull_run(session: HostSession, run_id: str, dest: Path) -> None:

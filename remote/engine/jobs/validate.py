@@ -55,7 +55,7 @@ from ...ground.runfolder import (
 from ...transport.connection import COMMIT_FILE, LineSplitter, pack, unpack_command
 from ..results import Outcome
 from ..session import HostSession
-from .logs import OUTCOME, pull_run, remote_root, summarize
+from .logs import OUTCOME, pull_run, quarantine_note, remote_root, summarize
 
 SUITES = ("quick", "full")
 UNPACK_FAILED = 90  # the exit status of `validate_command` when the package did not unpack
@@ -281,6 +281,7 @@ class Validate:
         a validation was started (runfolder.VALIDATION_ATTEMPT, which no pull may bring), and
         how it ended once it has: a validation that gave no verdict (timed out, crashed, its
         archive refused) is then a failure in the host's history, not "provisioning only"."""
+        quarantine_note(session)
         dest = run_dir(self.logs_dir, session.host.name, session.options.run_id)
         attempt = Attempt(dest)
         try:

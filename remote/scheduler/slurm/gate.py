@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from validate.shared import DRAIN_PREFIX, HEALTH_PREFIX
 from validate.shared import DRAIN_REASON_MAX as REASON_MAX
 
+from ...ground.resultsfile import first_failure
 from ...output.term import printable_line
 
 # REASON_MAX: the reason's cut, the same as `validate --health --slurm-drain`'s (validate/shared.py
@@ -50,30 +51,10 @@ def _first_failure(path: Path) -> Optional[tuple[str, str]]:
     try:
         if path.stat().st_size > RESULTS_MAX_BYTES:
             return None
-        checks = json.loads(path.read_text()).get("checks")
-    except (OSError, ValueError, AttributeError, RecursionError):
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
         return None
-    if not isinstance(checks, list):
-        return None
-    for status in ("fail", "skip"):
-        for check in checks:
-            if (isinstance(check, dict) and check.get("required") and
-                    check.get("status") == status and isinstance(check.get("name"), str)):
-                return check["name"], _finding(check, status)
-    return None
-
-
-def _finding(check: dict[str, Any], status: str) -> str:
-    """A failing finding and its action when the check lists findings (validate --health's
-    shape), else the check's reason."""
-    for finding in check.get("findings") or []:
-        if isinstance(finding, dict) and finding.get("fails") and isinstance(finding.get("what"), str):
-            action = finding.get("action")
-            what: str = finding["what"]
-            return what + (f"; action: {action}" if isinstance(action, str) else "")
-    reason = check.get("reason")
-    text = reason if isinstance(reason, str) and reason else "failed"
-    return text if status == "fail" else f"not checked: {text}"
+    return first_failure(data.get("checks")) if isinstance(data, dict) else None
 
 
 def each_node_command(commands: dict[str, str]) -> str:
