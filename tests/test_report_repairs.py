@@ -230,3 +230,58 @@ def test_a_records_texts_show_as_text(tmp_path):
     assert "<script>alert" not in page and "<b>now" not in page
     assert "left out\\x1b[2J&lt;script&gt;alert(1)&lt;/script&gt;\\u202e" in page
     assert 'gpuprov_host_repairs{action="reboot <b>now</b>",host="n1",outcome="left out"} 1.0' in prom
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_the_figures_of_a_real_remediation_on_a_sandbox_host(work):
+    """Real runs end to end: a sandbox host (tests/sandbox_fixture.py) made sick for real
+    (/dev/shm unwritable fails host_mounts: "reboot the node", as tests/test_remediate_sandbox.py
+    does), the real `gpuprov remediate` reboots it and validates it again, a real validation
+    passes, the host is made sick again and fails: the report counts the repair, its time (the
+    record's) and that it did not hold."""
+    if os.geteuid() != 0:
+        pytest.skip("sandbox hosts need root")
+    from remote.ground.repairs import read_repair
+    from tests.conftest import invoke
+    from tests.sandbox_fixture import own_hosts
+
+    profile = json.dumps({"node_profile": {"host": {"mounts": ["/dev/shm"]}},
+                          "validate_args": "--device cpu --checks host_mounts"})
+    with own_hosts(1) as hosts:
+        name = hosts.names[0]
+
+        def sicken() -> None:
+            rc, out, err = hosts.run(name, "sudo -n chmod 0555 /dev/shm")
+            assert rc == 0, out + err
+
+        def validate() -> int:
+            return invoke("validate", "--host", name, "--inventory", str(hosts.inventory),
+                          "--var", profile, cwd=work, timeout=600).rc
+
+        sicken()
+        assert validate() == 3
+        res = invoke("remediate", "--host", name, "--inventory", str(hosts.inventory), "--var",
+                     profile, "--reboot-timeout", "120", cwd=work, timeout=900)
+        assert res.rc == 0, res.out + res.err
+        assert validate() == 0
+        sicken()
+        assert validate() == 3
+    runs = sorted(p.name for p in (work / "logs" / name).iterdir())
+    [record_path] = (work / "logs" / name).glob("*/remediation.json")
+    record = read_repair(record_path)
+    assert record.outcome == REPAIRED and runs.index(record.run_id) == 1 and len(runs) == 4
+
+    res = invoke("report", "--logs", str(work / "logs"), "--out", str(work / "report"),
+                 "--prometheus", str(work / "r.prom"), cwd=work, timeout=600)
+    assert res.rc == 0, res.out + res.err
+    flags = json.loads((work / "report" / "flags.json").read_text())
+    [node] = flags["repairs"]["nodes"]
+    assert node["by_action"] == {REBOOT: 1} and node["outcomes"][REPAIRED] == 1
+    assert node["time_to_repair_s"]["latest"] == round(record.duration_s or 0, 3) > 0
+    assert node["did_not_hold"] == [{"run": record.run_id, "action": REBOOT,
+                                     "failed_run": runs[3], "runs_after": 2}]
+    text = (work / "report" / "report.txt").read_text()
+    assert f"REPAIR DID NOT HOLD {name}: repaired in {record.run_id} (reboot the node), failed " \
+        f"again in {runs[3]} (2 runs later) (window: its next 3 runs)" in text
+    assert f'gpuprov_host_repairs_not_held{{host="{name}"}} 1.0' in (work / "r.prom").read_text()
