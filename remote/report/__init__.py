@@ -46,7 +46,9 @@ directory), files:
                      has several head labels); ``;``-separated, header row, ``-`` = missing.
 - ``flags.json``     machine-readable: quarantine (kind ``quarantine``), outliers,
                      regressions, drift (up to 100 items per host), health, history (per
-                     host: counts, streak, flapping, timeline), problems, thresholds.
+                     host: counts, streak, flapping, timeline), repairs (per remediated
+                     node: by action and outcome, time to repair, did not hold), problems,
+                     thresholds.
 - ``drift.csv``      every stack item that differs from the host's GPU group, row per host and
                      item (``;``-separated, header row); the printed report and report.html
                      give a host with more than 5 one line.
