@@ -306,14 +306,16 @@ def remediate(c, host=None, limit=None, inventory=None, check=False, max_out=Non
             "quarantine": "K/N: flag a host for quarantine when it failed K of its last N "
                           "runs (default 2/3)",
             "json": "also write flags.json's document (history included) to this file; '-' "
-                    "writes it on stdout and the printed report on stderr"})
+                    "writes it on stdout and the printed report on stderr",
+            "repair-window": "N: a repair that worked and is followed by a failed run within "
+                             "the node's next N runs did not hold (default 3)"})
 def report(c, logs=LOGS_DIR, out=None, baseline=None, threshold=None, fail_on_outlier=False,
-           prometheus=None, quarantine=None, json=None):
+           prometheus=None, quarantine=None, json=None, repair_window=None):
     """Compare benchmark logs across hosts and runs: merged table, slow hosts, regressions, HTML."""
     _refuse_invoke_options(c)
     _exit(call("report", logs=logs, out=out, baseline=baseline, threshold=threshold,
                      fail_on_outlier=fail_on_outlier, prometheus=prometheus,
-                     quarantine=quarantine, json_path=json))
+                     quarantine=quarantine, json_path=json, repair_window=repair_window))
 
 
 @task(help={"cuda": "only this row of playbooks/stack.yaml (default: every row)",

@@ -13,7 +13,7 @@ from .assembly import fail_input
 def run(logs: str = LOGS_DIR, out: Optional[str] = None, baseline: Optional[str] = None,
         threshold: Union[str, float, None] = None, fail_on_outlier: bool = False,
         prometheus: Optional[str] = None, quarantine: Optional[str] = None,
-        json_path: Optional[str] = None) -> int:
+        json_path: Optional[str] = None, repair_window: Optional[str] = None) -> int:
     """`gpuprov report` (module docstring)."""
     from ..report import run_report
 
@@ -22,7 +22,7 @@ def run(logs: str = LOGS_DIR, out: Optional[str] = None, baseline: Optional[str]
     from ..scheduler import SCHEDULERS  # noqa: F401
 
     try:
-        kwargs = _options(threshold, prometheus, quarantine, json_path)
+        kwargs = _options(threshold, prometheus, quarantine, json_path, repair_window)
     except InputError as exc:
         return fail_input(exc)
     return run_report(logs_dir=Path(logs), out_dir=Path(out) if out else None, baseline=baseline,
@@ -30,9 +30,11 @@ def run(logs: str = LOGS_DIR, out: Optional[str] = None, baseline: Optional[str]
 
 
 def _options(threshold: Union[str, float, None], prometheus: Optional[str],
-             quarantine: Optional[str], json_path: Optional[str]) -> dict[str, Any]:
+             quarantine: Optional[str], json_path: Optional[str],
+             repair_window: Optional[str] = None) -> dict[str, Any]:
     """The options given, checked, as `run_report` takes them (it has the defaults)."""
     from ..report.history import parse_quarantine
+    from ..report.repairs import parse_repair_window
 
     kwargs: dict[str, Any] = {}
     if threshold is not None:
@@ -53,4 +55,6 @@ def _options(threshold: Union[str, float, None], prometheus: Optional[str],
         if not json_path or Path(json_path).is_dir():
             raise InputError(f"--json needs a file name or '-', not {json_path!r}")
         kwargs["json_path"] = json_path
+    if repair_window is not None:
+        kwargs["repair_window"] = parse_repair_window(str(repair_window))
     return kwargs

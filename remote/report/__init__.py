@@ -7,10 +7,11 @@ Entry point (what ``invoke report`` calls)::
                regression_pct: float = 10.0, fail_on_outlier: bool = False,
                terminal: remote.output.term.Terminal | None = None,
                prometheus_path: Path | None = None, quarantine: tuple[int, int] = (2, 3),
-               json_path: str | None = None) -> int
+               json_path: str | None = None, repair_window: int = 3) -> int
 
 ``invoke report [--logs DIR] [--out DIR] [--baseline RUN-OR-HOST] [--threshold PCT]
-[--fail-on-outlier] [--prometheus FILE] [--quarantine K/N] [--json PATH]`` maps to it;
+[--fail-on-outlier] [--prometheus FILE] [--quarantine K/N] [--json PATH]
+[--repair-window N]`` maps to it;
 ``--threshold PCT`` sets both ``outlier_pct`` and ``regression_pct`` (their defaults differ:
 15 and 10); ``--json PATH`` writes flags.json's document there too ('-': on stdout, and the
 printed report on stderr).
@@ -45,7 +46,9 @@ directory), files:
                      has several head labels); ``;``-separated, header row, ``-`` = missing.
 - ``flags.json``     machine-readable: quarantine (kind ``quarantine``), outliers,
                      regressions, drift (up to 100 items per host), health, history (per
-                     host: counts, streak, flapping, timeline), problems, thresholds.
+                     host: counts, streak, flapping, timeline), repairs (per remediated
+                     node: by action and outcome, time to repair, did not hold), problems,
+                     thresholds.
 - ``drift.csv``      every stack item that differs from the host's GPU group, row per host and
                      item (``;``-separated, header row); the printed report and report.html
                      give a host with more than 5 one line.
@@ -75,6 +78,8 @@ Definitions:
   spelt the same.
 - History: every run folder of a host, oldest first; verdicts, streak, flapping, quarantine
   and stack changes are defined in ``history``.
+- Repairs: each node's remediation records (``<run>/remediation.json``), time to repair and
+  the repairs that did not hold within ``repair_window`` runs, defined in ``repairs``.
 - Columns are matched between runs by head label; two runs with one column each are compared
   whatever their labels are (a label may carry a version string).
 
@@ -83,6 +88,7 @@ Modules, imports pointing down only (``collect`` <- ``analyse`` <- the outputs):
 - ``collect``  reads the log folders into runs and problems.
 - ``drift``    each host's stack manifest against its GPU group's.
 - ``history``  each host's runs over time: verdicts, streak, flapping, quarantine, stack changes.
+- ``repairs``  each node's remediations: counts, time to repair, repairs that did not hold.
 - ``analyse``  merges and compares them into one ``Report`` (``build_report``).
 - ``text``     the printed report (terminal and report.txt), through ``remote.output.term``.
 - ``export``   merged.csv and flags.json.
@@ -106,6 +112,7 @@ from .analyse import BadInput, Report, build_report
 from .collect import parse_bench_log
 from .exports import EXPORTS
 from .history import QUARANTINE
+from .repairs import REPAIR_WINDOW
 from .text import TERMINAL_TABLE_PARTS, paint, render
 
 TEXT_WIDTH = 120  # report.txt's width: a wide terminal's, so its tables need few parts
@@ -124,13 +131,15 @@ def run_report(
     prometheus_path: Path | None = None,
     quarantine: tuple[int, int] = QUARANTINE,
     json_path: str | None = None,
+    repair_window: int = REPAIR_WINDOW,
 ) -> int:
     """Build, print and write the report; return the exit status (see module docstring)."""
     terminal = terminal or Terminal(sys.stderr if json_path == "-" else None)
     try:
         if outlier_pct < 0 or regression_pct < 0:
             raise BadInput("--threshold must be a percentage >= 0")
-        report = build_report(Path(logs_dir), baseline, outlier_pct, regression_pct, quarantine)
+        report = build_report(Path(logs_dir), baseline, outlier_pct, regression_pct, quarantine,
+                              repair_window)
     except BadInput as exc:
         print(f"report: {exc}", file=sys.stderr)
         return EXIT_INPUT
@@ -142,7 +151,7 @@ def run_report(
         from .prometheus import write_prometheus  # prometheus_client only when asked
 
         try:
-            write_prometheus(prometheus_path, report.runs, report.history)
+            write_prometheus(prometheus_path, report.runs, report.history, report.repairs)
         except OSError as exc:
             print(f"report: cannot write {prometheus_path}: {exc.strerror or exc}",
                   file=sys.stderr)

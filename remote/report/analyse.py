@@ -21,6 +21,7 @@ from ..ground.runfolder import (
     FABRIC_RUN,
     NOT_STARTED_RUN,
     PROVISIONED_RUN,
+    REMEDIATION_RECORD,
     run_without_results,
 )
 from .collect import NO_RESULTS, Problem, Results, Run, check, collect, fmt_ms, get, num, read_attempt
@@ -28,6 +29,7 @@ from .distjobs import DistJob, find_jobs
 from .drift import Drift, find_drift
 from .fabric import Fabric, find_fabric
 from .history import QUARANTINE, HostHistory, find_history
+from .repairs import REPAIR_WINDOW, Repairs, find_repairs
 
 UNKNOWN_GPU = "unknown GPU"
 MAX_REGRESSION_LINES = 5  # more regressions than this on one host: one line for the host
@@ -194,6 +196,7 @@ class Report:
     fabric: Fabric = field(default_factory=Fabric)  # the newest `gpuprov fabric` run
     distributed: list[DistJob] = field(default_factory=list)  # validate --distributed's jobs
     now: float = field(default_factory=time.time)  # when it was made: each host's age is to it
+    repairs: Repairs = field(default_factory=Repairs)  # each node's remediations (repairs.py)
 
     @property
     def quarantined(self) -> list[HostHistory]:
@@ -495,6 +498,9 @@ def _set_apart(problems: list[Problem]) -> tuple[dict[str, list[Problem]], list[
         kind = run_without_results(Path(p.path)) if p.message == NO_RESULTS else None
         if kind == ATTEMPTED_RUN and not _counts(Path(p.path)):
             kind = STOPPED_RUN
+        if kind in (None, PROVISIONED_RUN) and p.message == NO_RESULTS and \
+                (Path(p.path) / REMEDIATION_RECORD).exists():
+            kind = REMEDIATION_RUN
         if kind is not None:
             apart.setdefault(kind, []).append(p)
     counted = {id(p) for kept in apart.values() for p in kept}
@@ -505,6 +511,9 @@ def _set_apart(problems: list[Problem]) -> tuple[dict[str, list[Problem]], list[
 # says does not count (collect.Attempt.counts): a sweep's node preempted by real work, Ctrl-C,
 # a node whose task its scheduler never started. Not a failure (history.py): its own note.
 STOPPED_RUN = "stopped"
+# A remediation run that did not validate the node again (the breaker held it back, an RMA,
+# stopped before it): its record is under Repairs (repairs.py), the folder no bad log.
+REMEDIATION_RUN = "remediation"
 
 
 def _counts(folder: Path) -> bool:
@@ -524,6 +533,9 @@ APART_NOTES: tuple[tuple[str, Callable[[int, str, str], str]], ...] = (
     (STOPPED_RUN, lambda n, hosts, fabric_run: (
         f"{n} run(s) whose validation was started and stopped before a verdict of the host's "
         f"(preempted by real work in a sweep, interrupted): no verdict, no failure ({hosts})")),
+    (REMEDIATION_RUN, lambda n, hosts, fabric_run: (
+        f"{n} remediation run(s) without a validation (waiting for the breaker, an RMA, "
+        f"stopped before it): under Repairs ({hosts})")),
     (PROVISIONED_RUN, lambda n, hosts, fabric_run: (
         f"{n} run(s) without validation results (provisioning only, e.g. --no-validate): "
         "nothing to compare")),
@@ -571,6 +583,7 @@ def build_report(
     outlier_pct: float = 15.0,
     regression_pct: float = 10.0,
     quarantine: tuple[int, int] = QUARANTINE,
+    repair_window: int = REPAIR_WINDOW,
 ) -> Report:
     """Read, merge and compare; no output. Raises BadInput for a missing logs folder or
     a baseline that names nothing."""
@@ -587,6 +600,8 @@ def build_report(
     history, history_problems = find_history(logs_dir, runs, hosts, quarantine)
     known = {str(p) for p in problems}  # drift reported the newest bad manifests already
     problems += [p for p in history_problems if str(p) not in known]
+    repairs, repair_problems = find_repairs(logs_dir, history, repair_window)
+    problems += repair_problems
     comparisons = find_regressions(runs, regression_pct, baseline)
     fabric, fabric_problems = find_fabric(logs_dir, hosts)
     problems += fabric_problems
@@ -602,5 +617,5 @@ def build_report(
         fleet=fleet, comparisons=comparisons, notes=notes,
         health=with_no_verdicts(health_summary(runs), history),
         drift=drift, history=history, quarantine=quarantine, fabric=fabric,
-        distributed=distributed,
+        distributed=distributed, repairs=repairs,
     )

@@ -1,7 +1,7 @@
 """The machine-readable outputs: ``merged.csv`` (row per model, column per host/run),
 ``drift.csv`` (every stack item flagged, row per host and item) and ``flags.json`` (what was
 flagged, and everything it was decided from; of each host's drift, the first
-`DRIFT_DETAIL` items; each host's history, and the hosts to quarantine).
+`DRIFT_DETAIL` items; each host's history, and the hosts to quarantine; each node's repairs).
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from .analyse import ModelRatio, Report, Table
 from .collect import MISSING
 from .drift import DRIFT_CSV, Drift
 from .history import FLAP_CHANGES, FLAP_WINDOW, HostHistory
+from .repairs import NodeRepairs, Repairs
 
 # Drift items per host in flags.json: every item of an ordinary drift (a torch upgrade by hand
 # changes a few dozen wheels) and a bound on a host whose whole stack differs (5,000 packages
@@ -95,6 +96,35 @@ def history_json(history: HostHistory, now: float | None = None) -> dict[str, An
                           "no_verdict": m.no_verdict or None} for m in history.timeline]}
 
 
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def node_repairs_json(node: NodeRepairs) -> dict[str, Any]:
+    """One node's repairs: counts by action and outcome, time to repair, the last one, those
+    that did not hold, and every record in short (oldest first)."""
+    return {"host": node.node, "repairs": len(node.repairs), "by_action": node.by_action(),
+            "outcomes": node.outcomes(),
+            "time_to_repair_s": {"median": _seconds(node.median_s),
+                                 "latest": _seconds(node.latest_s)},
+            "did_not_hold": [{"run": d.repair.run_id, "action": d.repair.trigger.action,
+                              "failed_run": d.failed_run, "runs_after": d.after}
+                             for d in node.did_not_hold],
+            "records": [{"run": r.run_id, "trigger_run": r.trigger.run_id,
+                         "action": r.trigger.action, "finding": r.trigger.finding,
+                         "outcome": r.outcome, "reason": r.reason, "started": _utc(r.started_at),
+                         "duration_s": _seconds(r.duration_s),
+                         "steps": [s.action for s in r.steps]} for r in node.repairs]}
+
+
+def repairs_json(repairs: Repairs) -> dict[str, Any]:
+    """flags.json's `repairs`: the fleet's figures, then each remediated node's."""
+    return {"nodes_remediated": len(repairs.nodes), "nodes_repaired": len(repairs.repaired_nodes),
+            "repairs": repairs.count, "median_time_to_repair_s": _seconds(repairs.median_s),
+            "coming_back": [n.node for n in repairs.coming_back],
+            "nodes": [node_repairs_json(n) for n in repairs.nodes]}
+
+
 def _utc(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
@@ -112,7 +142,8 @@ def _rules_json(report: Report) -> dict[str, Any]:
                        "regression_pct": report.regression_pct},
         "history_rules": {"quarantine": {"failed": report.quarantine[0],
                                          "of_last_runs": report.quarantine[1]},
-                          "flapping": {"changes": FLAP_CHANGES, "of_last_runs": FLAP_WINDOW}},
+                          "flapping": {"changes": FLAP_CHANGES, "of_last_runs": FLAP_WINDOW},
+                          "repair_held": {"of_next_runs": report.repairs.window}},
         "baseline": report.baseline,
     }
 
@@ -180,6 +211,7 @@ def flags_json(report: Report) -> dict[str, Any]:
         "problems": [asdict(p) for p in report.problems],
         "notes": report.notes,
         "history": [history_json(h, report.now) for h in report.history],
+        "repairs": repairs_json(report.repairs),
         "runs": [{"host": r.host, "run": r.run_id, "source": r.source,
                   "gpu": r.gpu_name} for r in report.runs],
     }

@@ -15,10 +15,12 @@ from typing import Any
 
 from jinja2 import Environment, Undefined
 
+from ..ground.repairs import LEFT_OUT, OUTCOMES
 from ..output.term import escaped
 from .analyse import Report, SpecFigure, has_label
 from .collect import MISSING, fmt_ms, problems_shown
 from .history import FLAP_CHANGES, FLAP_WINDOW
+from .repairs import format_duration, hold_line, shown
 
 TIMELINE_CELLS = 200  # a host's latest runs drawn; the earlier ones counted
 
@@ -97,6 +99,20 @@ that gave no verdict (timed out, crashed, archive refused: counted as failed), g
 (no readable results.json, no validation started); a blue left edge: the host's stack changed since its previous manifest.
 Flapping: at least {{ flap[0] }} changes between pass and fail in its last {{ flap[1] }} runs;
 quarantine: failed {{ r.quarantine[0] }} of its last {{ r.quarantine[1] }} runs.</p>{% endif %}
+
+{% if r.repairs.nodes %}{% set rp = r.repairs %}<h2 id="repairs">Repairs</h2>
+<p>{{ rp.nodes|length }} node{{ '' if rp.nodes|length == 1 else 's' }} remediated, {{ rp.repaired_nodes|length }} repaired, {{ rp.count }} repair{{ '' if rp.count == 1 else 's' }}; median time to repair {{ duration(rp.median_s) }}; repair did not hold on {{ rp.coming_back|length }} node{{ '' if rp.coming_back|length == 1 else 's' }}.</p>
+<div class="scroll"><table class="repairs"><thead><tr><th>node</th><th>repairs</th><th>by action</th>{% for o in outcomes %}<th>{{ o }}</th>{% endfor %}
+<th>time to repair<br>median / latest</th><th>did not hold</th><th>last</th></tr></thead><tbody>
+{% for n in rp.nodes %}{% set counts = n.outcomes() %}<tr><td class="nowrap">{{ n.node }}</td><td class="num">{{ n.repairs|length }}</td>
+<td class="small">{% for a, k in n.by_action().items() %}{{ a }} {{ k }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td>
+{% for o in outcomes %}<td class="num{{ ' bad' if counts[o] and o == left_out else '' }}">{{ counts[o] }}</td>{% endfor %}
+<td class="nowrap">{{ duration(n.median_s) }} / {{ duration(n.latest_s) }}</td>
+<td class="num{{ ' bad' if n.did_not_hold else '' }}">{{ n.did_not_hold|length }}</td>
+<td class="small">{{ n.last.run_id }}: {{ n.last.trigger.action }}, {{ n.last.outcome }}{% if n.last.outcome == left_out and n.last.reason %}<div class="fail">{{ short(n.last.reason) }}</div>{% endif %}
+{% if n.did_not_hold %}<div class="fail">{{ hold(n, rp.window) }}</div>{% endif %}</td></tr>
+{% endfor %}</tbody></table></div>
+<p class="small">Each node's remediation records (gpuprov remediate), by the action its verdict named and by outcome; time to repair: from the start to the end of the repaired ones; did not hold: a repair followed by a failed run within the node's next {{ rp.window }} runs with a verdict.</p>{% endif %}
 
 <h2 id="table">Batch-1 latency, ms</h2>
 {% if t.columns %}<div class="scroll"><table class="merged"><thead><tr><th>model</th>
@@ -190,6 +206,8 @@ def write_html(report: Report, path: Path, images: dict[str, Path],
         flap=(FLAP_CHANGES, FLAP_WINDOW), ms=fmt_ms, spec=_spec, labelled=has_label,
         images=[(name, None if name in empty else data_uri(p), empty.get(name))
                 for name, p in images.items()],
+        outcomes=OUTCOMES, left_out=LEFT_OUT, hold=hold_line, short=shown,
+        duration=lambda s: MISSING if s is None else format_duration(s),
     )
     Path(path).write_text(html, encoding="utf-8")
     return Path(path)

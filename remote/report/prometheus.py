@@ -3,7 +3,9 @@ Prometheus text format that node_exporter's textfile collector reads
 (https://github.com/prometheus/node_exporter#textfile-collector): point PATH at a `*.prom`
 file in its `--collector.textfile.directory`. Each host with a history also gets
 `gpuprov_host_quarantined` (1 when it failed K of its last N runs; `history`) and its run
-and failure counts, so an alert can take it out of service. Written by the one Prometheus writer
+and failure counts, so an alert can take it out of service; each node with a remediation record
+its repairs by action and outcome, its time to repair and its repairs that did not hold
+(`repairs`; none of these for a node never remediated). Written by the one Prometheus writer
 (remote/output/prometheus.py: a temporary file renamed, so the collector never reads half a
 file). Metric names follow https://prometheus.io/docs/practices/naming/
 (base units: seconds). What a log says is untrusted: label values are whatever the text is
@@ -19,6 +21,7 @@ from ..output.prometheus import Metric, write_metrics
 from .collect import Run, num
 from .history import HostHistory
 from .prometheus_host import HostMetrics
+from .repairs import Repairs
 
 STATUSES = ("pass", "fail", "skip")  # validate/core.py: PASS, FAIL, SKIP
 
@@ -62,6 +65,31 @@ def _history_metrics(history: list[HostHistory]) -> list[Metric]:
         run_count.set((record.host,), record.runs)
         failure_count.set((record.host,), len(record.failures))
     return [quarantined, run_count, failure_count]
+
+
+def _repair_metrics(repairs: Repairs) -> list[Metric]:
+    """Each remediated node's repairs by action and outcome, its time to repair (median and
+    latest of the repaired ones) and its repairs that did not hold; nothing without a record."""
+    if not repairs.nodes:
+        return []
+    count = Metric("gpuprov_host_repairs", "the node's remediations (gpuprov remediate) under "
+                   "logs/, by the action its verdict named and by outcome", ("host", "action", "outcome"))
+    median = Metric("gpuprov_host_repair_duration_median_seconds", "median time to repair of the "
+                    "node's repaired remediations, from start to end", ("host",))
+    latest = Metric("gpuprov_host_repair_duration_latest_seconds", "time to repair of the node's "
+                    "latest repaired remediation, from start to end", ("host",))
+    held = Metric("gpuprov_host_repairs_not_held", "the node's repairs followed by a failed run "
+                  f"within its next N runs (gpuprov report --repair-window N, now {repairs.window})",
+                  ("host",))
+    for node in repairs.nodes:
+        for r in node.repairs:
+            key = (node.node, r.trigger.action, r.outcome)
+            count.set(key, count.samples.get(key, 0) + 1)
+        if node.median_s is not None and node.latest_s is not None:
+            median.set((node.node,), node.median_s)
+            latest.set((node.node,), node.latest_s)
+        held.set((node.node,), len(node.did_not_hold))
+    return [count, median, latest, held]
 
 
 class _Latest:
@@ -121,8 +149,9 @@ class _Latest:
                 self.latency.set((host, model), value / 1000.0)
 
 
-def metrics_for(runs: list[Run], history: Iterable[HostHistory] = ()) -> list[Metric]:
-    """The metrics of `runs` (collect's runs) and of each host's `history`."""
+def metrics_for(runs: list[Run], history: Iterable[HostHistory] = (),
+                repairs: Repairs | None = None) -> list[Metric]:
+    """The metrics of `runs` (collect's runs), of each host's `history` and `repairs`."""
     history = list(history)
     latest = _Latest()
     latest_results = _latest(runs, "results")
@@ -136,10 +165,11 @@ def metrics_for(runs: list[Run], history: Iterable[HostHistory] = ()) -> list[Me
             latest.check(host, check)
     for host, run in _latest(runs, "latency").items():
         latest.latencies(host, run)
-    return _history_metrics(history) + latest.metrics()
+    return _history_metrics(history) + _repair_metrics(repairs or Repairs()) + latest.metrics()
 
 
-def write_prometheus(path: Path, runs: list[Run], history: Iterable[HostHistory] = ()) -> None:
-    """Write the metrics of `runs` and `history` to `path`, by the one Prometheus writer
-    (remote/output/prometheus.py: atomically, by prometheus_client)."""
-    write_metrics(path, metrics_for(runs, history))
+def write_prometheus(path: Path, runs: list[Run], history: Iterable[HostHistory] = (),
+                     repairs: Repairs | None = None) -> None:
+    """Write the metrics of `runs`, `history` and `repairs` to `path`, by the one Prometheus
+    writer (remote/output/prometheus.py: atomically, by prometheus_client)."""
+    write_metrics(path, metrics_for(runs, history, repairs))

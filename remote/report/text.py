@@ -11,12 +11,14 @@ from typing import List, Tuple
 
 from validate.shared import NOTHING_COUNTED
 
+from ..ground.repairs import LEFT_OUT
 from ..output.term import cells, printable_line
 from ..output.term import paint as paint_text
 from .analyse import SPEC_KEYS, CheckRow, Column, HostHealth, Report, SpecFigure, has_label
 from .collect import MISSING, fmt_ms, problems_shown
 from .containers import STACK, ContainerRow, container_rows
 from .history import FAIL, PASS, HostHistory, Mark, format_age
+from .repairs import Repairs, hold_line, shown
 
 Segment = Tuple[str, str]  # (text, style); style "" or a style of remote.output.term
 Line = List[Segment]
@@ -85,6 +87,10 @@ def _sections(report: Report) -> list[Line]:
     if report.history:
         lines += [[], [("History (every run per host; hosts with failures in detail)", "")]]
         lines += _history_table(report.history, report.now)
+    if report.repairs.nodes:
+        lines += [[], [(f"Repairs (gpuprov remediate, per node; did not hold: a failed run within "
+                        f"its next {report.repairs.window} runs)", "")]]
+        lines += repairs_table(report.repairs)
     if report.health:
         lines += [[], [("Health (latest results.json per host)", "")]] + _health_table(report)
     containers = container_rows(report.runs)
@@ -266,6 +272,40 @@ def _history_table(history: list[HostHistory], now: float) -> list[Line]:
             lines.append([(f"    {h.no_verdict_line()}", "red")])
         lines += [[(f"    stack changed in {m.run_id}: {m.stack_change}", "dim")]
                   for m in shown if m.stack_change]
+    return lines
+
+
+def _duration(seconds: float | None) -> str:
+    return MISSING if seconds is None else format_age(seconds)
+
+
+def repairs_table(repairs: Repairs) -> list[Line]:
+    """The fleet's line, a row per remediated node, then each repair that did not hold and
+    each node left out, with why."""
+    median = repairs.median_s
+    lines: list[Line] = [[(
+        f"{_plural(len(repairs.nodes), 'node')} remediated, {len(repairs.repaired_nodes)} "
+        f"repaired, {_plural(repairs.count, 'repair')}; median time to repair "
+        f"{_duration(median)}; repair did not hold on {_plural(len(repairs.coming_back), 'node')}",
+        "")]]
+    rows: list[list[Line]] = []
+    for n in repairs.nodes:
+        counts = n.outcomes()
+        rows.append([[(n.node, "")], [(str(len(n.repairs)), "")]]
+                    + [[(str(k), "bold red" if k and o == LEFT_OUT else "")] for o, k in counts.items()]
+                    + [[(f"{_duration(n.median_s)} / {_duration(n.latest_s)}", "")],
+                       [(str(len(n.did_not_hold)), "bold red" if n.did_not_hold else "")],
+                       [(f"{n.last.run_id} {n.last.outcome}", "")],
+                       [(", ".join(f"{a} {k}" for a, k in n.by_action().items()), "")]])
+    lines += plain_table(["node", "repairs", "repaired", "left out", "waiting", "stopped",
+                          "time to repair\nmedian / latest", "did not\nhold", "last", "by action"],
+                         rows, right={1, 2, 3, 4, 5, 7})
+    for n in repairs.nodes:
+        if n.did_not_hold:
+            lines.append([(f"  {hold_line(n, repairs.window)}", "red")])
+        if n.last.outcome == LEFT_OUT:
+            lines.append([(f"  {n.node}: LEFT OUT in {n.last.run_id} ({n.last.trigger.action})"
+                           + (f": {shown(n.last.reason)}" if n.last.reason else ""), "yellow")])
     return lines
 
 
