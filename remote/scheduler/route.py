@@ -145,19 +145,25 @@ class _ClusterRun:
         for node in plan.validate:
             self.records[node.name] = NodeRecord(node, resumed=node in plan.resume)
         attempts: dict[str, Attempt] = {}
+        pool = ThreadPoolExecutor(max_workers=ATTEMPT_THREADS, thread_name_prefix="attempt")
         try:
             if self.job.drain_failed or self.job.resume_passed:
                 self.cluster.resume(plan.resume, plan.validate)
                 for node in plan.resume:
                     session.reporter.running(node.name, f"taken back for validation (was "
                                                         f"drained: {node.reason})")
-            # the control side's record that each node's validation was started, before the
-            # job is: a node that hangs or crashes then fails in its history (issue 41); a few
-            # threads, as the file system's latency is most of it (1,000 nodes, 1,000 files)
-            with ThreadPoolExecutor(max_workers=ATTEMPT_THREADS, thread_name_prefix="attempt") as pool:
-                attempts = dict(zip(self.records, pool.map(
-                    lambda name: Attempt(self.context.node_folder(name)), self.records)))
-            self.cluster.validate(self.records)
+            # the control side's record that each node's validation was started: a node that
+            # hangs or crashes then fails in its history (issue 41). Written by a few threads
+            # while the scheduler grants the job and starts its tasks, not before it: about
+            # 1 ms a file, 0.14 s for 128 nodes ahead of the job on this machine, where
+            # Slurm's grant and launch take longer (bench.slurm_overhead). Every record is
+            # written before any node's end is (`end_attempts` waits for them).
+            started = {name: pool.submit(Attempt, self.context.node_folder(name))
+                       for name in self.records}
+            try:
+                self.cluster.validate(self.records)
+            finally:
+                attempts = {name: future.result() for name, future in started.items()}
         except RouteFailed as exc:
             self.failure = str(exc)
         except Interrupted:
@@ -167,6 +173,7 @@ class _ClusterRun:
             raise
         finally:
             try:
+                pool.shutdown()
                 self.end_attempts(attempts)
                 self.gate_after()
             finally:
