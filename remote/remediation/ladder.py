@@ -18,6 +18,8 @@ from typing import Optional
 
 from validate.actions import DRAIN_RMA, REBOOT_NODE, RESET_GPU
 
+from ..kinds.reboot import DEFAULT_TIMEOUT_S as REBOOT_DEFAULT_S
+
 
 @dataclass(frozen=True)
 class Rung:
@@ -30,12 +32,11 @@ class Rung:
 
 
 # `nvidia-smi -r` returns once the reset is done or refused (it takes seconds on an idle GPU);
-# 120 s is chosen, a bound for a driver that hangs. 900 s: the reboot kind's own default
-# (remote/kinds/reboot.py, `timeout` 900), longer than Ansible's reboot module's 600 s
-# (docs.ansible.com ansible.builtin.reboot, reboot_timeout) since GPU nodes POST slowly.
+# 120 s is chosen, a bound for a driver that hangs. A reboot: the reboot kind's own default
+# (remote/kinds/reboot.py DEFAULT_TIMEOUT_S, its one owner).
 LADDER: dict[str, Rung] = {rung.action: rung for rung in (
     Rung(RESET_GPU, "reset_gpu", False, REBOOT_NODE, 120.0, "chosen"),
-    Rung(REBOOT_NODE, "reboot", True, DRAIN_RMA, 900.0, "the reboot kind's default"),
+    Rung(REBOOT_NODE, "reboot", True, DRAIN_RMA, float(REBOOT_DEFAULT_S), "the reboot kind's default"),
     Rung(DRAIN_RMA, "", True, None, 0.0, "nothing waited for"),
 )}
 REBOOT_TIMEOUT_S = LADDER[REBOOT_NODE].timeout_s

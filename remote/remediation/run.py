@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Callable, Optional, Protocol, Sequence
 
 from validate.actions import DRAIN_RMA, REBOOT_NODE, RESET_GPU
-from validate.shared import DRAIN_PREFIX
-from validate.shared import DRAIN_REASON_MAX as REASON_MAX
 
 from ..engine.run import RunInterrupted
 from ..ground.exitcodes import EXIT_INTERRUPTED, EXIT_OK, EXIT_VALIDATION_FAILED
@@ -40,10 +38,10 @@ from ..ground.repairs import (
     Trigger,
 )
 from ..ground.runfolder import run_dir
-from ..output.term import printable_line
 from .breaker import MaxOut, wave
 from .ladder import LADDER, rung
 from .plan import Planned
+from .reasons import one_line, reason
 from .target import Outcome, Revalidation, Sick, Target, missing
 
 TAKE_OUT = "take out of service"
@@ -79,16 +77,6 @@ class Settings:
     logs_dir: Path
     max_out: MaxOut
     reboot_timeout_s: float
-
-
-def one_line(text: str) -> str:
-    return " ".join(printable_line(text).split())
-
-
-def reason(run_id: str, text: str) -> str:
-    """`gpuprov <run>: remediate: <text>`, one printable line, cut as a drain reason is."""
-    whole = one_line(f"{DRAIN_PREFIX}{run_id}: remediate: {text}")
-    return whole if len(whole) <= REASON_MAX else whole[:REASON_MAX - 3] + "..."
 
 
 def escalation(action: str, finding: str) -> str:

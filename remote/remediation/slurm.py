@@ -34,17 +34,13 @@ What each step is on Slurm:
 """
 from __future__ import annotations
 
-import json
-import re
 from typing import Any
-
-from validate.shared import DRAIN_PREFIX
 
 from ..config.inventory import Host
 from ..engine.jobs.validate import Attempt, Validate
 from ..engine.session import HostSession
 from ..ground.errors import CommandTimeout, HostError, InputError
-from ..ground.runid import RUN_ID_TEXT
+from ..report.collect import read_results
 from ..scheduler.base import NodeRecord, RouteFailed, RunContext, natural_order
 from ..scheduler.slurm import gate, reboot
 from ..scheduler.slurm.cluster import GATE_TIMEOUT_S, SlurmCluster
@@ -52,18 +48,17 @@ from ..scheduler.slurm.hostlist import last_line
 from ..scheduler.slurm.job import with_conf
 from ..scheduler.slurm.nodes import GPUPROV_REASON, NODE_NAME, Node
 from ..scheduler.slurm.settings import SlurmSettings
+from .plan import action_of, finding_of
+from .reasons import OURS, reason
 from .routes import RouteContext
 from .target import Outcome, OutNow, Revalidation, missing
 
 # The word after `gpuprov <run>: ` that marks a drain as a remediation's, counted by the
 # breaker (a node left out too, as over SSH: docs/how-to/remediation.md), the shape the loop's
 # reasons have (remediation/run.py).
-REMEDIATE = "remediate"
-REMEDIATION_REASON = re.compile(rf"{re.escape(DRAIN_PREFIX)}{RUN_ID_TEXT}: {REMEDIATE}: ")
 PASSED = "passed its validation again, to be resumed"
 # Slurm's own reason for a node it set down (gate._SLURMS_OWN_GLOB): no one's note
 SLURMS_OWN = "Not responding"
-RESULTS_MAX_BYTES = gate.RESULTS_MAX_BYTES
 EVIDENCE_NOT_GATHERED = ("evidence not gathered through Slurm: nvidia-bug-report.sh needs root "
                          "and a job step runs as the user who submits it; select the node's SSH "
                          "host (gpuprov evidence) to gather it")
@@ -74,13 +69,6 @@ RESET_REFUSED = ("a GPU reset needs root on the node (nvidia-smi -r), which a Sl
 RESERVED_SCRIPT = ("scontrol show reservation -o 2>/dev/null | "
                    "sed -n 's/^ReservationName=gpuprov-[^ ]* .* Nodes=\\([^ ]*\\) .*/\\1/p' | "
                    'while read -r n; do scontrol show hostnames "$n"; done')
-
-
-def remediation_reason(run_id: str, text: str) -> str:
-    """`gpuprov <run>: remediate: <text>`, one printable line, cut as every reason gpuprov
-    writes (gate.drain_reason); a `gpuprov <run>: (remediate: )` already in `text` goes."""
-    match = re.match(rf"{re.escape(DRAIN_PREFIX)}{RUN_ID_TEXT}: (?:{REMEDIATE}: )?", text)
-    return gate.drain_reason(run_id, None, f"{REMEDIATE}: {text[match.end():] if match else text}")
 
 
 class _Context(RunContext):
@@ -153,7 +141,7 @@ class SlurmTarget:
     def out_now(self) -> OutNow:
         nodes = self._nodes()
         out = {name for name, node in nodes.items()
-               if node.drained_by_gpuprov and REMEDIATION_REASON.match(node.reason)}
+               if node.drained_by_gpuprov and OURS.match(node.reason)}
         rc, held, _ = self._run(RESERVED_SCRIPT)
         out |= {name for name in held.split() if name in nodes} if rc == 0 else set()
         return OutNow(frozenset(out), len(nodes))
@@ -172,7 +160,7 @@ class SlurmTarget:
 
     # ------------------------------------------------------------------ the steps
     def take_out(self, reasons: dict[str, str]) -> dict[str, Outcome]:
-        return missing(self._each({n: gate.drain_command(n, remediation_reason(self.run_id, r))
+        return missing(self._each({n: gate.drain_command(n, reason(self.run_id, r))
                                    for n, r in reasons.items()}), list(reasons))
 
     def evidence(self, nodes: list[str]) -> dict[str, Outcome]:
@@ -187,7 +175,7 @@ class SlurmTarget:
         rebooted (reboot.wait_back), at most `timeout_s`."""
         before = reboot.boot_times(self._listing())
         asked = self._each({n: reboot.reboot_command(
-            [n], remediation_reason(self.run_id, reasons.get(n, "reboot the node")))
+            [n], reason(self.run_id, reasons.get(n, "reboot the node")))
             for n in nodes})
         started = [n for n in nodes if asked[n].ok]
         for node in started:
@@ -272,7 +260,7 @@ class SlurmTarget:
     def _drain_after(self, records: dict[str, NodeRecord], run_id: str) -> None:
         """Every re-validated node drained again before its reservation goes: with its
         finding, or PASSED (`put_back` resumes it)."""
-        reasons = {name: remediation_reason(run_id, PASSED if rec.ok else
+        reasons = {name: reason(run_id, PASSED if rec.ok else
                                             _finding(rec)[0] or rec.verdict)
                    for name, rec in records.items()}
         done = self._each({n: gate.drain_command(n, r) for n, r in reasons.items()})
@@ -286,7 +274,7 @@ class SlurmTarget:
         return missing(self._each({n: gate.resume_ours_command(n) for n in nodes}), nodes)
 
     def leave_out(self, reasons: dict[str, str]) -> dict[str, Outcome]:
-        return missing(self._each({n: gate.drain_command(n, remediation_reason(self.run_id, r))
+        return missing(self._each({n: gate.drain_command(n, reason(self.run_id, r))
                                    for n, r in reasons.items()}), list(reasons))
 
     def _release(self, cluster: SlurmCluster) -> None:
@@ -307,38 +295,21 @@ class SlurmTarget:
 
 
 def _finding(record: NodeRecord) -> tuple[str, str]:
-    """(`check: finding`, action) of a node's results.json: its first failing required check
-    and that check's action (validate/output.py CHECK_FIELDS); ('', '') when none can be read
-    (the file is the node's: untrusted, read within RESULTS_MAX_BYTES)."""
+    """(`check: finding`, action) of a node's results.json, as the SSH route reads its own
+    (plan.finding_of, plan.action_of, through the report's capped reader of untrusted
+    results); ('', '') when none can be read."""
     path = record.results
-    try:
-        if path is None or path.stat().st_size > RESULTS_MAX_BYTES:
-            return "", ""
-        checks = json.loads(path.read_text()).get("checks")
-    except (OSError, ValueError, AttributeError, RecursionError):
+    results, _ = read_results(path, str(path)) if path is not None and path.is_file() else (None, [])
+    if results is None:
         return "", ""
-    for check in checks if isinstance(checks, list) else []:
-        if isinstance(check, dict) and check.get("required") and check.get("status") == "fail" \
-                and isinstance(check.get("name"), str):
-            action = check.get("action")
-            return (f"{check['name']}: {_what(check)}", action if isinstance(action, str) else "")
-    return "", ""
-
-
-def _what(check: dict[str, Any]) -> str:
-    for finding in check.get("findings") or []:
-        if isinstance(finding, dict) and finding.get("fails") and isinstance(finding.get("what"), str):
-            what: str = finding["what"]
-            return what
-    reason = check.get("reason")
-    return reason if isinstance(reason, str) and reason else "failed"
+    return finding_of(results), action_of(results) or ""
 
 
 def _revalidation(record: NodeRecord, run_id: str) -> Revalidation:
     if record.ok:
         return Revalidation(True, run_id)
     finding, action = _finding(record)
-    return Revalidation(False, run_id, " ".join((finding or record.verdict).split()), action)
+    return Revalidation(False, run_id, finding or " ".join(record.verdict.split()), action)
 
 
 def open_target(session: HostSession, settings: Any, validate: Validate) -> SlurmTarget:
@@ -378,4 +349,4 @@ def route(context: RouteContext, hosts: list[Host]) -> tuple[SlurmTarget, list[s
     return target, nodes
 
 
-__all__ = ["SlurmTarget", "open_target", "remediation_reason", "route"]
+__all__ = ["SlurmTarget", "open_target", "route"]

@@ -19,13 +19,10 @@ over the nodes it is given (their sessions open in parallel, as `gpuprov validat
 from __future__ import annotations
 
 import dataclasses
-import re
 import shlex
 import threading
 from pathlib import Path
 from typing import Callable, Optional
-
-from validate.shared import DRAIN_PREFIX
 
 from ..config.inventory import Host
 from ..engine.jobs.logs import QUARANTINE_MARK, remote_root
@@ -36,17 +33,16 @@ from ..engine.results import Outcome as Verdict
 from ..engine.run import Run
 from ..engine.session import HostSession
 from ..ground.runfolder import RESULTS, run_dir
-from ..ground.runid import RUN_ID_TEXT
 from ..output.term import printable_line
 from ..report.collect import Run as LoggedRun
 from ..report.collect import read_results
 from ..report.history import PASS, verdict
 from .gpureset import COMPUTE_APPS, NO_SMI, RESET_TIMEOUT_S, FactError, parse_compute_apps, plan_reset
 from .plan import action_of, finding_of
+from .reasons import OURS
 from .routes import RouteContext
 from .target import Outcome, OutNow, Revalidation
 
-OURS = re.compile(rf"{re.escape(DRAIN_PREFIX)}{RUN_ID_TEXT}: remediate: ")
 MARK_TIMEOUT_S = 60.0  # a mark's read or write (chosen)
 OUTCOME = "remediate"
 
