@@ -118,3 +118,22 @@ def test_the_reason_is_one_a_slurm_run_knows_as_gpuprovs():
     assert left.startswith(f"gpuprov {run}: remediate: reboot the node did not help: host_mounts:")
     assert len(left) == 200 and left.endswith("...")
     assert GPUPROV_REASON.match(out) and GPUPROV_REASON.match(left)
+
+
+def test_a_clusters_login_node_out_of_reach_is_one_line_and_exit_4(tmp_path):
+    """The Slurm route cannot start when its login node cannot be reached: the command says so
+    on that host's line and exits 4 (unreachable), as every command does; before, the error
+    left the command as exit 2, "bad input", though the input was fine. A port nothing
+    listens on (127.0.0.1, a port bound and closed here) is the unreachable host."""
+    import socket
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(f"hosts:\n  hpc1:\n    address: 127.0.0.1\n    port: {port}\n"
+                         "    slurm: {partition: debug}\n")
+    res = invoke("remediate", "--host", "hpc1", "--inventory", str(inventory), cwd=tmp_path)
+    assert res.rc == 4, res.out + res.err
+    assert "Traceback" not in res.out + res.err
+    lines = [line for line in (res.out + res.err).splitlines() if "hpc1" in line]
+    assert any("UNREACHABLE" in line.upper() for line in lines), res.out + res.err

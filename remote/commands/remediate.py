@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Optional, Union
 
 from ..config.inventory import Host
-from ..ground.errors import InputError
-from ..ground.exitcodes import EXIT_OK
+from ..ground.errors import HostError, InputError
+from ..ground.exitcodes import EXIT_INPUT, EXIT_OK, EXIT_UNREACHABLE
 from ..ground.forks import DEFAULT_FORKS
 from ..ground.runfolder import LOGS_DIR, run_dir
 from ..remediation.breaker import MaxOut, parse_max_out
@@ -50,7 +50,8 @@ def run(host: Optional[str], inventory: str, logs_dir: str = LOGS_DIR, limit: Op
     with sigterm_as_interrupt():
         try:
             for key, members in groups.items():
-                status = max(status, _one_route(key, members, context, built, breaker, check, timeout))
+                status = max(status, _each_route(key, members, context, built, breaker, check,
+                                                 timeout))
         finally:
             built.reporter.close()
     if not check:
@@ -69,6 +70,21 @@ def routes_of(hosts: list[Host]) -> dict[str, list[Host]]:
             raise InputError(f"host '{host.name}': {key}: no remediation route for its nodes yet")
         groups.setdefault(key, []).append(host)
     return groups
+
+
+def _each_route(key: str, hosts: list[Host], context: RouteContext, built: Assembly,
+                 breaker: MaxOut, check: bool, timeout: float) -> int:
+    """One route's run; a route that cannot start (its login node unreachable, its scheduler
+    not answering, a selection it cannot take) is that route's line and exit status, and the
+    other routes go on (a failing host never stops the others)."""
+    try:
+        return _one_route(key, hosts, context, built, breaker, check, timeout)
+    except InputError as exc:
+        built.reporter.note(f"error: {exc}")
+        return EXIT_INPUT
+    except HostError as exc:
+        built.reporter.unreachable(hosts[0].name, str(exc))
+        return EXIT_UNREACHABLE
 
 
 def _one_route(key: str, hosts: list[Host], context: RouteContext, built: Assembly,

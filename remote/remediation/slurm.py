@@ -322,9 +322,9 @@ def route(context: RouteContext, hosts: list[Host]) -> tuple[SlurmTarget, list[s
     """routes.TARGETS' "slurm" row: one login node's session (its vars are the profile the
     nodes are validated again with), the Target on it, and the entry's nodes. `InputError`
     when several login nodes are selected (one cluster a run) or the entry names a node or
-    partition the cluster has not, and when the login node cannot be reached or Slurm does
-    not list its nodes: the command's one line (exit status 2; `remediate` runs nothing for
-    a cluster it cannot see), never a traceback."""
+    partition the cluster has not; `HostError` (`Unreachable` among them) when the login node
+    cannot be reached or Slurm does not list its nodes: the command says so in one line, with
+    the exit status of an unreachable host, and runs nothing for a cluster it cannot see."""
     if len(hosts) != 1:
         raise InputError(f"remediate through Slurm: select one cluster's login node a run "
                          f"(selected: {', '.join(h.name for h in hosts)})")
@@ -340,9 +340,12 @@ def route(context: RouteContext, hosts: list[Host]) -> tuple[SlurmTarget, list[s
                              Validate(context.suite, context.logs_dir))
         target.owns_session = True
         nodes = sorted(target._nodes(), key=natural_order)  # noqa: SLF001
-    except (HostError, RouteFailed) as exc:
+    except HostError:
         session.close()
-        raise InputError(f"host '{host.name}': {exc}") from None
+        raise
+    except RouteFailed as exc:
+        session.close()
+        raise HostError(str(exc)) from None
     except BaseException:
         session.close()
         raise
