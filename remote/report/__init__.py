@@ -113,7 +113,7 @@ from .collect import parse_bench_log
 from .exports import EXPORTS
 from .history import QUARANTINE
 from .repairs import REPAIR_WINDOW
-from .text import TERMINAL_TABLE_PARTS, paint, render
+from .text import TERMINAL_TABLE_PARTS, paint, render, report_sections
 
 TEXT_WIDTH = 120  # report.txt's width: a wide terminal's, so its tables need few parts
 
@@ -146,7 +146,9 @@ def run_report(
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir()
     paths = write_outputs(report, out_dir)
     paths["txt"] = out_dir / "report.txt"
-    paths["txt"].write_text(paint(render(report, TEXT_WIDTH), color=False), encoding="utf-8")
+    sections = report_sections(report)  # made once, printed twice
+    paths["txt"].write_text(paint(render(report, TEXT_WIDTH, sections=sections), color=False),
+                            encoding="utf-8")
     if prometheus_path is not None:
         from .prometheus import write_prometheus  # prometheus_client only when asked
 
@@ -165,7 +167,7 @@ def run_report(
         except OSError as exc:
             print(f"report: cannot write {json_path}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_INPUT
-    terminal.write(paint(render(report, terminal.width, TERMINAL_TABLE_PARTS) + [
+    terminal.write(paint(render(report, terminal.width, TERMINAL_TABLE_PARTS, sections) + [
         [], [(f"Wrote {out_dir}/: " + ", ".join(p.name for p in paths.values()), "")]],
         terminal.color))
     # --fail-on-outlier: a flagged host is the report's failure, status 1 as a failed step's
