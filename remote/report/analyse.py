@@ -4,6 +4,7 @@ gathered in one `Report`. Returns data, never prints.
 """
 from __future__ import annotations
 
+import bisect
 import datetime as _dt
 import os
 import statistics
@@ -296,6 +297,74 @@ def host_gpus(runs: list[Run]) -> dict[str, str]:
     return gpus
 
 
+class _PeerPools:
+    """The latency values of a GPU group's latest runs, sorted per model, in the pools
+    `counterpart` draws peers from: a run with one column compares with every other run with one
+    column and with the runs of several that have its label; a run with several, label by label,
+    with the runs that have that label. A host's peers' median is its pool's median with its own
+    value taken out: the same multiset `statistics.median` saw when each host scanned every peer
+    (quadratic in the group's hosts: 1,000 hosts took seconds)."""
+
+    def __init__(self, runs: list[Run]):
+        self.single: dict[str, list[float]] = {}  # model -> values of the runs with one column
+        self.single_by_label: dict[str | None, dict[str, list[float]]] = {}
+        self.multi_by_label: dict[str | None, dict[str, list[float]]] = {}
+        for run in runs:
+            for label, models in run.latency.items():
+                if len(run.latency) == 1:
+                    _add(self.single, models)
+                    _add(self.single_by_label.setdefault(label, {}), models)
+                else:
+                    _add(self.multi_by_label.setdefault(label, {}), models)
+        self.pools: dict[tuple[bool, str | None], dict[str, list[float]]] = {}
+
+    def pool(self, label: str | None, multi: bool) -> dict[str, list[float]]:
+        """model -> sorted values a run's `label` column is compared with (itself included)."""
+        key = (multi, label)
+        if key not in self.pools:
+            merged: dict[str, list[float]] = {}
+            for part in (self.single_by_label.get(label, {}) if multi else self.single,
+                         self.multi_by_label.get(label, {})):
+                for model, values in part.items():
+                    merged.setdefault(model, []).extend(values)
+            self.pools[key] = {model: sorted(values) for model, values in merged.items()}
+        return self.pools[key]
+
+
+def _add(into: dict[str, list[float]], models: dict[str, float]) -> None:
+    for model, value in models.items():
+        into.setdefault(model, []).append(value)
+
+
+def _median_without(values: list[float], value: float) -> float | None:
+    """`statistics.median` of the sorted `values` with one `value` (the host's own) taken out;
+    None when nothing is left."""
+    n = len(values) - 1
+    if n <= 0:
+        return None
+    gap = bisect.bisect_left(values, value)  # values[gap] is the host's own
+
+    def at(k: int) -> float:
+        return values[k if k < gap else k + 1]
+
+    if n % 2 == 1:
+        return at(n // 2)
+    return (at(n // 2 - 1) + at(n // 2)) / 2
+
+
+def _peer_ratios(run: Run, pools: _PeerPools) -> list[ModelRatio]:
+    """Each model of `run` against its peers' median (see `_PeerPools`), in the run's order."""
+    multi = len(run.latency) > 1
+    ratios: list[ModelRatio] = []
+    for label, models in run.latency.items():
+        pool = pools.pool(label, multi)
+        for model, value in models.items():
+            reference = _median_without(pool[model], value)
+            if reference is not None:
+                ratios.append(ModelRatio(label, model, value, reference, multi=multi))
+    return ratios
+
+
 def find_outliers(runs: list[Run], outlier_pct: float) -> tuple[dict[str, list[str]], list[HostComparison]]:
     latest = _latest_with_values(runs)
     gpus = host_gpus(runs)
@@ -304,24 +373,14 @@ def find_outliers(runs: list[Run], outlier_pct: float) -> tuple[dict[str, list[s
         groups.setdefault(gpus[host], []).append(host)
     fleet: list[HostComparison] = []
     for gpu, hosts in groups.items():
+        pools = _PeerPools([latest[h] for h in hosts])
         for host in hosts:
             run = latest[host]
-            peers = [latest[h] for h in hosts if h != host]
-            ratios: list[ModelRatio] = []
-            for label, models in run.latency.items():
-                for model, value in models.items():
-                    refs = []
-                    for peer in peers:
-                        peer_values = counterpart(label, run, peer)
-                        if peer_values is not None and model in peer_values:
-                            refs.append(peer_values[model])
-                    if refs:
-                        ratios.append(ModelRatio(label, model, value, statistics.median(refs),
-                                                 multi=len(run.latency) > 1))
+            ratios = _peer_ratios(run, pools)
             typical = statistics.median(r.pct for r in ratios) if ratios else None
             fleet.append(
                 HostComparison(
-                    host, run.run_id, gpu, [p.host for p in peers], ratios, typical,
+                    host, run.run_id, gpu, [h for h in hosts if h != host], ratios, typical,
                     slow=typical is not None and typical > outlier_pct,
                 )
             )

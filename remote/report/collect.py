@@ -327,16 +327,17 @@ def collect(logs_dir: Path) -> tuple[list[Run], list[Problem]]:
         for run_dir in run_dirs:
             run = Run(host=host_dir.name, run_id=run_dir.name, path=run_dir)
             res_path, log_path = run_dir / RESULTS, run_dir / BENCH_LOG
-            if not res_path.exists() and not log_path.exists():
+            has_results, has_log = res_path.exists(), log_path.exists()  # a stat each, once
+            if not has_results and not has_log:
                 # a cluster's record (any scheduler's, as its row names it) is no host's run:
                 # its nodes' runs are read by their names
                 if cluster_record_in(run_dir) is None:
                     problems.append(Problem(str(run_dir), NO_RESULTS))
                 continue
-            if res_path.exists():
+            if has_results:
                 run.results, probs = read_results(res_path, str(res_path))
                 problems += probs
-            if log_path.exists():
+            if has_log:
                 columns, probs = read_bench_log(log_path, str(log_path))
                 problems += probs
                 if columns:

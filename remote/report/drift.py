@@ -144,24 +144,39 @@ def item_order(key: tuple[str, str]) -> tuple[int, str]:
     return _WHAT_ORDER.get(what, len(_WHAT_ORDER)), name
 
 
-def read_stack(path: Path) -> tuple[dict[tuple[str, str], str] | None, Problem | None]:
-    """A stack.json's items; None and the problem when it is not a readable manifest."""
-    try:
-        return items(parse(_read(path))), None
-    except (ManifestError, OSError) as exc:
-        return None, Problem(str(path), f"stack manifest skipped: {exc}")
+class StackReader:
+    """A stack.json's items (`read`: None and the problem when it is not a readable manifest),
+    a file whose bytes are the last good one's not checked again: a host's
+    manifests mostly repeat run after run, and checking one (remote/stack/manifest.py `parse`,
+    a pure function of the bytes) was most of reading a 1,000-host history. One manifest's
+    bytes kept at a time; the items handed out are shared, read only."""
+
+    def __init__(self) -> None:
+        self.raw: bytes | None = None
+        self.items: dict[tuple[str, str], str] = {}
+
+    def read(self, path: Path) -> tuple[dict[tuple[str, str], str] | None, Problem | None]:
+        try:
+            raw = _read(path)
+            if raw != self.raw:
+                self.items = items(parse(raw))
+                self.raw = raw
+            return self.items, None
+        except (ManifestError, OSError) as exc:
+            return None, Problem(str(path), f"stack manifest skipped: {exc}")
 
 
 def latest_stacks(logs_dir: Path) -> tuple[dict[str, HostStack], list[Problem]]:
     """Each host's latest run with a readable manifest."""
     stacks: dict[str, HostStack] = {}
     problems: list[Problem] = []
+    reader = StackReader()  # a fleet's hosts mostly share one stack
     for host_dir in _folders(logs_dir, problems):
         for run_dir in reversed(_folders(host_dir, problems)):
             path = run_dir / STACK_MANIFEST
             if not path.exists() and not path.is_symlink():
                 continue
-            stack, problem = read_stack(path)
+            stack, problem = reader.read(path)
             if stack is None:
                 problems += [problem] if problem else []
                 continue

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import time
 from dataclasses import asdict
+from json.encoder import encode_basestring_ascii as _json_string
 from typing import Any
 
 from .analyse import ModelRatio, Report, Table
@@ -215,3 +217,89 @@ def flags_json(report: Report) -> dict[str, Any]:
         "runs": [{"host": r.host, "run": r.run_id, "source": r.source,
                   "gpu": r.gpu_name} for r in report.runs],
     }
+
+
+# ---------------------------------------------------------------------------------------
+# flags.json's text: json.dumps(doc, indent=2, allow_nan=False), byte for byte, faster. With an
+# indent, CPython's json (3.11 to 3.13: Lib/json/encoder.py, `c_make_encoder` is used only when
+# `indent is None`) encodes in pure Python, a generator per list and object: 1,000 hosts made a
+# 25 MB document (each host's peers, one per line) and 2 s of a report's 5. Here the same text is
+# joined from strings, a list of strings (the peers) in one `join`, every string by the same
+# C function json uses (`encode_basestring_ascii`, ensure_ascii's), every number by its repr.
+
+
+def indented_json(doc: Any) -> str:
+    """`json.dumps(doc, indent=2, allow_nan=False)`: the same text, the same errors (ValueError
+    for a float that is not finite, TypeError for what JSON has no form of)."""
+    return _json_value(doc, "\n")
+
+
+def _json_value(value: Any, newline: str) -> str:
+    """`value` as JSON, its nested lines starting with `newline` plus two spaces."""
+    kind = type(value)
+    if kind is str:
+        return _json_string(value)
+    if kind is dict:
+        return _json_object(value, newline)
+    if kind is list or kind is tuple:
+        return _json_array(value, newline)
+    return _json_other(value, newline)
+
+
+def _json_other(value: Any, newline: str) -> str:
+    """What is not exactly a str, dict, list or tuple, in json's order of checks."""
+    if isinstance(value, str):
+        return _json_string(value)
+    if value is None or value is True or value is False:
+        return _JSON_CONSTANTS[value]
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, float):
+        return _json_float(value)
+    if isinstance(value, (list, tuple)):
+        return _json_array(value, newline)
+    if isinstance(value, dict):
+        return _json_object(value, newline)
+    raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
+
+
+_JSON_CONSTANTS = {None: "null", True: "true", False: "false"}
+
+
+def _json_float(value: float) -> str:
+    if not math.isfinite(value):
+        raise ValueError("Out of range float values are not JSON compliant: " + repr(value))
+    return float.__repr__(value)
+
+
+def _json_array(items: Any, newline: str) -> str:
+    if not items:
+        return "[]"
+    inner = newline + "  "
+    if all(type(item) is str for item in items):
+        parts: Any = map(_json_string, items)
+    else:
+        parts = [_json_value(item, inner) for item in items]
+    return "[" + inner + ("," + inner).join(parts) + newline + "]"
+
+
+def _json_object(obj: Any, newline: str) -> str:
+    if not obj:
+        return "{}"
+    inner = newline + "  "
+    return "{" + inner + ("," + inner).join([
+        _json_string(key if type(key) is str else _json_key(key)) + ": " + _json_value(value, inner)
+        for key, value in obj.items()]) + newline + "}"
+
+
+def _json_key(key: Any) -> str:
+    """A key that is not exactly a str, as json writes it (its order of checks)."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, float):
+        return _json_float(key)
+    if key is None or key is True or key is False:
+        return _JSON_CONSTANTS[key]
+    if isinstance(key, int):
+        return int.__repr__(key)
+    raise TypeError(f"keys must be str, int, float, bool or None, not {key.__class__.__name__}")

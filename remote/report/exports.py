@@ -7,7 +7,6 @@ Adding an export: a module with its writer, and its row here.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -15,7 +14,7 @@ from typing import Callable
 from . import health_csv
 from .analyse import Report
 from .drift import DRIFT_CSV
-from .export import drift_csv, flags_json, table_csv
+from .export import drift_csv, flags_json, indented_json, table_csv
 
 Writer = Callable[[Report, Path, dict[str, Path]], None]
 
@@ -35,8 +34,8 @@ def _merged(report: Report, path: Path, written: dict[str, Path]) -> None:
 def _flags(report: Report, path: Path, written: dict[str, Path]) -> None:
     # Strict JSON (RFC 8259 has no Infinity or NaN): collect keeps every figure finite, and a
     # figure that is not would stop here rather than be written for other tools to choke on.
-    path.write_text(json.dumps(flags_json(report), indent=2, allow_nan=False) + "\n",
-                    encoding="utf-8")
+    # indented_json: json.dumps(indent=2, allow_nan=False)'s text, written faster
+    path.write_text(indented_json(flags_json(report)) + "\n", encoding="utf-8")
 
 
 def _drift(report: Report, path: Path, written: dict[str, Path]) -> None:
