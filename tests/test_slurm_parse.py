@@ -257,10 +257,11 @@ def stubbed_slurm(tmp_path: Path, slurm: str):
 def test_the_job_script_runs_every_node_as_a_task_of_one_step_with_the_package(tmp_path):
     """The login-node script for real, with salloc, srun and scontrol stubs: one srun for all
     the nodes, with the options that keep a node's failure its own, every value one argument;
-    each task reads the whole package from a 0600 file removed before the job started; the
-    nodes' order and the step's exit status come as unlabelled lines."""
+    each task gets the whole package in its arguments (base64, from a 0600 file removed before
+    the job started), its stdin closed; the nodes' order and the step's exit status come as
+    unlabelled lines."""
     bin_dir, log, settings = stubbed_slurm(tmp_path, "{partition: gpu, gpus_per_node: 2}")
-    script = "printf '%s\\n' \"it's $SLURM_CONF\"; cat"
+    script = "printf '%s\\n' \"it's $SLURM_CONF\"; printf %s \"$@\" | base64 -d; cat"
     nodes = [f"g{i}" for i in range(5)]
     res = subprocess.run(["sh", "-c", launch_step(settings, nodes, script, "job", "t0k")],
                          input=b"PKG\n", capture_output=True, check=True, env={
@@ -275,9 +276,10 @@ def test_the_job_script_runs_every_node_as_a_task_of_one_step_with_the_package(t
                                "--ntasks-per-node=1 --nodelist=g0,g1,g2,g3,g4 --exclusive --no-kill")
     steps = [c for c in calls if c.startswith("srun")]
     assert [s.split(" /bin/sh")[0] for s in steps] == [
-        "srun --nodes=5 --ntasks-per-node=1 --kill-on-bad-exit=0 --no-kill --label --input=all "
+        "srun --nodes=5 --ntasks-per-node=1 --kill-on-bad-exit=0 --no-kill --label --input=none "
         "--export=ALL --gpus-per-node=2"]
-    assert calls.count("600") == 1
+    assert calls.count("666") == 1  # srun's stdin: /dev/null, not the package
+    assert "gpuprov-task UEtHCg==~" in steps[0]  # base64 of "PKG\n", one argument
     assert (tmp_path / "calls.log.left").read_text() == "0\n"  # gone before salloc
     assert not list(tmp_path.glob("gpuprov-package-*"))
 

@@ -18,10 +18,14 @@ down (after SlurmdTimeout). Measured with real daemons: tests/test_slurm_step.py
 No filesystem is assumed shared between the login node and the nodes: the package is written
 once to a login-node temporary file (mktemp(1): "Files are created u+rw"), opened on fd 5 and
 removed at once, before the job starts: a run killed hard (SIGKILL after Ctrl-C) leaves no
-copy behind. The step reads it on stdin and srun sends it to every task (`--input=all`:
-"stdin will be redirected from the standard input of srun to all remote tasks", srun(1) "IO
-Redirection"); each task unpacks it into a fresh folder in the node's own TMPDIR, runs it, and
-prints its output folder back as a base64 tarball between marker lines. srun puts the task's
+copy behind. The step gets it as its command's arguments (base64 in lines of ARG_CHUNK
+characters), which reach every node in the step's launch message, and its tasks' stdin is
+closed (`--input=none`); each task stores it as one zip in a fresh folder in the node's own
+TMPDIR, runs it, and prints its output folder back as a base64 tarball between marker lines.
+The package went to every task on srun's stdin before (`--input=all`): srun then relays the
+bytes to each node from its own I/O thread, 1.2 s more than no stdin for a 128-node step on
+this machine, against 0.8 s more for the same package as arguments (bench.slurm_overhead,
+issue 43). srun puts the task's
 number before every line (`--label`: "Prepend task number to lines of stdout/err", srun(1)),
 and writes each line, label included, in one write(2) from its one I/O thread, a partial line
 ending with a newline it adds (src/common/write_labelled_message.c, `_write_line`: "add
@@ -46,6 +50,11 @@ from typing import BinaryIO, Callable, Optional, Sequence
 from .settings import SlurmSettings
 
 UNPACK_FAILED = 90  # a task's exit status when the package did not unpack
+# The package's base64 goes to the step in arguments of this many characters: one argument
+# may hold at most MAX_ARG_STRLEN, 32 pages (131,072 bytes with its NUL), and all of them with
+# the environment at most ARG_MAX ("Limits on size of arguments and environment", execve(2);
+# `getconf ARG_MAX` 2,097,152 on Debian 12): a package of about 1.4 MB at most.
+ARG_CHUNK = 120_000
 PACKAGE_FAILED = 70  # the login-node script's exit status when the package was not stored
 # What a node sends is read with ASCII grammars only: str.isdigit() and re's \d accept
 # digits int() refuses ("²", U+00B2), and no node's line may raise past its own verdict.
@@ -86,13 +95,15 @@ HOLD = re.compile(r"/[A-Za-z0-9_./-]{1,200}/gpuprov-hold-[A-Za-z0-9]{6,20}", re.
 
 
 def task_script(token: str, python: str, args: list[str], size: int) -> str:
-    """The sh script every task runs (its stdin: the package as a zip of `size` bytes).
+    """The sh script every task runs (its arguments: the package, a zip of `size` bytes, in
+    base64; `step_lines`).
 
     The task stores the zip as one file and Python imports the package from it where it lies
     (`PYTHONPATH`, zipimport; validate/resources.py takes out the few data files a check
     hands to another program): unpacking a tarball made every node create each of the
     package's files, about 1.4 s of a 64-node step on this machine (bench.slurm_overhead,
-    issue 43). A zip cut short "did not unpack": its size is checked first (wc(1) -c)."""
+    issue 43). A zip cut short "did not unpack": its size is checked first (wc(1) -c);
+    printf is the shell's own, base64 -d the one process that writes it."""
     marker = shlex.quote(f"@@gpuprov-{token}")
     quoted = " ".join(shlex.quote(a) for a in args)
     failed = f'{{ echo "$M unpacked {UNPACK_FAILED}"; exit {UNPACK_FAILED}; }}'
@@ -104,7 +115,8 @@ def task_script(token: str, python: str, args: list[str], size: int) -> str:
             'echo "$M start ${SLURMD_NODENAME:--} $SLURM_JOB_ID"\n'
             f'D=$(mktemp -d "${{TMPDIR:-/tmp}}/gpuprov-XXXXXX") || {failed}\n'
             "trap 'cd /; rm -rf \"$D\"' EXIT\n"
-            f'cat > "$D/validate.zip" && [ "$(wc -c < "$D/validate.zip")" -eq {int(size)} ] '
+            'printf %s "$@" | base64 -d > "$D/validate.zip" && '
+            f'[ "$(wc -c < "$D/validate.zip")" -eq {int(size)} ] '
             f'|| {failed}\n'
             # the validation's own wall time on the node, in ns (GNU date; elsewhere the
             # words are not numbers and are ignored)
@@ -142,7 +154,8 @@ def step_options(settings: SlurmSettings, count: int, extra: Sequence[str] = ())
     - `--no-kill`: "Do not automatically terminate a job if one of the nodes it has been
       allocated fails. This option applies to job and step allocations";
     - `--label`: "Prepend task number to lines of stdout/err";
-    - `--input=all`: the package, srun's stdin, to every task ("IO Redirection");
+    - `--input=none`: "stdin is not sent to any task (stdin is closed)" ("IO Redirection":
+      the package comes in the command's arguments, `step_lines`);
     - `--export=ALL`: the login node's environment, SLURM_CONF with it (slurm.md gotcha 17);
     - `--gpus-per-node`: the node's GPUs asked again ("By default, a job step is allocated
       all of the generic resources that have been requested by the job, except those
@@ -151,7 +164,7 @@ def step_options(settings: SlurmSettings, count: int, extra: Sequence[str] = ())
       allocation will be used", srun(1) --exact);
     - `extra`: the container's options (remote/container/slurm.py)."""
     args = ["srun", f"--nodes={count}", "--ntasks-per-node=1", "--kill-on-bad-exit=0",
-            "--no-kill", "--label", "--input=all", "--export=ALL"]
+            "--no-kill", "--label", "--input=none", "--export=ALL"]
     if settings.gpus_per_node:
         args.append(f"--gpus-per-node={settings.gpus_per_node}")
     return args + list(extra)  # `extra`: the container's (remote/container/slurm.py)
@@ -160,17 +173,20 @@ def step_options(settings: SlurmSettings, count: int, extra: Sequence[str] = ())
 def step_lines(settings: SlurmSettings, count: int, script: str, token: str,
                extra: Sequence[str] = (), hold_s: float = 0.0) -> str:
     """Shell lines, run inside an allocation of `count` nodes (salloc's command, or a batch
-    script), that run `script` as one task per node in one step, its stdin the package on fd
-    5: first `@@gpuprov-TOKEN nodes N1 N2 ...` (the allocation's nodes in Slurm's order: task
-    i is node i), then the step's labelled lines, then `@@gpuprov-TOKEN step RC` (srun's exit
-    status); the marker lines unlabelled, so no node can forge them."""
+    script), that run `script` as one task per node in one step, its arguments the package
+    on fd 5 in base64 lines of ARG_CHUNK characters (no glob character in base64's alphabet,
+    and globbing off besides: each line one argument): first `@@gpuprov-TOKEN nodes N1 N2
+    ...` (the allocation's nodes in Slurm's order: task i is node i), then the step's
+    labelled lines, then `@@gpuprov-TOKEN step RC` (srun's exit status); the marker lines
+    unlabelled, so no node can forge them."""
     marker = shlex.quote(f"@@gpuprov-{token}")
     step = " ".join(shlex.quote(a) for a in step_options(settings, count, extra))
     # SLURM_PTY_PORT set for srun alone: see NO_ABORT
     step = f"{NO_ABORT}=0 {step}"
     nodes = 'echo "$M nodes $(scontrol show hostnames "$SLURM_JOB_NODELIST" | tr "\\n" " ")"'
     return (f"M={marker}\n{nodes}\n"
-            f"{step} /bin/sh -c {shlex.quote(script)} <&5 5<&-\n"
+            f"set -f; {step} /bin/sh -c {shlex.quote(script)} gpuprov-task "
+            f"$(base64 -w {ARG_CHUNK} <&5) </dev/null 5<&-\n"
             'echo "$M step $?"\n' + hold_lines(hold_s))
 
 
