@@ -15,8 +15,8 @@ from remote.commands import call
 from remote.ground.ages import DEFAULT_MAX_AGE
 from remote.ground.exitcodes import EXIT_INPUT
 from remote.ground.forks import DEFAULT_FORKS
+from remote.ground.reboots import REBOOT_TIMEOUT_S
 from remote.ground.runfolder import LOGS_DIR
-from remote.remediation.ladder import REBOOT_TIMEOUT_S
 from validate.shared import BUG_REPORT_FULL_TIMEOUT_S, BUG_REPORT_SAFE_TIMEOUT_S
 
 INVENTORY = "./inventory.yaml, else ~/.config/gpuprov/inventory.yaml"

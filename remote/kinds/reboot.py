@@ -3,13 +3,9 @@ from __future__ import annotations
 
 from ..config.schema import Arg
 from ..ground.errors import PlanError
+from ..ground.reboots import REBOOT_TIMEOUT_S
 from .base import Args, Kind
 from .commands import RebootAndWait
-
-# How long a reboot is waited for by default (chosen: GPU servers POST slowly; Ansible's reboot
-# module waits 600 s, docs.ansible.com ansible.builtin.reboot `reboot_timeout`). The one owner:
-# `gpuprov remediate`'s reboot waits as long (remote/remediation/ladder.py).
-DEFAULT_TIMEOUT_S = 900
 
 
 class Reboot(Kind[None]):
@@ -18,7 +14,7 @@ class Reboot(Kind[None]):
 
     name = "reboot"
     # A string: the timeout may be a template (`"{{ reboot_timeout }}"`), a number once rendered.
-    spec = {"timeout": Arg((int, float, str), DEFAULT_TIMEOUT_S), "msg": Arg((str,))}
+    spec = {"timeout": Arg((int, float, str), REBOOT_TIMEOUT_S), "msg": Arg((str,))}
     scalar_field = "msg"
 
     def parse(self, out: str) -> None:

@@ -18,7 +18,7 @@ from typing import Optional
 
 from validate.actions import DRAIN_RMA, REBOOT_NODE, RESET_GPU
 
-from ..kinds.reboot import DEFAULT_TIMEOUT_S as REBOOT_DEFAULT_S
+from ..ground.reboots import REBOOT_TIMEOUT_S as REBOOT_DEFAULT_S
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Rung:
 
 # `nvidia-smi -r` returns once the reset is done or refused (it takes seconds on an idle GPU);
 # 120 s is chosen, a bound for a driver that hangs. A reboot: the reboot kind's own default
-# (remote/kinds/reboot.py DEFAULT_TIMEOUT_S, its one owner).
+# (remote/ground/reboots.py, its one owner).
 LADDER: dict[str, Rung] = {rung.action: rung for rung in (
     Rung(RESET_GPU, "reset_gpu", False, REBOOT_NODE, 120.0, "chosen"),
     Rung(REBOOT_NODE, "reboot", True, DRAIN_RMA, float(REBOOT_DEFAULT_S), "the reboot kind's default"),
