@@ -36,8 +36,11 @@ ADDRESS = "127.0.0.41"
 RUN1 = "20261122T055742.123Z-14af"
 # The control process's peak memory while it refuses a hostile archive (`invoke logs` peaked at
 # 46 MiB with a tiny archive, 66 MiB with the 10 MiB bomb, on the 2-core VM), or reads a 1 GiB
-# answer (a validate run or facts: about 2 GiB before output was capped).
-MAX_RSS_MIB = 150
+# answer (a validate run or facts: about 2 GiB before output was capped). The 448 MiB validate
+# line peaks at 64-82 MiB alone, but reached 152 MiB once in a full `.ci/run` (2026-11-29, the
+# same at the session's first commit: the allocator under load, not a change of ours): a bound
+# that still catches the GiB the uncapped reader took, not this machine's weather.
+MAX_RSS_MIB = 200
 GIB = 1 << 30
 # Past paramiko's first re-key (512 MiB received) a stream goes on: `python3 -m
 # bench.rekey_stream` streamed 1 and 2 GiB through it (2 and 4 re-keys); 448 MiB keeps this

@@ -114,7 +114,7 @@ def test_cudnn_home_overrides_the_search(tmp_path, monkeypatch):
 def test_compile_error_is_reported_with_the_compiler_message(tmp_path, monkeypatch):
     broken = tmp_path / "broken.cpp"
     broken.write_text("int main() { this is not C++; }\n")
-    monkeypatch.setattr(cudnn, "SOURCE", str(broken))
+    monkeypatch.setattr(cudnn, "SOURCE_NAME", str(broken))  # an absolute name: that file
     ctx = _ctx(tmp_path)
     res = Result("cudnn_compile", True)
     with pytest.raises(CheckFailed) as info:
