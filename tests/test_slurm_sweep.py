@@ -33,6 +33,14 @@ touch {dir}/started-$SLURMD_NODENAME
 while [ ! -e {dir}/go-$SLURMD_NODENAME ]; do sleep 0.1; done
 exec %(python)s "$@"
 """
+# The sweep partition's Epilog, slow while the test's `slow-epilog` file exists: a job stays
+# COMPLETING until its Epilog has ended on every node ("CG COMPLETING Job is in the process of
+# completing", squeue(1)), as on a cluster whose Epilog runs a health check, so squeue shows the
+# preempted job COMPLETING, not yet PREEMPTED, when salloc has already returned.
+EPILOG = """#!/bin/sh
+if [ "$SLURM_JOB_PARTITION" = sweep ] && [ -e {dir}/slow-epilog ]; then sleep 5; fi
+exit 0
+"""
 
 
 @pytest.fixture(scope="module")
@@ -40,20 +48,27 @@ def slurm():
     why = missing_reason()
     if why:
         pytest.skip(why)
-    cluster = SlurmCluster(3, preempt=True,
+    cluster = SlurmCluster(3, preempt=True, conf_extra="Epilog={dir}/epilog\n",
                            scripts={"held-python": HELD_PYTHON % {"python": sys.executable},
-                                    "kernel.log": ""})
+                                    "kernel.log": "", "epilog": EPILOG})
     yield cluster
     cluster.stop()
 
 
 @pytest.fixture
 def cluster(slurm):
-    """The module's cluster with no node's validation started or let go yet."""
+    """The module's cluster with no node's validation started or let go yet, its Epilog
+    quick; afterwards every job cancelled and every node idle again (a test that failed leaves
+    no drained node to the next)."""
     for node in slurm.nodes:
         for mark in ("started", "go"):
             (slurm.dir / f"{mark}-{node}").unlink(missing_ok=True)
+    (slurm.dir / "slow-epilog").unlink(missing_ok=True)
     yield slurm
+    (slurm.dir / "slow-epilog").unlink(missing_ok=True)
+    for partition in ("real", "sweep"):
+        slurm.run("scancel", f"--partition={partition}", check=False)
+    slurm.resume_all()
 
 
 def inventory(cluster: SlurmCluster, tmp_path: Path, **slurm) -> Path:
@@ -145,6 +160,7 @@ def test_a_sweep_preempted_by_real_work_and_a_second_one_within_max_age(cluster,
     within --max-age skips n1 and n3 (each with its age) and validates n2 only."""
     logs = tmp_path / "logs"
     go(cluster, "n3")
+    (cluster.dir / "slow-epilog").touch()  # the preempted job COMPLETING when salloc returns
     proc = sweep(cluster, tmp_path, "--drain-failed", "--json", str(tmp_path / "first.json"),
                  "--junit", str(tmp_path / "first.xml"))
     job = ""

@@ -15,10 +15,12 @@ route drives when the run asks for a sweep (`RunContext.sweep`):
    the nodes still idle (one real work took meanwhile gave way before it started); each batch
    is one job in `slurm.sweep_partition`, started through the route's own launch (`launch`,
    the one call), with `salloc --immediate` so that it never waits in the queue for its nodes;
-   after it, the job's state (`squeue`): PREEMPTED makes each node of the batch whose
-   validation had not ended by itself "not validated (preempted)": not judged, so its history
-   gets no verdict (its age is its earlier validation's, and the next sweep takes it again),
-   never drained;
+   after it, the job's state (`squeue`), once the job has ended where a node was cut short
+   (salloc returns while the job is still COMPLETING, its Epilog running): PREEMPTED makes
+   each node of the batch whose validation had not ended by itself "not validated
+   (preempted)": not judged, so its history gets no verdict (its age is its earlier
+   validation's, and the next sweep takes it again), never drained; a state that cannot be
+   read, or that has not ended within SETTLE_S, is "job state unknown": not judged either;
 5. `drain` (--drain-failed): the nodes whose validation failed, as the route's; `release`:
    nothing is held.
 
@@ -53,6 +55,16 @@ IMMEDIATE_S = 30
 PREEMPTED = "PREEMPTED"
 # a batch whose job's state could not be read: its nodes cut short gave way (run_batch)
 SQUEUE_UNREAD = "squeue could not be read after its batch"
+# The states a job ends in (squeue(1) JOB STATE CODES, Slurm 22.05.8: BF, CA, CD, DL, F, NF,
+# OOM, PR, TO); any other is on its way. A preempted job is "CG COMPLETING Job is in the
+# process of completing. Some processes on some nodes may still be active." until its Epilog
+# has ended on every node, and salloc has returned by then (measured on the test cluster: 5 s
+# of COMPLETING behind a 5 s Epilog), so PREEMPTED is only seen once the job has ended.
+ENDED_STATES = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED",
+                          "NODE_FAIL", "OUT_OF_MEMORY", PREEMPTED, "TIMEOUT"})
+# How long a batch whose nodes were cut short waits for its job to end, and how often it asks.
+# Chosen: room for an Epilog that runs a node health check (tens of seconds on real clusters).
+SETTLE_S, SETTLE_POLL_S = 120.0, 1.0
 # validate's exit status when a signal ended it (validate/cli.py: "130 interrupted"): the
 # results of a node stopped by the preemption are no verdict of the node's
 INTERRUPTED_EXIT = 130
@@ -253,15 +265,16 @@ class SweepCluster:
             self.context.incomplete |= context.incomplete
             self.context.no_task = context.no_task
             entry.update({k: context.record.get(k) for k in ("job_id", "salloc_exit_status", "job_s")})
-        states = self.new_jobs(gate.run_name(self.context.run_id))
+        cut_short = [record for record in ready.values()
+                     if record.results is None or record.rc == INTERRUPTED_EXIT]
+        states, unknown = self.ended_jobs(gate.run_name(self.context.run_id), bool(cut_short))
         entry["job_states"] = states
-        if states is None or PREEMPTED in states.values():
-            # unread, the job may have been preempted: a node cut short is no failure of its
+        if unknown or PREEMPTED in states.values():
+            # unknown, the job may have been preempted: a node cut short is no failure of its
             # own then, and never drained on a guess
-            why = "preempted" if states is not None else f"job state unknown: {SQUEUE_UNREAD}"
-            for record in ready.values():
-                if record.results is None or record.rc == INTERRUPTED_EXIT:
-                    self.give_way(record, why)
+            why = f"job state unknown: {unknown}" if unknown else "preempted"
+            for record in cut_short:
+                self.give_way(record, why)
         elif not any(record.judged for record in ready.values()):
             # no task started (salloc --immediate gave up): real work took a node in the
             # moment since the check, or the job could not start for a reason of its own
@@ -275,6 +288,23 @@ class SweepCluster:
         _, nodes, _ = self.cluster.survey()
         return {name for name in names if name in nodes and nodes[name].states == {"IDLE"}}
 
+    def ended_jobs(self, job_name: str, wait: bool) -> tuple[dict[str, str], str]:
+        """This batch's jobs with their states, and "" when they are known; else why not (the
+        states unread, or a job not ended). `wait`: ask again until every job has ended, for
+        at most SETTLE_S."""
+        deadline = time.monotonic() + (SETTLE_S if wait else 0.0)
+        while True:
+            states = self.new_jobs(job_name)
+            if states is None:
+                return {}, SQUEUE_UNREAD
+            going = [f"job {job} {state}" for job, state in sorted(states.items())
+                     if state not in ENDED_STATES]
+            if not wait or not going or time.monotonic() >= deadline:
+                self.seen_jobs |= set(states)
+                return states, (f"{', '.join(going)} {SETTLE_S:.0f} s after its batch"
+                                if wait and going else "")
+            time.sleep(SETTLE_POLL_S)
+
     def new_jobs(self, job_name: str) -> Optional[dict[str, str]]:
         """The sweep's jobs squeue shows that no earlier batch saw (this batch's), with their
         states; None when squeue could not be read."""
@@ -286,10 +316,8 @@ class SweepCluster:
         self.session.log.command("slurm", script, res.rc, res.elapsed_s, res.out, res.err)
         if res.rc != 0:
             return None
-        states = {job: state for job, state in parse_job_states(res.out).items()
-                  if job not in self.seen_jobs}
-        self.seen_jobs |= set(states)
-        return states
+        return {job: state for job, state in parse_job_states(res.out).items()
+                if job not in self.seen_jobs}
 
     def give_way(self, record: NodeRecord, why: str) -> None:
         """`record`'s node went to real work: not validated, not judged, not drained. Results
