@@ -21,9 +21,10 @@ What each step is on Slurm:
   the next step follows at once. A decision, not a limit of Slurm's: a site whose login user
   is root could reset through a step, and does not need to;
 - reboot: `scontrol reboot reason=...` (remote/scheduler/slurm/reboot.py: why neither ASAP
-  nor nextstate), then waiting until Slurm says each node rebooted; one whose reboot is only
-  requested at the limit (it still runs jobs) has it cancelled (it stays drained), one whose
-  reboot is under way cannot (Slurm's ResumeTimeout decides; the answer says so);
+  nor nextstate), then waiting until Slurm says each node rebooted, at least until Slurm's own
+  verdict at ResumeTimeout (reboot.wait_limit); one Slurm set DOWN then is drained again (Slurm
+  cleared its drain); one whose reboot is only requested at the limit (it still runs jobs) has
+  it cancelled (it stays drained), one whose reboot is under way cannot (the answer says so);
 - validate again: as `validate --resume-passed` takes a node back (gate.py): hold the nodes in
   a reservation, resume them inside it, validate them as one job with the login node's
   profile into logs/<node>/<run>/ (the route's SlurmCluster does each part), then drain each
@@ -34,6 +35,7 @@ What each step is on Slurm:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..config.inventory import Host
@@ -174,18 +176,39 @@ class SlurmTarget:
         """`scontrol reboot` each node (drained already), then wait until Slurm says it
         rebooted (reboot.wait_back), at most `timeout_s`."""
         before = reboot.boot_times(self._listing())
-        asked = self._each({n: reboot.reboot_command(
-            [n], reason(self.run_id, reasons.get(n, "reboot the node")))
-            for n in nodes})
+        said = {n: reason(self.run_id, reasons.get(n, "reboot the node")) for n in nodes}
+        asked = self._each({n: reboot.reboot_command([n], said[n]) for n in nodes})
         started = [n for n in nodes if asked[n].ok]
+        limit = self._wait_limit(timeout_s)
         for node in started:
-            self.session.reporter.running(node, f"rebooting through Slurm (up to {timeout_s:.0f} s)")
-        back = reboot.wait_back(self._listing, started, before, timeout_s,
+            self.session.reporter.running(node, f"rebooting through Slurm (up to {limit})")
+        back = reboot.wait_back(self._listing, started, before, limit.seconds,
                                 sleep=self.session.sleep) if started else {}
         result = dict(asked)
         result.update({node: Outcome(ok, why) for node, (ok, why) in back.items()})
         result.update(self._late(back))
+        result.update(self._drain_again(back, said))
         return missing(result, nodes)
+
+    def _wait_limit(self, timeout_s: float) -> "_Limit":
+        """How long to wait for the reboots: `timeout_s`, or until Slurm's verdict at the
+        cluster's ResumeTimeout (reboot.wait_limit) when that comes later."""
+        rc, out, _ = self._run(reboot.CONFIG)
+        resume_s = reboot.resume_timeout(out) if rc == 0 else None
+        seconds = reboot.wait_limit(timeout_s, resume_s)
+        return _Limit(seconds, "" if seconds <= timeout_s else
+                      f"the cluster's ResumeTimeout {resume_s} s and Slurm's check after it")
+
+    def _drain_again(self, back: dict[str, tuple[bool, str]],
+                     reasons: dict[str, str]) -> dict[str, Outcome]:
+        """Drain again the nodes Slurm set DOWN at ResumeTimeout: Slurm cleared their drain,
+        and a node that registers later would take jobs (reboot.py)."""
+        down = [n for n, (ok, why) in back.items() if not ok and reboot.TIMED_OUT in why]
+        drained = self._each({n: gate.drain_command(n, reasons[n]) for n in down})
+        return {n: Outcome(False, f"{back[n][1]}; " + (
+            reboot.DRAINED_AGAIN if drained[n].ok else
+            f"could not be drained again ({drained[n].detail}): it takes jobs when it registers"))
+            for n in down}
 
     def _late(self, back: dict[str, tuple[bool, str]]) -> dict[str, Outcome]:
         """The nodes still rebooting at the limit: a reboot only requested is cancelled (the
@@ -292,6 +315,17 @@ class SlurmTarget:
             if self.owns_session:
                 self.session.close()
                 self.session.log.close()
+
+
+@dataclass(frozen=True)
+class _Limit:
+    """The reboot wait, and why it is longer than asked ("" when it is not)."""
+
+    seconds: float
+    why: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.seconds:.0f} s" + (f": {self.why}" if self.why else "")
 
 
 def _finding(record: NodeRecord) -> tuple[str, str]:

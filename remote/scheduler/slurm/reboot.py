@@ -32,10 +32,17 @@ time later than before the request; a node Slurm set DOWN after ResumeTimeout ("
 out", node_mgr.c check_reboot_nodes) failed; past the limit, it did not come back in time, and
 its reboot is cancelled while only requested (`cancel_command`), so that the node stays
 drained.
+
+Slurm's verdict on a reboot under way clears the node's drain (`cancel_command`), and a node
+that registers later, DOWN, is back in service with ReturnToService=2 (measured, 22.05.8:
+ResumeTimeout=5, a reboot of 100 s: DOWN "reboot timed out" with no DRAIN at 30 s, IDLE with
+no reason at 101 s). So gpuprov waits for that verdict (`wait_limit`: the cluster's
+ResumeTimeout, read with `CONFIG`, and slurmctld's check period) and drains the node again.
 """
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import time
 from typing import Any, Callable, Optional
@@ -48,6 +55,15 @@ REBOOT_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
 # "reboot timed out")), before it sets the node DOWN.
 TIMED_OUT = "reboot timed out"
 POLL_S = 1.0  # chosen: a listing is one command on the login node
+# slurmctld checks reboots against ResumeTimeout every PERIODIC_TIMEOUT seconds
+# (src/slurmctld/slurmctld.h: 30; controller.c, _slurmctld_background: check_reboot_nodes), so
+# its "reboot timed out" comes up to 30 s after ResumeTimeout (measured: 30 s after a reboot
+# with ResumeTimeout=5). The slack is chosen: a busy slurmctld, and one more listing.
+PERIODIC_TIMEOUT_S, VERDICT_SLACK_S = 30, 15
+# The cluster's settings, ResumeTimeout among them: `ResumeTimeout           = 60 sec`
+# (scontrol(1) "show config", 22.05.8)
+CONFIG = "scontrol show config"
+RESUME_TIMEOUT = re.compile(r"^ResumeTimeout\s*=\s*([0-9]{1,7}) sec", re.M | re.ASCII)
 # The node listing, as the survey reads it (cluster.survey_script): 23.02+ lists nodes in
 # scontrol's JSON; 22.05's scontrol has none.
 LISTING = "scontrol show nodes --json 2>/dev/null || sinfo --json"
@@ -71,8 +87,25 @@ def cancel_command(node: str) -> str:
 
 
 ISSUED_TOO_LATE = ("its reboot is under way and Slurm cannot cancel it: at ResumeTimeout Slurm "
-                   "sets it DOWN and clears its drain (a --reboot-timeout longer than the "
-                   "cluster's ResumeTimeout lets Slurm say so first)")
+                   "sets it DOWN and clears its drain; drain it again then, or it takes jobs "
+                   "when it registers")
+# What gpuprov did with a node Slurm set DOWN at ResumeTimeout (its drain cleared)
+DRAINED_AGAIN = "drained again, so that it stays out when it registers"
+
+
+def resume_timeout(config: str) -> Optional[int]:
+    """The cluster's ResumeTimeout in seconds from `CONFIG`'s text; None when it has none."""
+    match = RESUME_TIMEOUT.search(config)
+    return int(match.group(1)) if match else None
+
+
+def wait_limit(timeout_s: float, resume_s: Optional[int]) -> float:
+    """How long to wait for rebooting nodes: `timeout_s`, or longer where Slurm's own verdict
+    on a reboot under way would come later (ResumeTimeout `resume_s`, then its check period):
+    gpuprov must see that verdict to drain the node again."""
+    if resume_s is None:
+        return timeout_s
+    return max(timeout_s, float(resume_s + PERIODIC_TIMEOUT_S + VERDICT_SLACK_S))
 
 
 def boot_times(text: str) -> dict[str, int]:
