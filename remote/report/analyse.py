@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import bisect
 import datetime as _dt
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from .drift import Drift, find_drift
 from .fabric import Fabric, find_fabric
 from .history import QUARANTINE, HostHistory, find_history
 from .repairs import REPAIR_WINDOW, Repairs, find_repairs
+from .tree import LogsTree
 
 UNKNOWN_GPU = "unknown GPU"
 MAX_REGRESSION_LINES = 5  # more regressions than this on one host: one line for the host
@@ -649,22 +649,23 @@ def build_report(
     logs_dir = Path(logs_dir)
     if not logs_dir.is_dir():
         raise BadInput(f"logs folder {logs_dir} does not exist")
-    runs, problems = collect(logs_dir)
+    tree = LogsTree(logs_dir)  # listed once, read by each part below
+    runs, problems = collect(tree)
     apart, problems = _set_apart(problems)
     groups, fleet = find_outliers(runs, outlier_pct)
     gpus = host_gpus(runs)
-    drift = find_drift(logs_dir, {h: gpus.get(h, UNKNOWN_GPU) for h in os.listdir(logs_dir)})
+    hosts = tree.hosts()
+    drift = find_drift(tree, {h: gpus.get(h, UNKNOWN_GPU) for h in hosts})
     problems += drift.problems
-    hosts = [name for name in os.listdir(logs_dir) if not name.startswith(".")]
-    history, history_problems = find_history(logs_dir, runs, hosts, quarantine)
+    history, history_problems = find_history(tree, runs, hosts, quarantine)
     known = {str(p) for p in problems}  # drift reported the newest bad manifests already
     problems += [p for p in history_problems if str(p) not in known]
-    repairs, repair_problems = find_repairs(logs_dir, history, repair_window)
+    repairs, repair_problems = find_repairs(tree, history, repair_window)
     problems += repair_problems
     comparisons = find_regressions(runs, regression_pct, baseline)
-    fabric, fabric_problems = find_fabric(logs_dir, hosts)
+    fabric, fabric_problems = find_fabric(tree, hosts)
     problems += fabric_problems
-    distributed, distributed_problems = find_jobs(logs_dir, hosts)
+    distributed, distributed_problems = find_jobs(tree, hosts)
     problems += distributed_problems
     notes = (_apart_notes(apart, fabric.run_id)
              + _comparison_notes(logs_dir, runs, groups, comparisons, baseline))

@@ -16,6 +16,7 @@ from ..ground import resultsfile
 from ..ground.resultsfile import MAX_FILE_BYTES as MAX_FILE_BYTES  # noqa: F401  (re-exported: report docs cite it)
 from ..ground.resultsfile import UnusableFile, read_capped
 from ..ground.runfolder import BENCH_LOG, NO_VERDICT_RECORDED, RESULTS, VALIDATION_ATTEMPT, cluster_record_in
+from .tree import LogsTree
 
 MISSING = "-"
 # The latencies a run may contribute: below a nanosecond (one clock cycle at 1 GHz) or above
@@ -314,20 +315,27 @@ def read_attempt(folder: Path) -> tuple[Attempt | None, list[Problem]]:
                    started if isinstance(started, str) else ""), []
 
 
-def collect(logs_dir: Path) -> tuple[list[Run], list[Problem]]:
-    """Read every ``logs_dir/<host>/<run>/``. Runs sorted by host, then run id."""
-    logs_dir = Path(logs_dir)
+def collect(logs: LogsTree | Path) -> tuple[list[Run], list[Problem]]:
+    """Read every ``logs/<host>/<run>/`` (a LogsTree, or its folder). Runs sorted by host,
+    then run id."""
+    tree = LogsTree.of(logs)
     runs: list[Run] = []
     problems: list[Problem] = []
 
-    for host_dir in _subdirs(logs_dir, problems):
-        run_dirs = _subdirs(host_dir, problems)
-        if not run_dirs:
-            problems.append(Problem(str(host_dir), "no run folders: skipped"))
-        for run_dir in run_dirs:
-            run = Run(host=host_dir.name, run_id=run_dir.name, path=run_dir)
+    hosts = tree.hosts()
+    problems += _unlisted(tree, tree.root)
+    for host in hosts:
+        run_ids = tree.runs(host) or []
+        problems += _unlisted(tree, tree.root / host)
+        if not run_ids:
+            problems.append(Problem(str(tree.root / host), "no run folders: skipped"))
+        for run_id in run_ids:
+            run_dir = tree.folder(host, run_id)
+            run = Run(host=host, run_id=run_id, path=run_dir)
             res_path, log_path = run_dir / RESULTS, run_dir / BENCH_LOG
-            has_results, has_log = res_path.exists(), log_path.exists()  # a stat each, once
+            # listed first, then a stat only for what is there (exists() follows a link)
+            has_results = tree.has(host, run_id, RESULTS) and res_path.exists()
+            has_log = tree.has(host, run_id, BENCH_LOG) and log_path.exists()
             if not has_results and not has_log:
                 # a cluster's record (any scheduler's, as its row names it) is no host's run:
                 # its nodes' runs are read by their names
@@ -354,13 +362,11 @@ def collect(logs_dir: Path) -> tuple[list[Run], list[Problem]]:
     return runs, problems
 
 
-def _subdirs(path: Path, problems: list[Problem]) -> list[Path]:
-    try:
-        entries = sorted(path.iterdir())
-    except OSError as exc:
-        problems.append(Problem(str(path), f"unreadable folder ({exc.strerror or exc}): skipped"))
-        return []
-    return [e for e in entries if e.is_dir() and not e.name.startswith(".")]
+def _unlisted(tree: LogsTree, path: Path) -> list[Problem]:
+    """The problem of folder `path` when the tree could not list it."""
+    exc = tree.errors.get(path)
+    return [] if exc is None else [
+        Problem(str(path), f"unreadable folder ({exc.strerror or exc}): skipped")]
 
 
 def load_record(path: Path, max_bytes: int) -> dict[str, Any]:

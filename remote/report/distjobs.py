@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from ..ground.runfolder import DISTRIBUTED_RECORD
 from .collect import Problem, load_record, short_text
+from .tree import LogsTree
 
 MAX_BYTES = 1 << 20  # a node's record is a few KiB (its stacks, 6 to 12 sizes)
 MAX_TEXT = 2000
@@ -100,19 +101,15 @@ def read_record(path: Path, host: str, run_id: str) -> DistJob:
     return job
 
 
-def find_jobs(logs_dir: Path, hosts: list[str]) -> tuple[list[DistJob], list[Problem]]:
-    """The newest MAX_JOBS distributed jobs under `logs_dir`, newest first."""
+def find_jobs(logs: LogsTree | Path, hosts: list[str]) -> tuple[list[DistJob], list[Problem]]:
+    """The newest MAX_JOBS distributed jobs under `logs`, newest first."""
+    tree = LogsTree.of(logs)
     found: dict[str, list[tuple[str, Path]]] = {}
     for host in sorted(hosts):
-        try:
-            folders = [p for p in (Path(logs_dir) / host).iterdir()
-                       if p.is_dir() and not p.name.startswith(".")]
-        except OSError:
-            continue  # collect reports a folder it cannot list
-        for folder in folders:
-            record = folder / DISTRIBUTED_RECORD
-            if record.exists() or record.is_symlink():
-                found.setdefault(folder.name, []).append((host, record))
+        for run_id in tree.runs(host) or []:  # none: collect reports a folder it cannot list
+            if tree.has(host, run_id, DISTRIBUTED_RECORD):
+                found.setdefault(run_id, []).append(
+                    (host, tree.folder(host, run_id) / DISTRIBUTED_RECORD))
     jobs: list[DistJob] = []
     problems: list[Problem] = []
     for run_id in sorted(found, reverse=True):

@@ -23,6 +23,7 @@ from pathlib import Path
 from ..ground.runfolder import STACK_MANIFEST
 from ..stack.manifest import COMPONENTS, ManifestError, items, parse
 from .collect import MAX_FILE_BYTES, Problem
+from .tree import LogsTree
 
 NOT_INSTALLED = "(not installed)"
 DRIFT_CSV = "drift.csv"  # every item flagged, one row each (written by `export`)
@@ -128,16 +129,6 @@ def _read(path: Path) -> bytes:
             os.close(fd)
 
 
-def _folders(path: Path, problems: list[Problem]) -> list[Path]:
-    """The folders in `path` (not hidden), sorted; none, and a problem, when it cannot be listed."""
-    try:
-        return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
-    except OSError as exc:
-        problems.append(Problem(str(path), f"unreadable folder ({exc.strerror or exc}): "
-                                "its stack manifests skipped"))
-        return []
-
-
 def item_order(key: tuple[str, str]) -> tuple[int, str]:
     """The order a host's items are named in: components first, then packages, then apt."""
     what, name = key
@@ -166,29 +157,29 @@ class StackReader:
             return None, Problem(str(path), f"stack manifest skipped: {exc}")
 
 
-def latest_stacks(logs_dir: Path) -> tuple[dict[str, HostStack], list[Problem]]:
-    """Each host's latest run with a readable manifest."""
+def latest_stacks(tree: LogsTree) -> tuple[dict[str, HostStack], list[Problem]]:
+    """Each host's latest run with a readable manifest, and the problems of the newer ones."""
     stacks: dict[str, HostStack] = {}
     problems: list[Problem] = []
     reader = StackReader()  # a fleet's hosts mostly share one stack
-    for host_dir in _folders(logs_dir, problems):
-        for run_dir in reversed(_folders(host_dir, problems)):
-            path = run_dir / STACK_MANIFEST
-            if not path.exists() and not path.is_symlink():
+    for host in tree.hosts():
+        for run_id in reversed(tree.runs(host) or []):
+            if not tree.has(host, run_id, STACK_MANIFEST):
                 continue
+            path = tree.folder(host, run_id) / STACK_MANIFEST
             stack, problem = reader.read(path)
             if stack is None:
                 problems += [problem] if problem else []
                 continue
-            stacks[host_dir.name] = HostStack(host_dir.name, run_dir.name, stack)
+            stacks[host] = HostStack(host, run_id, stack)
             break
     return stacks, problems
 
 
-def find_drift(logs_dir: Path, groups: dict[str, str]) -> Drift:
+def find_drift(logs: LogsTree | Path, groups: dict[str, str]) -> Drift:
     """Drift within each group of hosts (`groups`: host -> its GPU group; hosts not in it form
     one group of their own)."""
-    stacks, problems = latest_stacks(logs_dir)
+    stacks, problems = latest_stacks(LogsTree.of(logs))
     drift = Drift(stacks, problems=problems)
     by_group: dict[str, list[HostStack]] = {}
     for host, stack in stacks.items():

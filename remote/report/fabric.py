@@ -15,6 +15,7 @@ from typing import Any
 
 from ..ground.runfolder import FABRIC_RECORD
 from .collect import Problem, load_record, short_text
+from .tree import LogsTree
 
 MAX_BYTES = 1 << 20  # a node's record of 2 rounds is a few KiB
 MAX_TEXT = 500
@@ -93,18 +94,14 @@ def read_record(path: Path, host: str, run_id: str) -> FabricNode:
                       _text(data.get("disagrees"), "disagrees", MAX_DISAGREES))
 
 
-def find_fabric(logs_dir: Path, hosts: list[str]) -> tuple[Fabric, list[Problem]]:
-    """The newest fabric run under `logs_dir` and the nodes it measured."""
+def find_fabric(logs: LogsTree | Path, hosts: list[str]) -> tuple[Fabric, list[Problem]]:
+    """The newest fabric run under `logs` and the nodes it measured."""
+    tree = LogsTree.of(logs)
     found: dict[str, list[tuple[str, Path]]] = {}
     for host in hosts:
-        try:
-            folders = [p for p in (Path(logs_dir) / host).iterdir()
-                       if p.is_dir() and not p.name.startswith(".")]
-        except OSError:
-            continue  # collect reports a folder it cannot list
-        for folder in folders:
-            if (folder / FABRIC_RECORD).exists() or (folder / FABRIC_RECORD).is_symlink():
-                found.setdefault(folder.name, []).append((host, folder / FABRIC_RECORD))
+        for run_id in tree.runs(host) or []:  # none: collect reports a folder it cannot list
+            if tree.has(host, run_id, FABRIC_RECORD):
+                found.setdefault(run_id, []).append((host, tree.folder(host, run_id) / FABRIC_RECORD))
     if not found:
         return Fabric(), []
     run_id = max(found)

@@ -42,9 +42,10 @@ from pathlib import Path
 from validate.shared import counted
 
 from ..ground.errors import InputError
-from ..ground.runfolder import RESULTS, STACK_MANIFEST, never_started
+from ..ground.runfolder import NOT_STARTED, RESULTS, STACK_MANIFEST, VALIDATION_ATTEMPT, never_started
 from .collect import Attempt, Problem, Run, read_attempt, read_results
 from .drift import NOT_INSTALLED, StackReader, item_order
+from .tree import LogsTree
 
 PASS, FAIL, NONE = "pass", "fail", "none"
 FLAP_WINDOW = 6   # runs with a verdict looked at for flapping
@@ -244,25 +245,37 @@ def format_age(seconds: float) -> str:
     return " ".join(parts[:2])
 
 
-def last_validation(logs_dir: Path, host: str) -> Mark | None:
-    """The latest run of `host` under `logs_dir` with a verdict, with when it was started
+def started_runs(tree: LogsTree, host: str) -> list[str]:
+    """`host`'s run folders a run started in (not a rollout's note of a host it never
+    started), in run-id order; none when its folder cannot be listed (collect says so)."""
+    return [run_id for run_id in tree.runs(host) or []
+            if not (tree.has(host, run_id, NOT_STARTED)
+                    and never_started(tree.folder(host, run_id)))]
+
+
+def attempt_of(tree: LogsTree, host: str, run_id: str) -> tuple[Attempt | None, list[Problem]]:
+    """The record of the validation started in that run folder (collect.read_attempt), read
+    only when the folder holds one."""
+    if not tree.has(host, run_id, VALIDATION_ATTEMPT):
+        return None, []
+    return read_attempt(tree.folder(host, run_id))
+
+
+def last_validation(logs: LogsTree | Path, host: str) -> Mark | None:
+    """The latest run of `host` under `logs` with a verdict, with when it was started
     (`Mark.at`), as `find_history` judges it: newest first, each run folder read only until one
     has a verdict. None when it has none (no folder, no verdict yet, only runs without one: a
     preempted sweep, Ctrl-C)."""
-    try:
-        folders = sorted((p for p in (Path(logs_dir) / host).iterdir()
-                          if p.is_dir() and not p.name.startswith(".") and not never_started(p)),
-                         key=lambda p: p.name, reverse=True)
-    except OSError:
-        return None
-    for folder in folders:
-        attempt, _ = read_attempt(folder)
-        run = Run(host=host, run_id=folder.name, path=folder)
-        if (folder / RESULTS).exists():
+    tree = LogsTree.of(logs)
+    for run_id in reversed(started_runs(tree, host)):
+        attempt, _ = attempt_of(tree, host, run_id)
+        folder = tree.folder(host, run_id)
+        run = Run(host=host, run_id=run_id, path=folder)
+        if tree.has(host, run_id, RESULTS) and (folder / RESULTS).exists():
             run.results, _ = read_results(folder / RESULTS, str(folder / RESULTS))
         judged, why = judge(run, attempt)
         if judged != NONE:
-            return Mark(folder.name, judged, no_verdict=why, at=started_at(folder.name, attempt))
+            return Mark(run_id, judged, no_verdict=why, at=started_at(run_id, attempt))
     return None
 
 
@@ -277,32 +290,27 @@ def describe_change(before: dict[tuple[str, str], str], after: dict[tuple[str, s
     return "; ".join(parts) + (f"; {more} more" if more > 0 else "")
 
 
-def find_history(logs_dir: Path, runs: list[Run], hosts: list[str],
+def find_history(logs: LogsTree | Path, runs: list[Run], hosts: list[str],
                  quarantine: tuple[int, int] = QUARANTINE) -> tuple[list[HostHistory], list[Problem]]:
-    """The history of each of `hosts` (folders under `logs_dir`): its run folders in run-id
+    """The history of each of `hosts` (folders under `logs`): its run folders in run-id
     order, each with a verdict (from `runs`, collect's) and a stack change."""
+    tree = LogsTree.of(logs)
     by_key = {(r.host, r.run_id): r for r in runs}
     problems: list[Problem] = []
     reader = StackReader()
     out: list[HostHistory] = []
     for host in sorted(hosts):
         history = HostHistory(host, quarantine=quarantine)
-        try:
-            run_ids = sorted(p.name for p in (Path(logs_dir) / host).iterdir()
-                             if p.is_dir() and not p.name.startswith(".") and not never_started(p))
-        except OSError:
-            continue  # collect reports a folder it cannot list
         previous: dict[tuple[str, str], str] | None = None
         manifests = 0
-        for run_id in run_ids:
-            attempt, attempt_problems = read_attempt(Path(logs_dir) / host / run_id)
+        for run_id in started_runs(tree, host):
+            attempt, attempt_problems = attempt_of(tree, host, run_id)
             problems += attempt_problems
             judged, why = judge(by_key.get((host, run_id)), attempt)
             mark = Mark(run_id, judged, no_verdict=why, at=started_at(run_id, attempt))
-            path = Path(logs_dir) / host / run_id / STACK_MANIFEST
-            if path.exists() or path.is_symlink():
+            if tree.has(host, run_id, STACK_MANIFEST):
                 manifests += 1
-                stack, problem = reader.read(path)
+                stack, problem = reader.read(tree.folder(host, run_id) / STACK_MANIFEST)
                 if problem is not None:
                     problems.append(problem)
                 elif stack is not None:

@@ -28,6 +28,7 @@ from ..ground.errors import InputError
 from ..ground.repairs import OUTCOMES, REMEDIATION_RECORD, REPAIRED, RecordError, Repair, read_repair
 from .collect import Problem
 from .history import FAIL, MAX_QUARANTINE_RUNS, HostHistory, format_age
+from .tree import LogsTree
 
 # N, chosen: the quarantine's window (history.QUARANTINE, 2 of the last 3: NVSentinel#127). A
 # node that fails again within the runs that would quarantine it again was not repaired; a
@@ -169,15 +170,18 @@ def did_not_hold(repairs: list[Repair], history: HostHistory | None, window: int
     return out
 
 
-def find_repairs(logs_dir: Path, history: list[HostHistory], window: int = REPAIR_WINDOW
+def find_repairs(logs: LogsTree | Path, history: list[HostHistory], window: int = REPAIR_WINDOW
                  ) -> tuple[Repairs, list[Problem]]:
     """Every record of each host with a history (its timeline's run folders)."""
+    tree = LogsTree.of(logs)
     problems: list[Problem] = []
     nodes = []
     for record in history:
         repairs = []
         for mark in record.timeline:
-            repair, problem = read_record(Path(logs_dir) / record.host / mark.run_id)
+            if not tree.has(record.host, mark.run_id, REMEDIATION_RECORD):
+                continue
+            repair, problem = read_record(tree.folder(record.host, mark.run_id))
             if problem is not None:
                 problems.append(problem)
             elif repair is not None:
