@@ -120,6 +120,26 @@ def test_the_reason_is_one_a_slurm_run_knows_as_gpuprovs():
     assert GPUPROV_REASON.match(out) and GPUPROV_REASON.match(left)
 
 
+def test_a_reason_names_the_nodes_action_once():
+    """A finding read from results.json ends with its action (`; action: reboot the node`, as
+    a Slurm drain reason says it); the remediation's reason names the step after it, so the
+    same action is not said twice. An escalated step keeps the finding's own, other action."""
+    from remote.ground.runid import new_run_id
+    from remote.remediation.run import escalation
+    from remote.remediation.reasons import step_reason
+
+    run = new_run_id()
+    finding = "host_mounts: /scratch is not mounted; action: reboot the node"
+    assert step_reason(run, finding, "reboot the node") == \
+        f"gpuprov {run}: remediate: host_mounts: /scratch is not mounted -> reboot the node"
+    assert step_reason(run, "xid: Xid 48; action: reset the GPU", "reboot the node") == \
+        f"gpuprov {run}: remediate: xid: Xid 48; action: reset the GPU -> reboot the node"
+    assert escalation("reboot the node", finding) == \
+        "reboot the node did not help: host_mounts: /scratch is not mounted; drain and replace (RMA)"
+    assert escalation("drain and replace (RMA)", "xid: Xid 79; action: drain and replace (RMA)") \
+        == "xid: Xid 79 -> drain and replace (RMA)"
+
+
 def test_a_clusters_login_node_out_of_reach_is_one_line_and_exit_4(tmp_path):
     """The Slurm route cannot start when its login node cannot be reached: the command says so
     on that host's line and exits 4 (unreachable), as every command does; before, the error

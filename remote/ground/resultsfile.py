@@ -150,12 +150,17 @@ def first_failure(checks: Any) -> Optional[tuple[str, str]]:
     return None
 
 
+# how a finding names its action, at its end (a drain reason's words; remediation/reasons.py
+# leaves it out where the reason names the same action after it)
+ACTION_SAID = "; action: "
+
+
 def _finding(check: dict[str, Any], status: str) -> str:
     for finding in check.get("findings") or []:
         if isinstance(finding, dict) and finding.get("fails") and isinstance(finding.get("what"), str):
             action = finding.get("action")
             what: str = finding["what"]
-            return what + (f"; action: {action}" if isinstance(action, str) else "")
+            return what + (f"{ACTION_SAID}{action}" if isinstance(action, str) else "")
     reason = check.get("reason")
     text = reason if isinstance(reason, str) and reason else "failed"
     return text if status == "fail" else f"not checked: {text}"

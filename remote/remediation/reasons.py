@@ -10,6 +10,7 @@ import re
 from validate.shared import DRAIN_PREFIX
 from validate.shared import DRAIN_REASON_MAX as REASON_MAX
 
+from ..ground.resultsfile import ACTION_SAID
 from ..ground.runid import RUN_ID_TEXT
 from ..output.term import printable_line
 
@@ -30,3 +31,15 @@ def reason(run_id: str, text: str) -> str:
     match = _PREFIX.match(text)
     whole = one_line(f"{DRAIN_PREFIX}{run_id}: {REMEDIATE}: {text[match.end():] if match else text}")
     return whole if len(whole) <= REASON_MAX else whole[:REASON_MAX - 3] + "..."
+
+
+def unsaid(finding: str, action: str) -> str:
+    """`finding` without the `; action: <action>` at its end (resultsfile.first_failure's) when
+    the reason names that same action after it: `X; action: reboot the node -> reboot the
+    node` says it twice."""
+    return finding.removesuffix(f"{ACTION_SAID}{action}")
+
+
+def step_reason(run_id: str, finding: str, action: str) -> str:
+    """The reason of a node being remediated: `gpuprov <run>: remediate: <finding> -> <action>`."""
+    return reason(run_id, f"{unsaid(finding, action)} -> {action}")

@@ -41,7 +41,7 @@ from ..ground.runfolder import run_dir
 from .breaker import MaxOut, wave
 from .ladder import LADDER, rung
 from .plan import Planned
-from .reasons import one_line, reason
+from .reasons import one_line, reason, step_reason, unsaid
 from .target import Outcome, Revalidation, Sick, Target, missing
 
 TAKE_OUT = "take out of service"
@@ -82,8 +82,8 @@ class Settings:
 def escalation(action: str, finding: str) -> str:
     """Why a node is left out: the RMA named at once, or the step that did not help."""
     if action == DRAIN_RMA:
-        return f"{finding} -> {DRAIN_RMA}"
-    return f"{action} did not help: {finding}; {DRAIN_RMA}"
+        return f"{unsaid(finding, DRAIN_RMA)} -> {DRAIN_RMA}"
+    return f"{action} did not help: {unsaid(finding, action)}; {DRAIN_RMA}"
 
 
 @dataclass
@@ -196,7 +196,7 @@ class Loop:
         for sick in wave_nodes:
             self.start(sick)
         started = self.clock()
-        reasons = {s.node: reason(self.settings.run_id, f"{s.finding} -> {s.action}") for s in wave_nodes}
+        reasons = {s.node: step_reason(self.settings.run_id, s.finding, s.action) for s in wave_nodes}
         taken = missing(self.target.take_out(reasons), list(reasons))
         for sick in wave_nodes:
             answer = taken[sick.node]
@@ -232,7 +232,7 @@ class Loop:
         if step.method == "reset_gpu":
             answers = missing(self.target.reset_gpu(group), group)
         else:
-            reasons = {n: reason(self.settings.run_id, f"{self.nodes[n].finding} -> {action}") for n in group}
+            reasons = {n: step_reason(self.settings.run_id, self.nodes[n].finding, action) for n in group}
             answers = missing(self.target.reboot(group, reasons, self.settings.reboot_timeout_s), group)
         done = []
         for node in group:
