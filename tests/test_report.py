@@ -60,6 +60,25 @@ def test_host_30_percent_slower_is_flagged_and_peers_within_2_percent_are_not(tm
         assert peer not in flag_lines
 
 
+def test_flags_json_counts_each_hosts_peers_and_names_an_outliers(tmp_path):
+    """flags.json's `fleet` has every host against its peers: counted, not named (named, 200
+    hosts of one GPU group wrote 200 x 199 names; 1,000 wrote 25 MB). The outlier names them."""
+    logs = tmp_path / "logs"
+    for n in range(200):
+        write_run(logs, f"gpu-{n:03d}", "20261122T100000Z",
+                  seed_log(scaled(1.30 if n == 7 else 1.0)), results_json(A100))
+    rc, _, out = report_of(logs, tmp_path)
+    assert rc == 0
+    flags = json.loads((out / "flags.json").read_text())
+    assert flags["schema"] == 2
+    assert len(flags["fleet"]) == 200
+    assert all(h["peers_count"] == 199 and "peers" not in h for h in flags["fleet"])
+    [outlier] = flags["outliers"]
+    assert outlier["host"] == "gpu-007" and len(outlier["peers"]) == 199
+    assert "gpu-007" not in outlier["peers"]
+    assert (out / "flags.json").stat().st_size < 600_000
+
+
 def test_fixture_fleet_flags_the_new_slow_instance_only(tmp_path):
     report = build_report(fleet_copy(tmp_path))
     assert [h.host for h in report.outliers] == ["a100-3"]

@@ -164,8 +164,10 @@ def _fleet_json(report: Report) -> dict[str, Any]:
              **_ratio(r, "baseline_ms")}
             for c, r in report.regressions
         ],
+        # every host's peers counted, not named: named, a fleet of N hosts in one GPU group
+        # wrote N x (N - 1) names (25 MB of a 1,000-host report); an outlier names them above
         "fleet": [
-            {"host": h.host, "run": h.run_id, "gpu": h.gpu, "peers": h.peers,
+            {"host": h.host, "run": h.run_id, "gpu": h.gpu, "peers_count": len(h.peers),
              "typical_pct": None if h.typical_pct is None else round(h.typical_pct, 3),
              "slow": h.slow, "models": [_ratio(r, "peers_median_ms") for r in h.ratios]}
             for h in report.fleet
@@ -195,10 +197,15 @@ def _quarantine_json(report: Report) -> list[dict[str, Any]]:
             for h in report.quarantined]
 
 
+# flags.json's shape: 2 since `fleet` entries count their peers (`peers_count`) where they
+# named them (`peers`)
+FLAGS_SCHEMA = 2
+
+
 def flags_json(report: Report) -> dict[str, Any]:
     """flags.json's document (the module's text says what it holds)."""
     return {
-        "schema": 1,
+        "schema": FLAGS_SCHEMA,
         "generated": report.generated,
         "logs_dir": str(report.logs_dir),
         **_rules_json(report),

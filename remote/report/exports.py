@@ -66,7 +66,9 @@ EXPORTS: dict[str, Export] = {e.key: e for e in (
     Export("csv", "merged.csv", "row per model, column per host/run; `;`-separated, `-` missing",
            _merged),
     Export("json", "flags.json", "what was flagged and everything it was decided from "
-           "(quarantine, outliers, regressions, drift, health, history, repairs, problems)", _flags),
+           "(quarantine, outliers with their peers named, regressions, every host against its "
+           "peers (counted: `peers_count`), drift, health, history, repairs, problems); "
+           "`schema` 2", _flags),
     Export("drift_csv", DRIFT_CSV, "every stack item that differs from the host's GPU group, "
            "row per host and item", _drift),
     Export("latency_png", "latency.png", "per-model latency of each host's latest run",
