@@ -125,8 +125,8 @@ def test_a_reason_names_the_nodes_action_once():
     a Slurm drain reason says it); the remediation's reason names the step after it, so the
     same action is not said twice. An escalated step keeps the finding's own, other action."""
     from remote.ground.runid import new_run_id
-    from remote.remediation.run import escalation
     from remote.remediation.reasons import step_reason
+    from remote.remediation.run import escalation
 
     run = new_run_id()
     finding = "host_mounts: /scratch is not mounted; action: reboot the node"
