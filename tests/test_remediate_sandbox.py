@@ -295,8 +295,8 @@ def test_an_rma_gathers_evidence_and_leaves_the_node_out(hosts, work):
     assert record.outcome == "left out"
     assert [(s.action, s.result) for s in record.steps] == [("drain and replace (RMA)", "done")]
     assert record.steps[0].detail.startswith("evidence: ")
-    assert record.reason.endswith("remediate: gpu_health: GPU 0: Xid 95 uncontained ECC error; "
-                                  "action: drain and replace (RMA) -> drain and replace (RMA)")
+    assert record.reason.endswith("remediate: gpu_health: GPU 0: Xid 95 uncontained ECC error "
+                                  "-> drain and replace (RMA)")  # the action named once
     assert list((work / "logs" / name / record.run_id).glob("evidence-*.tar.gz"))
     assert sandbox.boot_id(hosts.state_dir, name) == boot  # never rebooted
     assert _mark(hosts, name) == record.reason
