@@ -275,8 +275,8 @@ def evidence(c, host=None, limit=None, inventory=None, list_hosts=False, bug_rep
           "max-out": "at most K nodes, or P% of the pool (rounded down, at least 1), out of "
                      "service for remediation at once (default 1); the rest wait",
           "reboot-timeout": f"seconds a rebooted node has to come back (default "
-                            f"{REBOOT_TIMEOUT_S:g}; on Slurm at least the cluster's "
-                            "ResumeTimeout + 45)",
+                            f"{REBOOT_TIMEOUT_S:g}; on Slurm, at least until Slurm's own "
+                            "verdict at the cluster's ResumeTimeout)",
           "suite": "the re-validation's suite: quick (default) or full",
           "logs-dir": f"where the verdicts are read and the records written (default {LOGS_DIR})",
           "var": "set variables: NAME=VALUE, a JSON object, or @FILE.yaml (the profile the "
