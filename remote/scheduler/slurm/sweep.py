@@ -303,7 +303,7 @@ class SweepCluster:
                 self.seen_jobs |= set(states)
                 return states, (f"{', '.join(going)} {SETTLE_S:.0f} s after its batch"
                                 if wait and going else "")
-            time.sleep(SETTLE_POLL_S)
+            self.session.sleep(SETTLE_POLL_S)  # Ctrl-C ends the wait at once
 
     def new_jobs(self, job_name: str) -> Optional[dict[str, str]]:
         """The sweep's jobs squeue shows that no earlier batch saw (this batch's), with their
